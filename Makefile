@@ -1,0 +1,117 @@
+# ringd - top-level Makefile.
+#
+#   make            build everything (CUDA library too when nvcc is found)
+#   make deps       apt-get install the Debian packages ringd needs (root)
+#   make test       build and run the test suite
+#   make asan       the test suite again under -fsanitize=address,undefined
+#   make bench      run the benchmarks (print TSV tables)
+#   make demo       the demo (see README.md)
+#   make clean      remove build/
+#
+# Knobs: BUILD=dir, CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE, SAN=1, V=1.
+# Each module folder has a module.mk that adds its sources to the lists
+# below; this file holds only what is common.
+
+BUILD ?= build
+CUDA ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 \
+                -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+SAN ?= 0
+
+CC ?= cc
+WARN := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
+        -Wno-missing-field-initializers
+CFLAGS ?= -O2 -g
+ALL_CFLAGS = -std=c11 $(CFLAGS) $(WARN) -D_GNU_SOURCE -fPIC -pthread \
+             -I. -I$(BUILD) $(PKG_CFLAGS) $(SAN_FLAGS)
+ALL_LDFLAGS = -pthread $(LDFLAGS) $(SAN_FLAGS)
+
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=undefined
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# Filled in by the module fragments.
+LIB_SRCS :=
+TEST_SRCS :=
+BIN_TARGETS :=
+BENCH_BINS :=
+PKGS :=
+LIBS := -lm -ldl
+
+DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
+    etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
+    ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev \
+    iproute2 iptables iputils-ping
+
+include $(sort $(wildcard */module.mk))
+
+PKG_CFLAGS = $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
+PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
+
+LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
+CORE_LIB = $(BUILD)/libringd_core.a
+TEST_BIN = $(BUILD)/ringd-tests
+
+.PHONY: all deps test asan bench demo clean
+.DEFAULT_GOAL := all
+
+all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(CFLAGS_EXTRA) -MMD -MP -c $< -o $@
+
+$(CORE_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The test list is every TEST_IMPL(name) in the test sources.
+$(BUILD)/test-list.h: $(TEST_SRCS)
+	@mkdir -p $(dir $@)
+	$(Q)grep -ho '^TEST_IMPL([A-Za-z0-9_]*)' $(TEST_SRCS) \
+	    | sed 's/^TEST_IMPL/TEST_ENTRY/' > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tests/runner.o: $(BUILD)/test-list.h
+
+$(TEST_BIN): $(TEST_OBJS) $(BUILD)/tests/runner.o $(BUILD)/tests/helpers.o \
+             $(CORE_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
+	    $(PKG_LIBS) $(LIBS)
+
+test: all
+	$(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test
+
+bench: all
+	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	      | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
+	echo "deps: installing" $$missing; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    $$SUDO apt-get install -y -q --no-install-recommends $$missing
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

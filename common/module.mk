@@ -1,0 +1,3 @@
+# common/: status codes (header-only) and logging.
+LIB_SRCS += common/log.c
+TEST_SRCS += tests/test-common.c

@@ -1,0 +1,135 @@
+#include "tests/helpers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/status.h"
+
+int64_t th_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+char *th_mkdtemp(const char *prefix)
+{
+    const char *base = getenv("TMPDIR");
+    if (base == NULL || base[0] == '\0')
+        base = "/tmp";
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s.XXXXXX", base, prefix) < 0)
+        return NULL;
+    if (mkdtemp(path) == NULL) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+                  struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(p);
+    return 0;
+}
+
+void th_rmtree(const char *path)
+{
+    if (path != NULL && path[0] != '\0' && strcmp(path, "/") != 0)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int th_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+pid_t th_spawn(char *const argv[], const char *log_path)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        if (log_path != NULL) {
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+int th_wait(pid_t pid, int64_t timeout_ms, int *status_p)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            if (status_p)
+                *status_p = status;
+            return 0;
+        }
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (th_now_ms() >= deadline)
+            return ST_ETIMEDOUT;
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void th_kill(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+const char *th_bindir(void)
+{
+    static char dir[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+    if (n <= 0)
+        return ".";
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    return dir;
+}

@@ -1,0 +1,43 @@
+/*
+ * helpers.h - shared plumbing for tests: temp dirs, free ports, child
+ * processes that are always reaped, bounded waits. Everything a helper
+ * starts is in the test's process group, which the runner kills when the
+ * test ends, so nothing outlives a failed test.
+ */
+#ifndef RINGD_TEST_HELPERS_H
+#define RINGD_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Monotonic milliseconds. */
+int64_t th_now_ms(void);
+
+/* mkdtemp under $TMPDIR (or /tmp) with the given prefix; caller frees. */
+char *th_mkdtemp(const char *prefix);
+/* rm -rf path (only paths th_mkdtemp returned are ever passed). */
+void th_rmtree(const char *path);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int th_free_port(void);
+
+/*
+ * Start argv[0] (a path) with argv; stdout/stderr go to log_path when not
+ * NULL (appended). Returns the pid or a negative errno.
+ */
+pid_t th_spawn(char *const argv[], const char *log_path);
+
+/*
+ * Wait for pid for at most timeout_ms. Returns 0 and the wait status, or
+ * ST_ETIMEDOUT (the child is left running).
+ */
+int th_wait(pid_t pid, int64_t timeout_ms, int *status_p);
+
+/* SIGKILL and reap; accepts pid <= 0 as "nothing to do". */
+void th_kill(pid_t pid);
+
+/* Directory of the running test binary (for finding sibling binaries). */
+const char *th_bindir(void);
+
+#endif /* RINGD_TEST_HELPERS_H */

@@ -1,0 +1,161 @@
+/*
+ * runner.c - runs every test in its own process group with a timeout.
+ *
+ *   ringd-tests              run all tests
+ *   ringd-tests NAME...      run the named tests (a trailing '*' matches a
+ *                            prefix: 'kern_*')
+ *   ringd-tests --list       print the test names
+ *
+ * A test is a function declared with TEST_IMPL(name) in tests/test-*.c; the
+ * build collects them into test-list.h. Exit status 0 passes, 77 skips,
+ * anything else (a signal, a timeout) fails. The closing line is
+ * "N passed, N failed, N skipped" and the runner exits non-zero on any
+ * failure. RINGD_TEST_TIMEOUT (seconds, default 300) bounds each test; a test
+ * that runs past it is killed with its whole process group.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/task.h"
+
+#define TEST_ENTRY(name) int run_test_##name(void);
+#include "test-list.h"
+#undef TEST_ENTRY
+
+typedef struct {
+    const char *name;
+    int (*fn)(void);
+} test_entry_t;
+
+#define TEST_ENTRY(name) {#name, run_test_##name},
+static const test_entry_t tests[] = {
+#include "test-list.h"
+};
+#undef TEST_ENTRY
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int selected(const char *name, int argc, char **argv)
+{
+    if (argc == 0)
+        return 1;
+    for (int i = 0; i < argc; i++)
+        if (fnmatch(argv[i], name, 0) == 0)
+            return 1;
+    return 0;
+}
+
+/* Returns 0 pass, TEST_SKIP skip, 1 fail; writes a reason on failure. */
+static int run_one(const test_entry_t *t, double timeout_s, char *why,
+                   size_t why_len)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, why_len, "fork: %s", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        int rc = t->fn();
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    setpgid(pid, pid);
+
+    double deadline = now_s() + timeout_s;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            snprintf(why, why_len, "waitpid: %s", strerror(errno));
+            return 1;
+        }
+        if (now_s() > deadline) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            snprintf(why, why_len, "timed out after %.0f s", timeout_s);
+            return 1;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    /* Whatever the test left in its group dies with it. */
+    kill(-pid, SIGKILL);
+
+    if (WIFSIGNALED(status)) {
+        snprintf(why, why_len, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+        return 1;
+    }
+    int code = WEXITSTATUS(status);
+    if (code == 0 || code == TEST_SKIP)
+        return code;
+    snprintf(why, why_len, "exit status %d", code);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    size_t ntests = sizeof(tests) / sizeof(tests[0]);
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < ntests; i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 ||
+                     strcmp(argv[1], "-h") == 0)) {
+        printf("usage: %s [--list] [NAME|PREFIX*]...\n", argv[0]);
+        return 0;
+    }
+
+    double timeout_s = 300;
+    const char *env = getenv("RINGD_TEST_TIMEOUT");
+    if (env != NULL && atof(env) > 0)
+        timeout_s = atof(env);
+
+    int passed = 0, failed = 0, skipped = 0, n = 0;
+    for (size_t i = 0; i < ntests; i++) {
+        if (!selected(tests[i].name, argc - 1, argv + 1))
+            continue;
+        char why[256] = "";
+        double t0 = now_s();
+        int rc = run_one(&tests[i], timeout_s, why, sizeof(why));
+        double ms = (now_s() - t0) * 1000;
+        n++;
+        if (rc == 0) {
+            passed++;
+            printf("ok %d - %s (%.0f ms)\n", n, tests[i].name, ms);
+        } else if (rc == TEST_SKIP) {
+            skipped++;
+            printf("ok %d - %s # SKIP (%.0f ms)\n", n, tests[i].name, ms);
+        } else {
+            failed++;
+            printf("not ok %d - %s: %s (%.0f ms)\n", n, tests[i].name, why,
+                   ms);
+        }
+        fflush(stdout);
+    }
+    if (n == 0) {
+        fprintf(stderr, "no test matched\n");
+        return 2;
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
