@@ -14,6 +14,29 @@
 
 #include "kernels/kern.h"
 
+/*
+ * Element access through memcpy: buffers may have any alignment (a chunk of
+ * a packed wire message, say), and a misaligned T* dereference is undefined
+ * behaviour in C. GCC turns each of these into a single move.
+ */
+#define KERN__DEF_LDST(sfx, T)                                               \
+    static inline T kern__ld_##sfx(const void *p, size_t i)                  \
+    {                                                                        \
+        T v;                                                                 \
+        memcpy(&v, (const char *)p + i * sizeof(T), sizeof(T));              \
+        return v;                                                            \
+    }                                                                        \
+    static inline void kern__st_##sfx(void *p, size_t i, T v)                \
+    {                                                                        \
+        memcpy((char *)p + i * sizeof(T), &v, sizeof(T));                    \
+    }
+KERN__DEF_LDST(f32, float)
+KERN__DEF_LDST(f64, double)
+KERN__DEF_LDST(u16, uint16_t)
+KERN__DEF_LDST(i32, int32_t)
+KERN__DEF_LDST(i64, int64_t)
+KERN__DEF_LDST(u8, uint8_t)
+
 static inline uint32_t kern__f32_bits(float f)
 {
     uint32_t u;

@@ -11,14 +11,12 @@
 #define MIN_(a, b) ((b) < (a) ? (b) : (a))
 #define MAX_(a, b) ((b) > (a) ? (b) : (a))
 
-#define DEF_PLAIN(name, T, U, expr)                                          \
+#define DEF_PLAIN(name, T, S, U, expr)                                       \
     static void name##3(void *dst, const void *a, const void *b, size_t n)   \
     {                                                                        \
-        T *d = dst;                                                          \
-        const T *x = a, *y = b;                                              \
         for (size_t i = 0; i < n; i++) {                                     \
-            U p = (U)x[i], q = (U)y[i];                                      \
-            d[i] = (T)(expr);                                                \
+            U p = (U)kern__ld_##S(a, i), q = (U)kern__ld_##S(b, i);          \
+            kern__st_##S(dst, i, (T)(expr));                                 \
         }                                                                    \
     }                                                                        \
     static void name(void *dst, const void *src, size_t n)                   \
@@ -30,11 +28,9 @@
 #define DEF_HALF(name, TO32, FROM32, expr)                                   \
     static void name##3(void *dst, const void *a, const void *b, size_t n)   \
     {                                                                        \
-        uint16_t *d = dst;                                                   \
-        const uint16_t *x = a, *y = b;                                       \
         for (size_t i = 0; i < n; i++) {                                     \
-            float p = TO32(x[i]), q = TO32(y[i]);                            \
-            d[i] = FROM32(expr);                                             \
+            float p = TO32(kern__ld_u16(a, i)), q = TO32(kern__ld_u16(b, i)); \
+            kern__st_u16(dst, i, FROM32(expr));                              \
         }                                                                    \
     }                                                                        \
     static void name(void *dst, const void *src, size_t n)                   \
@@ -42,14 +38,14 @@
         name##3(dst, dst, src, n);                                           \
     }
 
-DEF_PLAIN(f32_sum, float, float, p + q)
-DEF_PLAIN(f32_prod, float, float, p * q)
-DEF_PLAIN(f32_min, float, float, kern__minf(p, q))
-DEF_PLAIN(f32_max, float, float, kern__maxf(p, q))
-DEF_PLAIN(f64_sum, double, double, p + q)
-DEF_PLAIN(f64_prod, double, double, p * q)
-DEF_PLAIN(f64_min, double, double, kern__mind(p, q))
-DEF_PLAIN(f64_max, double, double, kern__maxd(p, q))
+DEF_PLAIN(f32_sum, float, f32, float, p + q)
+DEF_PLAIN(f32_prod, float, f32, float, p * q)
+DEF_PLAIN(f32_min, float, f32, float, kern__minf(p, q))
+DEF_PLAIN(f32_max, float, f32, float, kern__maxf(p, q))
+DEF_PLAIN(f64_sum, double, f64, double, p + q)
+DEF_PLAIN(f64_prod, double, f64, double, p * q)
+DEF_PLAIN(f64_min, double, f64, double, kern__mind(p, q))
+DEF_PLAIN(f64_max, double, f64, double, kern__maxd(p, q))
 
 DEF_HALF(f16_sum, kern__f16_to_f32, kern__f32_to_f16, p + q)
 DEF_HALF(f16_prod, kern__f16_to_f32, kern__f32_to_f16, p * q)
@@ -60,59 +56,38 @@ DEF_HALF(bf16_prod, kern__bf16_to_f32, kern__f32_to_bf16, p * q)
 DEF_HALF(bf16_min, kern__bf16_to_f32, kern__f32_to_bf16, kern__minf(p, q))
 DEF_HALF(bf16_max, kern__bf16_to_f32, kern__f32_to_bf16, kern__maxf(p, q))
 
-DEF_PLAIN(i32_sum, int32_t, uint32_t, p + q)
-DEF_PLAIN(i32_prod, int32_t, uint32_t, p * q)
-DEF_PLAIN(i32_min, int32_t, int32_t, MIN_(p, q))
-DEF_PLAIN(i32_max, int32_t, int32_t, MAX_(p, q))
-DEF_PLAIN(i64_sum, int64_t, uint64_t, p + q)
-DEF_PLAIN(i64_prod, int64_t, uint64_t, p * q)
-DEF_PLAIN(i64_min, int64_t, int64_t, MIN_(p, q))
-DEF_PLAIN(i64_max, int64_t, int64_t, MAX_(p, q))
+DEF_PLAIN(i32_sum, int32_t, i32, uint32_t, p + q)
+DEF_PLAIN(i32_prod, int32_t, i32, uint32_t, p * q)
+DEF_PLAIN(i32_min, int32_t, i32, int32_t, MIN_(p, q))
+DEF_PLAIN(i32_max, int32_t, i32, int32_t, MAX_(p, q))
+DEF_PLAIN(i64_sum, int64_t, i64, uint64_t, p + q)
+DEF_PLAIN(i64_prod, int64_t, i64, uint64_t, p * q)
+DEF_PLAIN(i64_min, int64_t, i64, int64_t, MIN_(p, q))
+DEF_PLAIN(i64_max, int64_t, i64, int64_t, MAX_(p, q))
 /* u8 promotes to int: multiply in unsigned to keep the wrap defined. */
-DEF_PLAIN(u8_sum, uint8_t, unsigned, p + q)
-DEF_PLAIN(u8_prod, uint8_t, unsigned, p * q)
-DEF_PLAIN(u8_min, uint8_t, unsigned, MIN_(p, q))
-DEF_PLAIN(u8_max, uint8_t, unsigned, MAX_(p, q))
+DEF_PLAIN(u8_sum, uint8_t, u8, unsigned, p + q)
+DEF_PLAIN(u8_prod, uint8_t, u8, unsigned, p * q)
+DEF_PLAIN(u8_min, uint8_t, u8, unsigned, MIN_(p, q))
+DEF_PLAIN(u8_max, uint8_t, u8, unsigned, MAX_(p, q))
 
-static void f32_to_f16(void *dst, const void *src, size_t n)
-{
-    uint16_t *d = dst;
-    const float *s = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] = kern__f32_to_f16(s[i]);
-}
+#define DEF_CAST(name, SD, SS, CONV)                                         \
+    static void name(void *dst, const void *src, size_t n)                   \
+    {                                                                        \
+        for (size_t i = 0; i < n; i++)                                       \
+            kern__st_##SD(dst, i, CONV(kern__ld_##SS(src, i)));              \
+    }
 
-static void f16_to_f32(void *dst, const void *src, size_t n)
-{
-    float *d = dst;
-    const uint16_t *s = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] = kern__f16_to_f32(s[i]);
-}
-
-static void f32_to_bf16(void *dst, const void *src, size_t n)
-{
-    uint16_t *d = dst;
-    const float *s = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] = kern__f32_to_bf16(s[i]);
-}
-
-static void bf16_to_f32(void *dst, const void *src, size_t n)
-{
-    float *d = dst;
-    const uint16_t *s = src;
-    for (size_t i = 0; i < n; i++)
-        d[i] = kern__bf16_to_f32(s[i]);
-}
+DEF_CAST(f32_to_f16, u16, f32, kern__f32_to_f16)
+DEF_CAST(f16_to_f32, f32, u16, kern__f16_to_f32)
+DEF_CAST(f32_to_bf16, u16, f32, kern__f32_to_bf16)
+DEF_CAST(bf16_to_f32, f32, u16, kern__bf16_to_f32)
 
 #define DEF_WIRE(name, TO32, expr)                                           \
     static void name(float *acc, const void *wire, size_t n)                 \
     {                                                                        \
-        const uint16_t *w = wire;                                            \
         for (size_t i = 0; i < n; i++) {                                     \
-            float p = acc[i], q = TO32(w[i]);                                \
-            acc[i] = (expr);                                                 \
+            float p = kern__ld_f32(acc, i), q = TO32(kern__ld_u16(wire, i)); \
+            kern__st_f32(acc, i, (expr));                                    \
         }                                                                    \
     }
 
