@@ -101,6 +101,12 @@ asan:
 bench: all
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 
+# For now the demo is the kernel benchmark; it becomes the local-cluster
+# demo once the daemon exists.
+demo: deps
+	$(MAKE) all
+	$(BUILD)/bench/kernels
+
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \

@@ -28,10 +28,11 @@ ifeq ($(CUDA_BUILD),1)
 CUDA_TARGETS += $(CUDA_LIB)
 endif
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/kern_cuda_api.h
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/kern_cuda_api.h \
+    kernels/cuda/kern_cuda-int.h common/status.h
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC) -O2 -std=c++17 -I. -Xcompiler -fPIC,-Wall,-Werror \
+	$(Q)$(NVCC) -O2 -std=c++17 -I. -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \
 	    $(NVCC_GENCODE) -c $< -o $@
 
 $(CUDA_LIB): $(CUDA_OBJS)
