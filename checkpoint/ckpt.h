@@ -1,0 +1,171 @@
+/*
+ * ckpt.h - checkpoint shards: encoding, files, manifests, restore.
+ *
+ * Replicated data-parallel state is identical on every node, so at step S
+ * node r encodes only shard r of it. A shard file is a fixed header
+ * followed by one zstd frame:
+ *
+ *   raw shard --(XOR with the base checkpoint's shard, if delta)-->
+ *             --(byte-shuffle by element size)--> zstd (frame checksum)
+ *
+ * The header carries the step, generation, shard index, sizes, the xxh64
+ * of the raw (decoded) shard and its own xxh64, so a reader can tell a
+ * good shard from a torn, truncated or flipped one without trusting
+ * anything it has not checked. Files are written atomically (temp name,
+ * fsync, rename, fsync of the directory): a crash leaves either the old
+ * state or the complete new file, never a file that looks complete and is
+ * not.
+ *
+ * Everything here is synchronous and thread-safe on distinct objects; the
+ * asynchronous pipeline (snapshot, worker threads, back pressure) is
+ * ckpt_writer_* below.
+ */
+#ifndef RINGD_CKPT_H
+#define RINGD_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_FORMAT_VERSION 1
+
+enum {
+    CKPT_F_DELTA = 1u << 0,   /* XOR against the shard of base_step */
+    CKPT_F_SHUFFLE = 1u << 1, /* bytes grouped by position in an element */
+};
+
+typedef struct {
+    int level;           /* zstd level (default 3) */
+    int threads;         /* zstd worker threads, 0 = in the caller */
+    uint32_t elem_size;  /* shuffle unit: 4 for f32 state, 1 = no shuffle */
+} ckpt_codec_t;
+
+/* What a shard file says about itself (all validated on read). */
+typedef struct {
+    uint64_t step;
+    uint64_t generation;
+    uint64_t base_step;  /* valid when flags & CKPT_F_DELTA */
+    uint64_t offset;     /* of this shard within the whole state */
+    uint64_t raw_size;   /* bytes of state in this shard */
+    uint64_t total_size; /* bytes of the whole state */
+    uint64_t raw_xxh64;  /* of the raw shard bytes */
+    uint64_t comp_size;  /* bytes of the zstd frame after the header */
+    uint32_t shard;
+    uint32_t nshards;
+    uint32_t flags;
+    uint32_t elem_size;
+} ckpt_shard_info_t;
+
+/* The byte range of shard i of n over total bytes, aligned to elem. */
+void ckpt_shard_range(uint64_t total, uint32_t n, uint32_t i, uint32_t elem,
+                      uint64_t *offset_p, uint64_t *size_p);
+
+/*
+ * Encode raw (info->raw_size bytes) into a complete shard file image.
+ * base is the raw shard of info->base_step when info->flags has
+ * CKPT_F_DELTA, else NULL. Fills info->raw_xxh64 and comp_size. On success
+ * *file_p is malloc'd (caller frees) and *len_p its length.
+ */
+int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
+                      const void *raw, const void *base, void **file_p,
+                      size_t *len_p);
+
+/* Validate the header of a file image (not the payload). */
+int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
+
+/*
+ * Decode and verify a file image into raw (raw_cap >= info.raw_size).
+ * base: the decoded shard of info.base_step for a delta shard, else NULL
+ * (ST_EINVAL if a delta shard comes without it). ST_ECORRUPT when any
+ * check fails: header checksum, sizes, zstd frame checksum, raw xxh64.
+ */
+int ckpt_shard_decode(const void *file, size_t len, const void *base,
+                      void *raw, size_t raw_cap, ckpt_shard_info_t *info_p);
+
+/* Byte-shuffle / unshuffle n bytes by element size (n % elem may be > 0:
+ * the tail is copied as is). dst and src must not overlap. */
+void ckpt_shuffle(void *dst, const void *src, size_t n, uint32_t elem);
+void ckpt_unshuffle(void *dst, const void *src, size_t n, uint32_t elem);
+/* dst[i] = a[i] ^ b[i] (dst may be a or b). */
+void ckpt_xor(void *dst, const void *a, const void *b, size_t n);
+
+/* ---- files ---------------------------------------------------------- */
+
+/*
+ * Write data to dir/name atomically: dir/.name.tmp.<pid>, fsync, rename,
+ * fsync(dir). On failure nothing named `name` changes and the temp file
+ * is removed. Returns 0 or -errno (-ENOSPC on a full disk).
+ */
+int ckpt_write_atomic(const char *dir, const char *name, const void *data,
+                      size_t len);
+/* Read a whole file (at most max bytes, else ST_ECORRUPT); caller frees. */
+int ckpt_read_file(const char *path, size_t max, void **data_p,
+                   size_t *len_p);
+/* mkdir -p with mode 0755. */
+int ckpt_mkdirs(const char *path);
+
+/* ---- manifests -------------------------------------------------------- */
+
+typedef struct {
+    uint64_t offset, size, raw_xxh64, base_step;
+    uint32_t owner;   /* member index that wrote it */
+    uint32_t replica; /* member index that holds the copy */
+    uint32_t flags;
+} ckpt_manifest_shard_t;
+
+/* A complete checkpoint: every shard written and replicated. */
+typedef struct {
+    uint64_t step;
+    uint64_t generation;
+    uint64_t total_size;
+    uint32_t elem_size;
+    uint32_t nshards;
+    char **members;      /* node ids by member index, nshards of them */
+    ckpt_manifest_shard_t *shards;
+} ckpt_manifest_t;
+
+ckpt_manifest_t *ckpt_manifest_new(uint32_t nshards);
+void ckpt_manifest_free(ckpt_manifest_t *m);
+/* JSON text (malloc'd) for etcd and the local MANIFEST.json. */
+int ckpt_manifest_to_json(const ckpt_manifest_t *m, char **json_p);
+/* Parse and validate (shards tile [0, total) in order, sizes sane). */
+int ckpt_manifest_from_json(const char *json, size_t len,
+                            ckpt_manifest_t **m_p);
+
+/* ---- the on-disk store --------------------------------------------------
+ *
+ * root/step-<020 step>/shard-<05 i>.rckp     written by the shard's owner
+ * root/step-<020 step>/replica-<05 i>.rckp   stored by its ring successor
+ * root/step-<020 step>/MANIFEST.json         written last: "complete"
+ *
+ * A step directory without MANIFEST.json is incomplete and never used for
+ * a restore; retention deletes it like any older step.
+ */
+int ckpt_store_step_dir(const char *root, uint64_t step, char *buf,
+                        size_t len);
+/* Write a shard or replica file image for (step, shard). */
+int ckpt_store_put(const char *root, uint64_t step, uint32_t shard,
+                   int replica, const void *file, size_t len);
+int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m);
+/* Steps with a MANIFEST.json, newest first (caller frees *steps_p). */
+int ckpt_store_list(const char *root, uint64_t **steps_p, size_t *n_p);
+int ckpt_store_load_manifest(const char *root, uint64_t step,
+                             ckpt_manifest_t **m_p);
+/* Keep the newest `keep` complete steps; delete older and incomplete
+ * steps older than the newest complete one. Returns how many removed. */
+int ckpt_store_retain(const char *root, unsigned keep);
+
+/*
+ * Restore the whole state of the newest usable checkpoint into state
+ * (cap bytes): for each shard, the primary file, else the replica; a delta
+ * shard first restores its base. Falls back to older checkpoints when a
+ * shard is unreadable in both copies. *step_p gets the step restored,
+ * *repaired_p how many shards came from a replica. ST_ECORRUPT (logged,
+ * with the reason per checkpoint) if none is usable; -ENOENT if there is
+ * no complete checkpoint at all.
+ */
+int ckpt_store_restore(const char *root, void *state, size_t cap,
+                       uint64_t *step_p, unsigned *repaired_p);
+/* Verify every shard of one step (both copies); 0 if all good. */
+int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
+
+#endif /* RINGD_CKPT_H */

@@ -1,0 +1,135 @@
+/*
+ * ckpt_file.c - crash-safe file writes and bounded reads.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/ckpt.h"
+#include "common/log.h"
+#include "common/status.h"
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int ckpt_write_atomic(const char *dir, const char *name, const void *data,
+                      size_t len)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%d", dir, name,
+                 (int)getpid()) >= (int)sizeof(tmp) ||
+        snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
+        return -ENAMETOOLONG;
+
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int rc = -errno;
+        RD_ERROR("checkpoint: cannot create %s: %s", tmp, strerror(-rc));
+        return rc;
+    }
+    int rc = write_all(fd, data, len);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, dst) < 0)
+        rc = -errno;
+    if (rc != 0) {
+        RD_ERROR("checkpoint: cannot write %s: %s", dst, strerror(-rc));
+        unlink(tmp);
+        return rc;
+    }
+    rc = fsync_dir(dir);
+    if (rc != 0)
+        RD_ERROR("checkpoint: fsync of %s failed: %s", dir, strerror(-rc));
+    return rc;
+}
+
+int ckpt_read_file(const char *path, size_t max, void **data_p,
+                   size_t *len_p)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        close(fd);
+        RD_WARN("checkpoint: %s is not a regular file of at most %zu bytes",
+                path, max);
+        return ST_ECORRUPT;
+    }
+    size_t len = (size_t)st.st_size;
+    char *buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        close(fd);
+        return ST_ENOMEM;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != len) {
+        free(buf);
+        return ST_ECORRUPT;
+    }
+    *data_p = buf;
+    *len_p = len;
+    return 0;
+}
+
+int ckpt_mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}

@@ -1,0 +1,386 @@
+/*
+ * ckpt_store.c - the on-disk layout of checkpoints, retention and restore.
+ *
+ * A step directory is complete when MANIFEST.json exists; the manifest is
+ * written last and atomically, so a crash at any moment leaves either a
+ * complete checkpoint or a directory that restore ignores. Delta shards
+ * name their base step; retention keeps every base a kept checkpoint
+ * still needs, and restore decodes the chain from the full shard up.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "checkpoint/ckpt.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#define MANIFEST_NAME "MANIFEST.json"
+#define MANIFEST_MAX (64u << 20)
+#define MAX_CHAIN 64 /* delta chain length we are willing to follow */
+
+int ckpt_store_step_dir(const char *root, uint64_t step, char *buf,
+                        size_t len)
+{
+    int n = snprintf(buf, len, "%s/step-%020" PRIu64, root, step);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static void shard_name(char *buf, size_t len, uint32_t shard, int replica)
+{
+    snprintf(buf, len, "%s-%05u.rckp", replica ? "replica" : "shard", shard);
+}
+
+int ckpt_store_put(const char *root, uint64_t step, uint32_t shard,
+                   int replica, const void *file, size_t len)
+{
+    char dir[PATH_MAX], name[64];
+    int rc = ckpt_store_step_dir(root, step, dir, sizeof(dir));
+    if (rc == 0)
+        rc = ckpt_mkdirs(dir);
+    if (rc != 0) {
+        RD_ERROR("checkpoint: cannot create %s: %s", dir, st_strerror(rc));
+        return rc;
+    }
+    shard_name(name, sizeof(name), shard, replica);
+    return ckpt_write_atomic(dir, name, file, len);
+}
+
+int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m)
+{
+    char dir[PATH_MAX], *json = NULL;
+    int rc = ckpt_store_step_dir(root, m->step, dir, sizeof(dir));
+    if (rc == 0)
+        rc = ckpt_mkdirs(dir);
+    if (rc == 0)
+        rc = ckpt_manifest_to_json(m, &json);
+    if (rc == 0)
+        rc = ckpt_write_atomic(dir, MANIFEST_NAME, json, strlen(json));
+    free(json);
+    return rc;
+}
+
+int ckpt_store_load_manifest(const char *root, uint64_t step,
+                             ckpt_manifest_t **m_p)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    int rc = ckpt_store_step_dir(root, step, dir, sizeof(dir));
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
+    void *data;
+    size_t len;
+    rc = ckpt_read_file(path, MANIFEST_MAX, &data, &len);
+    if (rc != 0)
+        return rc;
+    rc = ckpt_manifest_from_json(data, len, m_p);
+    free(data);
+    if (rc == 0 && (*m_p)->step != step) {
+        RD_WARN("checkpoint: %s names step %" PRIu64, path, (*m_p)->step);
+        ckpt_manifest_free(*m_p);
+        return ST_ECORRUPT;
+    }
+    return rc;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Step numbers of every step-* directory; complete ones only if asked. */
+static int list_steps(const char *root, int complete_only, uint64_t **out,
+                      size_t *n_out)
+{
+    DIR *d = opendir(root);
+    if (d == NULL) {
+        *out = NULL;
+        *n_out = 0;
+        return errno == ENOENT ? 0 : -errno;
+    }
+    size_t n = 0, cap = 16;
+    uint64_t *steps = malloc(cap * sizeof(*steps));
+    struct dirent *e;
+    while (steps != NULL && (e = readdir(d)) != NULL) {
+        uint64_t s;
+        char tail;
+        if (sscanf(e->d_name, "step-%" SCNu64 "%c", &s, &tail) != 1 ||
+            strlen(e->d_name) != 25)
+            continue;
+        if (complete_only) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof(path), "%s/%s/%s", root, e->d_name,
+                     MANIFEST_NAME);
+            if (access(path, F_OK) != 0)
+                continue;
+        }
+        if (n == cap) {
+            uint64_t *bigger = realloc(steps, 2 * cap * sizeof(*steps));
+            if (bigger == NULL)
+                break;
+            steps = bigger;
+            cap *= 2;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    if (steps == NULL)
+        return ST_ENOMEM;
+    qsort(steps, n, sizeof(*steps), cmp_desc);
+    *out = steps;
+    *n_out = n;
+    return 0;
+}
+
+int ckpt_store_list(const char *root, uint64_t **steps_p, size_t *n_p)
+{
+    return list_steps(root, 1, steps_p, n_p);
+}
+
+/*
+ * Decode shard i of step into dst (size bytes), from the primary file or
+ * else the replica; a delta shard first decodes its base (recursively).
+ * *from_replica_p is set when the primary was unusable.
+ */
+static int restore_shard(const char *root, const ckpt_manifest_t *m,
+                         uint32_t i, void *dst, int depth,
+                         int *from_replica_p)
+{
+    const ckpt_manifest_shard_t *s = &m->shards[i];
+    if (depth > MAX_CHAIN)
+        return ST_ECORRUPT;
+    void *base = NULL;
+    if (s->flags & CKPT_F_DELTA) {
+        ckpt_manifest_t *bm = NULL;
+        int brc = ckpt_store_load_manifest(root, s->base_step, &bm);
+        if (brc == 0 && (bm->nshards != m->nshards ||
+                         bm->shards[i].offset != s->offset ||
+                         bm->shards[i].size != s->size))
+            brc = ST_ECORRUPT; /* a delta needs the same layout */
+        base = brc == 0 ? malloc(s->size ? s->size : 1) : NULL;
+        int dummy;
+        if (brc == 0 && base != NULL)
+            brc = restore_shard(root, bm, i, base, depth + 1, &dummy);
+        ckpt_manifest_free(bm);
+        if (brc != 0 || base == NULL) {
+            free(base);
+            return brc ? brc : ST_ENOMEM;
+        }
+    }
+    char dir[PATH_MAX];
+    int rc = ckpt_store_step_dir(root, m->step, dir, sizeof(dir));
+    for (int replica = 0; rc == 0 && replica < 2; replica++) {
+        char name[64], path[PATH_MAX + 64];
+        shard_name(name, sizeof(name), i, replica);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        void *file;
+        size_t len;
+        int r = ckpt_read_file(path, 128 + ZSTD_compressBound(s->size),
+                               &file, &len);
+        ckpt_shard_info_t info;
+        if (r == 0) {
+            r = ckpt_shard_decode(file, len, base, dst, s->size, &info);
+            free(file);
+        }
+        if (r == 0 && (info.step != m->step || info.offset != s->offset ||
+                       info.raw_size != s->size ||
+                       info.raw_xxh64 != s->raw_xxh64))
+            r = ST_ECORRUPT; /* a valid shard, but not the one listed */
+        if (r == 0) {
+            *from_replica_p = replica;
+            free(base);
+            return 0;
+        }
+        RD_WARN("checkpoint: step %" PRIu64 " %s unusable: %s", m->step,
+                name, st_strerror(r));
+    }
+    free(base);
+    return rc ? rc : ST_ECORRUPT;
+}
+
+int ckpt_store_restore(const char *root, void *state, size_t cap,
+                       uint64_t *step_p, unsigned *repaired_p)
+{
+    uint64_t *steps;
+    size_t n;
+    int rc = list_steps(root, 1, &steps, &n);
+    if (rc != 0)
+        return rc;
+    if (n == 0) {
+        free(steps);
+        RD_WARN("checkpoint: no complete checkpoint under %s", root);
+        return -ENOENT;
+    }
+    for (size_t k = 0; k < n; k++) {
+        ckpt_manifest_t *m;
+        if (ckpt_store_load_manifest(root, steps[k], &m) != 0)
+            continue;
+        if (m->total_size != cap) {
+            RD_WARN("checkpoint: step %" PRIu64 " holds %" PRIu64
+                    " bytes, the state has %zu; skipped", m->step,
+                    m->total_size, cap);
+            ckpt_manifest_free(m);
+            continue;
+        }
+        unsigned repaired = 0;
+        int ok = 1;
+        for (uint32_t i = 0; ok && i < m->nshards; i++) {
+            int from_replica = 0;
+            if (restore_shard(root, m, i, (char *)state + m->shards[i].offset,
+                              0, &from_replica) != 0)
+                ok = 0;
+            repaired += (unsigned)from_replica;
+        }
+        ckpt_manifest_free(m);
+        if (ok) {
+            *step_p = steps[k];
+            if (repaired_p)
+                *repaired_p = repaired;
+            free(steps);
+            RD_INFO("checkpoint: restored step %" PRIu64 " (%u shard%s from "
+                    "replicas)", *step_p, repaired, repaired == 1 ? "" : "s");
+            return 0;
+        }
+        RD_WARN("checkpoint: step %" PRIu64 " is not restorable; trying "
+                "an older one", steps[k]);
+    }
+    free(steps);
+    RD_ERROR("checkpoint: no usable checkpoint under %s", root);
+    return ST_ECORRUPT;
+}
+
+int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p)
+{
+    ckpt_manifest_t *m;
+    int rc = ckpt_store_load_manifest(root, step, &m);
+    if (rc != 0)
+        return rc;
+    unsigned bad = 0;
+    char dir[PATH_MAX];
+    ckpt_store_step_dir(root, step, dir, sizeof(dir));
+    for (uint32_t i = 0; i < m->nshards; i++) {
+        void *buf = malloc(m->shards[i].size ? m->shards[i].size : 1);
+        int from_replica = 0;
+        if (buf == NULL || restore_shard(root, m, i, buf, 0,
+                                         &from_replica) != 0)
+            bad += 2; /* neither copy */
+        else if (from_replica)
+            bad += 1; /* the primary is bad */
+        free(buf);
+        /* A good primary says nothing of the replica: check it alone. */
+        if (!from_replica && !(m->shards[i].flags & CKPT_F_DELTA)) {
+            char name[64], path[PATH_MAX + 64];
+            shard_name(name, sizeof(name), i, 1);
+            snprintf(path, sizeof(path), "%s/%s", dir, name);
+            void *file;
+            size_t len;
+            void *raw = malloc(m->shards[i].size ? m->shards[i].size : 1);
+            int r = raw ? ckpt_read_file(path, 128 + ZSTD_compressBound(
+                                                         m->shards[i].size),
+                                         &file, &len)
+                        : ST_ENOMEM;
+            if (r == 0) {
+                r = ckpt_shard_decode(file, len, NULL, raw,
+                                      m->shards[i].size, NULL);
+                free(file);
+            }
+            free(raw);
+            bad += r != 0;
+        }
+    }
+    ckpt_manifest_free(m);
+    if (bad_p)
+        *bad_p = bad;
+    return bad ? ST_ECORRUPT : 0;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(p);
+    return 0;
+}
+
+/* Mark in keep[] (parallel to steps[]) every base step m depends on. */
+static void mark_bases(const char *root, const ckpt_manifest_t *m,
+                       const uint64_t *steps, size_t n, char *keep, int depth)
+{
+    for (uint32_t i = 0; depth < MAX_CHAIN && i < m->nshards; i++) {
+        if (!(m->shards[i].flags & CKPT_F_DELTA))
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            if (steps[k] != m->shards[i].base_step || keep[k])
+                continue;
+            keep[k] = 1;
+            ckpt_manifest_t *bm;
+            if (ckpt_store_load_manifest(root, steps[k], &bm) == 0) {
+                mark_bases(root, bm, steps, n, keep, depth + 1);
+                ckpt_manifest_free(bm);
+            }
+        }
+    }
+}
+
+int ckpt_store_retain(const char *root, unsigned keep_n)
+{
+    uint64_t *all, *done;
+    size_t na, nd;
+    int rc = list_steps(root, 0, &all, &na);
+    if (rc != 0)
+        return rc;
+    rc = list_steps(root, 1, &done, &nd);
+    if (rc != 0) {
+        free(all);
+        return rc;
+    }
+    char *keep = calloc(na ? na : 1, 1);
+    if (keep == NULL) {
+        free(all);
+        free(done);
+        return ST_ENOMEM;
+    }
+    uint64_t newest_done = nd ? done[0] : 0;
+    for (size_t k = 0; k < na; k++) {
+        int complete = 0;
+        size_t rank = 0;
+        for (size_t j = 0; j < nd; j++)
+            if (done[j] == all[k])
+                complete = 1, rank = j;
+        /* In-flight (newer than the newest complete) and the newest
+         * keep_n complete ones stay. */
+        if ((!complete && (nd == 0 || all[k] > newest_done)) ||
+            (complete && rank < keep_n))
+            keep[k] = 1;
+    }
+    for (size_t k = 0; k < na; k++) {
+        ckpt_manifest_t *m;
+        if (keep[k] && ckpt_store_load_manifest(root, all[k], &m) == 0) {
+            mark_bases(root, m, all, na, keep, 0);
+            ckpt_manifest_free(m);
+        }
+    }
+    int removed = 0;
+    for (size_t k = 0; k < na; k++) {
+        if (keep[k])
+            continue;
+        char dir[PATH_MAX];
+        ckpt_store_step_dir(root, all[k], dir, sizeof(dir));
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        removed++;
+    }
+    free(keep);
+    free(all);
+    free(done);
+    return removed;
+}
