@@ -40,6 +40,10 @@ else
 Q := @
 endif
 
+# Defined before the fragments so their rules can name them.
+CORE_LIB = $(BUILD)/libringd_core.a
+TEST_BIN = $(BUILD)/ringd-tests
+
 # Filled in by the module fragments.
 LIB_SRCS :=
 TEST_SRCS :=
@@ -50,7 +54,7 @@ LIBS := -lm -ldl
 
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
-    ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev \
+    ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
     iproute2 iptables iputils-ping
 
 include $(sort $(wildcard */module.mk))
@@ -60,8 +64,6 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
-CORE_LIB = $(BUILD)/libringd_core.a
-TEST_BIN = $(BUILD)/ringd-tests
 
 .PHONY: all deps test asan bench demo clean
 .DEFAULT_GOAL := all

@@ -4,3 +4,8 @@ LIB_SRCS += checkpoint/ckpt_codec.c checkpoint/ckpt_file.c \
             checkpoint/ckpt_manifest.c checkpoint/ckpt_store.c
 TEST_SRCS += tests/test-ckpt.c
 PKGS += libzstd libxxhash libcjson
+BENCH_BINS += $(BUILD)/bench/ckpt
+
+$(BUILD)/bench/ckpt: $(BUILD)/bench/ckpt.o $(BUILD)/tests/helpers.o $(CORE_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LIBS) -lz
