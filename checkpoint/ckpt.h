@@ -168,4 +168,61 @@ int ckpt_store_restore(const char *root, void *state, size_t cap,
 /* Verify every shard of one step (both copies); 0 if all good. */
 int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
 
+/* ---- the asynchronous writer ---------------------------------------------
+ *
+ * At a step boundary the daemon hands the writer this node's shard of the
+ * state; ckpt_writer_submit() copies it into a staging buffer (the only
+ * stall on the training path) and returns. A worker thread then encodes it
+ * (as a delta against the last shard it wrote when the layout is the same
+ * and fewer than full_every deltas followed the last full one), writes the
+ * primary file, and calls done() with the file image so the caller can
+ * ship it to the ring successor as the replica.
+ *
+ * Back pressure: at most one checkpoint is in flight. A submit while one is
+ * still being written is skipped (ST_AGAIN, counted): training never waits
+ * for a checkpoint and memory stays bounded at about four shards (staging,
+ * the delta base, and the codec's two work buffers).
+ */
+typedef struct ckpt_writer ckpt_writer_t;
+
+typedef struct {
+    const char *root;     /* checkpoint directory (copied) */
+    ckpt_codec_t codec;
+    uint32_t full_every;  /* a full shard after this many deltas; 0: never
+                             delta */
+} ckpt_writer_opts_t;
+
+/*
+ * Called on the worker thread when a shard is written (status 0) or not
+ * (status < 0: -ENOSPC, ...). file/len is the shard file image, valid only
+ * during the call (NULL/0 on failure).
+ */
+typedef void (*ckpt_writer_done_fn)(void *arg, int status,
+                                    const ckpt_shard_info_t *info,
+                                    const void *file, size_t len);
+
+typedef struct {
+    uint64_t submitted, skipped, written, failed;
+    uint64_t raw_bytes, file_bytes; /* of written shards */
+    uint64_t last_stall_ns;         /* the last snapshot copy */
+    uint64_t last_write_ns;         /* the last encode + write */
+    uint64_t last_step;             /* of the last written shard */
+} ckpt_writer_stats_t;
+
+int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p);
+/* Waits for the checkpoint in flight, then stops the worker. NULL is ok. */
+void ckpt_writer_destroy(ckpt_writer_t *w);
+/*
+ * info: step, generation, shard, nshards, offset, raw_size, total_size
+ * (flags/base_step/sizes are filled by the writer). bytes: the shard's
+ * raw_size bytes, copied before returning. Returns 0 (queued), ST_AGAIN
+ * (skipped: one is in flight) or an error (ST_ENOMEM, ST_EINVAL).
+ */
+int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
+                       const void *bytes, ckpt_writer_done_fn done,
+                       void *arg);
+/* Block until nothing is in flight (tests, drain, shutdown). */
+void ckpt_writer_flush(ckpt_writer_t *w);
+void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p);
+
 #endif /* RINGD_CKPT_H */

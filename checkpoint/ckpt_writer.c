@@ -1,0 +1,250 @@
+/*
+ * ckpt_writer.c - snapshot now, encode and write later, on one worker
+ * thread.
+ *
+ * States of the single slot (guarded by mu):
+ *   IDLE  --submit-->  QUEUED  --worker takes it-->  BUSY  --done-->  IDLE
+ * A submit in QUEUED or BUSY is skipped. The delta base (the last shard
+ * written successfully) is only touched by the worker.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint/ckpt.h"
+#include "common/log.h"
+#include "common/status.h"
+
+typedef enum { SLOT_IDLE, SLOT_QUEUED, SLOT_BUSY } slot_state_t;
+
+struct ckpt_writer {
+    ckpt_writer_opts_t opts;
+    char *root;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+
+    slot_state_t state;
+    ckpt_shard_info_t info;     /* of the queued shard */
+    void *stage;                /* staging buffer, grown as needed */
+    size_t stage_cap;
+    ckpt_writer_done_fn done;
+    void *done_arg;
+
+    /* Worker-only: the base for deltas. */
+    void *base;
+    size_t base_cap;
+    ckpt_shard_info_t base_info; /* valid when base_valid */
+    int base_valid;
+    uint32_t deltas_since_full;
+
+    ckpt_writer_stats_t stats;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Same shard of the same layout: the XOR delta lines up byte for byte. */
+static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
+{
+    return w->opts.full_every > 0 && w->base_valid &&
+           w->deltas_since_full < w->opts.full_every &&
+           w->base_info.shard == in->shard &&
+           w->base_info.nshards == in->nshards &&
+           w->base_info.offset == in->offset &&
+           w->base_info.raw_size == in->raw_size &&
+           w->base_info.total_size == in->total_size &&
+           w->base_info.step < in->step;
+}
+
+/* Keep the shard just written as the next delta base. */
+static void keep_base(ckpt_writer_t *w, const ckpt_shard_info_t *in,
+                      const void *raw, int was_delta)
+{
+    if (w->opts.full_every == 0)
+        return;
+    if (w->base_cap < in->raw_size) {
+        void *p = realloc(w->base, in->raw_size);
+        if (p == NULL) {
+            w->base_valid = 0; /* next one is full: correct, just bigger */
+            return;
+        }
+        w->base = p;
+        w->base_cap = in->raw_size;
+    }
+    memcpy(w->base, raw, in->raw_size);
+    w->base_info = *in;
+    w->base_valid = 1;
+    w->deltas_since_full = was_delta ? w->deltas_since_full + 1 : 0;
+}
+
+static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
+{
+    uint64_t t0 = now_ns();
+    int delta = can_delta(w, in);
+    in->flags = delta ? CKPT_F_DELTA : 0;
+    in->base_step = delta ? w->base_info.step : 0;
+    void *file = NULL;
+    size_t len = 0;
+    int rc = ckpt_shard_encode(&w->opts.codec, in, w->stage,
+                               delta ? w->base : NULL, &file, &len);
+    if (rc == 0)
+        rc = ckpt_store_put(w->root, in->step, in->shard, 0, file, len);
+    if (rc == 0)
+        keep_base(w, in, w->stage, delta);
+    else
+        RD_ERROR("checkpoint: step %llu shard %u not written: %s",
+                 (unsigned long long)in->step, in->shard, st_strerror(rc));
+    if (w->done)
+        w->done(w->done_arg, rc, in, rc == 0 ? file : NULL,
+                rc == 0 ? len : 0);
+    free(file);
+
+    pthread_mutex_lock(&w->mu);
+    if (rc == 0) {
+        w->stats.written++;
+        w->stats.raw_bytes += in->raw_size;
+        w->stats.file_bytes += len;
+        w->stats.last_step = in->step;
+        w->stats.last_write_ns = now_ns() - t0;
+    } else {
+        w->stats.failed++;
+    }
+    w->state = SLOT_IDLE;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    ckpt_writer_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->state != SLOT_QUEUED && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->state != SLOT_QUEUED)
+            break; /* stop with nothing queued */
+        w->state = SLOT_BUSY;
+        ckpt_shard_info_t in = w->info;
+        pthread_mutex_unlock(&w->mu);
+        write_one(w, &in); /* stage is ours while BUSY */
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
+{
+    if (opts == NULL || opts->root == NULL)
+        return ST_EINVAL;
+    ckpt_writer_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ST_ENOMEM;
+    w->opts = *opts;
+    w->root = strdup(opts->root);
+    if (w->root == NULL)
+        goto err_free;
+    w->opts.root = w->root;
+    int rc = ckpt_mkdirs(w->root);
+    if (rc != 0) {
+        RD_ERROR("checkpoint: cannot create %s: %s", w->root,
+                 st_strerror(rc));
+        free(w->root);
+        free(w);
+        return rc;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+        goto err_sync;
+    *w_p = w;
+    return 0;
+
+err_sync:
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->root);
+err_free:
+    free(w);
+    return ST_ENOMEM;
+}
+
+void ckpt_writer_flush(ckpt_writer_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->state != SLOT_IDLE)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void ckpt_writer_destroy(ckpt_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL); /* finishes what was queued first */
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->stage);
+    free(w->base);
+    free(w->root);
+    free(w);
+}
+
+int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
+                       const void *bytes, ckpt_writer_done_fn done,
+                       void *arg)
+{
+    if (info->nshards == 0 || info->shard >= info->nshards ||
+        info->offset > info->total_size ||
+        info->raw_size > info->total_size - info->offset)
+        return ST_EINVAL;
+    pthread_mutex_lock(&w->mu);
+    w->stats.submitted++;
+    if (w->state != SLOT_IDLE) {
+        w->stats.skipped++;
+        pthread_mutex_unlock(&w->mu);
+        return ST_AGAIN;
+    }
+    if (w->stage_cap < info->raw_size) {
+        void *p = realloc(w->stage, info->raw_size);
+        if (p == NULL) {
+            w->stats.skipped++;
+            pthread_mutex_unlock(&w->mu);
+            return ST_ENOMEM;
+        }
+        w->stage = p;
+        w->stage_cap = info->raw_size;
+    }
+    /* The snapshot: the one stall on the training path. The slot is IDLE
+     * so the worker does not read stage now; holding the lock over the
+     * copy only delays stats()/flush(), never the worker's writing. */
+    uint64_t t0 = now_ns();
+    memcpy(w->stage, bytes, info->raw_size);
+    w->stats.last_stall_ns = now_ns() - t0;
+    w->info = *info;
+    w->done = done;
+    w->done_arg = arg;
+    w->state = SLOT_QUEUED;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p)
+{
+    pthread_mutex_lock(&w->mu);
+    *stats_p = w->stats;
+    pthread_mutex_unlock(&w->mu);
+}
