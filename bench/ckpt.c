@@ -17,6 +17,8 @@
  * total_ms runs from the snapshot to the last fsync; MBps is state bytes
  * per total second; ratio is state bytes over bytes written. gzip -6 is
  * zlib's deflate at level 6 (what gzip -6 runs), for comparison. The last
+ * -l sets the zstd level (3), -t zstd's worker threads (0: the calling
+ * thread, which is what the daemon's one checkpoint worker does). The last
  * line: ckpt: stall_ms_per_GiB=... overhead_pct=... delta_ratio=...
  * shuffle_ratio=... zstd_ratio=... (overhead_pct is the training slowdown
  * with checkpoints every K steps, measured with the demo trainer when one
@@ -65,11 +67,14 @@ typedef struct {
     int delta;
 } mode_t_;
 
+static int zthreads = 0, zlevel = 3;
+
 static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
                          const float *state, const float *base, size_t bytes,
                          uint32_t nshards)
 {
-    ckpt_codec_t codec = {.level = 3, .threads = 2, .elem_size = m->elem};
+    ckpt_codec_t codec = {.level = zlevel, .threads = zthreads,
+                          .elem_size = m->elem};
     size_t written = 0;
     for (uint32_t i = 0; i < nshards; i++) {
         ckpt_shard_info_t info = {.step = step, .shard = i,
@@ -116,14 +121,16 @@ int main(int argc, char **argv)
     size_t mib = 1024;
     uint32_t nshards = 4;
     int ksteps = 3, c;
-    while ((c = getopt(argc, argv, "s:n:k:h")) != -1) {
+    while ((c = getopt(argc, argv, "s:n:k:l:t:h")) != -1) {
         switch (c) {
+        case 'l': zlevel = atoi(optarg); break;
+        case 't': zthreads = atoi(optarg); break;
         case 's': mib = (size_t)atol(optarg); break;
         case 'n': nshards = (uint32_t)atoi(optarg); break;
         case 'k': ksteps = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: %s [-s MiB] [-n shards] [-k steps]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-s MiB] [-n shards] [-k steps] "
+                    "[-l zstd level] [-t zstd threads]\n", argv[0]);
             return c == 'h' ? 0 : 2;
         }
     }
@@ -162,7 +169,8 @@ int main(int argc, char **argv)
     };
     double ratio[4], stall_best = 1e30;
     printf("# ckpt: %zu MiB f32 state, N(0,0.02^2), %u shards, zstd level "
-           "3 x2 threads, delta after %d SGD steps\n", mib, nshards, ksteps);
+           "%d, %d worker threads, delta after %d SGD steps\n", mib,
+           nshards, zlevel, zthreads, ksteps);
     printf("mode\tstall_ms\ttotal_ms\tMBps\tratio\n");
     for (int i = 0; i < 4; i++) {
         const float *src = modes[i].delta ? w1 : w0;
