@@ -1,0 +1,3 @@
+# transport/: UCX context, worker, endpoints, tagged messages.
+LIB_SRCS += transport/tp.c
+PKGS += ucx
