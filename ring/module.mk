@@ -11,3 +11,9 @@ $(BUILD)/tests/ring-worker: $(BUILD)/tests/ring-worker.o \
 
 # The test runner spawns the worker, so building the tests builds it.
 $(BUILD)/ringd-tests: $(BUILD)/tests/ring-worker
+
+BENCH_BINS += $(BUILD)/bench/ringbench
+
+$(BUILD)/bench/ringbench: $(BUILD)/bench/ringbench.o $(BUILD)/libringd_core.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CORE_LIB) $(PKG_LIBS) $(LIBS)

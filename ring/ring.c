@@ -429,6 +429,8 @@ static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
 static int is_stale(void *arg, uint64_t tag)
 {
     ring_t *r = arg;
+    if (tp_tag_chan(tag) >= RING_MAX_CHAN)
+        return 0; /* not ring data: someone else's to take */
     uint32_t g = tp_tag_gen(tag);
     if (g != r->gen)
         return serial_lt(g, r->gen, TP_TAG_GEN_BITS);
@@ -590,10 +592,15 @@ static int coll_run(ring_t *r)
     drain_stale(r);
     coll_stats(r, t0, wait_ns);
     r->stats.collectives++;
-    if (r->err == 0 && r->left.fail_rc != 0)
-        coll_fail(r, r->left.fail_rc, r->left.rank);
-    if (r->err == 0 && r->right.fail_rc != 0)
-        coll_fail(r, r->right.fail_rc, r->right.rank);
+    /* A neighbour that failed after we were done with it: next time. */
+    ring_link_t *gone = r->left.fail_rc ? &r->left
+                      : r->right.fail_rc ? &r->right : NULL;
+    if (r->err == 0 && gone != NULL) {
+        r->err = gone->fail_rc;
+        r->err_rank = gone->rank;
+        RD_WARN("ring gen %" PRIu64 ": rank %u failed after the collective",
+                r->generation, gone->rank);
+    }
     if (r->err != 0)
         ring_set_state(r, RING_FAILED, r->err, r->err_rank);
     else
