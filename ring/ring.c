@@ -782,11 +782,17 @@ static int view_check(const ring_view_t *v)
     return 0;
 }
 
-/* One arena for every slot of every channel, registered once. */
+/*
+ * One arena for the staging slots, registered once: receive slots for each
+ * channel in use, send slots only when sends are converted (wire
+ * compression); otherwise sends go straight from the user's buffer.
+ */
 static int arena_setup(ring_t *r)
 {
-    unsigned per = r->opts.recv_depth + r->opts.send_depth;
-    r->arena_len = (size_t)per * RING_MAX_CHAN * r->opts.chunk_bytes;
+    unsigned nchan = r->opts.bidirectional ? 2 : 1;
+    unsigned nsend = r->opts.wire != RING_WIRE_NONE ? r->opts.send_depth : 0;
+    unsigned per = r->opts.recv_depth + nsend;
+    r->arena_len = (size_t)per * nchan * r->opts.chunk_bytes;
     r->arena = aligned_alloc(4096, (r->arena_len + 4095) & ~(size_t)4095);
     if (r->arena == NULL)
         return ST_ENOMEM;
@@ -800,10 +806,16 @@ static int arena_setup(ring_t *r)
         c->ss = calloc(r->opts.send_depth, sizeof(*c->ss));
         if (c->rs == NULL || c->ss == NULL)
             return ST_ENOMEM;
-        for (unsigned j = 0; j < r->opts.recv_depth; j++, p += r->opts.chunk_bytes)
+        if (i >= nchan)
+            continue;
+        for (unsigned j = 0; j < r->opts.recv_depth; j++) {
             c->rs[j].buf = p;
-        for (unsigned j = 0; j < r->opts.send_depth; j++, p += r->opts.chunk_bytes)
+            p += r->opts.chunk_bytes;
+        }
+        for (unsigned j = 0; j < nsend; j++) {
             c->ss[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
     }
     return 0;
 }
