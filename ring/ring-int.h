@@ -51,6 +51,7 @@ typedef struct {
     uint32_t nseg, k;   /* segments, chunks per segment */
     uint32_t nsend, nrecv;
     uint32_t next_send, next_post, next_proc, sends_done;
+    int64_t last_rx, last_tx; /* last receive applied / send finished */
 } ring_chan_t;
 
 typedef enum {

@@ -290,6 +290,7 @@ static int chan_consume(ring_chan_t *c)
     apply(c, sl, off, cnt, act);
     sl->state = SLOT_FREE;
     c->next_proc++;
+    c->last_rx = now_ns();
     return 1;
 }
 
@@ -339,6 +340,8 @@ static int chan_reap_sends(ring_chan_t *c)
         c->sends_done++;
         work++;
     }
+    if (work)
+        c->last_tx = now_ns();
     return work;
 }
 
@@ -447,15 +450,28 @@ static void drain_stale(ring_t *r)
     }
 }
 
-/* Who to blame when nothing moves: whoever we still wait for. */
-static uint32_t idle_suspect(const ring_t *r)
+/*
+ * Per-link deadlines: a receive we wait for, or a send in flight, that has
+ * not moved for deadline_ms names that link's neighbour. Timing each link
+ * from its own last event (not from any event) makes the hung rank's right
+ * neighbour, which starves first, fire first and blame the right rank;
+ * the ranks further along only see the cascade. Returns 1 when one fired.
+ */
+static int coll_deadline(ring_t *r, int64_t now)
 {
+    int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
     for (unsigned i = 0; i < r->nchan; i++) {
         const ring_chan_t *c = &r->chan[i];
-        if (c->next_proc < c->nrecv)
-            return c->from->rank;
+        if (!chan_recvs_done(c) && now - c->last_rx > d) {
+            coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
+            return 1;
+        }
+        if (c->next_send > c->sends_done && now - c->last_tx > d) {
+            coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
+            return 1;
+        }
     }
-    return r->nchan > 0 ? r->chan[0].to->rank : r->rank;
+    return 0;
 }
 
 /*
@@ -492,33 +508,30 @@ static void coll_begin(ring_t *r, unsigned nchan)
 {
     r->err = 0;
     r->nchan = nchan;
+    int64_t now = now_ns();
     for (unsigned i = 0; i < nchan; i++) {
         ring_chan_t *c = &r->chan[i];
         c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
+        c->last_rx = c->last_tx = now;
     }
     ring_set_state(r, RING_RUNNING, 0, 0);
     drain_stale(r);
 }
 
 /*
- * Idle: account the wait, check the deadline, maybe sleep on the efd.
- * Returns 1 when the deadline has passed.
+ * Idle: check the deadlines, then after spin_us sleep on the efd (at most
+ * RING_SLEEP_MAX_MS, so deadlines are checked at least that often; an
+ * abort wakes it through tp_signal). Returns 1 when a deadline fired.
  */
 static int coll_idle(ring_t *r, int64_t now, int64_t last_work,
                      int64_t *wait_ns)
 {
-    int64_t idle = now - last_work;
-    if (idle > (int64_t)r->opts.deadline_ms * 1000000) {
-        coll_fail(r, ST_EPEER_TIMEOUT, idle_suspect(r));
+    if (coll_deadline(r, now))
         return 1;
-    }
-    if (idle < (int64_t)r->opts.spin_us * 1000)
+    if (now - last_work < (int64_t)r->opts.spin_us * 1000)
         return 0;
-    int64_t left_ms = (int64_t)r->opts.deadline_ms - idle / 1000000;
-    int ms = left_ms < RING_SLEEP_MAX_MS ? (int)left_ms + 1
-                                         : RING_SLEEP_MAX_MS;
     int64_t t0 = now_ns();
-    tp_wait(r->tp, ms);
+    tp_wait(r->tp, RING_SLEEP_MAX_MS);
     *wait_ns += now_ns() - t0;
     return 0;
 }
@@ -559,6 +572,8 @@ static int coll_run(ring_t *r)
         work += (int)tp_progress(r->tp);
         int64_t now = now_ns();
         if (work) {
+            if (coll_deadline(r, now))
+                break;
             if (spin_t)
                 wait_ns += now - spin_t;
             spin_t = 0;

@@ -18,6 +18,7 @@
  *            both were counted
  *   abort    like big, but a second thread calls ring_abort() once the
  *            collective runs (rank 0 only)
+ *   regen    four rings of successive generations in the same processes
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
  *          --counts LIST --count N --iters K --expect-fail
  * Exit status 0 is a pass; failures print why on stderr.
@@ -59,6 +60,10 @@ typedef struct {
     tp_t *tp;
     ring_t *ring;
     FILE *out;
+    void **addrs;
+    size_t *lens;
+    int onfail_count;
+    uint32_t onfail_rank;
     atomic_int running;
 } worker_t;
 
@@ -106,6 +111,25 @@ static void *read_addr(uint32_t r, size_t *len_p)
     return buf;
 }
 
+/* The daemon's hook: whom to report to membership. */
+static void on_fail(void *arg, uint32_t rank, int status)
+{
+    (void)arg;
+    (void)status;
+    W.onfail_count++;
+    W.onfail_rank = rank;
+}
+
+static void new_ring(uint64_t gen)
+{
+    ring_view_t v = {.generation = gen, .nranks = W.n, .rank = W.rank,
+                     .addrs = (const void *const *)W.addrs,
+                     .addr_lens = W.lens};
+    int rc = ring_create(W.tp, &v, &W.opts, &W.ring);
+    if (rc != 0)
+        DIE("ring_create: %s", st_strerror(rc));
+}
+
 static void form_ring(void)
 {
     int rc = tp_create(NULL, &W.tp);
@@ -121,15 +145,9 @@ static void form_ring(void)
     size_t *lens = calloc(W.n, sizeof(*lens));
     for (uint32_t r = 0; r < W.n; r++)
         addrs[r] = read_addr(r, &lens[r]);
-    ring_view_t v = {.generation = W.gen, .nranks = W.n, .rank = W.rank,
-                     .addrs = (const void *const *)addrs, .addr_lens = lens};
-    rc = ring_create(W.tp, &v, &W.opts, &W.ring);
-    if (rc != 0)
-        DIE("ring_create: %s", st_strerror(rc));
-    for (uint32_t r = 0; r < W.n; r++)
-        free(addrs[r]);
-    free(addrs);
-    free(lens);
+    W.addrs = addrs;
+    W.lens = lens;
+    new_ring(W.gen);
 }
 
 /* ---- deterministic data and references --------------------------------- */
@@ -352,7 +370,8 @@ static void report_failure(int rc)
     uint32_t who = UINT32_MAX;
     ring_suspect(W.ring, &who);
     char line[128];
-    int len = snprintf(line, sizeof line, "%d %u\n", rc, who);
+    int len = snprintf(line, sizeof line, "%d %u %d %u\n", rc, who,
+                       W.onfail_count, W.onfail_rank);
     char name[64];
     snprintf(name, sizeof name, "rc.%u", W.rank);
     write_file(name, line, (size_t)len);
@@ -502,6 +521,28 @@ static void mode_forge(void)
             st.forged, st.stale_dropped);
 }
 
+/*
+ * Views come and go: the same processes build a ring per generation, the
+ * way a daemon does on every view change, and the old one's late or
+ * leftover messages must not disturb the new one.
+ */
+static void mode_regen(void)
+{
+    for (int g = 0; g < 4; g++) {
+        if (g > 0) {
+            ring_destroy(W.ring);
+            new_ring(W.gen + (uint64_t)g);
+        }
+        one_allreduce(KERN_F32, KERN_SUM, W.counts[0]);
+        one_allreduce(KERN_I64, KERN_MAX, W.counts[0] + 1);
+        if (g % 2 == 0) {
+            int rc = ring_barrier(W.ring);
+            if (rc != 0)
+                DIE("barrier gen %d: %s", g, st_strerror(rc));
+        }
+    }
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static void parse_counts(const char *s)
@@ -528,6 +569,7 @@ static void parse(int argc, char **argv)
     W.iters = 1;
     W.count = 1 << 20;
     ring_opts_default(&W.opts);
+    W.opts.on_fail = on_fail;
     parse_counts("0,1,7");
     for (int i = 5; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -565,6 +607,8 @@ int main(int argc, char **argv)
         mode_big(1);
     else if (!strcmp(W.mode, "forge"))
         mode_forge();
+    else if (!strcmp(W.mode, "regen"))
+        mode_regen();
     else
         DIE("unknown mode %s", W.mode);
     /* Leave together, so nobody's exit looks like a failure to the rest. */
@@ -576,5 +620,9 @@ int main(int argc, char **argv)
     fclose(W.out);
     ring_destroy(W.ring);
     tp_destroy(W.tp);
+    for (uint32_t r = 0; r < W.n; r++)
+        free(W.addrs[r]);
+    free(W.addrs);
+    free(W.lens);
     return 0;
 }

@@ -231,6 +231,18 @@ TEST_IMPL(ring_coll_shm_n3)
     return 0;
 }
 
+TEST_IMPL(ring_regen_n3)
+{
+    run_ok(3, "regen", "--counts 100003 --chunk 65536", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_regen_n2)
+{
+    run_ok(2, "regen", "--counts 1000", "tcp", 0);
+    return 0;
+}
+
 TEST_IMPL(ring_forged_n2)
 {
     run_ok(2, "forge", "--counts 1000", "tcp", 0);
@@ -263,6 +275,7 @@ static void wait_started(launch_t *l)
 static void check_survivors(launch_t *l, int victim, int64_t t_fault,
                             int64_t bound_ms)
 {
+    int named = 0;
     for (int r = 0; r < l->n; r++) {
         if (r == victim)
             continue;
@@ -271,9 +284,25 @@ static void check_survivors(launch_t *l, int victim, int64_t t_fault,
                    "survivor %d exited with status 0x%x", r, st);
         char *rc = slurp(l->dir, "rc", r);
         ASSERT_MSG(rc != NULL, "survivor %d recorded no error", r);
-        ASSERT_MSG(atoi(rc) < 0, "survivor %d: rc %s", r, rc);
+        int code = 0, count = 0;
+        unsigned who = 0, cb_rank = 0;
+        ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank),
+                  4);
+        ASSERT_MSG(code < 0, "survivor %d: rc %s", r, rc);
+        named += (int)who == victim;
+        /* on_fail: once, with the suspect; never for a local abort. */
+        ASSERT_EQ(count, code == ST_EABORTED ? 0 : 1);
+        if (count == 1)
+            ASSERT_EQ(cb_rank, who);
         free(rc);
     }
+    /*
+     * The abort cascades (a failing rank force-closes its endpoints), so a
+     * survivor may blame a neighbour that merely gave up first; but the
+     * victim's own neighbours see it first, and one of them must say so.
+     */
+    if (victim >= 0)
+        ASSERT_MSG(named >= 1, "no survivor named rank %d", victim);
 }
 
 /* 256 MiB of f32: long enough that the fault lands mid-collective. */
@@ -303,21 +332,23 @@ static void kill_one(const char *tls, int shm, int n, int victim)
 TEST_IMPL(ring_kill_n3) { kill_one("tcp", 0, 3, 1); return 0; }
 TEST_IMPL(ring_kill_shm_n3) { kill_one("sm,self", 1, 3, 2); return 0; }
 
-TEST_IMPL(ring_stop_n3)
+static void stop_one(int n, int victim)
 {
     launch_t l;
     env_setup("tcp", 0);
-    launch(&l, 3, "big", BIG);
+    launch(&l, n, "big", BIG);
     wait_started(&l);
     int64_t t = th_now_ms();
-    kill(l.pid[0], SIGSTOP);
-    check_survivors(&l, 0, t, 8000);
-    kill(l.pid[0], SIGCONT);
-    th_kill(l.pid[0]);
-    l.pid[0] = 0;
+    kill(l.pid[victim], SIGSTOP);
+    check_survivors(&l, victim, t, 8000);
+    kill(l.pid[victim], SIGCONT);
+    th_kill(l.pid[victim]);
+    l.pid[victim] = 0;
     launch_cleanup();
-    return 0;
 }
+
+TEST_IMPL(ring_stop_n3) { stop_one(3, 0); return 0; }
+TEST_IMPL(ring_stop_n4) { stop_one(4, 2); return 0; }
 
 /* ring_abort() from a second thread of rank 0 ends everyone's collective. */
 TEST_IMPL(ring_abort_thread_n2)
