@@ -335,7 +335,7 @@ static int worker(bench_t *b)
     return 0;
 }
 
-/* ---- launcher ------------------------------------------------------------- */
+/* ---- launcher --------------------------------------------------------- */
 
 static char *slurp_rows(const char *dir)
 {

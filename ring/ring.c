@@ -546,33 +546,41 @@ static void coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
     r->stats.last_usec = (uint64_t)(now_ns() - t0) / 1000;
 }
 
-/* Drive every channel of the current collective to the end. */
-static int coll_run(ring_t *r)
+/*
+ * One turn of the loop: pump every channel. Returns 1 when the collective
+ * is over: all done, or failed with receives still missing. Once every
+ * receive is applied our result is complete, so after an error we only
+ * wait for the sends to finish (they fail fast on a failed endpoint) and
+ * UCX lets go of the buffer.
+ */
+static int coll_turn(ring_t *r, int *work_p)
 {
-    int64_t t0 = now_ns(), last_work = t0, wait_ns = 0, spin_t = 0;
+    int done = 1, recvd = 1;
+    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
+        coll_fail(r, ST_EABORTED, r->rank);
+    for (unsigned i = 0; i < r->nchan; i++) {
+        chan_links_check(&r->chan[i]);
+        *work_p += chan_pump(&r->chan[i]);
+    }
+    for (unsigned i = 0; i < r->nchan; i++) {
+        done &= chan_done(&r->chan[i]);
+        recvd &= chan_recvs_done(&r->chan[i]);
+    }
+    return done || (r->err != 0 && !recvd);
+}
+
+/* Progress until the collective is over; returns the idle time in ns. */
+static int64_t coll_loop(ring_t *r)
+{
+    int64_t last_work = now_ns(), wait_ns = 0, spin_t = 0;
     for (;;) {
-        if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
-            coll_fail(r, ST_EABORTED, r->rank);
-        int work = 0, done = 1, recvd = 1;
-        for (unsigned i = 0; i < r->nchan; i++) {
-            chan_links_check(&r->chan[i]);
-            work += chan_pump(&r->chan[i]);
-        }
-        for (unsigned i = 0; i < r->nchan; i++) {
-            done &= chan_done(&r->chan[i]);
-            recvd &= chan_recvs_done(&r->chan[i]);
-        }
-        /*
-         * Once every receive is applied our result is complete: after an
-         * error, only wait for the sends to finish (they fail fast on a
-         * failed endpoint), so UCX lets go of the buffer.
-         */
-        if (done || (r->err != 0 && !recvd))
+        int work = 0;
+        if (coll_turn(r, &work))
             break;
         work += (int)tp_progress(r->tp);
         int64_t now = now_ns();
         if (work) {
-            if (coll_deadline(r, now))
+            if (coll_deadline(r, now)) /* another channel kept us busy */
                 break;
             if (spin_t)
                 wait_ns += now - spin_t;
@@ -588,13 +596,20 @@ static int coll_run(ring_t *r)
         if (wait_ns != before)
             spin_t = now_ns(); /* slept time is already counted */
     }
+    return wait_ns;
+}
+
+/*
+ * Drive the current collective to the end. Complete beats failed: a
+ * neighbour that exits (or dies) after its last message arrived leaves a
+ * valid result; the ring is dead for the next collective only.
+ */
+static int coll_run(ring_t *r)
+{
+    int64_t t0 = now_ns();
+    int64_t wait_ns = coll_loop(r);
     r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
     r->stats.next_seq = r->seq;
-    /*
-     * Complete beats failed: a neighbour that exits (or dies) after its
-     * last message arrived leaves a valid result; the ring is dead for
-     * the next collective only.
-     */
     int complete = 1;
     for (unsigned i = 0; i < r->nchan; i++)
         complete &= chan_done(&r->chan[i]);
@@ -607,7 +622,6 @@ static int coll_run(ring_t *r)
     drain_stale(r);
     coll_stats(r, t0, wait_ns);
     r->stats.collectives++;
-    /* A neighbour that failed after we were done with it: next time. */
     ring_link_t *gone = r->left.fail_rc ? &r->left
                       : r->right.fail_rc ? &r->right : NULL;
     if (r->err == 0 && gone != NULL) {

@@ -543,7 +543,7 @@ static void mode_regen(void)
     }
 }
 
-/* ---- main ----------------------------------------------------------------- */
+/* ---- main ------------------------------------------------------------- */
 
 static void parse_counts(const char *s)
 {
@@ -576,7 +576,8 @@ static void parse(int argc, char **argv)
         if (!strcmp(a, "--bidir")) W.opts.bidirectional = 1;
         else if (!strcmp(a, "--expect-fail")) W.expect_fail = 1;
         else if (!strcmp(a, "--gen")) W.gen = strtoull(v, NULL, 0), i++;
-        else if (!strcmp(a, "--chunk")) W.opts.chunk_bytes = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--chunk"))
+            W.opts.chunk_bytes = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--deadline")) W.opts.deadline_ms = atoi(v), i++;
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;

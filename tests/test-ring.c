@@ -217,7 +217,11 @@ TEST_IMPL(ring_large_n4)
     return 0;
 }
 
-TEST_IMPL(ring_coll_n1) { run_ok(1, "coll", "--counts 1,1000", "tcp", 0); return 0; }
+TEST_IMPL(ring_coll_n1)
+{
+    run_ok(1, "coll", "--counts 1,1000", "tcp", 0);
+    return 0;
+}
 
 TEST_IMPL(ring_coll_n4)
 {

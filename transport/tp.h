@@ -87,8 +87,8 @@ static inline uint32_t tp_tag_idx(uint64_t tag)
  * it to tp_send/tp_recv, and leave it alone until cb has run. cb runs from
  * on the owner thread, exactly once per posted operation: usually from
  * tp_progress(), but possibly from inside tp_send/tp_recv themselves, so
- * mark the request in flight before posting it. After cb, status, length (bytes received) and tag (the
- * sender's tag) are valid.
+ * mark the request in flight before posting it. After cb, status, length
+ * (bytes received) and tag (the sender's tag) are valid.
  */
 typedef void (*tp_req_cb)(tp_req_t *req);
 struct tp_req {
