@@ -187,3 +187,47 @@ TEST_IMPL(tp_signal_wakes)
     tp_destroy(a);
     return 0;
 }
+
+/*
+ * Two endpoints from one worker to the same peer: closing one must leave
+ * the other working (a ring re-formed while another user keeps its own
+ * endpoint to the same neighbour).
+ */
+static void two_eps(int force)
+{
+    env_setup();
+    tp_t *a, *b;
+    ASSERT_OK(tp_create(NULL, &a));
+    ASSERT_OK(tp_create(NULL, &b));
+    const void *addr;
+    size_t len;
+    tp_address(b, &addr, &len);
+    tp_peer_t *p1, *p2;
+    ASSERT_OK(tp_peer_connect(a, addr, len, NULL, NULL, &p1));
+    ASSERT_OK(tp_peer_connect(a, addr, len, NULL, NULL, &p2));
+    char src[4096] = "hello", dst[4096];
+    int done = 0;
+    tp_req_t s = {.cb = done_cb, .data = &done};
+    tp_req_t r = {.cb = done_cb, .data = &done};
+    for (int i = 0; i < 2; i++) {
+        done = 0;
+        ASSERT_OK(tp_recv(b, dst, sizeof dst, 100 + i, UINT64_MAX, NULL, &r));
+        ASSERT_OK(tp_send(i ? p2 : p1, src, sizeof src, 100 + i, NULL, &s));
+        pump(a, b, &done, 2);
+    }
+    tp_peer_close(p1, force);
+    for (int i = 0; i < 3; i++) {
+        done = 0;
+        ASSERT_OK(tp_recv(b, dst, sizeof dst, 200 + i, UINT64_MAX, NULL, &r));
+        ASSERT_OK(tp_send(p2, src, sizeof src, 200 + i, NULL, &s));
+        pump(a, b, &done, 2);
+        ASSERT_OK(s.status);
+        ASSERT_OK(r.status);
+    }
+    tp_peer_close(p2, 1);
+    tp_destroy(a);
+    tp_destroy(b);
+}
+
+TEST_IMPL(tp_two_eps_close_one_force) { two_eps(1); return 0; }
+TEST_IMPL(tp_two_eps_close_one_flush) { two_eps(0); return 0; }
