@@ -318,10 +318,23 @@ static void one_allreduce(kern_dtype_t dt, kern_op_t op, size_t count)
 
 static void mode_matrix(void)
 {
+    uint64_t calls = 0;
     for (int c = 0; c < W.ncounts; c++)
         for (int dt = 0; dt < KERN_DTYPE_COUNT; dt++)
-            for (int op = 0; op < KERN_OP_COUNT; op++)
+            for (int op = 0; op < KERN_OP_COUNT; op++) {
                 one_allreduce((kern_dtype_t)dt, (kern_op_t)op, W.counts[c]);
+                calls += W.counts[c] > 0;
+            }
+    ring_stats_t st;
+    ring_stats(W.ring, &st);
+    if (st.collectives != calls || st.forged != 0 || st.stale_dropped != 0)
+        DIE("stats: %" PRIu64 " collectives (want %" PRIu64 "), %" PRIu64
+            " forged, %" PRIu64 " stale", st.collectives, calls, st.forged,
+            st.stale_dropped);
+    if (st.left_rank != (W.rank + W.n - 1) % W.n)
+        DIE("stats: left rank %u", st.left_rank);
+    if (W.n > 1 && calls > 0 && st.total_wait_us < st.last_wait_us)
+        DIE("stats: wait totals inconsistent");
 }
 
 /* ---- broadcast, allgather, barrier -------------------------------------- */
@@ -570,6 +583,12 @@ static void parse(int argc, char **argv)
     W.count = 1 << 20;
     ring_opts_default(&W.opts);
     W.opts.on_fail = on_fail;
+    /*
+     * Correctness runs share two cores with ASAN and other jobs: a long
+     * deadline keeps a slow scheduler from looking like a hung peer. The
+     * fault tests pass --deadline 2000, the product default.
+     */
+    W.opts.deadline_ms = 10000;
     parse_counts("0,1,7");
     for (int i = 5; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
