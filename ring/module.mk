@@ -1,6 +1,6 @@
 # ring/: fault-aware ring collectives over transport/ and kernels/.
 LIB_SRCS += ring/ring.c
-TEST_SRCS += tests/test-ring.c tests/test-tp.c
+TEST_SRCS += tests/test-ring.c
 
 # The helper process of the multi-process ring tests. CORE_LIB is defined
 # after the fragments are read, so prerequisites spell the path out.
