@@ -1,0 +1,470 @@
+/*
+ * ringbench.c - allreduce bandwidth against the ring's own link limit.
+ *
+ *   ringbench                 the full run (about 2 minutes)
+ *   ringbench --quick         fewer sizes, for a smoke test
+ *
+ * For tls in {tcp, shm} and n in {2, 4} it starts n copies of itself on
+ * loopback (addresses exchanged through a temp directory) and prints
+ *
+ *   tls n bytes usec algbw_GBps busbw_GBps link_GBps ratio
+ *
+ * usec is one f32 sum allreduce (median of the slowest rank); busbw =
+ * algbw * 2(n-1)/n; link_GBps is measured in the same processes, alternating
+ * with the allreduce: all n ranks at once send `bytes` to the right and
+ * receive `bytes` from the left, in the ring's chunks, no reduction.
+ * ratio = busbw / link. Then a sweep of options (chunk size, two rings,
+ * spin time) at tcp, n = 4, 64 MiB as '#'-prefixed lines, each variant in
+ * fresh processes, and last:
+ * tcp_n4_64MiB_ratio=<ratio> (default options).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "ring/ring.h"
+#include "transport/tp.h"
+
+#define MiB (1024 * 1024)
+
+typedef struct {
+    const char *dir, *tls;
+    uint32_t rank, n;
+    int quick, sweep;
+    tp_t *tp;
+    void **addrs;
+    size_t *lens;
+    FILE *out;
+    uint64_t gen;
+} bench_t;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "ringbench: %s: %s\n", what, st_strerror(rc));
+    exit(1);
+}
+
+static void exchange(bench_t *b)
+{
+    const void *a;
+    size_t len;
+    char tmp[4096], fin[4096];
+    tp_address(b->tp, &a, &len);
+    snprintf(tmp, sizeof tmp, "%s/addr.%u.tmp", b->dir, b->rank);
+    snprintf(fin, sizeof fin, "%s/addr.%u", b->dir, b->rank);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(a, 1, len, f) != len || fclose(f) || rename(tmp, fin))
+        die("write address", -errno);
+    b->addrs = calloc(b->n, sizeof(void *));
+    b->lens = calloc(b->n, sizeof(size_t));
+    for (uint32_t r = 0; r < b->n; r++) {
+        struct stat st;
+        snprintf(fin, sizeof fin, "%s/addr.%u", b->dir, r);
+        int64_t deadline = now_ns() + 30000000000LL;
+        while (stat(fin, &st) != 0) {
+            if (now_ns() > deadline)
+                die("peer address", ST_ETIMEDOUT);
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+        b->addrs[r] = malloc((size_t)st.st_size);
+        f = fopen(fin, "rb");
+        if (!f || fread(b->addrs[r], 1, (size_t)st.st_size, f) !=
+                      (size_t)st.st_size)
+            die("read address", -EIO);
+        fclose(f);
+        b->lens[r] = (size_t)st.st_size;
+    }
+}
+
+static ring_t *make_ring(bench_t *b, const ring_opts_t *o)
+{
+    ring_view_t v = {.generation = ++b->gen, .nranks = b->n,
+                     .rank = b->rank,
+                     .addrs = (const void *const *)b->addrs,
+                     .addr_lens = b->lens};
+    ring_t *r;
+    int rc = ring_create(b->tp, &v, o, &r);
+    if (rc != 0)
+        die("ring_create", rc);
+    if ((rc = ring_barrier(r)) != 0)
+        die("barrier", rc);
+    return r;
+}
+
+#define LINK_WINDOW 4
+
+typedef struct {
+    int done;
+    size_t posted_s, posted_r, done_s, done_r;
+} link_state_t;
+
+static void link_send_cb(tp_req_t *req)
+{
+    ((link_state_t *)req->data)->done_s++;
+}
+
+static void link_recv_cb(tp_req_t *req)
+{
+    ((link_state_t *)req->data)->done_r++;
+}
+
+/*
+ * All ranks at once: bytes to the right, bytes from the left, in chunks of
+ * the ring's size with a window of LINK_WINDOW each way, progressed the way
+ * the ring is (spin, then sleep on the efd): the ring minus the reduction.
+ */
+static double link_once(bench_t *b, tp_peer_t *right, void *sbuf,
+                        void *rbuf, size_t bytes, size_t chunk, uint64_t tag)
+{
+    link_state_t ls = {0};
+    tp_req_t rs[LINK_WINDOW], rr[LINK_WINDOW];
+    size_t nmsg = (bytes + chunk - 1) / chunk;
+    int64_t t0 = now_ns(), deadline = t0 + 20000000000LL, idle = 0;
+    while (ls.done_s < nmsg || ls.done_r < nmsg) {
+        int work = 0;
+        while (ls.posted_r < nmsg && ls.posted_r < ls.done_r + LINK_WINDOW) {
+            size_t off = ls.posted_r * chunk;
+            size_t len = bytes - off < chunk ? bytes - off : chunk;
+            tp_req_t *q = &rr[ls.posted_r % LINK_WINDOW];
+            *q = (tp_req_t){.cb = link_recv_cb, .data = &ls};
+            int rc = tp_recv(b->tp, (char *)rbuf + off, len,
+                             tag + ls.posted_r, UINT64_MAX, NULL, q);
+            if (rc != 0)
+                die("link recv", rc);
+            ls.posted_r++;
+            work = 1;
+        }
+        while (ls.posted_s < nmsg && ls.posted_s < ls.done_s + LINK_WINDOW) {
+            size_t off = ls.posted_s * chunk;
+            size_t len = bytes - off < chunk ? bytes - off : chunk;
+            tp_req_t *q = &rs[ls.posted_s % LINK_WINDOW];
+            *q = (tp_req_t){.cb = link_send_cb, .data = &ls};
+            int rc = tp_send(right, (char *)sbuf + off, len,
+                             tag + ls.posted_s, NULL, q);
+            if (rc != 0)
+                die("link send", rc);
+            ls.posted_s++;
+            work = 1;
+        }
+        if (tp_progress(b->tp) || work) {
+            idle = 0;
+            continue;
+        }
+        int64_t now = now_ns();
+        if (now > deadline)
+            die("link transfer", ST_ETIMEDOUT);
+        if (idle == 0)
+            idle = now;
+        else if (now - idle > 50000)
+            tp_wait(b->tp, 100);
+    }
+    return (double)(now_ns() - t0);
+}
+
+static int iters_for(size_t bytes)
+{
+    if (bytes >= 256 * MiB)
+        return 3;
+    if (bytes >= 16 * MiB)
+        return 5;
+    if (bytes >= MiB)
+        return 15;
+    return 41;
+}
+
+/* Mean ns per call of the slowest rank: an allreduce tells everyone. */
+static double agree_max(ring_t *r, double ns)
+{
+    int rc = ring_allreduce(r, &ns, 1, KERN_F64, KERN_MAX);
+    if (rc != 0)
+        die("allreduce of timings", rc);
+    return ns;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Link and allreduce alternate, iteration by iteration, so both see the
+ * same machine (this box is shared); each reports the median of the
+ * slowest rank's times.
+ */
+static void measure(bench_t *b, ring_t *r, tp_peer_t *right, float *x,
+                    void *rbuf, size_t bytes, size_t chunk, double *ar_p,
+                    double *link_p)
+{
+    int iters = iters_for(bytes);
+    double ar[64], link[64];
+    for (int i = -1; i < iters; i++) {
+        if (ring_barrier(r) != 0)
+            die("barrier", ST_EABORTED);
+        /* Tags on channel 3 ("raw") never meet the ring's. */
+        uint64_t tag = tp_tag_make(b->gen, 3, (uint64_t)(i + 1), 0);
+        double l = agree_max(r, link_once(b, right, x, rbuf, bytes, chunk,
+                                          tag));
+        if (ring_barrier(r) != 0)
+            die("barrier", ST_EABORTED);
+        int64_t t0 = now_ns();
+        int rc = ring_allreduce(r, x, bytes / 4, KERN_F32, KERN_SUM);
+        if (rc != 0)
+            die("allreduce", rc);
+        double a = agree_max(r, (double)(now_ns() - t0));
+        if (i >= 0) {
+            ar[i] = a;
+            link[i] = l;
+        }
+    }
+    qsort(ar, (size_t)iters, sizeof(double), cmp_double);
+    qsort(link, (size_t)iters, sizeof(double), cmp_double);
+    *ar_p = ar[iters / 2];
+    *link_p = link[iters / 2];
+}
+
+static void row(bench_t *b, const char *prefix, size_t bytes, double ar_ns,
+                double link_ns)
+{
+    double alg = (double)bytes / ar_ns;
+    double bus = alg * 2.0 * (b->n - 1) / b->n;
+    double link = (double)bytes / link_ns;
+    if (b->rank == 0)
+        fprintf(b->out, "%s%s\t%u\t%zu\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\n",
+                prefix, b->tls, b->n, bytes, ar_ns / 1000, alg, bus, link,
+                bus / link);
+}
+
+static void run_table(bench_t *b, tp_peer_t *right, float *x, void *rbuf)
+{
+    static const size_t full[] = {4096, 65536, MiB, 16 * MiB, 64 * MiB,
+                                  256 * MiB};
+    static const size_t quick[] = {4096, MiB, 64 * MiB};
+    const size_t *sz = b->quick ? quick : full;
+    int nsz = b->quick ? 3 : 6;
+    ring_opts_t o;
+    ring_opts_default(&o);
+    ring_t *r = make_ring(b, &o);
+    for (int i = 0; i < nsz; i++) {
+        double ar, link;
+        measure(b, r, right, x, rbuf, sz[i], o.chunk_bytes, &ar, &link);
+        row(b, "", sz[i], ar, link);
+    }
+    /* Everyone is done with everything before anyone leaves. */
+    if (ring_barrier(r) != 0)
+        die("barrier", ST_EABORTED);
+    ring_destroy(r);
+}
+
+/*
+ * Option variant v (1..NVARIANTS) at 64 MiB, against the link measured
+ * right before it. Each variant runs in fresh processes.
+ */
+#define NVARIANTS 7
+static void run_variant(bench_t *b, tp_peer_t *right, float *x, void *rbuf)
+{
+    static const size_t chunks[] = {64 * 1024, 256 * 1024, MiB, 4 * MiB};
+    /* Variants 5..7 change one thing from the default. */
+    size_t bytes = 64 * MiB;
+    int v = b->sweep - 1;
+    char label[128];
+    ring_opts_t o;
+    ring_opts_default(&o);
+    if (v < 4)
+        o.chunk_bytes = chunks[v];
+    else if (v == 4)
+        o.bidirectional = 1;
+    else
+        o.spin_us = v == 5 ? 0 : 1000;
+    ring_t *r = make_ring(b, &o);
+    double ar, link;
+    measure(b, r, right, x, rbuf, bytes, o.chunk_bytes, &ar, &link);
+    snprintf(label, sizeof label, "# chunk=%zu bidir=%d spin_us=%d\t",
+             o.chunk_bytes, o.bidirectional, o.spin_us);
+    row(b, label, bytes, ar, link);
+    if (ring_barrier(r) != 0)
+        die("barrier", ST_EABORTED);
+    ring_destroy(r);
+}
+
+static int worker(bench_t *b)
+{
+    int rc = tp_create(NULL, &b->tp);
+    if (rc != 0)
+        die("tp_create", rc);
+    exchange(b);
+    tp_peer_t *right;
+    uint32_t rr = (b->rank + 1) % b->n;
+    if ((rc = tp_peer_connect(b->tp, b->addrs[rr], b->lens[rr], NULL, NULL,
+                              &right)) != 0)
+        die("connect", rc);
+    size_t max = b->quick || b->sweep ? 64 * MiB : 256 * MiB;
+    float *x = calloc(max / 4, 4);
+    void *rbuf = calloc(max, 1);
+    if (!x || !rbuf)
+        die("allocate", ST_ENOMEM);
+    if (b->rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/rows", b->dir);
+        b->out = fopen(path, "w");
+    }
+    if (b->sweep)
+        run_variant(b, right, x, rbuf);
+    else
+        run_table(b, right, x, rbuf);
+    if (b->out)
+        fclose(b->out);
+    tp_peer_close(right, 0);
+    tp_destroy(b->tp);
+    return 0;
+}
+
+/* ---- launcher --------------------------------------------------------- */
+
+static char *slurp_rows(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rows", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *buf = calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void rmdir_all(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "ringbench: could not remove %s\n", dir);
+}
+
+/* Run one pass with n processes; returns its rows (caller frees). */
+static char *pass(const char *self, const char *tls, int n, int quick,
+                  int sweep)
+{
+    char dir[] = "/tmp/ringbench.XXXXXX";
+    if (!mkdtemp(dir))
+        return NULL;
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TLS", strcmp(tls, "tcp") ? "sm,self" : "tcp", 1);
+    setenv("RINGD_TP_ERR_MODE", strcmp(tls, "tcp") ? "none" : "peer", 1);
+    pid_t pid[8];
+    for (int r = 0; r < n; r++) {
+        char rs[16], ns[16];
+        snprintf(rs, sizeof rs, "%d", r);
+        snprintf(ns, sizeof ns, "%d", n);
+        char vs[16];
+        snprintf(vs, sizeof vs, "%d", sweep);
+        char *argv[] = {(char *)self, "--worker", dir, rs, ns, (char *)tls,
+                        quick ? "1" : "0", vs, NULL};
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            execv(self, argv);
+            _exit(127);
+        }
+    }
+    int ok = 1;
+    int64_t deadline = now_ns() + 150000000000LL;
+    for (int r = 0; r < n; r++) {
+        int st;
+        for (;;) {
+            pid_t w = waitpid(pid[r], &st, WNOHANG);
+            if (w == pid[r])
+                break;
+            if (now_ns() > deadline) {
+                kill(pid[r], SIGKILL);
+                waitpid(pid[r], &st, 0);
+                break;
+            }
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+        ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    char *rows = ok ? slurp_rows(dir) : NULL;
+    rmdir_all(dir);
+    return rows;
+}
+
+static double find_ratio(const char *rows, size_t bytes)
+{
+    char key[64];
+    snprintf(key, sizeof key, "tcp\t4\t%zu\t", bytes);
+    const char *p = strstr(rows, key);
+    double ratio = 0;
+    if (p) {
+        const char *nl = strchr(p, '\n');
+        const char *tab = nl;
+        while (tab > p && tab[-1] != '\t')
+            tab--;
+        ratio = strtod(tab, NULL);
+    }
+    return ratio;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 8 && strcmp(argv[1], "--worker") == 0) {
+        bench_t b = {.dir = argv[2], .rank = (uint32_t)atoi(argv[3]),
+                     .n = (uint32_t)atoi(argv[4]), .tls = argv[5],
+                     .quick = atoi(argv[6]), .sweep = atoi(argv[7])};
+        return worker(&b);
+    }
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return 1;
+    self[len] = '\0';
+    setenv("RINGD_LOG_LEVEL", "error", 0);
+    printf("tls\tn\tbytes\tusec\talgbw_GBps\tbusbw_GBps\tlink_GBps\tratio\n");
+    fflush(stdout);
+    double ratio = 0;
+    static const char *tls[] = {"tcp", "shm"};
+    for (int t = 0; t < 2; t++) {
+        for (int n = 2; n <= 4; n += 2) {
+            char *rows = pass(self, tls[t], n, quick, 0);
+            if (!rows) {
+                fprintf(stderr, "ringbench: %s n=%d failed\n", tls[t], n);
+                return 1;
+            }
+            fputs(rows, stdout);
+            fflush(stdout);
+            if (t == 0 && n == 4)
+                ratio = find_ratio(rows, 64 * MiB);
+            free(rows);
+        }
+    }
+    printf("# options at tcp n=4 64 MiB (label, then the columns above)\n");
+    for (int v = 1; v <= NVARIANTS; v++) {
+        char *rows = pass(self, "tcp", 4, quick, v);
+        if (rows) {
+            fputs(rows, stdout);
+            fflush(stdout);
+            free(rows);
+        }
+    }
+    printf("tcp_n4_64MiB_ratio=%.3f\n", ratio);
+    return 0;
+}

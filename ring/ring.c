@@ -1,0 +1,946 @@
+/*
+ * ring.c - view setup, the channel engine, and the collectives.
+ *
+ * Every collective is a stream of messages per channel, numbered m = 0..M-1
+ * in both the sender's and the receiver's order. A message's place in the
+ * buffer (segment and chunk) and its dependency are pure functions of m, so
+ * both sides agree without a header: see msg_send() and msg_recv().
+ */
+#include "ring/ring-int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+#define RING_DRAIN_BOUND_NS 1000000000LL
+#define RING_SLEEP_MAX_MS 100
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0')
+        return def;
+    char *end;
+    long x = strtol(v, &end, 0);
+    return *end == '\0' ? x : def;
+}
+
+void ring_opts_default(ring_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->chunk_bytes = (size_t)env_long("RINGD_RING_CHUNK", RING_CHUNK_DEFAULT);
+    o->recv_depth = 2;
+    o->send_depth = 4;
+    o->deadline_ms = (int)env_long("RINGD_RING_DEADLINE_MS", 2000);
+    o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
+    o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
+    const char *w = getenv("RINGD_RING_WIRE");
+    if (w != NULL && strcmp(w, "bf16") == 0)
+        o->wire = RING_WIRE_BF16;
+    else if (w != NULL && strcmp(w, "f16") == 0)
+        o->wire = RING_WIRE_F16;
+}
+
+/* ---- state ------------------------------------------------------------ */
+
+/*
+ * The one transition function. Entering FAILED records the first cause,
+ * tells the owner whom to suspect, and is final.
+ */
+static void ring_set_state(ring_t *r, ring_state_t to, int rc, uint32_t who)
+{
+    if (r->state == RING_FAILED)
+        return;
+    r->state = to;
+    if (to != RING_FAILED)
+        return;
+    r->fail_rc = rc;
+    r->suspect = who;
+    if (rc != ST_EABORTED && r->opts.on_fail != NULL)
+        r->opts.on_fail(r->opts.on_fail_arg, who, rc);
+}
+
+/* First error of the running collective wins; it is logged once, here. */
+static void coll_fail(ring_t *r, int rc, uint32_t who)
+{
+    if (r->err != 0)
+        return;
+    r->err = rc;
+    r->err_rank = who;
+    if (rc == ST_EABORTED)
+        RD_WARN("ring gen %" PRIu64 " seq %u: aborted", r->generation,
+                r->seq);
+    else
+        RD_ERROR("ring gen %" PRIu64 " seq %u: %s (rank %u)", r->generation,
+                 r->seq, st_strerror(rc), who);
+}
+
+static void on_peer_fail(void *arg, tp_peer_t *peer, int status)
+{
+    ring_link_t *l = arg;
+    (void)peer;
+    ring_t *r = l->ring;
+    /* A running collective decides in chan_links_ok() whether it cares. */
+    l->fail_rc = status;
+    if (r->state != RING_RUNNING)
+        ring_set_state(r, RING_FAILED, status, l->rank);
+}
+
+/* ---- geometry --------------------------------------------------------- */
+
+static uint32_t mod_n(int64_t x, uint32_t n)
+{
+    int64_t m = x % (int64_t)n;
+    return (uint32_t)(m < 0 ? m + n : m);
+}
+
+/* Element range of chunk j of segment seg of the channel's region. */
+static void chunk_range(const ring_chan_t *c, uint32_t seg, uint32_t j,
+                        size_t *off_p, size_t *cnt_p)
+{
+    size_t s0 = c->count * seg / c->nseg;
+    size_t s1 = c->count * (seg + 1) / c->nseg;
+    size_t len = s1 - s0;
+    size_t a = len * j / c->k, b = len * (j + 1) / c->k;
+    *off_p = s0 + a;
+    *cnt_p = b - a;
+}
+
+/* Where send m reads from and which receive it waits for. */
+static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
+                     uint32_t *dep_p)
+{
+    const ring_t *r = c->ring;
+    uint32_t n = r->n, s = m / c->k;
+    *seg_p = 0;
+    *dep_p = RING_NO_DEP;
+    switch (r->kind) {
+    case COLL_ALLREDUCE:
+        /* Steps 0..n-2 reduce-scatter, then n-1 steps of allgather. */
+        *seg_p = s < n - 1 ? mod_n((int64_t)c->pos - s, n)
+                           : mod_n((int64_t)c->pos + 1 - (s - (n - 1)), n);
+        *dep_p = m >= c->k ? m - c->k : RING_NO_DEP;
+        break;
+    case COLL_ALLGATHER:
+        *seg_p = mod_n((int64_t)c->pos - s, n);
+        *dep_p = m >= c->k ? m - c->k : RING_NO_DEP;
+        break;
+    case COLL_BCAST:
+        *seg_p = 0;
+        *dep_p = c->pos == r->root ? RING_NO_DEP : m;
+        break;
+    }
+}
+
+/* Where receive m lands and what it does there. */
+static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
+                     ring_act_t *act_p)
+{
+    const ring_t *r = c->ring;
+    uint32_t n = r->n, s = m / c->k;
+    *seg_p = 0;
+    *act_p = ACT_COPY;
+    switch (r->kind) {
+    case COLL_ALLREDUCE:
+        if (s < n - 1) {
+            *seg_p = mod_n((int64_t)c->pos - s - 1, n);
+            *act_p = s == n - 2 ? ACT_REDUCE_FINAL : ACT_REDUCE;
+        } else {
+            *seg_p = mod_n((int64_t)c->pos - (s - (n - 1)), n);
+            *act_p = ACT_COPY;
+        }
+        break;
+    case COLL_ALLGATHER:
+        *seg_p = mod_n((int64_t)c->pos - s - 1, n);
+        *act_p = ACT_COPY;
+        break;
+    case COLL_BCAST:
+        *seg_p = 0;
+        *act_p = ACT_COPY;
+        break;
+    }
+}
+
+/* ---- the channel engine ------------------------------------------------ */
+
+static uint64_t chan_tag(const ring_chan_t *c, uint32_t m)
+{
+    return tp_tag_make(c->ring->gen, c->id, c->ring->seq, m);
+}
+
+static void slot_cb(tp_req_t *req)
+{
+    ring_slot_t *sl = req->data;
+    sl->state = SLOT_DONE;
+}
+
+static void send_cb(tp_req_t *req)
+{
+    ring_slot_t *sl = req->data;
+    sl->state = SLOT_DONE;
+}
+
+static int post_recv(ring_chan_t *c, uint32_t m)
+{
+    ring_t *r = c->ring;
+    ring_slot_t *sl = &c->rs[m % r->opts.recv_depth];
+    sl->m = m;
+    sl->req.cb = slot_cb;
+    sl->req.data = sl;
+    sl->state = SLOT_POSTED; /* the callback may run inside tp_recv */
+    int rc = tp_recv(r->tp, sl->buf, r->opts.chunk_bytes, chan_tag(c, m),
+                     UINT64_MAX, r->arena_mem, &sl->req);
+    if (rc != 0)
+        sl->state = SLOT_FREE;
+    return rc;
+}
+
+/* Round f32 values to the wire format and back: what everyone receives. */
+static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
+{
+    if (r->opts.wire == RING_WIRE_BF16) {
+        kern_f32_to_bf16(tmp, x, n);
+        kern_bf16_to_f32(x, tmp, n);
+    } else {
+        kern_f32_to_f16(tmp, x, n);
+        kern_f16_to_f32(x, tmp, n);
+    }
+}
+
+static kern_dtype_t wire_dt(const ring_t *r)
+{
+    return r->opts.wire == RING_WIRE_BF16 ? KERN_BF16 : KERN_F16;
+}
+
+/* Apply a validated message to the user's buffer. */
+static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
+                  ring_act_t act)
+{
+    ring_t *r = c->ring;
+    void *dst = c->base + off * r->es;
+    if (act == ACT_COPY) {
+        if (r->wire && r->wire_es == 2) {
+            if (r->opts.wire == RING_WIRE_BF16)
+                kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
+            else
+                kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
+        } else {
+            memcpy(dst, sl->buf, cnt * r->es);
+        }
+        return;
+    }
+    if (r->wire)
+        kern_reduce_wire(wire_dt(r), r->op, dst, sl->buf, cnt);
+    else
+        kern_reduce(r->dt, r->op, dst, sl->buf, cnt);
+    if (act != ACT_REDUCE_FINAL)
+        return;
+    /* This rank owns the chunk now: finish it once for everyone. */
+    if (r->op == KERN_AVG)
+        kern_avg_finish(r->dt, dst, cnt, r->n);
+    if (r->wire)
+        wire_round(r, dst, sl->buf, cnt);
+}
+
+/* Validate and apply the next receive, if it has arrived. */
+static int chan_consume(ring_chan_t *c)
+{
+    ring_t *r = c->ring;
+    if (c->next_proc >= c->nrecv)
+        return 0;
+    ring_slot_t *sl = &c->rs[c->next_proc % r->opts.recv_depth];
+    if (sl->state != SLOT_DONE || sl->m != c->next_proc)
+        return 0;
+    uint32_t seg;
+    ring_act_t act;
+    size_t off, cnt;
+    msg_recv(c, c->next_proc, &seg, &act);
+    chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
+    size_t want = cnt * r->wire_es;
+    RD_DEBUG("chan %u recv m %u seg %u status %d len %zu want %zu", c->id,
+             c->next_proc, seg, sl->req.status, sl->req.length, want);
+    if (sl->req.status == ST_EPEER_FORGED ||
+        (sl->req.status == 0 && sl->req.length != want)) {
+        /* A well-tagged message of the wrong size: drop it, wait again. */
+        r->stats.forged++;
+        RD_WARN("ring: rejected message %u of %zu bytes (want %zu)",
+                c->next_proc, sl->req.length, want);
+        sl->state = SLOT_FREE;
+        int rc = post_recv(c, c->next_proc);
+        if (rc != 0)
+            coll_fail(r, rc, c->from->rank);
+        return 1;
+    }
+    if (sl->req.status != 0) {
+        coll_fail(r, sl->req.status, c->from->rank);
+        sl->state = SLOT_FREE;
+        return 1;
+    }
+    apply(c, sl, off, cnt, act);
+    sl->state = SLOT_FREE;
+    c->next_proc++;
+    c->last_rx = now_ns();
+    return 1;
+}
+
+static int post_send(ring_chan_t *c, uint32_t m)
+{
+    ring_t *r = c->ring;
+    ring_slot_t *sl = &c->ss[m % r->opts.send_depth];
+    uint32_t seg, dep;
+    size_t off, cnt;
+    msg_send(c, m, &seg, &dep);
+    chunk_range(c, seg, m % c->k, &off, &cnt);
+    const void *src = c->base + off * r->es;
+    tp_mem_t *mem = NULL;
+    if (r->wire) {
+        if (r->opts.wire == RING_WIRE_BF16)
+            kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
+        else
+            kern_f32_to_f16((uint16_t *)sl->buf, src, cnt);
+        src = sl->buf;
+        mem = r->arena_mem;
+    }
+    sl->m = m;
+    sl->req.cb = send_cb;
+    sl->req.data = sl;
+    RD_DEBUG("chan %u send m %u seg %u off %zu cnt %zu", c->id, m, seg, off,
+             cnt);
+    sl->state = SLOT_POSTED; /* the callback may run inside tp_send */
+    int rc = tp_send(c->to->peer, src, cnt * r->wire_es, chan_tag(c, m), mem,
+                     &sl->req);
+    if (rc != 0)
+        sl->state = SLOT_FREE;
+    return rc;
+}
+
+/* Reap finished sends; an error names the right neighbour. */
+static int chan_reap_sends(ring_chan_t *c)
+{
+    ring_t *r = c->ring;
+    int work = 0;
+    for (unsigned i = 0; i < r->opts.send_depth; i++) {
+        ring_slot_t *sl = &c->ss[i];
+        if (sl->state != SLOT_DONE)
+            continue;
+        if (sl->req.status != 0)
+            coll_fail(r, sl->req.status, c->to->rank);
+        sl->state = SLOT_FREE;
+        c->sends_done++;
+        work++;
+    }
+    if (work)
+        c->last_tx = now_ns();
+    return work;
+}
+
+/* Post what may be posted, apply what has arrived. Returns work done. */
+static int chan_pump(ring_chan_t *c)
+{
+    ring_t *r = c->ring;
+    int work = chan_reap_sends(c);
+    if (r->err != 0)
+        return work;
+    while (c->next_post < c->nrecv &&
+           c->next_post < c->next_proc + r->opts.recv_depth &&
+           c->rs[c->next_post % r->opts.recv_depth].state == SLOT_FREE) {
+        int rc = post_recv(c, c->next_post);
+        if (rc != 0) {
+            coll_fail(r, rc, c->from->rank);
+            return work;
+        }
+        c->next_post++;
+        work++;
+    }
+    while (chan_consume(c) && r->err == 0)
+        work++;
+    while (r->err == 0 && c->next_send < c->nsend) {
+        uint32_t seg, dep;
+        msg_send(c, c->next_send, &seg, &dep);
+        if (dep != RING_NO_DEP && dep >= c->next_proc)
+            break;
+        if (c->ss[c->next_send % r->opts.send_depth].state != SLOT_FREE)
+            break;
+        int rc = post_send(c, c->next_send);
+        if (rc != 0) {
+            coll_fail(r, rc, c->to->rank);
+            break;
+        }
+        c->next_send++;
+        work++;
+    }
+    return work;
+}
+
+/* Every send has finished, well or not, and every receive is applied. */
+static int chan_done(const ring_chan_t *c)
+{
+    return c->next_proc == c->nrecv && c->sends_done == c->nsend;
+}
+
+static int chan_recvs_done(const ring_chan_t *c)
+{
+    return c->next_proc == c->nrecv;
+}
+
+/*
+ * A failed neighbour fails the collective only if we still need it: a
+ * right neighbour that has all our messages may leave (or die) while we
+ * wait for our left neighbour's last ones.
+ */
+static void chan_links_check(ring_chan_t *c)
+{
+    ring_t *r = c->ring;
+    if (c->from->fail_rc != 0 && !chan_recvs_done(c))
+        coll_fail(r, c->from->fail_rc, c->from->rank);
+    else if (c->to->fail_rc != 0 && c->sends_done < c->nsend)
+        coll_fail(r, c->to->fail_rc, c->to->rank);
+}
+
+static int chan_outstanding(const ring_chan_t *c)
+{
+    const ring_t *r = c->ring;
+    for (unsigned i = 0; i < r->opts.recv_depth; i++)
+        if (c->rs[i].state == SLOT_POSTED)
+            return 1;
+    for (unsigned i = 0; i < r->opts.send_depth; i++)
+        if (c->ss[i].state == SLOT_POSTED)
+            return 1;
+    return 0;
+}
+
+/* ---- running a collective ---------------------------------------------- */
+
+static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
+{
+    uint32_t half = 1u << (bits - 1), mask = (1u << bits) - 1;
+    return a != b && ((b - a) & mask) < half;
+}
+
+/* Messages of older generations, or older collectives of this one. */
+static int is_stale(void *arg, uint64_t tag)
+{
+    ring_t *r = arg;
+    if (tp_tag_chan(tag) >= RING_MAX_CHAN)
+        return 0; /* not ring data: someone else's to take */
+    uint32_t g = tp_tag_gen(tag);
+    if (g != r->gen)
+        return serial_lt(g, r->gen, TP_TAG_GEN_BITS);
+    return serial_lt(tp_tag_seq(tag), r->seq, TP_TAG_SEQ_BITS);
+}
+
+static void drain_stale(ring_t *r)
+{
+    int n = tp_drain(r->tp, is_stale, r);
+    if (n > 0) {
+        r->stats.stale_dropped += (uint64_t)n;
+        RD_WARN("ring gen %" PRIu64 ": dropped %d stale message(s)",
+                r->generation, n);
+    }
+}
+
+/*
+ * Per-link deadlines: a receive we wait for, or a send in flight, that has
+ * not moved for deadline_ms names that link's neighbour. Timing each link
+ * from its own last event (not from any event) makes the hung rank's right
+ * neighbour, which starves first, fire first and blame the right rank;
+ * the ranks further along only see the cascade. Returns 1 when one fired.
+ */
+static int coll_deadline(ring_t *r, int64_t now)
+{
+    int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
+    for (unsigned i = 0; i < r->nchan; i++) {
+        const ring_chan_t *c = &r->chan[i];
+        if (!chan_recvs_done(c) && now - c->last_rx > d) {
+            coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
+            return 1;
+        }
+        if (c->next_send > c->sends_done && now - c->last_tx > d) {
+            coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * After an error: cancel receives, force-close the endpoints so stuck
+ * sends complete, and wait (bounded) until UCX has let go of every buffer.
+ */
+static void coll_unwind(ring_t *r)
+{
+    for (unsigned i = 0; i < r->nchan; i++)
+        for (unsigned j = 0; j < r->opts.recv_depth; j++)
+            if (r->chan[i].rs[j].state == SLOT_POSTED)
+                tp_cancel(r->tp, &r->chan[i].rs[j].req);
+    tp_peer_close(r->left.peer, 1);
+    if (r->right.peer != r->left.peer)
+        tp_peer_close(r->right.peer, 1);
+    r->left.peer = r->right.peer = NULL;
+    int64_t deadline = now_ns() + RING_DRAIN_BOUND_NS;
+    for (;;) {
+        int busy = 0;
+        for (unsigned i = 0; i < r->nchan; i++)
+            busy |= chan_outstanding(&r->chan[i]);
+        if (!busy)
+            break;
+        if (now_ns() > deadline) {
+            RD_ERROR("ring: requests outlived the abort; leaking buffers");
+            r->leaked = 1;
+            break;
+        }
+        tp_progress(r->tp);
+    }
+}
+
+static void coll_begin(ring_t *r, unsigned nchan)
+{
+    r->err = 0;
+    r->nchan = nchan;
+    int64_t now = now_ns();
+    for (unsigned i = 0; i < nchan; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
+        c->last_rx = c->last_tx = now;
+    }
+    ring_set_state(r, RING_RUNNING, 0, 0);
+    drain_stale(r);
+}
+
+/*
+ * Idle: check the deadlines, then after spin_us sleep on the efd (at most
+ * RING_SLEEP_MAX_MS, so deadlines are checked at least that often; an
+ * abort wakes it through tp_signal). Returns 1 when a deadline fired.
+ */
+static int coll_idle(ring_t *r, int64_t now, int64_t last_work,
+                     int64_t *wait_ns)
+{
+    if (coll_deadline(r, now))
+        return 1;
+    if (now - last_work < (int64_t)r->opts.spin_us * 1000)
+        return 0;
+    int64_t t0 = now_ns();
+    tp_wait(r->tp, RING_SLEEP_MAX_MS);
+    *wait_ns += now_ns() - t0;
+    return 0;
+}
+
+static void coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
+{
+    uint64_t w = (uint64_t)wait_ns / 1000;
+    r->stats.last_wait_us = w;
+    r->stats.total_wait_us += w;
+    if (w > r->stats.max_wait_us)
+        r->stats.max_wait_us = w;
+    r->stats.last_usec = (uint64_t)(now_ns() - t0) / 1000;
+}
+
+/*
+ * One turn of the loop: pump every channel. Returns 1 when the collective
+ * is over: all done, or failed with receives still missing. Once every
+ * receive is applied our result is complete, so after an error we only
+ * wait for the sends to finish (they fail fast on a failed endpoint) and
+ * UCX lets go of the buffer.
+ */
+static int coll_turn(ring_t *r, int *work_p)
+{
+    int done = 1, recvd = 1;
+    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
+        coll_fail(r, ST_EABORTED, r->rank);
+    for (unsigned i = 0; i < r->nchan; i++) {
+        chan_links_check(&r->chan[i]);
+        *work_p += chan_pump(&r->chan[i]);
+    }
+    for (unsigned i = 0; i < r->nchan; i++) {
+        done &= chan_done(&r->chan[i]);
+        recvd &= chan_recvs_done(&r->chan[i]);
+    }
+    return done || (r->err != 0 && !recvd);
+}
+
+/* Progress until the collective is over; returns the idle time in ns. */
+static int64_t coll_loop(ring_t *r)
+{
+    int64_t last_work = now_ns(), wait_ns = 0, spin_t = 0;
+    for (;;) {
+        int work = 0;
+        if (coll_turn(r, &work))
+            break;
+        work += (int)tp_progress(r->tp);
+        int64_t now = now_ns();
+        if (work) {
+            if (coll_deadline(r, now)) /* another channel kept us busy */
+                break;
+            if (spin_t)
+                wait_ns += now - spin_t;
+            spin_t = 0;
+            last_work = now;
+            continue;
+        }
+        if (!spin_t)
+            spin_t = now;
+        int64_t before = wait_ns;
+        if (coll_idle(r, now, last_work, &wait_ns))
+            break;
+        if (wait_ns != before)
+            spin_t = now_ns(); /* slept time is already counted */
+    }
+    return wait_ns;
+}
+
+/*
+ * Drive the current collective to the end. Complete beats failed: a
+ * neighbour that exits (or dies) after its last message arrived leaves a
+ * valid result; the ring is dead for the next collective only.
+ */
+static int coll_run(ring_t *r)
+{
+    int64_t t0 = now_ns();
+    int64_t wait_ns = coll_loop(r);
+    r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
+    r->stats.next_seq = r->seq;
+    int complete = 1;
+    for (unsigned i = 0; i < r->nchan; i++)
+        complete &= chan_done(&r->chan[i]);
+    if (r->err != 0 && !complete) {
+        int rc = r->err;
+        coll_unwind(r);
+        ring_set_state(r, RING_FAILED, rc, r->err_rank);
+        return rc;
+    }
+    drain_stale(r);
+    coll_stats(r, t0, wait_ns);
+    r->stats.collectives++;
+    ring_link_t *gone = r->left.fail_rc ? &r->left
+                      : r->right.fail_rc ? &r->right : NULL;
+    if (r->err == 0 && gone != NULL) {
+        r->err = gone->fail_rc;
+        r->err_rank = gone->rank;
+        RD_WARN("ring gen %" PRIu64 ": rank %u failed after the collective",
+                r->generation, gone->rank);
+    }
+    if (r->err != 0)
+        ring_set_state(r, RING_FAILED, r->err, r->err_rank);
+    else
+        ring_set_state(r, RING_READY, 0, 0);
+    return 0;
+}
+
+/* A collective may start: the ring is alive and nobody asked to abort. */
+static int coll_check(ring_t *r)
+{
+    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
+        ring_set_state(r, RING_FAILED, ST_EABORTED, r->rank);
+    if (r->state == RING_FAILED)
+        return ST_EABORTED;
+    if (r->state != RING_READY) {
+        RD_ERROR("ring: collective called while one is running");
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+/* Set up channel c over elements [first, first+count) of buf. */
+static void chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
+                       size_t count, uint32_t nseg)
+{
+    ring_t *r = c->ring;
+    size_t celems = r->opts.chunk_bytes / r->es;
+    size_t maxseg = (count + nseg - 1) / nseg;
+    size_t k = (maxseg + celems - 1) / celems;
+    c->base = buf + first * r->es;
+    c->count = count;
+    c->nseg = nseg;
+    c->k = k ? (uint32_t)k : 1;
+}
+
+static int coll_setup_check(ring_t *r, size_t count, size_t es)
+{
+    size_t celems = r->opts.chunk_bytes / es;
+    size_t k = (count / r->n + 1 + celems - 1) / celems + 1;
+    if (celems == 0 || k * 2 * r->n >= (1u << 30)) {
+        RD_ERROR("ring: %zu elements is too large for chunk %zu", count,
+                 r->opts.chunk_bytes);
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
+                   kern_op_t op)
+{
+    size_t es = kern_dtype_size(dt);
+    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf)) {
+        RD_ERROR("ring_allreduce: bad dtype %d or op %d", (int)dt, (int)op);
+        return ST_EINVAL;
+    }
+    int rc = coll_check(r);
+    if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)))
+        return rc;
+    if (r->n == 1) {
+        r->stats.collectives++;
+        return 0; /* AVG over one rank divides by one */
+    }
+    r->kind = COLL_ALLREDUCE;
+    r->dt = dt;
+    r->op = op;
+    r->es = es;
+    r->wire = r->opts.wire != RING_WIRE_NONE && dt == KERN_F32;
+    r->wire_es = r->wire ? 2 : es;
+    unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
+    size_t half = nchan == 2 ? count / 2 : count;
+    chan_setup(&r->chan[0], buf, 0, half, r->n);
+    if (nchan == 2)
+        chan_setup(&r->chan[1], buf, half, count - half, r->n);
+    for (unsigned i = 0; i < nchan; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->nsend = c->nrecv = 2 * (r->n - 1) * c->k;
+    }
+    coll_begin(r, nchan);
+    return coll_run(r);
+}
+
+int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
+{
+    int rc = coll_check(r);
+    size_t total = block_bytes * r->n;
+    if (rc != 0 || block_bytes == 0 || r->n == 1 ||
+        (rc = coll_setup_check(r, total, 1)))
+        return rc;
+    r->kind = COLL_ALLGATHER;
+    r->dt = KERN_U8;
+    r->op = KERN_SUM;
+    r->es = r->wire_es = 1;
+    r->wire = 0;
+    ring_chan_t *c = &r->chan[0];
+    chan_setup(c, buf, 0, total, r->n);
+    c->nsend = c->nrecv = (r->n - 1) * c->k;
+    coll_begin(r, 1);
+    return coll_run(r);
+}
+
+int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
+{
+    if (root >= r->n) {
+        RD_ERROR("ring_broadcast: root %u of %u", root, r->n);
+        return ST_EINVAL;
+    }
+    int rc = coll_check(r);
+    if (rc != 0 || bytes == 0 || r->n == 1 ||
+        (rc = coll_setup_check(r, bytes * r->n, 1)))
+        return rc;
+    r->kind = COLL_BCAST;
+    r->dt = KERN_U8;
+    r->op = KERN_SUM;
+    r->es = r->wire_es = 1;
+    r->wire = 0;
+    r->root = root; /* channel 0 positions are ranks */
+    ring_chan_t *c = &r->chan[0];
+    chan_setup(c, buf, 0, bytes, 1);
+    uint32_t rel = mod_n((int64_t)r->rank - root, r->n);
+    c->nsend = rel == r->n - 1 ? 0 : c->k;
+    c->nrecv = rel == 0 ? 0 : c->k;
+    coll_begin(r, 1);
+    return coll_run(r);
+}
+
+int ring_barrier(ring_t *r)
+{
+    /*
+     * One byte around the ring twice: nobody leaves the allgather half
+     * before everybody has entered the reduce-scatter half.
+     */
+    uint8_t token = 1;
+    return ring_allreduce(r, &token, 1, KERN_U8, KERN_MAX);
+}
+
+void ring_abort(ring_t *r)
+{
+    atomic_store_explicit(&r->abort_req, 1, memory_order_release);
+    tp_signal(r->tp);
+}
+
+int ring_suspect(const ring_t *r, uint32_t *rank_p)
+{
+    if (r->state != RING_FAILED)
+        return 0;
+    if (rank_p != NULL)
+        *rank_p = r->suspect;
+    return r->fail_rc;
+}
+
+void ring_stats(const ring_t *r, ring_stats_t *stats_p)
+{
+    *stats_p = r->stats;
+}
+
+/* ---- create / destroy --------------------------------------------------- */
+
+static int opts_check(const ring_opts_t *o)
+{
+    if (o->chunk_bytes < 64 || o->recv_depth < 1 || o->send_depth < 1 ||
+        o->deadline_ms < 1 || o->spin_us < 0) {
+        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u)",
+                 o->chunk_bytes, o->recv_depth, o->send_depth);
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+static int view_check(const ring_view_t *v)
+{
+    if (v->nranks == 0 || v->rank >= v->nranks) {
+        RD_ERROR("ring: rank %u of %u", v->rank, v->nranks);
+        return ST_EINVAL;
+    }
+    if (v->nranks > 1 && (v->addrs == NULL || v->addr_lens == NULL)) {
+        RD_ERROR("ring: view without addresses");
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+/*
+ * One arena for the staging slots, registered once: receive slots for each
+ * channel in use, send slots only when sends are converted (wire
+ * compression); otherwise sends go straight from the user's buffer.
+ */
+static int arena_setup(ring_t *r)
+{
+    unsigned nchan = r->opts.bidirectional ? 2 : 1;
+    unsigned nsend = r->opts.wire != RING_WIRE_NONE ? r->opts.send_depth : 0;
+    unsigned per = r->opts.recv_depth + nsend;
+    r->arena_len = (size_t)per * nchan * r->opts.chunk_bytes;
+    r->arena = aligned_alloc(4096, (r->arena_len + 4095) & ~(size_t)4095);
+    if (r->arena == NULL)
+        return ST_ENOMEM;
+    int rc = tp_mem_map(r->tp, r->arena, r->arena_len, &r->arena_mem);
+    if (rc != 0)
+        return rc;
+    uint8_t *p = r->arena;
+    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->rs = calloc(r->opts.recv_depth, sizeof(*c->rs));
+        c->ss = calloc(r->opts.send_depth, sizeof(*c->ss));
+        if (c->rs == NULL || c->ss == NULL)
+            return ST_ENOMEM;
+        if (i >= nchan)
+            continue;
+        for (unsigned j = 0; j < r->opts.recv_depth; j++) {
+            c->rs[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
+        for (unsigned j = 0; j < nsend; j++) {
+            c->ss[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
+    }
+    return 0;
+}
+
+static int link_connect(ring_t *r, ring_link_t *l, const ring_view_t *v,
+                        uint32_t rank)
+{
+    l->ring = r;
+    l->rank = rank;
+    return tp_peer_connect(r->tp, v->addrs[rank], v->addr_lens[rank],
+                           on_peer_fail, l, &l->peer);
+}
+
+static int links_setup(ring_t *r, const ring_view_t *v)
+{
+    uint32_t left = mod_n((int64_t)v->rank - 1, v->nranks);
+    uint32_t right = mod_n((int64_t)v->rank + 1, v->nranks);
+    int rc = link_connect(r, &r->right, v, right);
+    if (rc != 0)
+        return rc;
+    if (left == right) {
+        r->left = r->right; /* two ranks: one endpoint both ways */
+        return 0;
+    }
+    return link_connect(r, &r->left, v, left);
+}
+
+/* Channel 0 flows right; channel 1 flows left in the mirrored order. */
+static void chans_setup(ring_t *r)
+{
+    /* With two ranks one endpoint (and its failure) serves both sides. */
+    ring_link_t *left = r->n == 2 ? &r->right : &r->left;
+    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->ring = r;
+        c->id = i;
+        c->to = i == 0 ? &r->right : left;
+        c->from = i == 0 ? left : &r->right;
+        c->pos = i == 0 ? r->rank : mod_n((int64_t)r->n - r->rank, r->n);
+    }
+    r->stats.left_rank = r->left.rank;
+}
+
+int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
+                ring_t **ring_p)
+{
+    ring_opts_t def;
+    if (opts == NULL) {
+        ring_opts_default(&def);
+        opts = &def;
+    }
+    int rc = view_check(view);
+    if (rc != 0 || (rc = opts_check(opts)) != 0)
+        return rc;
+    ring_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->tp = tp;
+    r->opts = *opts;
+    r->generation = view->generation;
+    r->gen = (uint32_t)(view->generation & TP_TAG_GEN_MASK);
+    r->n = view->nranks;
+    r->rank = view->rank;
+    r->left.rank = r->right.rank = view->rank;
+    atomic_init(&r->abort_req, 0);
+    if ((rc = arena_setup(r)) != 0)
+        goto err_free;
+    if (r->n > 1 && (rc = links_setup(r, view)) != 0)
+        goto err_free;
+    chans_setup(r);
+    *ring_p = r;
+    return 0;
+
+err_free:
+    ring_destroy(r);
+    return rc;
+}
+
+void ring_destroy(ring_t *r)
+{
+    if (r == NULL)
+        return;
+    tp_peer_close(r->left.peer, r->state == RING_FAILED);
+    if (r->right.peer != r->left.peer)
+        tp_peer_close(r->right.peer, r->state == RING_FAILED);
+    /*
+     * Requests UCX never completed still point at the slots (their
+     * callbacks write there) and at the staging arena: leak both.
+     */
+    if (!r->leaked) {
+        for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+            free(r->chan[i].rs);
+            free(r->chan[i].ss);
+        }
+        tp_mem_unmap(r->arena_mem);
+        free(r->arena);
+    }
+    free(r);
+}

@@ -1,0 +1,119 @@
+/*
+ * ring.h - fault-aware ring collectives over the transport: allreduce,
+ * broadcast, allgather and barrier among the members of one view.
+ *
+ * A ring_t is made for one view (generation, ordered members, my rank) and
+ * dies with it: after any failure or abort every collective on it returns
+ * an error, and the owner destroys it and creates one for the next view.
+ *
+ * Threading: all calls except ring_abort() belong to the thread that owns
+ * the tp_t (the ring thread); collectives block that thread. ring_abort()
+ * may be called from any thread while the ring exists; the caller must
+ * not destroy the ring concurrently with it.
+ *
+ * Errors: collectives return 0 or a negative ST_ code, logged once:
+ *   ST_EPEER          a neighbour's endpoint failed (ring_suspect names it)
+ *   ST_EPEER_TIMEOUT  no progress for deadline_ms (ring_suspect names it)
+ *   ST_EABORTED       ring_abort() was called, or the ring already failed
+ *   ST_EINVAL         bad arguments (the ring stays usable)
+ * The user's buffer is only ever written with validated data: receives
+ * land in ring-owned staging buffers first (see ring/README.md).
+ */
+#ifndef RINGD_RING_H
+#define RINGD_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kern.h"
+#include "transport/tp.h"
+
+typedef struct ring ring_t;
+
+/* The view a ring is built for; copied by ring_create. */
+typedef struct {
+    uint64_t generation;
+    uint32_t nranks;
+    uint32_t rank;
+    const void *const *addrs; /* [nranks] UCX worker addresses */
+    const size_t *addr_lens;  /* [nranks] their lengths */
+} ring_view_t;
+
+typedef enum {
+    RING_WIRE_NONE = 0,
+    RING_WIRE_BF16, /* f32 allreduce sent as bf16, accumulated in f32 */
+    RING_WIRE_F16,  /* f32 allreduce sent as f16, accumulated in f32 */
+} ring_wire_t;
+
+typedef void (*ring_fail_cb)(void *arg, uint32_t rank, int status);
+
+typedef struct {
+    size_t chunk_bytes;   /* pipeline chunk (default RING_CHUNK_DEFAULT) */
+    unsigned recv_depth;  /* receives in flight per channel (default 2) */
+    unsigned send_depth;  /* sends in flight per channel (default 4) */
+    int deadline_ms;      /* no progress this long fails (default 2000) */
+    int spin_us;          /* busy-poll this long before sleeping on efd */
+    int bidirectional;    /* allreduce on two rings, half the data each */
+    ring_wire_t wire;     /* compression of f32 allreduce */
+    ring_fail_cb on_fail; /* called once with the suspect's rank */
+    void *on_fail_arg;
+} ring_opts_t;
+
+#define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
+
+/*
+ * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
+ * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
+ * RINGD_RING_WIRE=none|bf16|f16.
+ */
+void ring_opts_default(ring_opts_t *opts);
+
+/*
+ * Connect to the neighbours of view->rank. opts may be NULL (defaults).
+ * Nothing is sent yet; the first collective completes the connection.
+ */
+int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
+                ring_t **ring_p);
+/* Aborts, closes the endpoints, frees. Accepts NULL. */
+void ring_destroy(ring_t *ring);
+
+/*
+ * In place: buf[0..count) of dt becomes the reduction over all ranks,
+ * bitwise identical on every rank. KERN_AVG divides once at the end.
+ */
+int ring_allreduce(ring_t *ring, void *buf, size_t count, kern_dtype_t dt,
+                   kern_op_t op);
+/* bytes of buf on rank root end up on every rank. */
+int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
+/*
+ * In place: buf holds nranks blocks of block_bytes; on entry rank r's
+ * block r is its contribution, on return every block is filled.
+ */
+int ring_allgather(ring_t *ring, void *buf, size_t block_bytes);
+/* Returns once every rank has entered the barrier. */
+int ring_barrier(ring_t *ring);
+
+/*
+ * Thread-safe. Makes the collective in progress (and every later one)
+ * return ST_EABORTED within the bound, without touching user buffers.
+ */
+void ring_abort(ring_t *ring);
+
+/* The failure that killed the ring: 0, or its code and the suspect rank. */
+int ring_suspect(const ring_t *ring, uint32_t *rank_p);
+
+typedef struct {
+    uint64_t collectives;    /* completed successfully */
+    uint64_t stale_dropped;  /* messages of old generations/collectives */
+    uint64_t forged;         /* messages with a valid tag, wrong size */
+    uint32_t left_rank;      /* whom the waits below are spent on */
+    uint64_t last_wait_us;   /* last collective: time idle waiting */
+    uint64_t max_wait_us;
+    uint64_t total_wait_us;
+    uint64_t last_usec;      /* last collective: wall time */
+    uint32_t next_seq;       /* sequence number of the next collective */
+} ring_stats_t;
+
+void ring_stats(const ring_t *ring, ring_stats_t *stats_p);
+
+#endif /* RINGD_RING_H */

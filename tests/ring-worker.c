@@ -1,0 +1,648 @@
+/*
+ * ring-worker.c - one rank of a multi-process ring test.
+ *
+ *   ring-worker DIR RANK N MODE [options]
+ *
+ * Ranks exchange UCX worker addresses through DIR (write addr.R.tmp, rename
+ * to addr.R, poll for the others with a bounded deadline), form the ring and
+ * run MODE:
+ *   matrix   every dtype x op x count (--counts a,b,c): results checked
+ *            against a double/exact reference; a hash of every result goes
+ *            to DIR/out.R so the launcher can check ranks are bitwise equal
+ *   coll     broadcast from every root, allgather, barrier (checked)
+ *   big      f32 sum of --count elements in a loop, --iters times
+ *            (DIR/started.R appears before the first call); with --expect-fail
+ *            the first error is written to DIR/rc.R and is a pass
+ *   forge    rank 0 first sends a stale-generation and a wrong-size message
+ *            to rank 1, then all run matrix-like checks; rank 1 asserts
+ *            both were counted
+ *   abort    like big, but a second thread calls ring_abort() once the
+ *            collective runs (rank 0 only)
+ *   regen    four rings of successive generations in the same processes
+ * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
+ *          --counts LIST --count N --iters K --expect-fail
+ * Exit status 0 is a pass; failures print why on stderr.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "kernels/kern.h"
+#include "ring/ring.h"
+#include "transport/tp.h"
+
+#define DIE(...)                                                             \
+    do {                                                                     \
+        fprintf(stderr, "rank %u: ", W.rank);                                \
+        fprintf(stderr, __VA_ARGS__);                                        \
+        fprintf(stderr, "\n");                                               \
+        exit(1);                                                             \
+    } while (0)
+
+typedef struct {
+    const char *dir, *mode;
+    uint32_t rank, n;
+    uint64_t gen;
+    ring_opts_t opts;
+    size_t counts[16];
+    int ncounts;
+    size_t count;
+    int iters, expect_fail;
+    tp_t *tp;
+    ring_t *ring;
+    FILE *out;
+    void **addrs;
+    size_t *lens;
+    int onfail_count;
+    uint32_t onfail_rank;
+    atomic_int running;
+} worker_t;
+
+static worker_t W; /* a test binary's own state, not library state */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void write_file(const char *name, const void *buf, size_t len)
+{
+    char tmp[4096], fin[4096];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", W.dir, name);
+    snprintf(fin, sizeof fin, "%s/%s", W.dir, name);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(buf, 1, len, f) != len || fclose(f) != 0)
+        DIE("write %s: %s", tmp, strerror(errno));
+    if (rename(tmp, fin) != 0)
+        DIE("rename %s: %s", fin, strerror(errno));
+}
+
+/* Poll for a peer's address file: a bounded wait on a real event. */
+static void *read_addr(uint32_t r, size_t *len_p)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/addr.%u", W.dir, r);
+    int64_t deadline = now_ms() + 30000;
+    struct stat st;
+    while (stat(path, &st) != 0) {
+        if (now_ms() > deadline)
+            DIE("no address from rank %u", r);
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    void *buf = malloc((size_t)st.st_size);
+    FILE *f = fopen(path, "rb");
+    if (buf == NULL || f == NULL ||
+        fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size)
+        DIE("read %s", path);
+    fclose(f);
+    *len_p = (size_t)st.st_size;
+    return buf;
+}
+
+/* The daemon's hook: whom to report to membership. */
+static void on_fail(void *arg, uint32_t rank, int status)
+{
+    (void)arg;
+    (void)status;
+    W.onfail_count++;
+    W.onfail_rank = rank;
+}
+
+static void new_ring(uint64_t gen)
+{
+    ring_view_t v = {.generation = gen, .nranks = W.n, .rank = W.rank,
+                     .addrs = (const void *const *)W.addrs,
+                     .addr_lens = W.lens};
+    int rc = ring_create(W.tp, &v, &W.opts, &W.ring);
+    if (rc != 0)
+        DIE("ring_create: %s", st_strerror(rc));
+}
+
+static void form_ring(void)
+{
+    int rc = tp_create(NULL, &W.tp);
+    if (rc != 0)
+        DIE("tp_create: %s", st_strerror(rc));
+    const void *a;
+    size_t alen;
+    tp_address(W.tp, &a, &alen);
+    char name[64];
+    snprintf(name, sizeof name, "addr.%u", W.rank);
+    write_file(name, a, alen);
+    void **addrs = calloc(W.n, sizeof(*addrs));
+    size_t *lens = calloc(W.n, sizeof(*lens));
+    for (uint32_t r = 0; r < W.n; r++)
+        addrs[r] = read_addr(r, &lens[r]);
+    W.addrs = addrs;
+    W.lens = lens;
+    new_ring(W.gen);
+}
+
+/* ---- deterministic data and references --------------------------------- */
+
+static int is_float(kern_dtype_t dt)
+{
+    return dt == KERN_F32 || dt == KERN_F64 || dt == KERN_F16 ||
+           dt == KERN_BF16;
+}
+
+/* Rank r's value at i, before rounding to the dtype. */
+static double gen_val(kern_dtype_t dt, kern_op_t op, uint32_t r, size_t i)
+{
+    uint64_t h = (i * 2654435761u + r * 40503u + 17) % 1000;
+    if (!is_float(dt)) {
+        if (op == KERN_PROD)
+            return (double)(h % 3 + 1);
+        return (double)h - (dt == KERN_U8 ? 0 : 500);
+    }
+    if (op == KERN_PROD)
+        return 1.0 + ((double)h - 500) / 4096.0;
+    return ((double)h - 500) / 64.0;
+}
+
+static void put(kern_dtype_t dt, void *buf, size_t i, double x)
+{
+    switch (dt) {
+    case KERN_F32: ((float *)buf)[i] = (float)x; break;
+    case KERN_F64: ((double *)buf)[i] = x; break;
+    case KERN_F16: ((uint16_t *)buf)[i] = kern_f32_to_f16_one((float)x); break;
+    case KERN_BF16:
+        ((uint16_t *)buf)[i] = kern_f32_to_bf16_one((float)x);
+        break;
+    case KERN_I32: ((int32_t *)buf)[i] = (int32_t)(int64_t)x; break;
+    case KERN_I64: ((int64_t *)buf)[i] = (int64_t)x; break;
+    case KERN_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)x; break;
+    default: break;
+    }
+}
+
+static double get(kern_dtype_t dt, const void *buf, size_t i)
+{
+    switch (dt) {
+    case KERN_F32: return ((const float *)buf)[i];
+    case KERN_F64: return ((const double *)buf)[i];
+    case KERN_F16: return kern_f16_to_f32_one(((const uint16_t *)buf)[i]);
+    case KERN_BF16: return kern_bf16_to_f32_one(((const uint16_t *)buf)[i]);
+    case KERN_I32: return ((const int32_t *)buf)[i];
+    case KERN_I64: return (double)((const int64_t *)buf)[i];
+    case KERN_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* Wrap an exact integer into the dtype, as two's complement does. */
+static int64_t wrap(kern_dtype_t dt, uint64_t x)
+{
+    if (dt == KERN_U8)
+        return (uint8_t)x;
+    if (dt == KERN_I32)
+        return (int32_t)(uint32_t)x;
+    return (int64_t)x;
+}
+
+static int64_t int_ref(kern_dtype_t dt, kern_op_t op, size_t i)
+{
+    uint64_t acc = 0;
+    for (uint32_t r = 0; r < W.n; r++) {
+        int64_t x = wrap(dt, (uint64_t)(int64_t)gen_val(dt, op, r, i));
+        int64_t a = wrap(dt, acc);
+        if (r == 0)
+            acc = (uint64_t)x;
+        else if (op == KERN_SUM || op == KERN_AVG)
+            acc = (uint64_t)wrap(dt, (uint64_t)a + (uint64_t)x);
+        else if (op == KERN_PROD)
+            acc = (uint64_t)wrap(dt, (uint64_t)a * (uint64_t)x);
+        else if (op == KERN_MIN)
+            acc = (uint64_t)(x < a ? x : a);
+        else
+            acc = (uint64_t)(x > a ? x : a);
+    }
+    int64_t v = wrap(dt, acc);
+    if (op == KERN_AVG)
+        v = v / (int64_t)W.n;
+    return v;
+}
+
+static double tol_for(kern_dtype_t dt, int wire)
+{
+    double t = dt == KERN_F64 ? 1e-12 : dt == KERN_F32 ? 1e-5
+             : dt == KERN_F16 ? 4e-3 : 3e-2;
+    if (wire)
+        t = W.opts.wire == RING_WIRE_BF16 ? 3e-2 : 4e-3;
+    return t * W.n;
+}
+
+static void check_float(kern_dtype_t dt, kern_op_t op, const void *buf,
+                        size_t i, const char *what)
+{
+    double ref = 0, mag = 0;
+    for (uint32_t r = 0; r < W.n; r++) {
+        char one[8];
+        put(dt, one, 0, gen_val(dt, op, r, i));
+        double x = get(dt, one, 0);
+        if (r == 0)
+            ref = x;
+        else if (op == KERN_SUM || op == KERN_AVG)
+            ref += x;
+        else if (op == KERN_PROD)
+            ref *= x;
+        else if (op == KERN_MIN)
+            ref = x < ref ? x : ref;
+        else
+            ref = x > ref ? x : ref;
+        mag += fabs(x);
+    }
+    if (op == KERN_AVG) {
+        ref /= W.n;
+        mag /= W.n;
+    }
+    if (op == KERN_PROD)
+        mag = fabs(ref);
+    double got = get(dt, buf, i);
+    int wire = dt == KERN_F32 && W.opts.wire != RING_WIRE_NONE;
+    int exact = (op == KERN_MIN || op == KERN_MAX) && !wire;
+    double tol = exact ? 0 : tol_for(dt, wire) * (mag + 1e-3);
+    if (!(fabs(got - ref) <= tol))
+        DIE("%s: %s/%s [%zu] = %.9g, want %.9g (tol %.3g)", what,
+            kern_dtype_name(dt), kern_op_name(op), i, got, ref, tol);
+}
+
+static uint64_t fnv(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void one_allreduce(kern_dtype_t dt, kern_op_t op, size_t count)
+{
+    size_t es = kern_dtype_size(dt);
+    void *buf = malloc(count * es + 1);
+    for (size_t i = 0; i < count; i++)
+        put(dt, buf, i, gen_val(dt, op, W.rank, i));
+    int rc = ring_allreduce(W.ring, buf, count, dt, op);
+    if (rc != 0)
+        DIE("allreduce %s/%s count %zu: %s", kern_dtype_name(dt),
+            kern_op_name(op), count, st_strerror(rc));
+    /* Checking every element of a long prime count is slow under ASAN. */
+    size_t step = count > 100000 ? 97 : 1;
+    for (size_t i = 0; i < count; i += step) {
+        if (is_float(dt)) {
+            check_float(dt, op, buf, i, "allreduce");
+        } else {
+            int64_t want = int_ref(dt, op, i);
+            int64_t got = (int64_t)get(dt, buf, i);
+            if (got != want)
+                DIE("allreduce %s/%s [%zu] = %" PRId64 ", want %" PRId64,
+                    kern_dtype_name(dt), kern_op_name(op), i, got, want);
+        }
+    }
+    fprintf(W.out, "%s %s %zu %016" PRIx64 "\n", kern_dtype_name(dt),
+            kern_op_name(op), count, fnv(buf, count * es));
+    free(buf);
+}
+
+static void mode_matrix(void)
+{
+    uint64_t calls = 0;
+    for (int c = 0; c < W.ncounts; c++)
+        for (int dt = 0; dt < KERN_DTYPE_COUNT; dt++)
+            for (int op = 0; op < KERN_OP_COUNT; op++) {
+                one_allreduce((kern_dtype_t)dt, (kern_op_t)op, W.counts[c]);
+                calls += W.counts[c] > 0;
+            }
+    ring_stats_t st;
+    ring_stats(W.ring, &st);
+    if (st.collectives != calls || st.forged != 0 || st.stale_dropped != 0)
+        DIE("stats: %" PRIu64 " collectives (want %" PRIu64 "), %" PRIu64
+            " forged, %" PRIu64 " stale", st.collectives, calls, st.forged,
+            st.stale_dropped);
+    if (st.left_rank != (W.rank + W.n - 1) % W.n)
+        DIE("stats: left rank %u", st.left_rank);
+    if (W.n > 1 && calls > 0 && st.total_wait_us < st.last_wait_us)
+        DIE("stats: wait totals inconsistent");
+}
+
+/* ---- broadcast, allgather, barrier -------------------------------------- */
+
+static uint8_t pattern(uint32_t who, size_t i)
+{
+    return (uint8_t)(i * 31 + who * 7 + 1);
+}
+
+static void mode_coll(void)
+{
+    for (int c = 0; c < W.ncounts; c++) {
+        size_t len = W.counts[c];
+        uint8_t *buf = malloc(len * W.n + 1);
+        for (uint32_t root = 0; root < W.n; root++) {
+            for (size_t i = 0; i < len; i++)
+                buf[i] = W.rank == root ? pattern(root, i) : 0xEE;
+            int rc = ring_broadcast(W.ring, buf, len, root);
+            if (rc != 0)
+                DIE("broadcast %zu from %u: %s", len, root, st_strerror(rc));
+            for (size_t i = 0; i < len; i++)
+                if (buf[i] != pattern(root, i))
+                    DIE("broadcast %zu from %u: byte %zu", len, root, i);
+        }
+        memset(buf, 0xEE, len * W.n);
+        for (size_t i = 0; i < len; i++)
+            buf[W.rank * len + i] = pattern(W.rank, i);
+        int rc = ring_allgather(W.ring, buf, len);
+        if (rc != 0)
+            DIE("allgather %zu: %s", len, st_strerror(rc));
+        for (uint32_t r = 0; r < W.n; r++)
+            for (size_t i = 0; i < len; i++)
+                if (buf[r * len + i] != pattern(r, i))
+                    DIE("allgather %zu: block %u byte %zu", len, r, i);
+        if ((rc = ring_barrier(W.ring)) != 0)
+            DIE("barrier: %s", st_strerror(rc));
+        fprintf(W.out, "coll %zu ok\n", len);
+        free(buf);
+    }
+}
+
+/* ---- failure modes ------------------------------------------------------- */
+
+static void report_failure(int rc)
+{
+    uint32_t who = UINT32_MAX;
+    ring_suspect(W.ring, &who);
+    char line[128];
+    int len = snprintf(line, sizeof line, "%d %u %d %u\n", rc, who,
+                       W.onfail_count, W.onfail_rank);
+    char name[64];
+    snprintf(name, sizeof name, "rc.%u", W.rank);
+    write_file(name, line, (size_t)len);
+    /* Every later call must fail fast, never hang. */
+    float x = 1;
+    int rc2 = ring_allreduce(W.ring, &x, 1, KERN_F32, KERN_SUM);
+    if (rc2 == 0)
+        DIE("collective on a failed ring succeeded");
+}
+
+static void *abort_thread(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&W.running)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 50000000}; /* let the transfer get going */
+    nanosleep(&ts, NULL);
+    ring_abort(W.ring);
+    return NULL;
+}
+
+static void mode_big(int abort_it)
+{
+    float *buf = malloc(W.count * sizeof(float));
+    pthread_t th;
+    abort_it = abort_it && W.rank == 0;
+    if (abort_it && pthread_create(&th, NULL, abort_thread, NULL) != 0)
+        DIE("pthread_create");
+    for (size_t i = 0; i < W.count; i++)
+        buf[i] = (float)(i % 8);
+    char name[64];
+    snprintf(name, sizeof name, "started.%u", W.rank);
+    for (int it = 0; it < W.iters; it++) {
+        if (it == 0)
+            write_file(name, "1\n", 2);
+        atomic_store(&W.running, 1);
+        int rc = ring_allreduce(W.ring, buf, W.count, KERN_F32, KERN_SUM);
+        if (rc != 0) {
+            if (!W.expect_fail)
+                DIE("allreduce: %s", st_strerror(rc));
+            report_failure(rc);
+            if (abort_it)
+                pthread_join(th, NULL);
+            free(buf);
+            return;
+        }
+    }
+    if (W.expect_fail)
+        DIE("no failure seen in %d iterations", W.iters);
+    /* Closed form: after k sums of n ranks, x * n^k. */
+    double scale = pow((double)W.n, W.iters);
+    for (size_t i = 0; i < W.count; i++)
+        if (buf[i] != (float)((double)(i % 8) * scale))
+            DIE("big [%zu] = %g, want %g", i, buf[i], (i % 8) * scale);
+    fprintf(W.out, "big %zu %016" PRIx64 "\n", W.count,
+            fnv(buf, W.count * sizeof(float)));
+    free(buf);
+}
+
+static void forge_cb(tp_req_t *r)
+{
+    (void)r;
+}
+
+static void wait_file(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", W.dir, name);
+    int64_t deadline = now_ms() + 20000;
+    struct stat st;
+    while (stat(path, &st) != 0) {
+        if (now_ms() > deadline)
+            DIE("no %s", path);
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/*
+ * Rank 0 impersonates an old view and a liar before any real traffic, then
+ * waits until rank 1 has both messages queued, so the order is fixed.
+ */
+static void forge_send(void)
+{
+    size_t alen;
+    void *addr = read_addr(1, &alen);
+    tp_peer_t *p;
+    int rc = tp_peer_connect(W.tp, addr, alen, NULL, NULL, &p);
+    free(addr);
+    if (rc != 0)
+        DIE("forge connect: %s", st_strerror(rc));
+    static uint8_t junk[8] = {0xAB};
+    tp_req_t req[2] = {{0}};
+    uint64_t tags[2] = {tp_tag_make(W.gen - 1, 0, 0, 0),
+                        tp_tag_make(W.gen, 0, 0, 0)};
+    for (int i = 0; i < 2; i++) {
+        req[i].cb = forge_cb;
+        if ((rc = tp_send(p, junk, 3, tags[i], NULL, &req[i])) != 0)
+            DIE("forge send: %s", st_strerror(rc));
+    }
+    int64_t deadline = now_ms() + 10000;
+    while (req[0].status == ST_AGAIN || req[1].status == ST_AGAIN) {
+        tp_progress(W.tp);
+        if (now_ms() > deadline)
+            DIE("forged sends did not complete");
+    }
+    wait_file("forge-seen");
+    tp_peer_close(p, 0);
+}
+
+static void forge_wait_seen(void)
+{
+    uint64_t stale = tp_tag_make(W.gen - 1, 0, 0, 0);
+    uint64_t cur = tp_tag_make(W.gen, 0, 0, 0);
+    size_t l1 = 0, l2 = 0;
+    int64_t deadline = now_ms() + 10000;
+    while (!tp_probe(W.tp, stale, UINT64_MAX, &l1) ||
+           !tp_probe(W.tp, cur, UINT64_MAX, &l2)) {
+        tp_progress(W.tp);
+        if (now_ms() > deadline)
+            DIE("forged messages never arrived");
+    }
+    if (l1 != 3 || l2 != 3)
+        DIE("probed %zu/%zu bytes, want the forged 3", l1, l2);
+    write_file("forge-seen", "1\n", 2);
+}
+
+static void mode_forge(void)
+{
+    if (W.rank == 0)
+        forge_send();
+    else if (W.rank == 1)
+        forge_wait_seen();
+    one_allreduce(KERN_F32, KERN_SUM, W.counts[0]);
+    one_allreduce(KERN_I32, KERN_SUM, W.counts[0]);
+    int rc = ring_barrier(W.ring);
+    if (rc != 0)
+        DIE("barrier: %s", st_strerror(rc));
+    ring_stats_t st;
+    ring_stats(W.ring, &st);
+    fprintf(stderr, "forged %" PRIu64 " stale %" PRIu64 "\n", st.forged,
+            st.stale_dropped);
+    if (W.rank == 1 && (st.forged < 1 || st.stale_dropped < 1))
+        DIE("forged %" PRIu64 " stale %" PRIu64 ", want >= 1 each",
+            st.forged, st.stale_dropped);
+}
+
+/*
+ * Views come and go: the same processes build a ring per generation, the
+ * way a daemon does on every view change, and the old one's late or
+ * leftover messages must not disturb the new one.
+ */
+static void mode_regen(void)
+{
+    for (int g = 0; g < 4; g++) {
+        if (g > 0) {
+            ring_destroy(W.ring);
+            new_ring(W.gen + (uint64_t)g);
+        }
+        one_allreduce(KERN_F32, KERN_SUM, W.counts[0]);
+        one_allreduce(KERN_I64, KERN_MAX, W.counts[0] + 1);
+        if (g % 2 == 0) {
+            int rc = ring_barrier(W.ring);
+            if (rc != 0)
+                DIE("barrier gen %d: %s", g, st_strerror(rc));
+        }
+    }
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+static void parse_counts(const char *s)
+{
+    W.ncounts = 0;
+    while (*s && W.ncounts < 16) {
+        char *end;
+        W.counts[W.ncounts++] = strtoull(s, &end, 0);
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0')
+            DIE("bad --counts");
+    }
+}
+
+static void parse(int argc, char **argv)
+{
+    if (argc < 5)
+        DIE("usage: ring-worker DIR RANK N MODE [options]");
+    W.dir = argv[1];
+    W.rank = (uint32_t)atoi(argv[2]);
+    W.n = (uint32_t)atoi(argv[3]);
+    W.mode = argv[4];
+    W.gen = 7;
+    W.iters = 1;
+    W.count = 1 << 20;
+    ring_opts_default(&W.opts);
+    W.opts.on_fail = on_fail;
+    /*
+     * Correctness runs share two cores with ASAN and other jobs: a long
+     * deadline keeps a slow scheduler from looking like a hung peer. The
+     * fault tests pass --deadline 2000, the product default.
+     */
+    W.opts.deadline_ms = 10000;
+    parse_counts("0,1,7");
+    for (int i = 5; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--bidir")) W.opts.bidirectional = 1;
+        else if (!strcmp(a, "--expect-fail")) W.expect_fail = 1;
+        else if (!strcmp(a, "--gen")) W.gen = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--chunk"))
+            W.opts.chunk_bytes = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--deadline")) W.opts.deadline_ms = atoi(v), i++;
+        else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
+        else if (!strcmp(a, "--counts")) parse_counts(v), i++;
+        else if (!strcmp(a, "--wire")) {
+            W.opts.wire = !strcmp(v, "bf16") ? RING_WIRE_BF16 : RING_WIRE_F16;
+            i++;
+        } else DIE("unknown option %s", a);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    parse(argc, argv);
+    form_ring();
+    char name[64];
+    snprintf(name, sizeof name, "%s/out.%u", W.dir, W.rank);
+    W.out = fopen(name, "w");
+    if (W.out == NULL)
+        DIE("open %s", name);
+    if (!strcmp(W.mode, "matrix"))
+        mode_matrix();
+    else if (!strcmp(W.mode, "coll"))
+        mode_coll();
+    else if (!strcmp(W.mode, "big"))
+        mode_big(0);
+    else if (!strcmp(W.mode, "abort"))
+        mode_big(1);
+    else if (!strcmp(W.mode, "forge"))
+        mode_forge();
+    else if (!strcmp(W.mode, "regen"))
+        mode_regen();
+    else
+        DIE("unknown mode %s", W.mode);
+    /* Leave together, so nobody's exit looks like a failure to the rest. */
+    if (!W.expect_fail) {
+        int rc = ring_barrier(W.ring);
+        if (rc != 0)
+            DIE("final barrier: %s", st_strerror(rc));
+    }
+    fclose(W.out);
+    ring_destroy(W.ring);
+    tp_destroy(W.tp);
+    for (uint32_t r = 0; r < W.n; r++)
+        free(W.addrs[r]);
+    free(W.addrs);
+    free(W.lens);
+    return 0;
+}

@@ -1,0 +1,371 @@
+/*
+ * test-ring.c - the ring over real processes on loopback.
+ *
+ * Each test starts N ring-worker processes in a fresh temp directory (they
+ * exchange worker addresses there), waits for them with a bound, kills any
+ * that remain by pid, and removes the directory, on failure too: a failed
+ * ASSERT exits the test process, whose whole process group the runner
+ * kills, and the directory is removed by an atexit handler.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+#include "tests/task.h"
+
+#define MAX_RANKS 8
+
+typedef struct {
+    char *dir;
+    int n;
+    pid_t pid[MAX_RANKS];
+} launch_t;
+
+static launch_t *cleanup_l; /* for the atexit handler of this test process */
+
+static void launch_cleanup(void)
+{
+    launch_t *l = cleanup_l;
+    if (l == NULL)
+        return;
+    for (int i = 0; i < l->n; i++) {
+        if (l->pid[i] > 0) {
+            kill(l->pid[i], SIGCONT);
+            th_kill(l->pid[i]);
+            l->pid[i] = 0;
+        }
+    }
+    if (getenv("RINGD_TEST_KEEP") == NULL)
+        th_rmtree(l->dir);
+    free(l->dir);
+    l->dir = NULL;
+    cleanup_l = NULL;
+}
+
+/* Loopback only; the transport list comes from the test. */
+static void env_setup(const char *tls, int shm)
+{
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TLS", tls, 1);
+    /* UCX 1.13 refuses shared memory in PEER error mode. */
+    setenv("RINGD_TP_ERR_MODE", shm ? "none" : "peer", 1);
+    setenv("RINGD_LOG_LEVEL", "error", 0);
+#if defined(__SANITIZE_ADDRESS__)
+    /* UCX's malloc/mmap hooks fight ASAN's interceptors. */
+    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+#endif
+}
+
+/* Start n workers: ring-worker DIR RANK N MODE extra... */
+static void launch(launch_t *l, int n, const char *mode, const char *extra)
+{
+    memset(l, 0, sizeof(*l));
+    l->n = n;
+    l->dir = th_mkdtemp("ringd-ring");
+    ASSERT(l->dir != NULL);
+    cleanup_l = l;
+    atexit(launch_cleanup);
+    char bin[4096], rank[16], nr[16], log[4200];
+    snprintf(bin, sizeof bin, "%s/tests/ring-worker", th_bindir());
+    snprintf(nr, sizeof nr, "%d", n);
+    for (int r = 0; r < n; r++) {
+        char *argv[32];
+        int a = 0;
+        snprintf(rank, sizeof rank, "%d", r);
+        argv[a++] = bin;
+        argv[a++] = l->dir;
+        argv[a++] = rank;
+        argv[a++] = nr;
+        argv[a++] = (char *)mode;
+        char *copy = strdup(extra ? extra : "");
+        for (char *t = strtok(copy, " "); t && a < 30; t = strtok(NULL, " "))
+            argv[a++] = t;
+        argv[a] = NULL;
+        snprintf(log, sizeof log, "%s/log.%d", l->dir, r);
+        l->pid[r] = th_spawn(argv, log);
+        free(copy);
+        ASSERT(l->pid[r] > 0);
+    }
+}
+
+static void dump_logs(const launch_t *l)
+{
+    for (int r = 0; r < l->n; r++) {
+        char path[4200], line[512];
+        snprintf(path, sizeof path, "%s/log.%d", l->dir, r);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        int k = 0;
+        while (fgets(line, sizeof line, f) && k++ < 20)
+            fprintf(stderr, "  [%d] %s", r, line);
+        fclose(f);
+    }
+}
+
+/* Wait for rank r; returns its exit status, fails the test on a hang. */
+static int wait_rank(launch_t *l, int r, int64_t timeout_ms)
+{
+    int st = 0;
+    if (th_wait(l->pid[r], timeout_ms, &st) != 0) {
+        dump_logs(l);
+        ASSERT_MSG(0, "rank %d still running after %lld ms", r,
+                   (long long)timeout_ms);
+    }
+    l->pid[r] = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        dump_logs(l);
+    return st;
+}
+
+static void wait_all_ok(launch_t *l, int64_t timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (int r = 0; r < l->n; r++) {
+        int st = wait_rank(l, r, deadline - th_now_ms());
+        ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                   "rank %d exited with status 0x%x", r, st);
+    }
+}
+
+static char *slurp(const char *dir, const char *name, int r)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.%d", dir, name, r);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strdup(buf);
+}
+
+/* Every rank printed the same result hashes: bitwise identical results. */
+static void check_same_outputs(const launch_t *l)
+{
+    char *first = slurp(l->dir, "out", 0);
+    ASSERT(first != NULL);
+    for (int r = 1; r < l->n; r++) {
+        char *o = slurp(l->dir, "out", r);
+        ASSERT(o != NULL);
+        ASSERT_MSG(strcmp(first, o) == 0, "rank %d results differ", r);
+        free(o);
+    }
+    free(first);
+}
+
+static void run_ok(int n, const char *mode, const char *extra,
+                   const char *tls, int shm)
+{
+    launch_t l;
+    env_setup(tls, shm);
+    launch(&l, n, mode, extra);
+    wait_all_ok(&l, 120000);
+    check_same_outputs(&l);
+    launch_cleanup();
+}
+
+/* Counts 0, 1, N-1, a small prime, and a prime spanning many chunks. */
+static void matrix(int n, const char *tls, int shm, const char *more)
+{
+    char extra[256];
+    snprintf(extra, sizeof extra, "--counts 0,1,%d,1009,40009 --chunk 8192 %s",
+             n > 1 ? n - 1 : 2, more ? more : "");
+    run_ok(n, "matrix", extra, tls, shm);
+}
+
+TEST_IMPL(ring_matrix_n1) { matrix(1, "tcp", 0, NULL); return 0; }
+TEST_IMPL(ring_matrix_n2) { matrix(2, "tcp", 0, NULL); return 0; }
+TEST_IMPL(ring_matrix_n3) { matrix(3, "tcp", 0, NULL); return 0; }
+TEST_IMPL(ring_matrix_n4) { matrix(4, "tcp", 0, NULL); return 0; }
+TEST_IMPL(ring_matrix_n5) { matrix(5, "tcp", 0, NULL); return 0; }
+TEST_IMPL(ring_matrix_shm_n3) { matrix(3, "sm,self", 1, NULL); return 0; }
+TEST_IMPL(ring_matrix_bidir_n3) { matrix(3, "tcp", 0, "--bidir"); return 0; }
+TEST_IMPL(ring_matrix_bidir_n2) { matrix(2, "tcp", 0, "--bidir"); return 0; }
+
+TEST_IMPL(ring_wire_bf16_n3)
+{
+    matrix(3, "tcp", 0, "--wire bf16");
+    return 0;
+}
+
+TEST_IMPL(ring_wire_f16_n4)
+{
+    matrix(4, "tcp", 0, "--wire f16 --bidir");
+    return 0;
+}
+
+/* 64 MiB of f32 with the default chunk. */
+TEST_IMPL(ring_large_n2)
+{
+    run_ok(2, "big", "--count 16777216 --iters 2", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_large_n4)
+{
+    run_ok(4, "big", "--count 16777216 --iters 1", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_coll_n1)
+{
+    run_ok(1, "coll", "--counts 1,1000", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_coll_n4)
+{
+    run_ok(4, "coll", "--counts 1,3,4099,300007 --chunk 16384", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_coll_shm_n3)
+{
+    run_ok(3, "coll", "--counts 1,3,300007 --chunk 16384", "sm,self", 1);
+    return 0;
+}
+
+TEST_IMPL(ring_regen_n3)
+{
+    run_ok(3, "regen", "--counts 100003 --chunk 65536", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_regen_n2)
+{
+    run_ok(2, "regen", "--counts 1000", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_forged_n2)
+{
+    run_ok(2, "forge", "--counts 1000", "tcp", 0);
+    return 0;
+}
+
+/* Wait until every rank has entered its first big collective. */
+static void wait_started(launch_t *l)
+{
+    int64_t deadline = th_now_ms() + 30000;
+    for (int r = 0; r < l->n; r++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/started.%d", l->dir, r);
+        while (stat(path, &st) != 0) {
+            ASSERT_MSG(th_now_ms() < deadline, "rank %d never started", r);
+            int s;
+            ASSERT_MSG(waitpid(l->pid[r], &s, WNOHANG) == 0,
+                       "rank %d died early", r);
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/*
+ * Every rank but `victim` must return an error (recorded in rc.R) and exit
+ * within bound_ms of the fault.
+ */
+static void check_survivors(launch_t *l, int victim, int64_t t_fault,
+                            int64_t bound_ms)
+{
+    int named = 0;
+    for (int r = 0; r < l->n; r++) {
+        if (r == victim)
+            continue;
+        int st = wait_rank(l, r, t_fault + bound_ms - th_now_ms());
+        ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                   "survivor %d exited with status 0x%x", r, st);
+        char *rc = slurp(l->dir, "rc", r);
+        ASSERT_MSG(rc != NULL, "survivor %d recorded no error", r);
+        int code = 0, count = 0;
+        unsigned who = 0, cb_rank = 0;
+        ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank),
+                  4);
+        ASSERT_MSG(code < 0, "survivor %d: rc %s", r, rc);
+        named += (int)who == victim;
+        /* on_fail: once, with the suspect; never for a local abort. */
+        ASSERT_EQ(count, code == ST_EABORTED ? 0 : 1);
+        if (count == 1)
+            ASSERT_EQ(cb_rank, who);
+        free(rc);
+    }
+    /*
+     * The abort cascades (a failing rank force-closes its endpoints), so a
+     * survivor may blame a neighbour that merely gave up first; but the
+     * victim's own neighbours see it first, and one of them must say so.
+     */
+    if (victim >= 0)
+        ASSERT_MSG(named >= 1, "no survivor named rank %d", victim);
+}
+
+/* 256 MiB of f32: long enough that the fault lands mid-collective. */
+#define BIG "--count 67108864 --iters 1000 --expect-fail --deadline 2000"
+
+static void kill_one(const char *tls, int shm, int n, int victim)
+{
+    launch_t l;
+    env_setup(tls, shm);
+    /*
+     * In error mode NONE a force-closed endpoint never completes its
+     * rendezvous sends, so the survivors leak them on purpose (see
+     * transport/README.md); LeakSanitizer would call that a failure.
+     */
+    if (shm)
+        setenv("LSAN_OPTIONS", "detect_leaks=0", 1);
+    launch(&l, n, "big", BIG);
+    wait_started(&l);
+    int64_t t = th_now_ms();
+    th_kill(l.pid[victim]);
+    l.pid[victim] = 0;
+    /* Deadline 2 s, plus the cascade and process exit: 8 s is generous. */
+    check_survivors(&l, victim, t, 8000);
+    launch_cleanup();
+}
+
+TEST_IMPL(ring_kill_n3) { kill_one("tcp", 0, 3, 1); return 0; }
+TEST_IMPL(ring_kill_shm_n3) { kill_one("sm,self", 1, 3, 2); return 0; }
+
+static void stop_one(int n, int victim)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, n, "big", BIG);
+    wait_started(&l);
+    int64_t t = th_now_ms();
+    kill(l.pid[victim], SIGSTOP);
+    check_survivors(&l, victim, t, 8000);
+    kill(l.pid[victim], SIGCONT);
+    th_kill(l.pid[victim]);
+    l.pid[victim] = 0;
+    launch_cleanup();
+}
+
+TEST_IMPL(ring_stop_n3) { stop_one(3, 0); return 0; }
+TEST_IMPL(ring_stop_n4) { stop_one(4, 2); return 0; }
+
+/* ring_abort() from a second thread of rank 0 ends everyone's collective. */
+TEST_IMPL(ring_abort_thread_n2)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 2, "abort", BIG);
+    wait_started(&l);
+    check_survivors(&l, -1, th_now_ms(), 10000);
+    char *rc = slurp(l.dir, "rc", 0);
+    ASSERT(rc != NULL);
+    ASSERT_EQ(atoi(rc), ST_EABORTED);
+    free(rc);
+    launch_cleanup();
+    return 0;
+}
