@@ -395,6 +395,14 @@ int ringd_step_begin(ringd_client_t *c, ringd_view_t *view)
     }
     proto_step_rep_t rep;
     int rc = cl_call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, &rep, sizeof(rep));
+    /* The daemon may have restarted since our last call: only now do we
+     * find out, so reconnect once and ask again. */
+    if (rc == RINGD_EDISCONNECTED && c->opts.auto_reconnect) {
+        rc = cl_open(c);
+        if (rc == 0)
+            rc = cl_call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, &rep,
+                         sizeof(rep));
+    }
     if (rc != 0)
         return rc;
     *view = (ringd_view_t){rep.rank, rep.world, rep.local_rank,

@@ -49,13 +49,19 @@ void td_init(td_daemon_t *t, const char *name)
     snprintf(t->sock, sizeof(t->sock), "%s/ringd.sock", t->dir);
     snprintf(t->log, sizeof(t->log), "%s/ringd.log", t->dir);
     snprintf(t->notify, sizeof(t->notify), "%s/notify.sock", t->dir);
+    t->notify_fd = -1;
+    t->metrics_port = th_free_port();
+}
+
+static void notify_open(td_daemon_t *t)
+{
+    unlink(t->notify);
     t->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ASSERT(t->notify_fd >= 0);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     ASSERT(strlen(t->notify) < sizeof(a.sun_path));
     memcpy(a.sun_path, t->notify, strlen(t->notify) + 1);
     ASSERT_OK(bind(t->notify_fd, (struct sockaddr *)&a, sizeof(a)));
-    t->metrics_port = th_free_port();
 }
 
 const char *td_path(const td_daemon_t *t, const char *name)
@@ -99,6 +105,8 @@ int td_start(td_daemon_t *t, const char *const *extra)
     for (int i = 0; extra != NULL && extra[i] != NULL && n < 38; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
+    if (t->notify_fd < 0)
+        notify_open(t);
     setenv("NOTIFY_SOCKET", t->notify, 1);
     t->pid = th_spawn((char *const *)argv, t->log);
     unsetenv("NOTIFY_SOCKET");
