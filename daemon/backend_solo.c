@@ -185,7 +185,8 @@ int dmn_backend_create(uv_loop_t *loop, const char *spec,
     if (s == NULL)
         return ST_ENOMEM;
     s->cbs = *cbs;
-    s->view = (dmn_view_t){.generation = 1, .node_count = 1};
+    /* Generation 0: no view yet; the first trainers make generation 1. */
+    s->view = (dmn_view_t){.generation = 0, .node_count = 1};
     if (strcmp(spec, "solo") == 0) {
         s->base.ops = &solo_ops;
     } else if (strncmp(spec, "fake:", 5) == 0) {

@@ -410,6 +410,9 @@ err_close:
 
 void dmn__server_stop(dmn_t *d)
 {
+    /* We close these ourselves: not trainers lost. */
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        c->bye = 1;
     while (d->conns != NULL)
         conn_close(d->conns);
     if (d->listening) {
