@@ -13,12 +13,12 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
-/* Run ringd with args; returns its exit code, output in log. */
-static int run_ringd(td_daemon_t *t, const char *const *args,
-                     const char *log)
+/* Run build/<bin> with args; returns its exit code, output in log. */
+static int run_bin(const char *bin, const char *const *args,
+                   const char *log)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s/ringd", th_bindir());
+    snprintf(path, sizeof(path), "%s/%s", th_bindir(), bin);
     const char *argv[24] = {path};
     int n = 1;
     for (int i = 0; args[i] != NULL && n < 23; i++)
@@ -27,8 +27,14 @@ static int run_ringd(td_daemon_t *t, const char *const *args,
     unlink(log);
     pid_t pid = th_spawn((char *const *)argv, log);
     td_track(pid);
-    (void)t;
     return td_exit_code(pid, 30000);
+}
+
+static int run_ringd(td_daemon_t *t, const char *const *args,
+                     const char *log)
+{
+    (void)t;
+    return run_bin("ringd", args, log);
 }
 
 static void write_file(const char *path, const char *text)
@@ -266,5 +272,39 @@ TEST_IMPL(dmn_systemd_unit_verifies)
     ASSERT_MSG(code == 0 && len == 0, "systemd-analyze verify: exit %d:\n%s",
                code, out ? out : "");
     free(out);
+    return 0;
+}
+
+TEST_IMPL(dmn_ringctl)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-ctl");
+    ASSERT_OK(td_start(&t, NULL));
+    const char *log = td_path(&t, "ctl.log");
+    const char *st[] = {"--socket", t.sock, "status", NULL};
+    ASSERT_EQ(run_bin("ringctl", st, log), 0);
+    ASSERT(td_file_has(log, "backend solo"));
+    ASSERT(td_file_has(log, "state:       idle, step 0"));
+    const char *js[] = {"--socket", t.sock, "--json", "status", NULL};
+    ASSERT_EQ(run_bin("ringctl", js, log), 0);
+    ASSERT(td_file_has(log, "\"backend\":\"solo\""));
+    const char *mem[] = {"--socket", t.sock, "members", NULL};
+    ASSERT_EQ(run_bin("ringctl", mem, log), 3);
+    ASSERT(td_file_has(log, "cannot do yet"));
+    const char *drain[] = {"drain", NULL};
+    ASSERT_EQ(run_bin("ringctl", drain, log), 2);
+    ASSERT(td_file_has(log, "usage: ringctl drain NODE"));
+    const char *bad[] = {"frobnicate", NULL};
+    ASSERT_EQ(run_bin("ringctl", bad, log), 2);
+    const char *help[] = {"--help", NULL};
+    ASSERT_EQ(run_bin("ringctl", help, log), 0);
+    ASSERT(td_file_has(log, "checkpoints"));
+    const char *gone[] = {"--socket", td_path(&t, "none.sock"), "status",
+                          NULL};
+    ASSERT_EQ(run_bin("ringctl", gone, log), 1);
+    ASSERT(td_file_has(log, "no ringd daemon at"));
+    /* ringctl is not a trainer: it neither joins nor is lost. */
+    ASSERT(!td_file_has(t.log, "lost at"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
