@@ -300,6 +300,24 @@ int dmn_config_load(dmn_config_t *cfg, int argc, char **argv, FILE *err)
     return rc;
 }
 
+/* "  --flag ARG   help" with the help wrapped at 79 columns. */
+static void print_wrapped(FILE *out, const char *flag, const char *help)
+{
+    int col = fprintf(out, "  %-26s", flag);
+    const char *p = help;
+    while (*p != '\0') {
+        size_t w = strcspn(p, " ");
+        if (col + 1 + (int)w > 79) {
+            col = fprintf(out, "\n%28s", "") - 1;
+        }
+        col += fprintf(out, " %.*s", (int)w, p);
+        p += w;
+        while (*p == ' ')
+            p++;
+    }
+    fputc('\n', out);
+}
+
 void dmn_config_usage(FILE *out)
 {
     fprintf(out,
@@ -318,10 +336,14 @@ void dmn_config_usage(FILE *out)
         char flag[48];
         snprintf(flag, sizeof(flag), "--%s%s%s", keys[i].name,
                  keys[i].arg ? " " : "", keys[i].arg ? keys[i].arg : "");
-        fprintf(out, "  %-26s %s\n", flag, keys[i].help);
+        print_wrapped(out, flag, keys[i].help);
     }
     fprintf(out,
 "  %-26s %s\n  %-26s %s\n  %-26s %s\n"
+"\n"
+"This build runs one-node jobs (--standalone). --etcd, --job, --lease-ttl,\n"
+"--ucx-opt, --ckpt-dir and --ckpt-interval are parsed and validated for the\n"
+"ring backend and checkpoints, which are not part of it yet.\n"
 "\n"
 "Config file: 'key = value' lines, '#' starts a comment; flags win over\n"
 "the file. Without -c, %s is read if it exists.\n"

@@ -51,7 +51,8 @@ static void send_msg(int fd, uint16_t version, uint16_t type, uint32_t seq,
     char buf[PROTO_MAX_MSG];
     proto_hdr_t h = {PROTO_MAGIC, version, type, (uint32_t)len, seq};
     memcpy(buf, &h, sizeof(h));
-    memcpy(buf + sizeof(h), body, len);
+    if (len > 0)
+        memcpy(buf + sizeof(h), body, len);
     raw_send(fd, buf, sizeof(h) + len, pass_fd);
 }
 
@@ -214,7 +215,8 @@ TEST_IMPL(dmn_malformed_messages)
     ASSERT(td_file_has(t.log, "rejected message: unknown dtype"));
     ASSERT(td_file_has(t.log, "rejected message: protocol version"));
     char *m = td_http_get(t.metrics_port, "/metrics");
-    ASSERT(m != NULL && strstr(m, "\nringd_protocol_errors_total 19\n") != NULL);
+    ASSERT(m != NULL);
+    ASSERT(strstr(m, "\nringd_protocol_errors_total 19\n") != NULL);
     free(m);
     ringd_client_t *cl;
     ASSERT_OK(ringd_connect(&cl, t.sock, NULL));
@@ -222,6 +224,103 @@ TEST_IMPL(dmn_malformed_messages)
     ASSERT_OK(ringd_step_begin(cl, &v));
     ASSERT_EQ(v.world, 1);
     ringd_close(cl);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* A raw trainer: a socket and one mapped page registered as buffer 0. */
+typedef struct {
+    int fd;
+    float *mem;
+} raw_trainer_t;
+
+static void raw_trainer(raw_trainer_t *r, const char *sock)
+{
+    r->fd = raw_connect(sock);
+    hello(r->fd);
+    int mfd = memfd_create("t", MFD_CLOEXEC);
+    ASSERT(mfd >= 0);
+    ASSERT_OK(ftruncate(mfd, 4096));
+    r->mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    ASSERT(r->mem != MAP_FAILED);
+    proto_buf_add_t ba = {0, 0, 4096};
+    send_msg(r->fd, PROTO_VERSION, PROTO_T_BUF_ADD, 2, &ba, sizeof(ba), mfd);
+    close(mfd);
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r->fd, &type, NULL, 0), 0);
+}
+
+/* Both post req (differing per trainer when given), both get status. */
+static void both_coll(raw_trainer_t r[2], const proto_coll_req_t req[2],
+                      int status)
+{
+    for (int i = 0; i < 2; i++)
+        send_msg(r[i].fd, PROTO_VERSION, PROTO_T_COLL, 100, &req[i],
+                 sizeof(req[i]), -1);
+    for (int i = 0; i < 2; i++) {
+        uint32_t type;
+        ASSERT_EQ(recv_reply(r[i].fd, &type, NULL, 0), status);
+        ASSERT_EQ(type, PROTO_T_COLL);
+    }
+}
+
+/* Two trainers of one node: local sum, average, broadcast from rank 1,
+ * and a mismatch reported to both. */
+TEST_IMPL(dmn_local_collectives)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-local");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        send_msg(r[i].fd, PROTO_VERSION, PROTO_T_STEP_BEGIN, 3, NULL, 0,
+                 -1);
+    for (int i = 0; i < 2; i++) {
+        char buf[PROTO_MAX_MSG];
+        struct pollfd p = {r[i].fd, POLLIN, 0};
+        ASSERT_EQ(poll(&p, 1, 10000), 1);
+        ssize_t n = recv(r[i].fd, buf, sizeof(buf), 0);
+        ASSERT_EQ(n, sizeof(proto_hdr_t) + sizeof(proto_step_rep_t));
+        proto_step_rep_t v;
+        memcpy(&v, buf + sizeof(proto_hdr_t), sizeof(v));
+        ASSERT_EQ(v.status, 0);
+        ASSERT_EQ(v.rank, (uint32_t)i); /* connection order */
+        ASSERT_EQ(v.world, 2);
+    }
+    for (int k = 0; k < 16; k++) {
+        r[0].mem[k] = (float)k;
+        r[1].mem[k] = 100.0f * (float)k;
+    }
+    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
+                            RINGD_SUM, 0};
+    proto_coll_req_t two[2] = {sum, sum};
+    both_coll(r, two, 0);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 16; k++)
+            ASSERT(r[i].mem[k] == 101.0f * (float)k);
+    two[0].op = two[1].op = RINGD_AVG;
+    two[0].coll_seq = two[1].coll_seq = 1;
+    r[0].mem[0] = 3.0f;
+    r[1].mem[0] = 4.0f;
+    both_coll(r, two, 0);
+    ASSERT(r[0].mem[0] == 3.5f && r[1].mem[0] == 3.5f);
+    proto_coll_req_t bc = {PROTO_COLL_BROADCAST, 2, 0, RINGD_U8, 64, 8, 0,
+                           1};
+    memcpy((char *)r[1].mem + 64, "rank one", 8);
+    two[0] = two[1] = bc;
+    both_coll(r, two, 0);
+    ASSERT(memcmp((char *)r[0].mem + 64, "rank one", 8) == 0);
+    /* Different counts: an error to both, logged. */
+    two[0] = two[1] = sum;
+    two[0].coll_seq = two[1].coll_seq = 3;
+    two[1].count = 8;
+    both_coll(r, two, RINGD_EMISMATCH);
+    ASSERT_OK(td_wait_file(t.log, "does not match", 5000));
+    close(r[0].fd);
+    close(r[1].fd);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
