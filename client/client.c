@@ -9,6 +9,7 @@
 #include "include/ringd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -155,10 +156,14 @@ static int cl_recv(ringd_client_t *c, uint32_t type, void *rep,
             continue;
         if (n < 0)
             return cl_fail(c, RINGD_ESYS, "poll: %s", strerror(errno));
-        if (n == 0)
+        if (n == 0) {
+            /* The late reply would desynchronise the connection: drop it;
+             * ringd_step_begin() reconnects. */
+            cl_drop(c);
             return cl_fail(c, RINGD_ETIMEDOUT,
-                           "no reply from the daemon within %u ms",
-                           c->opts.timeout_ms);
+                           "no reply from the daemon within %u ms; "
+                           "connection closed", c->opts.timeout_ms);
+        }
         ssize_t got = recv(c->fd, buf, sizeof(buf), MSG_TRUNC);
         if (got < 0 && errno == EINTR)
             continue;
@@ -319,13 +324,15 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
     }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t size = (bytes + page - 1) / page * page;
-    int fd = memfd_create("ringd-buffer", MFD_CLOEXEC);
+    int fd = memfd_create("ringd-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         cl_fail(c, RINGD_ESYS, "memfd_create: %s", strerror(errno));
         return NULL;
     }
+    /* The daemon maps it too and insists it can never shrink. */
     void *addr = MAP_FAILED;
-    if (ftruncate(fd, (off_t)size) == 0)
+    if (ftruncate(fd, (off_t)size) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
         addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
         cl_fail(c, RINGD_ENOMEM, "shared buffer of %zu bytes: %s", size,

@@ -120,6 +120,10 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
     else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
              (uint64_t)st.st_size < b->size)
         why = "descriptor is not a memfd of the announced size";
+    else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) ||
+             fcntl(fd, F_GET_SEALS) < 0)
+        /* Unsealed, the client could shrink it under us: SIGBUS. */
+        why = "memfd not sealed against shrinking (F_SEAL_SHRINK)";
     if (why != NULL) {
         bad_msg(c, seq, RINGD_EINVAL, why);
         goto out;

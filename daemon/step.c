@@ -186,7 +186,9 @@ static void maybe_close(dmn_t *d)
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (c->active)
             return;
-    if (!d->any_redo) {
+    /* Completed only if someone finished it: a step that every trainer
+     * abandoned (left, or went back to redo it) is not a step. */
+    if (!d->any_redo && d->ended > 0) {
         d->stats.steps++;
         d->be->ops->step_end(d->be, d->step);
         snapshot_state(d);

@@ -3,6 +3,7 @@
  * error reply and a log line, and the daemon keeps serving.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,10 +131,14 @@ TEST_IMPL(dmn_malformed_messages)
 
     hello(fd);
     /* A buffer of one page, then collectives that miss it. */
-    int mfd = memfd_create("t", MFD_CLOEXEC);
+    int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT(mfd >= 0);
     ASSERT_OK(ftruncate(mfd, 4096));
     proto_buf_add_t ba = {0, 0, 4096};
+    /* Unsealed: the client could shrink it under the daemon. */
+    send_msg(fd, PROTO_VERSION, PROTO_T_BUF_ADD, 9, &ba, sizeof(ba), mfd);
+    expect_error(fd, RINGD_EINVAL, "not sealed");
+    ASSERT_OK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK));
     send_msg(fd, PROTO_VERSION, PROTO_T_BUF_ADD, 10, &ba, sizeof(ba), mfd);
     uint32_t type;
     ASSERT_EQ(recv_reply(fd, &type, NULL, 0), 0);
@@ -216,7 +221,7 @@ TEST_IMPL(dmn_malformed_messages)
     ASSERT(td_file_has(t.log, "rejected message: protocol version"));
     char *m = td_http_get(t.metrics_port, "/metrics");
     ASSERT(m != NULL);
-    ASSERT(strstr(m, "\nringd_protocol_errors_total 19\n") != NULL);
+    ASSERT(strstr(m, "\nringd_protocol_errors_total 20\n") != NULL);
     free(m);
     ringd_client_t *cl;
     ASSERT_OK(ringd_connect(&cl, t.sock, NULL));
@@ -238,9 +243,10 @@ static void raw_trainer(raw_trainer_t *r, const char *sock)
 {
     r->fd = raw_connect(sock);
     hello(r->fd);
-    int mfd = memfd_create("t", MFD_CLOEXEC);
+    int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT(mfd >= 0);
     ASSERT_OK(ftruncate(mfd, 4096));
+    ASSERT_OK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK));
     r->mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     ASSERT(r->mem != MAP_FAILED);
     proto_buf_add_t ba = {0, 0, 4096};
