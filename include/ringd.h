@@ -94,7 +94,9 @@ typedef struct ringd_client ringd_client_t;
 typedef struct {
     uint32_t struct_size;  /* sizeof(ringd_opts_t); 0 means defaults */
     /* Bound every wait for the daemon, in ms; 0 waits forever (a step may
-     * wait long for slow peers, so the default is forever). */
+     * wait long for slow peers, so the default is forever). A call that
+     * times out returns RINGD_ETIMEDOUT and closes the connection (a late
+     * reply would desynchronise it); ringd_step_begin() reconnects. */
     uint32_t timeout_ms;
     /* Non-zero: ringd_step_begin() reconnects by itself after
      * RINGD_EDISCONNECTED (default on; see ringd_reconnect()). */
@@ -129,7 +131,8 @@ int ringd_connect(ringd_client_t **c_p, const char *socket_path,
 
 /*
  * A shared buffer of `bytes` bytes (rounded up to a page), zero-filled,
- * mapped read-write in this process and in the daemon. Returns NULL on
+ * mapped read-write in this process and in the daemon (a memfd sealed
+ * against resizing, so neither side can fault the other). Returns NULL on
  * failure (see ringd_last_error()). The client owns it: it stays valid
  * until ringd_close(), across reconnects. Tensors passed to ringd_allreduce
  * and ringd_broadcast must lie inside such a buffer.
