@@ -173,7 +173,7 @@ static void snapshot_state(dmn_t *d)
         }
         memcpy(d->snapshot, src, c->state.bytes);
         d->snapshot_bytes = c->state.bytes;
-        d->snapshot_step = d->step;
+        d->snapshot_step = d->step + 1; /* the step it is the input of */
         return;
     }
 }

@@ -213,3 +213,41 @@ TEST_IMPL(dmn_killed_trainer)
     ASSERT_GT(same_hashes(&h0, &h2), 0);
     return 0;
 }
+
+/* The only trainer dies: a new one resumes from the daemon's snapshot of
+ * the last completed step, bitwise where a lone process would be. */
+TEST_IMPL(dmn_restore_from_snapshot)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-snap");
+    ASSERT_OK(td_start(&t, NULL));
+    const char *a[] = {"--steps", "60", "--hash-log", td_path(&t, "ha"),
+                       NULL};
+    pid_t pa = td_trainer(&t, a, td_path(&t, "ta.log"));
+    ASSERT_OK(td_wait_file(td_path(&t, "ha"), "step 20 ", 60000));
+    kill(pa, SIGKILL);
+    ASSERT_EQ(td_exit_code(pa, 10000), 128 + SIGKILL);
+    const char *b[] = {"--steps", "60", "--hash-log", td_path(&t, "hb"),
+                       NULL};
+    pid_t pb = td_trainer(&t, b, td_path(&t, "tb.log"));
+    ASSERT_EQ(td_exit_code(pb, 60000), 0);
+    ASSERT(td_file_has(td_path(&t, "tb.log"), "parameters restored"));
+    const char *r[] = {"--no-daemon", "--steps", "60", "--hash-log",
+                       td_path(&t, "hr"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(&t, r, td_path(&t, "tr.log")),
+                           60000), 0);
+    static hashes_t ha, hb, hr;
+    read_hashes(td_path(&t, "ha"), &ha);
+    read_hashes(td_path(&t, "hb"), &hb);
+    read_hashes(td_path(&t, "hr"), &hr);
+    ASSERT_EQ(hb.nsteps, 60);
+    ASSERT_GE(same_hashes(&ha, &hr), 20);
+    int resumed = same_hashes(&hb, &hr);
+    ASSERT(resumed > 0 && resumed < 60);
+    ASSERT(!hb.have[0]); /* it did not start over */
+    char *m = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(m != NULL && strstr(m, "\nringd_state_restores_total 1\n"));
+    free(m);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
