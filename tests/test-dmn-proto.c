@@ -330,3 +330,66 @@ TEST_IMPL(dmn_local_collectives)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+static void raw_step_begin(raw_trainer_t *r, uint32_t seq)
+{
+    send_msg(r->fd, PROTO_VERSION, PROTO_T_STEP_BEGIN, seq, NULL, 0, -1);
+}
+
+static proto_step_rep_t raw_step_reply(raw_trainer_t *r)
+{
+    char buf[PROTO_MAX_MSG];
+    struct pollfd p = {r->fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1);
+    ssize_t n = recv(r->fd, buf, sizeof(buf), 0);
+    ASSERT_EQ(n, sizeof(proto_hdr_t) + sizeof(proto_step_rep_t));
+    proto_step_rep_t v;
+    memcpy(&v, buf + sizeof(proto_hdr_t), sizeof(v));
+    return v;
+}
+
+/* A trainer dies while the other waits in a collective: the survivor gets
+ * RINGD_ERESHAPE, redoes the step alone, in a new view. */
+TEST_IMPL(dmn_lost_trainer_reshapes)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-lost");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    proto_step_rep_t v0 = raw_step_reply(&r[0]);
+    (void)raw_step_reply(&r[1]);
+    ASSERT_EQ(v0.world, 2);
+    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
+                            RINGD_SUM, 0};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 4, &sum, sizeof(sum),
+             -1);
+    close(r[1].fd); /* as a SIGKILL would: no BYE */
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), RINGD_ERESHAPE);
+    ASSERT_EQ(type, PROTO_T_COLL);
+    raw_step_begin(&r[0], 5);
+    proto_step_rep_t v1 = raw_step_reply(&r[0]);
+    ASSERT_EQ(v1.status, 0);
+    ASSERT_EQ(v1.world, 1);
+    ASSERT_EQ(v1.step, v0.step); /* the same step, redone */
+    ASSERT_GT(v1.generation, v0.generation);
+    r[0].mem[0] = 2.0f;
+    sum.coll_seq = 0;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 6, &sum, sizeof(sum),
+             -1);
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    ASSERT(r[0].mem[0] == 2.0f);
+    ASSERT(td_file_has(t.log, "lost at step 0"));
+    char *m = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(m != NULL && strstr(m, "\nringd_aborted_steps_total 1\n") &&
+           strstr(m, "\nringd_trainers_lost_total 1\n"));
+    free(m);
+    close(r[0].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
