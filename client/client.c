@@ -412,6 +412,14 @@ int ringd_step_begin(ringd_client_t *c, ringd_view_t *view)
     }
     if (rc != 0)
         return rc;
+    if (rep.world == 0 || rep.rank >= rep.world || rep.local_world == 0 ||
+        rep.local_rank >= rep.local_world || rep.local_world > rep.world ||
+        rep.restored > 1) {
+        cl_drop(c);
+        return cl_fail(c, RINGD_EPROTO, "daemon sent an impossible view "
+                       "(rank %u of %u, local %u of %u)", rep.rank,
+                       rep.world, rep.local_rank, rep.local_world);
+    }
     *view = (ringd_view_t){rep.rank, rep.world, rep.local_rank,
                            rep.local_world, rep.step, rep.generation,
                            rep.restored != 0};

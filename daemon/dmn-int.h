@@ -106,8 +106,7 @@ struct dmn {
     uint64_t step;
     dmn_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
-    uint32_t participants; /* trainers in the current step */
-    uint32_t ended;        /* of them, those that called step_end */
+    uint32_t ended;        /* trainers that called step_end this step */
     int any_redo;          /* one left the step to redo it */
     int break_pending;     /* a trainer was lost during REDUCING */
     int drain_requested;

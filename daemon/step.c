@@ -257,7 +257,6 @@ static void try_start(dmn_t *d)
     d->step = d->view.step;
     d->any_redo = 0;
     d->ended = 0;
-    d->participants = waiting;
     d->state = DMN_STEP_RUNNING; /* IDLE has no exit actions */
 
     uint32_t rank = 0;
