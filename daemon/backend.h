@@ -114,6 +114,11 @@ typedef struct {
 int dmn_backend_create(uv_loop_t *loop, const char *spec,
                        const dmn_backend_cbs_t *cbs, dmn_backend_t **be_p);
 
+/* Implementations (backend.c dispatches to them). fake_args NULL: solo. */
+int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p);
+
 /* Accepts NULL. */
 static inline void dmn_backend_destroy(dmn_backend_t *be)
 {

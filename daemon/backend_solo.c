@@ -178,8 +178,9 @@ bad:
     return ST_ECONFIG;
 }
 
-int dmn_backend_create(uv_loop_t *loop, const char *spec,
-                       const dmn_backend_cbs_t *cbs, dmn_backend_t **be_p)
+int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p)
 {
     solo_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -187,17 +188,8 @@ int dmn_backend_create(uv_loop_t *loop, const char *spec,
     s->cbs = *cbs;
     /* Generation 0: no view yet; the first trainers make generation 1. */
     s->view = (dmn_view_t){.generation = 0, .node_count = 1};
-    if (strcmp(spec, "solo") == 0) {
-        s->base.ops = &solo_ops;
-    } else if (strncmp(spec, "fake:", 5) == 0) {
-        s->base.ops = &fake_ops;
-        if (fake_parse(s, spec + 5) != 0) {
-            free(s);
-            return ST_ECONFIG;
-        }
-    } else {
-        RD_ERROR("backend: unknown backend '%s' (solo; the ring backend "
-                 "is not built yet)", spec);
+    s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
+    if (fake_args != NULL && fake_parse(s, fake_args) != 0) {
         free(s);
         return ST_ECONFIG;
     }
