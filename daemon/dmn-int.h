@@ -154,6 +154,8 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
 void dmn__step_on_view(void *arg, const dmn_view_t *view);
 void dmn__step_drain(dmn_t *d);
+/* Drain timed out: mark drained without telling anyone (exiting). */
+void dmn__step_force_drained(dmn_t *d);
 uint32_t dmn__trainer_count(const dmn_t *d);
 
 /* metrics.c */

@@ -58,10 +58,11 @@ static void on_drain_timeout(uv_timer_t *t)
     dmn_t *d = t->data;
     RD_WARN("drain: trainers did not come back within %d ms; exiting",
             DMN_DRAIN_TIMEOUT_MS);
+    /* A trainer stuck mid-step never lets the step close: give up on it
+     * (dmn_done() accepts a timed-out drain). */
     d->drain_timed_out = 1;
-    /* A trainer stuck mid-step never lets the step close. */
     d->leave_done = 1;
-    d->state = DMN_STEP_DRAINED;
+    dmn__step_force_drained(d);
     uv_stop(d->loop);
 }
 

@@ -201,7 +201,7 @@ static void maybe_close(dmn_t *d)
         }
         d->step++;
     }
-    d->state = DMN_STEP_IDLE; /* a closed step has no exit actions */
+    step_set_state(d, DMN_STEP_IDLE);
     if (d->drain_requested)
         step_set_state(d, DMN_STEP_DRAINED);
     else
@@ -257,7 +257,7 @@ static void try_start(dmn_t *d)
     d->step = d->view.step;
     d->any_redo = 0;
     d->ended = 0;
-    d->state = DMN_STEP_RUNNING; /* IDLE has no exit actions */
+    step_set_state(d, DMN_STEP_RUNNING);
 
     uint32_t rank = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
@@ -334,7 +334,6 @@ static void coll_done(void *arg, int status)
                     (unsigned long long)d->step, st_strerror(status));
         d->stats.coll_errors++;
         fail_posted(d, wire, 1);
-        d->state = DMN_STEP_RUNNING;
         step_set_state(d, DMN_STEP_BROKEN);
         maybe_close(d);
         return;
@@ -361,7 +360,7 @@ static void coll_done(void *arg, int status)
     if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
     d->coll_open = 0;
-    d->state = DMN_STEP_RUNNING;
+    step_set_state(d, DMN_STEP_RUNNING);
     if (d->break_pending)
         step_set_state(d, DMN_STEP_BROKEN);
 }
@@ -400,7 +399,7 @@ static void launch(dmn_t *d)
         }
         first = 0;
     }
-    d->state = DMN_STEP_REDUCING;
+    step_set_state(d, DMN_STEP_REDUCING);
     d->coll_start_ns = now_ns();
     if (r->kind == PROTO_COLL_BROADCAST) {
         rc = d->be->ops->broadcast(d->be, d->staging, bytes, r->root,
@@ -512,6 +511,11 @@ void dmn__step_on_view(void *arg, const dmn_view_t *view)
         step_set_state(d, DMN_STEP_BROKEN);
         maybe_close(d);
     }
+}
+
+void dmn__step_force_drained(dmn_t *d)
+{
+    d->state = DMN_STEP_DRAINED; /* final, no actions: we exit now */
 }
 
 void dmn__step_drain(dmn_t *d)

@@ -393,3 +393,20 @@ TEST_IMPL(dmn_lost_trainer_reshapes)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/* A trainer stuck mid-step cannot hold a drain forever: ringd gives up
+ * after its drain timeout (10 s) and still exits 0. */
+TEST_IMPL(dmn_drain_timeout)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-drainto");
+    ASSERT_OK(td_start(&t, NULL));
+    raw_trainer_t r;
+    raw_trainer(&r, t.sock);
+    raw_step_begin(&r, 3);
+    ASSERT_EQ(raw_step_reply(&r).status, 0);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    ASSERT(td_file_has(t.log, "did not come back"));
+    close(r.fd);
+    return 0;
+}
