@@ -153,8 +153,9 @@ int ringd_state(ringd_client_t *c, void *ptr, size_t bytes);
  * fills *view. If the trainer is new to a running job and has a state
  * region, the region holds the job's state when this returns
  * (view->restored = 1).
- * After RINGD_EDISCONNECTED, with opts.auto_reconnect, this call first
- * reconnects (as ringd_reconnect()).
+ * With opts.auto_reconnect (the default), a connection known to be lost
+ * is re-opened first (as ringd_reconnect()), and if this request itself
+ * finds the daemon gone it reconnects and asks once more.
  * Errors: RINGD_EDISCONNECTED, RINGD_ESHUTDOWN (the daemon drains: stop),
  * RINGD_EFENCED, RINGD_ETIMEDOUT, RINGD_ENODAEMON (reconnect failed).
  */
