@@ -102,7 +102,8 @@ TEST_IMPL(dmn_two_trainers_match_one)
     for (int i = 0; i < 2; i++) {
         const char *args[] = {"--steps", "120", "--hash-log",
                               td_path(&t, i ? "h1" : "h0"), "--save",
-                              td_path(&t, i ? "p1" : "p0"), NULL};
+                              td_path(&t, i ? "p1" : "p0"),
+                              "--target-acc", "0.9", NULL};
         p[i] = td_trainer(&t, args, td_path(&t, i ? "t1.log" : "t0.log"));
     }
     for (int i = 0; i < 2; i++) {
