@@ -1,0 +1,129 @@
+/*
+ * backend.h - the cross-node half of ringd, as the daemon sees it.
+ *
+ * The daemon reduces its node's trainers locally, then hands ONE buffer per
+ * collective to a backend, which combines it with the other nodes of the job.
+ * Backends:
+ *   solo   one node, no network: completes at once, the view never changes
+ *          (--standalone).
+ *   fake   solo plus scripted view changes, for tests (--backend fake:...).
+ *   ring   (to come) etcd membership + the UCX ring.
+ *
+ * Threading: every op is called on the daemon's main loop thread, and every
+ * callback must be invoked on that thread too. A backend with its own
+ * threads (the ring thread) posts results back with uv_async. Callbacks are
+ * never invoked from inside the op that started the work (no re-entrancy):
+ * defer with a timer or an async handle even when the result is known.
+ *
+ * Ownership: a buffer passed to allreduce/broadcast belongs to the backend
+ * until done_cb runs; the daemon neither reads nor frees it meanwhile. At
+ * most one collective is in flight per backend at any time (the daemon
+ * serialises them), and collectives are posted only between step_begin and
+ * step_end of the node.
+ *
+ * Views: the backend owns the job's view (generation, this node's rank,
+ * node count, global trainer count and rank offset, step). The daemon reads
+ * it with get_view() at every step start and is told of changes through
+ * the on_view callback given at creation. A change that removes a member
+ * must complete the in-flight collective (if any) with ST_ERESHAPE BEFORE
+ * on_view runs; a change that only adds members waits for step_end().
+ *
+ * Errors: ops return 0 or a negative ST_* code and log it; a collective's
+ * outcome goes to done_cb: 0, ST_ERESHAPE (the view changed: every trainer
+ * of the job redoes the step), ST_EFENCED (this node lost its lease) or
+ * another negative code (reported to the trainers as RINGD_EABORTED).
+ */
+#ifndef RINGD_DMN_BACKEND_H
+#define RINGD_DMN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "kernels/kern.h"
+
+typedef struct {
+    uint64_t generation;      /* bumps on every membership change */
+    uint64_t step;            /* the job's next step (restart point) */
+    uint32_t node_rank;       /* this node's position in the ring */
+    uint32_t node_count;      /* nodes in the view */
+    uint32_t global_trainers; /* trainers of all nodes in the view */
+    uint32_t rank_offset;     /* global rank of this node's first trainer */
+} dmn_view_t;
+
+typedef struct dmn_backend dmn_backend_t;
+
+/* Collective completion: status is 0, ST_ERESHAPE, ST_EFENCED or < 0. */
+typedef void (*dmn_done_cb)(void *arg, int status);
+/* The view changed; *view is the new one (valid during the call). */
+typedef void (*dmn_view_cb)(void *arg, const dmn_view_t *view);
+
+typedef struct {
+    const char *name;
+    /*
+     * Number of trainers on this node for the coming step; called at every
+     * step start before get_view(). A ring backend publishes it (node key in
+     * etcd) so that every node computes the same global_trainers and
+     * rank_offset; solo uses it as the whole job.
+     */
+    void (*set_local_trainers)(dmn_backend_t *be, uint32_t n);
+    void (*get_view)(dmn_backend_t *be, dmn_view_t *view_p);
+    /*
+     * In-place allreduce of buf (count elements of dt) across nodes, op
+     * being SUM, PROD, MIN or MAX: the daemon turns AVG into SUM and
+     * divides by global_trainers itself, once, after completion.
+     */
+    int (*allreduce)(dmn_backend_t *be, void *buf, size_t count,
+                     kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+                     void *arg);
+    /*
+     * Broadcast bytes of buf from the node holding global trainer rank
+     * root (its daemon filled buf with that trainer's data) to all nodes.
+     */
+    int (*broadcast)(dmn_backend_t *be, void *buf, size_t bytes,
+                     uint32_t root, dmn_done_cb cb, void *arg);
+    /* Every trainer of the node finished `step`: a step boundary, where
+     * joins and drains take effect. */
+    void (*step_end)(dmn_backend_t *be, uint64_t step);
+    /*
+     * Leave the job at this step boundary (SIGTERM drain): deregister and
+     * call cb when gone. No collective is in flight when it is called.
+     */
+    int (*leave)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
+    /* Free everything; in-flight callbacks are dropped, never called.
+     * Handles are closed asynchronously: run the loop once after. */
+    void (*destroy)(dmn_backend_t *be);
+} dmn_backend_ops_t;
+
+/* Every backend struct starts with this. */
+struct dmn_backend {
+    const dmn_backend_ops_t *ops;
+};
+
+typedef struct {
+    dmn_view_cb on_view;
+    void *arg;
+} dmn_backend_cbs_t;
+
+/*
+ * Create a backend from a spec: "solo", or "fake:reshape=S[,S...]" (the
+ * first collective of each listed step completes with ST_ERESHAPE and the
+ * generation bumps, once per step). Returns 0 or ST_ECONFIG (logged).
+ */
+int dmn_backend_create(uv_loop_t *loop, const char *spec,
+                       const dmn_backend_cbs_t *cbs, dmn_backend_t **be_p);
+
+/* Implementations (backend.c dispatches to them). fake_args NULL: solo. */
+int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p);
+
+/* Accepts NULL. */
+static inline void dmn_backend_destroy(dmn_backend_t *be)
+{
+    if (be != NULL)
+        be->ops->destroy(be);
+}
+
+#endif /* RINGD_DMN_BACKEND_H */

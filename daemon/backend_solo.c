@@ -1,0 +1,205 @@
+/*
+ * backend_solo.c - the one-node backend (--standalone) and its test twin.
+ *
+ * solo: the node is the job. Every collective is already complete when the
+ * local reduction is done, so allreduce/broadcast only defer the callback
+ * to the next loop iteration (backends never call back re-entrantly).
+ *
+ * fake: solo plus scripted view changes. "fake:reshape=3,7" makes the first
+ * collective of step 3 and of step 7 fail with ST_ERESHAPE and bumps the
+ * generation, exactly what the ring backend does when a member dies
+ * mid-collective; tests use it to check that trainers redo the step.
+ */
+#include "daemon/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+#define SOLO_MAX_RESHAPES 16
+
+typedef struct {
+    dmn_backend_t base;
+    uv_timer_t timer;      /* defers completions */
+    dmn_backend_cbs_t cbs;
+    dmn_view_t view;
+    dmn_done_cb done_cb;   /* the in-flight collective, or NULL */
+    void *done_arg;
+    int done_status;
+    uint64_t reshape_at[SOLO_MAX_RESHAPES];
+    int nreshape;
+} solo_t;
+
+static void solo_set_local_trainers(dmn_backend_t *be, uint32_t n)
+{
+    solo_t *s = (solo_t *)be;
+    if (n == s->view.global_trainers)
+        return;
+    /* One node: the local trainers are the job, a new count a new view. */
+    s->view.global_trainers = n;
+    s->view.generation++;
+}
+
+static void solo_get_view(dmn_backend_t *be, dmn_view_t *view_p)
+{
+    *view_p = ((solo_t *)be)->view;
+}
+
+static void solo_fire(uv_timer_t *t)
+{
+    solo_t *s = t->data;
+    dmn_done_cb cb = s->done_cb;
+    s->done_cb = NULL;
+    if (cb == NULL)
+        return;
+    int status = s->done_status;
+    cb(s->done_arg, status);
+    if (status == ST_ERESHAPE && s->cbs.on_view != NULL)
+        s->cbs.on_view(s->cbs.arg, &s->view);
+}
+
+/* The scripted fault: is this the first collective of a listed step? */
+static int solo_take_reshape(solo_t *s)
+{
+    for (int i = 0; i < s->nreshape; i++) {
+        if (s->reshape_at[i] == s->view.step) {
+            s->reshape_at[i] = UINT64_MAX; /* once */
+            s->view.generation++;
+            RD_INFO("fake backend: view change at step %llu (generation "
+                    "%llu)", (unsigned long long)s->view.step,
+                    (unsigned long long)s->view.generation);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int solo_start(solo_t *s, dmn_done_cb cb, void *arg)
+{
+    if (s->done_cb != NULL) {
+        RD_ERROR("backend: a collective is already in flight");
+        return ST_EINVAL;
+    }
+    s->done_cb = cb;
+    s->done_arg = arg;
+    s->done_status = solo_take_reshape(s) ? ST_ERESHAPE : 0;
+    return uv_timer_start(&s->timer, solo_fire, 0, 0);
+}
+
+static int solo_allreduce(dmn_backend_t *be, void *buf, size_t count,
+                          kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+                          void *arg)
+{
+    (void)buf;
+    (void)count;
+    (void)dt;
+    (void)op;
+    return solo_start((solo_t *)be, cb, arg);
+}
+
+static int solo_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
+                          uint32_t root, dmn_done_cb cb, void *arg)
+{
+    (void)buf;
+    (void)bytes;
+    (void)root;
+    return solo_start((solo_t *)be, cb, arg);
+}
+
+static void solo_step_end(dmn_backend_t *be, uint64_t step)
+{
+    ((solo_t *)be)->view.step = step + 1;
+}
+
+static int solo_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+{
+    return solo_start((solo_t *)be, cb, arg);
+}
+
+static void solo_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void solo_destroy(dmn_backend_t *be)
+{
+    solo_t *s = (solo_t *)be;
+    s->done_cb = NULL;
+    uv_close((uv_handle_t *)&s->timer, solo_closed);
+}
+
+static const dmn_backend_ops_t solo_ops = {
+    .name = "solo",
+    .set_local_trainers = solo_set_local_trainers,
+    .get_view = solo_get_view,
+    .allreduce = solo_allreduce,
+    .broadcast = solo_broadcast,
+    .step_end = solo_step_end,
+    .leave = solo_leave,
+    .destroy = solo_destroy,
+};
+
+static const dmn_backend_ops_t fake_ops = {
+    .name = "fake",
+    .set_local_trainers = solo_set_local_trainers,
+    .get_view = solo_get_view,
+    .allreduce = solo_allreduce,
+    .broadcast = solo_broadcast,
+    .step_end = solo_step_end,
+    .leave = solo_leave,
+    .destroy = solo_destroy,
+};
+
+/* "reshape=3,7" -> reshape_at = {3, 7}. */
+static int fake_parse(solo_t *s, const char *args)
+{
+    const char *p = args;
+    if (strncmp(p, "reshape=", 8) != 0)
+        goto bad;
+    p += 8;
+    while (*p != '\0') {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || s->nreshape == SOLO_MAX_RESHAPES)
+            goto bad;
+        s->reshape_at[s->nreshape++] = v;
+        p = end;
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            goto bad;
+    }
+    return 0;
+bad:
+    RD_ERROR("backend: bad fake spec '%s' (want reshape=STEP[,STEP...])",
+             args);
+    return ST_ECONFIG;
+}
+
+int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p)
+{
+    solo_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ST_ENOMEM;
+    s->cbs = *cbs;
+    /* Generation 0: no view yet; the first trainers make generation 1. */
+    s->view = (dmn_view_t){.generation = 0, .node_count = 1};
+    s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
+    if (fake_args != NULL && fake_parse(s, fake_args) != 0) {
+        free(s);
+        return ST_ECONFIG;
+    }
+    int rc = uv_timer_init(loop, &s->timer);
+    if (rc != 0) {
+        RD_ERROR("backend: uv_timer_init: %s", uv_strerror(rc));
+        free(s);
+        return rc;
+    }
+    s->timer.data = s;
+    *be_p = &s->base;
+    return 0;
+}

@@ -1,0 +1,368 @@
+/*
+ * config.c - ringd's flags and config file.
+ *
+ * One table of keys serves both: a flag --KEY VALUE (or --KEY=VALUE) and a
+ * file line "KEY = VALUE" set the same field, so the two can never drift.
+ * Flags are applied after the file, so they win.
+ */
+#include "daemon/dmn.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+typedef enum { K_STR, K_U32, K_BOOL, K_UCX } key_type_t;
+
+typedef struct {
+    const char *name;
+    key_type_t type;
+    size_t off;
+    uint32_t min, max;   /* K_U32 bounds */
+    const char *arg;
+    const char *help;
+} cfg_key_t;
+
+#define F(field) offsetof(dmn_config_t, field)
+
+static const cfg_key_t keys[] = {
+    {"etcd", K_STR, F(etcd), 0, 0, "URLS",
+     "etcd endpoints, comma-separated (http://10.0.0.1:2379,...)"},
+    {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
+    {"node-id", K_STR, F(node_id), 0, 0, "ID",
+     "this node's id in the job (default: the hostname)"},
+    {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",
+     "set UCX_KEY=VAL for UCX (repeatable), e.g. TLS=tcp"},
+    {"socket", K_STR, F(socket_path), 0, 0, "PATH",
+     "local API socket (default /run/ringd/ringd.sock)"},
+    {"ckpt-dir", K_STR, F(ckpt_dir), 0, 0, "DIR",
+     "checkpoint directory (default /var/lib/ringd/ckpt)"},
+    {"ckpt-interval", K_U32, F(ckpt_interval), 0, 100000000, "STEPS",
+     "checkpoint every STEPS steps, 0 = never (default 0)"},
+    {"lease-ttl", K_U32, F(lease_ttl), 1, 3600, "SEC",
+     "etcd lease TTL in seconds (default 5)"},
+    {"metrics", K_STR, F(metrics_addr), 0, 0, "ADDR:PORT",
+     "metrics HTTP address, or \"off\" (default 127.0.0.1:9464)"},
+    {"log-level", K_STR, F(log_level), 0, 0, "LEVEL",
+     "error, warn, info or debug (default info)"},
+    {"trainers", K_U32, F(trainers), 0, 4096, "N",
+     "local trainers to gather before the first step (default 0: go with "
+     "whoever is there)"},
+    {"standalone", K_BOOL, F(standalone), 0, 0, NULL,
+     "one-node job: no etcd, no ring"},
+    {"backend", K_STR, F(backend), 0, 0, NULL, NULL}, /* hidden: tests */
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static void set_str(char **dst, const char *v)
+{
+    free(*dst);
+    *dst = strdup(v);
+}
+
+void dmn_config_init(dmn_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    char host[256] = "localhost";
+    (void)gethostname(host, sizeof(host) - 1);
+    set_str(&cfg->node_id, host);
+    set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
+    set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");
+    set_str(&cfg->metrics_addr, "127.0.0.1:9464");
+    set_str(&cfg->log_level, "info");
+    cfg->lease_ttl = 5;
+}
+
+void dmn_config_free(dmn_config_t *cfg)
+{
+    if (cfg == NULL)
+        return;
+    for (size_t i = 0; i < NKEYS; i++)
+        if (keys[i].type == K_STR)
+            free(*(char **)((char *)cfg + keys[i].off));
+    for (int i = 0; i < cfg->nucx_opts; i++)
+        free(cfg->ucx_opts[i]);
+    free(cfg->config_path);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static const cfg_key_t *find_key(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strlen(keys[i].name) == len &&
+            strncmp(keys[i].name, name, len) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+/* Set one key; on error writes the reason (without location) to why. */
+static int set_key(dmn_config_t *cfg, const cfg_key_t *k, const char *v,
+                   char *why, size_t wlen)
+{
+    char *end;
+    switch (k->type) {
+    case K_STR:
+        if (v[0] == '\0') {
+            snprintf(why, wlen, "empty value for '%s'", k->name);
+            return ST_ECONFIG;
+        }
+        set_str((char **)((char *)cfg + k->off), v);
+        return 0;
+    case K_U32: {
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (v[0] == '\0' || v[0] == '-' || *end != '\0' || errno != 0 ||
+            n < k->min || n > k->max) {
+            snprintf(why, wlen, "bad number '%s' for '%s' (want %u..%u)", v,
+                     k->name, k->min, k->max);
+            return ST_ECONFIG;
+        }
+        *(uint32_t *)((char *)cfg + k->off) = (uint32_t)n;
+        return 0;
+    }
+    case K_BOOL:
+        if (strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 ||
+            strcmp(v, "1") == 0) {
+            *(int *)((char *)cfg + k->off) = 1;
+        } else if (strcmp(v, "false") == 0 || strcmp(v, "no") == 0 ||
+                   strcmp(v, "0") == 0) {
+            *(int *)((char *)cfg + k->off) = 0;
+        } else {
+            snprintf(why, wlen, "bad boolean '%s' for '%s' (want true or "
+                     "false)", v, k->name);
+            return ST_ECONFIG;
+        }
+        return 0;
+    case K_UCX:
+        if (strchr(v, '=') == NULL || v[0] == '=') {
+            snprintf(why, wlen, "bad UCX option '%s' (want KEY=VAL)", v);
+            return ST_ECONFIG;
+        }
+        if (cfg->nucx_opts == DMN_MAX_UCX_OPTS) {
+            snprintf(why, wlen, "at most %d UCX options", DMN_MAX_UCX_OPTS);
+            return ST_ECONFIG;
+        }
+        cfg->ucx_opts[cfg->nucx_opts++] = strdup(v);
+        return 0;
+    }
+    return ST_ECONFIG;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' ||
+                     s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
+                     FILE *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        if (!must_exist && errno == ENOENT)
+            return 0;
+        fprintf(err, "ringd: cannot read config file %s: %s\n", path,
+                strerror(errno));
+        return ST_ECONFIG;
+    }
+    char line[1024], why[256];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            fprintf(err, "ringd: %s:%d: expected 'key = value'\n", path,
+                    lineno);
+            rc = ST_ECONFIG;
+            break;
+        }
+        *eq = '\0';
+        char *k = trim(s), *v = trim(eq + 1);
+        const cfg_key_t *key = find_key(k, strlen(k));
+        if (key == NULL) {
+            fprintf(err, "ringd: %s:%d: unknown key '%s'\n", path, lineno, k);
+            rc = ST_ECONFIG;
+        } else if (set_key(cfg, key, v, why, sizeof(why)) != 0) {
+            fprintf(err, "ringd: %s:%d: %s\n", path, lineno, why);
+            rc = ST_ECONFIG;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/*
+ * Walk argv; with apply = 0 only --config/--help/--version are taken (so
+ * the file can be read first), with apply = 1 everything else.
+ */
+static int parse_flags(dmn_config_t *cfg, int argc, char **argv, int apply,
+                       FILE *err)
+{
+    char why[256];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cfg->want_help = 1;
+            continue;
+        }
+        if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            cfg->want_version = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 && strcmp(a, "-c") != 0) {
+            fprintf(err, "ringd: unexpected argument '%s' (see --help)\n", a);
+            return ST_ECONFIG;
+        }
+        const char *name = strcmp(a, "-c") == 0 ? "config" : a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        int is_config = nlen == 6 && strncmp(name, "config", 6) == 0;
+        const cfg_key_t *k = is_config ? NULL : find_key(name, nlen);
+        if (!is_config && k == NULL) {
+            fprintf(err, "ringd: unknown option '%s' (see --help)\n", a);
+            return ST_ECONFIG;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (v == NULL && k != NULL && k->type == K_BOOL) {
+            v = "true";
+        } else if (v == NULL) {
+            if (i + 1 >= argc) {
+                fprintf(err, "ringd: option '%s' needs a value\n", a);
+                return ST_ECONFIG;
+            }
+            v = argv[++i];
+        }
+        if (is_config) {
+            if (!apply)
+                set_str(&cfg->config_path, v);
+            continue;
+        }
+        if (apply && set_key(cfg, k, v, why, sizeof(why)) != 0) {
+            fprintf(err, "ringd: %s\n", why);
+            return ST_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+static int validate(dmn_config_t *cfg, FILE *err)
+{
+    rd_log_level_t lvl;
+    if (rd_log_parse_level(cfg->log_level, &lvl) != 0) {
+        fprintf(err, "ringd: bad log level '%s' (want error, warn, info or "
+                "debug)\n", cfg->log_level);
+        return ST_ECONFIG;
+    }
+    if (cfg->standalone && cfg->backend == NULL)
+        set_str(&cfg->backend, "solo");
+    if (cfg->backend == NULL) {
+        if (cfg->etcd == NULL || cfg->job == NULL) {
+            fprintf(err, "ringd: --etcd and --job are required unless "
+                    "--standalone is given\n");
+            return ST_ECONFIG;
+        }
+        fprintf(err, "ringd: the etcd/ring backend is not part of this "
+                "build yet; run a one-node job with --standalone\n");
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
+int dmn_config_load(dmn_config_t *cfg, int argc, char **argv, FILE *err)
+{
+    int rc = parse_flags(cfg, argc, argv, 0, err);
+    if (rc != 0 || cfg->want_help || cfg->want_version)
+        return rc;
+    int explicit = cfg->config_path != NULL;
+    rc = load_file(cfg, explicit ? cfg->config_path : DMN_DEFAULT_CONFIG,
+                   explicit, err);
+    if (rc == 0)
+        rc = parse_flags(cfg, argc, argv, 1, err);
+    if (rc == 0)
+        rc = validate(cfg, err);
+    return rc;
+}
+
+/* "  --flag ARG   help" with the help wrapped at 79 columns. */
+static void print_wrapped(FILE *out, const char *flag, const char *help)
+{
+    int col = fprintf(out, "  %-26s", flag);
+    const char *p = help;
+    while (*p != '\0') {
+        size_t w = strcspn(p, " ");
+        if (col + 1 + (int)w > 79) {
+            col = fprintf(out, "\n%28s", "") - 1;
+        }
+        col += fprintf(out, " %.*s", (int)w, p);
+        p += w;
+        while (*p == ' ')
+            p++;
+    }
+    fputc('\n', out);
+}
+
+void dmn_config_usage(FILE *out)
+{
+    fprintf(out,
+"Usage: ringd [OPTION]...\n"
+"\n"
+"ringd is the per-node daemon of an elastic data-parallel training job.\n"
+"Trainers on the node connect to it through a Unix socket (libringd) and\n"
+"share their tensors with it through shared memory; ringd reduces them\n"
+"locally, then across nodes, and keeps the job going when nodes or\n"
+"trainers come and go.\n"
+"\n"
+"Options (each also a key of the config file, without the dashes):\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (keys[i].help == NULL)
+            continue;
+        char flag[48];
+        snprintf(flag, sizeof(flag), "--%s%s%s", keys[i].name,
+                 keys[i].arg ? " " : "", keys[i].arg ? keys[i].arg : "");
+        print_wrapped(out, flag, keys[i].help);
+    }
+    fprintf(out,
+"  %-26s %s\n  %-26s %s\n  %-26s %s\n"
+"\n"
+"This build runs one-node jobs (--standalone). --etcd, --job, --lease-ttl,\n"
+"--ucx-opt, --ckpt-dir and --ckpt-interval are parsed and validated for the\n"
+"ring backend and checkpoints, which are not part of it yet.\n"
+"\n"
+"Config file: 'key = value' lines, '#' starts a comment; flags win over\n"
+"the file. Without -c, %s is read if it exists.\n"
+"\n"
+"Signals: SIGTERM or SIGINT drain: the current step finishes, trainers\n"
+"get RINGD_ESHUTDOWN at their next step, ringd leaves the job and exits 0.\n"
+"A second signal exits at once.\n"
+"\n"
+"systemd: Type=notify; READY=1 once the socket listens, STATUS= updates,\n"
+"WATCHDOG=1 every WatchdogSec/2, STOPPING=1 on drain.\n"
+"\n"
+"Metrics: GET /metrics (Prometheus text), GET /healthz.\n"
+"\n"
+"Exit status: 0 after a drain, 1 on a runtime failure, 2 on a bad\n"
+"command line or config file.\n"
+"\n"
+"Example: ringd --standalone --socket /tmp/ringd.sock --trainers 2\n",
+            "-c, --config FILE", "read this config file (must exist)",
+            "-h, --help", "show this help and exit",
+            "-V, --version", "show the version and exit",
+            DMN_DEFAULT_CONFIG);
+}

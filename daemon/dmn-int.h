@@ -1,0 +1,169 @@
+/*
+ * dmn-int.h - internals shared by the daemon's files (server.c, step.c,
+ * metrics.c, dmn.c). Not a public header.
+ */
+#ifndef RINGD_DMN_INT_H
+#define RINGD_DMN_INT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "daemon/backend.h"
+#include "daemon/dmn.h"
+#include "daemon/proto.h"
+
+typedef struct {
+    void *addr;           /* NULL: slot unused */
+    uint64_t size;
+} dmn_buf_t;
+
+/* One client connection (a trainer, or ringctl asking for status). */
+typedef struct dmn_conn {
+    struct dmn_conn *next;
+    dmn_t *d;
+    uv_poll_t poll;
+    int fd;
+    uint32_t id;
+    pid_t pid;
+    char name[32];
+    int hello;            /* HELLO accepted */
+    int bye;              /* said goodbye: a clean leave */
+    dmn_buf_t bufs[PROTO_MAX_BUFFERS];
+    int has_state;
+    proto_state_set_t state;
+
+    /* Step bookkeeping (step.c). */
+    int member;           /* took part in a step already */
+    int active;           /* in the current step, not left it yet */
+    int redo;             /* left the current step to redo it */
+    int waiting_begin;    /* a STEP_BEGIN awaits its reply */
+    uint32_t begin_seq;
+    int posted;           /* a COLL awaits its reply */
+    uint32_t coll_msg_seq;
+    proto_coll_req_t coll;
+    uint32_t local_rank;
+    int told_shutdown;
+} dmn_conn_t;
+
+/*
+ * The node's step state. Ordered: IDLE < RUNNING < REDUCING mark the normal
+ * cycle; BROKEN is a step aborted by a view change or a lost trainer (every
+ * later collective of the step answers RINGD_ERESHAPE); DRAINED is final.
+ */
+typedef enum {
+    DMN_STEP_IDLE = 0,     /* between steps: collecting step_begins */
+    DMN_STEP_RUNNING,      /* step begun: collecting collectives */
+    DMN_STEP_REDUCING,     /* a collective is with the backend */
+    DMN_STEP_BROKEN,       /* aborted: waiting for everyone to leave it */
+    DMN_STEP_DRAINED,      /* shutting down: no more steps */
+} dmn_step_state_t;
+
+typedef struct {
+    uint64_t collectives;
+    uint64_t coll_bytes;
+    double coll_seconds;
+    double last_busbw;     /* bytes/s of the last allreduce */
+    uint64_t coll_errors;
+    uint64_t view_changes;
+    uint64_t aborted_steps;
+    uint64_t steps;
+    uint64_t recoveries;
+    double recovery_seconds_sum;
+    double last_recovery_seconds;
+    uint64_t trainers_joined;
+    uint64_t trainers_lost;
+    uint64_t proto_errors;
+    uint64_t ckpt_requests;
+    uint64_t ckpt_taken;
+    uint64_t ckpt_failed;
+    uint64_t restores;
+} dmn_stats_t;
+
+struct dmn {
+    uv_loop_t *loop;
+    const dmn_config_t *cfg;
+    dmn_hooks_t hooks;
+    dmn_backend_t *be;
+    uint64_t start_ms;
+    int open_handles;      /* handles of this struct still closing */
+    uint64_t status_ms;    /* last STATUS= sent */
+
+    /* Local API server (server.c). */
+    int listen_fd;
+    uv_poll_t listen_poll;
+    int listening;
+    dmn_conn_t *conns;     /* in connection order: local rank order */
+    uint32_t next_conn_id;
+
+    /* Metrics HTTP server (metrics.c). */
+    uv_tcp_t http;
+    int http_on;
+
+    /* Step state (step.c). */
+    dmn_step_state_t state;
+    uint64_t step;
+    dmn_view_t view;       /* the view of the current/last step */
+    uint64_t last_generation;
+    uint32_t ended;        /* trainers that called step_end this step */
+    int any_redo;          /* one left the step to redo it */
+    int break_pending;     /* a trainer was lost during REDUCING */
+    int drain_requested;
+    int leave_done;
+    uv_timer_t drain_timer;
+    int drain_timed_out;
+    uint64_t break_ms;     /* when the current recovery began; 0: none */
+    /* The collective being gathered or reduced. */
+    int coll_open;
+    proto_coll_req_t coll;
+    uint64_t coll_start_ns;
+    void *staging;
+    size_t staging_size;
+    /* The job state as of the last completed step (for joiners). */
+    void *snapshot;
+    size_t snapshot_size;  /* allocated */
+    uint64_t snapshot_bytes;
+    uint64_t snapshot_step;
+
+    dmn_stats_t stats;
+};
+
+/* server.c */
+int dmn__server_start(dmn_t *d);
+void dmn__server_stop(dmn_t *d);
+/* Send a reply body of the type's size. Returns 0 or a negative errno. */
+int dmn__reply(dmn_conn_t *c, uint32_t type, uint32_t seq, const void *body,
+               size_t len);
+void dmn__reply_status(dmn_conn_t *c, uint32_t type, uint32_t seq,
+                       int32_t status);
+void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A pointer into a client's mapped buffer, range-checked; NULL if bad. */
+void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
+                   uint64_t len);
+
+/* step.c */
+const char *dmn__step_state_name(dmn_step_state_t s);
+void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq);
+void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
+                    const proto_coll_req_t *req);
+void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
+/* The connection is going away (before its buffers are unmapped). */
+void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
+void dmn__step_on_view(void *arg, const dmn_view_t *view);
+void dmn__step_drain(dmn_t *d);
+/* Drain timed out: mark drained without telling anyone (exiting). */
+void dmn__step_force_drained(dmn_t *d);
+uint32_t dmn__trainer_count(const dmn_t *d);
+
+/* metrics.c */
+int dmn__metrics_start(dmn_t *d);
+void dmn__metrics_stop(dmn_t *d);
+
+uint64_t dmn__now_ms(void);
+/* Close callback for handles embedded in dmn_t (data = d). */
+void dmn__handle_closed(uv_handle_t *h);
+
+#endif /* RINGD_DMN_INT_H */

@@ -1,0 +1,95 @@
+/*
+ * dmn.c - the daemon object: wires the backend, the local API server and
+ * the metrics server onto one loop, and tears them down.
+ */
+#include "daemon/dmn-int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+#define DMN_DRAIN_TIMEOUT_MS 10000
+
+void dmn__handle_closed(uv_handle_t *h)
+{
+    dmn_t *d = h->data;
+    d->open_handles--;
+}
+
+int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
+               const dmn_hooks_t *hooks, dmn_t **d_p)
+{
+    dmn_t *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return ST_ENOMEM;
+    d->loop = loop;
+    d->cfg = cfg;
+    d->listen_fd = -1;
+    d->start_ms = dmn__now_ms();
+    if (hooks != NULL)
+        d->hooks = *hooks;
+    uv_timer_init(loop, &d->drain_timer);
+    d->drain_timer.data = d;
+
+    const char *spec = cfg->backend != NULL ? cfg->backend : "solo";
+    dmn_backend_cbs_t cbs = {dmn__step_on_view, d};
+    int rc = dmn_backend_create(loop, spec, &cbs, &d->be);
+    if (rc != 0)
+        goto err;
+    d->be->ops->get_view(d->be, &d->view);
+    rc = dmn__server_start(d);
+    if (rc != 0)
+        goto err;
+    rc = dmn__metrics_start(d);
+    if (rc != 0)
+        goto err;
+    *d_p = d;
+    return 0;
+
+err:
+    dmn_destroy(d);
+    return rc;
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    RD_WARN("drain: trainers did not come back within %d ms; exiting",
+            DMN_DRAIN_TIMEOUT_MS);
+    /* A trainer stuck mid-step never lets the step close: give up on it
+     * (dmn_done() accepts a timed-out drain). */
+    d->drain_timed_out = 1;
+    d->leave_done = 1;
+    dmn__step_force_drained(d);
+    uv_stop(d->loop);
+}
+
+void dmn_drain(dmn_t *d)
+{
+    if (d->drain_requested)
+        return;
+    RD_INFO("drain requested: finishing step %llu",
+            (unsigned long long)d->step);
+    uv_timer_start(&d->drain_timer, on_drain_timeout, DMN_DRAIN_TIMEOUT_MS,
+                   0);
+    dmn__step_drain(d);
+}
+
+void dmn_destroy(dmn_t *d)
+{
+    if (d == NULL)
+        return;
+    dmn__server_stop(d);
+    dmn__metrics_stop(d);
+    d->open_handles++;
+    uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
+    dmn_backend_destroy(d->be);
+    /* The handles live inside d: run the loop until they are closed. */
+    while (d->open_handles > 0)
+        uv_run(d->loop, UV_RUN_NOWAIT);
+    free(d->staging);
+    free(d->snapshot);
+    free(d);
+}

@@ -1,0 +1,80 @@
+/*
+ * dmn.h - the ringd daemon module: configuration and the daemon object.
+ *
+ * daemon/main.c owns the one global (the daemon object and signal flags),
+ * parses the configuration with dmn_config_*() and runs the daemon with
+ * dmn_create()/dmn_run(). Everything runs on one libuv loop.
+ */
+#ifndef RINGD_DMN_H
+#define RINGD_DMN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <uv.h>
+
+#define DMN_VERSION "0.1.0"
+#define DMN_DEFAULT_CONFIG "/etc/ringd/ringd.conf"
+#define DMN_MAX_UCX_OPTS 32
+
+typedef struct {
+    char *config_path;      /* NULL: DMN_DEFAULT_CONFIG if it exists */
+    char *etcd;             /* comma-separated endpoints */
+    char *job;
+    char *node_id;          /* default: hostname */
+    char *socket_path;
+    char *ckpt_dir;
+    uint32_t ckpt_interval; /* steps; 0 = never */
+    uint32_t lease_ttl;     /* seconds */
+    char *metrics_addr;     /* "addr:port"; "off" disables */
+    char *log_level;
+    uint32_t trainers;      /* 0: every trainer that shows up */
+    int standalone;
+    char *backend;          /* hidden: "solo", "fake:reshape=..." */
+    char *ucx_opts[DMN_MAX_UCX_OPTS]; /* "KEY=VAL" */
+    int nucx_opts;
+    int want_help;
+    int want_version;
+} dmn_config_t;
+
+/* Defaults for every field. */
+void dmn_config_init(dmn_config_t *cfg);
+/*
+ * Flags first (they name the config file), then the file, then the flags
+ * again so they win. On error prints one clear line to err and returns
+ * ST_ECONFIG (file errors name file:line).
+ */
+int dmn_config_load(dmn_config_t *cfg, int argc, char **argv, FILE *err);
+/* Free every string. Accepts NULL. */
+void dmn_config_free(dmn_config_t *cfg);
+/* The --help text. */
+void dmn_config_usage(FILE *out);
+
+typedef struct dmn dmn_t;
+
+/* Hooks for main.c (sd_notify): called on the loop thread. */
+typedef struct {
+    void (*on_status)(void *arg, const char *status);
+    void *arg;
+} dmn_hooks_t;
+
+/*
+ * Create the daemon on loop: backend, local socket (refusing to steal one
+ * a live daemon listens on), metrics server. Returns 0 or a negative code
+ * (logged).
+ */
+int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
+               const dmn_hooks_t *hooks, dmn_t **d_p);
+/*
+ * Start draining: finish the current step, answer every trainer's next
+ * step_begin with RINGD_ESHUTDOWN, leave the job, then stop the loop.
+ */
+void dmn_drain(dmn_t *d);
+/* Non-zero once drained and every trainer was told (or timed out). */
+int dmn_done(const dmn_t *d);
+/* Close everything; run the loop afterwards to finish the closes.
+ * Accepts NULL. */
+void dmn_destroy(dmn_t *d);
+
+#endif /* RINGD_DMN_H */

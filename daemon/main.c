@@ -1,0 +1,141 @@
+/*
+ * main.c - the ringd process: configuration, the loop, signals and systemd.
+ *
+ * The one global of the daemon lives here (STYLE.md 4). Signals arrive as
+ * uv_signal callbacks on the loop, so no handler touches state
+ * asynchronously. systemd gets READY=1 once the socket listens, STATUS=
+ * lines from the daemon, WATCHDOG=1 from a timer at half the watchdog
+ * period, and STOPPING=1 when a drain begins.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+#include <uv.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/dmn.h"
+
+typedef struct {
+    uv_loop_t loop;
+    dmn_config_t cfg;
+    dmn_t *dmn;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t watchdog;
+    int signals;
+} ringd_main_t;
+
+static ringd_main_t g_main;
+
+static void on_status(void *arg, const char *status)
+{
+    (void)arg;
+    sd_notifyf(0, "STATUS=%s", status);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    ringd_main_t *m = s->data;
+    if (++m->signals > 1) {
+        RD_WARN("second signal (%s): exiting now", strsignal(signum));
+        uv_stop(&m->loop);
+        return;
+    }
+    RD_INFO("%s: draining", strsignal(signum));
+    sd_notify(0, "STOPPING=1\nSTATUS=draining");
+    dmn_drain(m->dmn);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    sd_notify(0, "WATCHDOG=1");
+}
+
+/* UCX reads its options from UCX_* variables: --ucx-opt TLS=tcp. */
+static void export_ucx_opts(const dmn_config_t *cfg)
+{
+    for (int i = 0; i < cfg->nucx_opts; i++) {
+        char name[128];
+        const char *eq = strchr(cfg->ucx_opts[i], '=');
+        int klen = (int)(eq - cfg->ucx_opts[i]);
+        const char *pre = strncmp(cfg->ucx_opts[i], "UCX_", 4) ? "UCX_" : "";
+        snprintf(name, sizeof(name), "%s%.*s", pre, klen, cfg->ucx_opts[i]);
+        setenv(name, eq + 1, 1);
+    }
+}
+
+static void start_watchdog(ringd_main_t *m)
+{
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+        return;
+    uint64_t ms = usec / 2000 ? usec / 2000 : 1;
+    uv_timer_init(&m->loop, &m->watchdog);
+    uv_timer_start(&m->watchdog, on_watchdog, 0, ms);
+    RD_INFO("systemd watchdog: ping every %llu ms", (unsigned long long)ms);
+}
+
+static void close_cb(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    ringd_main_t *m = &g_main;
+    dmn_config_init(&m->cfg);
+    int rc = dmn_config_load(&m->cfg, argc, argv, stderr);
+    if (rc != 0) {
+        dmn_config_free(&m->cfg);
+        return 2;
+    }
+    if (m->cfg.want_help || m->cfg.want_version) {
+        if (m->cfg.want_help)
+            dmn_config_usage(stdout);
+        else
+            printf("ringd %s (protocol %d)\n", DMN_VERSION, 1);
+        dmn_config_free(&m->cfg);
+        return 0;
+    }
+    rd_log_level_t lvl = RD_LOG_INFO;
+    (void)rd_log_parse_level(m->cfg.log_level, &lvl);
+    rd_log_set_level(lvl);
+    export_ucx_opts(&m->cfg);
+
+    uv_loop_init(&m->loop);
+    dmn_hooks_t hooks = {on_status, m};
+    rc = dmn_create(&m->loop, &m->cfg, &hooks, &m->dmn);
+    if (rc != 0) {
+        RD_ERROR("ringd could not start: %s", st_strerror(rc));
+        goto out;
+    }
+    uv_signal_init(&m->loop, &m->sigterm);
+    uv_signal_init(&m->loop, &m->sigint);
+    m->sigterm.data = m->sigint.data = m;
+    uv_signal_start(&m->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&m->sigint, on_signal, SIGINT);
+    start_watchdog(m);
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s (%s)", m->cfg.socket_path,
+               m->cfg.backend);
+    RD_INFO("ringd %s ready (node %s, backend %s)", DMN_VERSION,
+            m->cfg.node_id, m->cfg.backend);
+
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    rc = dmn_done(m->dmn) ? 0 : 1;
+    if (rc != 0 && m->signals > 1)
+        rc = 0; /* asked twice to stop: a stop, not a failure */
+    RD_INFO("ringd exiting (%s)", rc == 0 ? "drained" : "aborted");
+
+out:
+    dmn_destroy(m->dmn);
+    uv_walk(&m->loop, close_cb, NULL);
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&m->loop);
+    dmn_config_free(&m->cfg);
+    return rc == 0 ? 0 : 1;
+}

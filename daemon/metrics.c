@@ -1,0 +1,274 @@
+/*
+ * metrics.c - a minimal HTTP/1.0 server on the loop for /metrics
+ * (Prometheus text format 0.0.4) and /healthz. One request per connection,
+ * answered and closed; requests larger than 4 KiB are refused. It only ever
+ * binds the configured address (127.0.0.1:9464 by default).
+ */
+#include "daemon/dmn-int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+#define HTTP_MAX_REQ 4096
+#define HTTP_MAX_BODY 8192
+
+typedef struct {
+    uv_tcp_t tcp;
+    uv_write_t wr;
+    dmn_t *d;
+    size_t len;
+    int answered;
+    char req[HTTP_MAX_REQ];
+    char out[HTTP_MAX_BODY + 256];
+} http_conn_t;
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(sbuf_t *s, const char *fmt, ...)
+{
+    if (s->len >= s->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        s->len += (size_t)n < s->cap - s->len ? (size_t)n : s->cap - s->len;
+}
+
+static void metric(sbuf_t *s, const char *name, const char *type,
+                   const char *help, double v)
+{
+    sb_printf(s, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
+              type, name, v);
+}
+
+static void render_metrics(dmn_t *d, sbuf_t *s)
+{
+    const dmn_stats_t *st = &d->stats;
+    sb_printf(s, "# HELP ringd_info Build and identity.\n"
+                 "# TYPE ringd_info gauge\n"
+                 "ringd_info{version=\"%s\",backend=\"%s\",node=\"%s\"} 1\n",
+              DMN_VERSION, d->be->ops->name, d->cfg->node_id);
+    metric(s, "ringd_up", "gauge", "1 while serving, 0 once drained.",
+           d->state != DMN_STEP_DRAINED);
+    metric(s, "ringd_uptime_seconds", "gauge", "Seconds since start.",
+           (double)(dmn__now_ms() - d->start_ms) / 1e3);
+    metric(s, "ringd_view_generation", "gauge", "Current view generation.",
+           (double)d->view.generation);
+    metric(s, "ringd_view_members", "gauge", "Nodes in the current view.",
+           d->view.node_count);
+    metric(s, "ringd_view_trainers", "gauge",
+           "Trainers of the whole job in the current view.",
+           d->view.global_trainers);
+    metric(s, "ringd_node_rank", "gauge", "This node's rank in the view.",
+           d->view.node_rank);
+    metric(s, "ringd_step", "gauge", "The job's current step.",
+           (double)d->step);
+    metric(s, "ringd_trainers", "gauge", "Trainers connected to this node.",
+           dmn__trainer_count(d));
+    metric(s, "ringd_trainers_joined_total", "counter",
+           "Trainers admitted at a step boundary.", st->trainers_joined);
+    metric(s, "ringd_trainers_lost_total", "counter",
+           "Trainers that vanished without saying goodbye.",
+           st->trainers_lost);
+    metric(s, "ringd_steps_total", "counter", "Steps completed.",
+           st->steps);
+    metric(s, "ringd_aborted_steps_total", "counter",
+           "Steps aborted and redone.", st->aborted_steps);
+    metric(s, "ringd_collectives_total", "counter",
+           "Collectives completed.", st->collectives);
+    metric(s, "ringd_collective_bytes_total", "counter",
+           "Bytes reduced or broadcast (per node, once).", st->coll_bytes);
+    metric(s, "ringd_collective_seconds_total", "counter",
+           "Time spent in the backend for collectives.", st->coll_seconds);
+    metric(s, "ringd_collective_errors_total", "counter",
+           "Collectives that failed (reshape, mismatch, abort).",
+           st->coll_errors);
+    metric(s, "ringd_allreduce_busbw_bytes_per_second", "gauge",
+           "Bus bandwidth of the last allreduce: bytes/s * 2(n-1)/n.",
+           st->last_busbw);
+    metric(s, "ringd_view_changes_total", "counter",
+           "View changes seen at step starts.", st->view_changes);
+    metric(s, "ringd_recoveries_total", "counter",
+           "Recoveries: aborted step to next completed step.",
+           st->recoveries);
+    metric(s, "ringd_recovery_seconds_sum", "counter",
+           "Total time of all recoveries.", st->recovery_seconds_sum);
+    metric(s, "ringd_recovery_seconds_last", "gauge",
+           "Time of the last recovery.", st->last_recovery_seconds);
+    metric(s, "ringd_state_restores_total", "counter",
+           "Joiners whose state region was filled.", st->restores);
+    metric(s, "ringd_checkpoint_requests_total", "counter",
+           "Checkpoint requests from trainers.", st->ckpt_requests);
+    metric(s, "ringd_checkpoints_total", "counter",
+           "Checkpoints written.", st->ckpt_taken);
+    metric(s, "ringd_checkpoint_failures_total", "counter",
+           "Checkpoints that failed.", st->ckpt_failed);
+    metric(s, "ringd_protocol_errors_total", "counter",
+           "Malformed client messages rejected.", st->proto_errors);
+}
+
+static void http_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void http_written(uv_write_t *wr, int status)
+{
+    (void)status;
+    http_conn_t *hc = wr->data;
+    uv_close((uv_handle_t *)&hc->tcp, http_closed);
+}
+
+static void http_answer(http_conn_t *hc, int code, const char *ctype,
+                        const char *body, size_t blen)
+{
+    const char *reason = code == 200 ? "OK" : code == 404 ? "Not Found"
+                        : code == 503 ? "Service Unavailable"
+                                      : "Bad Request";
+    int n = snprintf(hc->out, sizeof(hc->out),
+                     "HTTP/1.0 %d %s\r\nContent-Type: %s\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     code, reason, ctype, blen);
+    size_t len = (size_t)n;
+    if (len + blen > sizeof(hc->out))
+        blen = sizeof(hc->out) - len;
+    memcpy(hc->out + len, body, blen);
+    uv_buf_t b = uv_buf_init(hc->out, (unsigned)(len + blen));
+    hc->answered = 1;
+    hc->wr.data = hc;
+    uv_read_stop((uv_stream_t *)&hc->tcp);
+    if (uv_write(&hc->wr, (uv_stream_t *)&hc->tcp, &b, 1, http_written) != 0)
+        uv_close((uv_handle_t *)&hc->tcp, http_closed);
+}
+
+static void http_route(http_conn_t *hc)
+{
+    dmn_t *d = hc->d;
+    char path[64] = "";
+    if (sscanf(hc->req, "GET %63s HTTP/", path) != 1) {
+        http_answer(hc, 400, "text/plain", "bad request\n", 12);
+        return;
+    }
+    if (strcmp(path, "/metrics") == 0) {
+        char *body = malloc(HTTP_MAX_BODY);
+        if (body == NULL) {
+            uv_close((uv_handle_t *)&hc->tcp, http_closed);
+            return;
+        }
+        sbuf_t s = {body, 0, HTTP_MAX_BODY};
+        render_metrics(d, &s);
+        http_answer(hc, 200, "text/plain; version=0.0.4", body, s.len);
+        free(body);
+    } else if (strcmp(path, "/healthz") == 0) {
+        if (d->state == DMN_STEP_DRAINED)
+            http_answer(hc, 503, "text/plain", "draining\n", 9);
+        else
+            http_answer(hc, 200, "text/plain", "ok\n", 3);
+    } else {
+        http_answer(hc, 404, "text/plain", "not found\n", 10);
+    }
+}
+
+static void http_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+    (void)hint;
+    http_conn_t *hc = h->data;
+    *b = uv_buf_init(hc->req + hc->len,
+                     (unsigned)(sizeof(hc->req) - 1 - hc->len));
+}
+
+static void http_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    (void)b;
+    http_conn_t *hc = s->data;
+    if (hc->answered)
+        return;
+    if (n < 0) {
+        uv_close((uv_handle_t *)s, http_closed);
+        return;
+    }
+    hc->len += (size_t)n;
+    hc->req[hc->len] = '\0';
+    if (strstr(hc->req, "\r\n\r\n") != NULL ||
+        strstr(hc->req, "\n\n") != NULL)
+        http_route(hc);
+    else if (hc->len >= sizeof(hc->req) - 1)
+        http_answer(hc, 400, "text/plain", "request too large\n", 18);
+}
+
+static void http_accept(uv_stream_t *srv, int status)
+{
+    dmn_t *d = srv->data;
+    if (status != 0)
+        return;
+    http_conn_t *hc = calloc(1, sizeof(*hc));
+    if (hc == NULL)
+        return;
+    hc->d = d;
+    uv_tcp_init(d->loop, &hc->tcp);
+    hc->tcp.data = hc;
+    if (uv_accept(srv, (uv_stream_t *)&hc->tcp) != 0 ||
+        uv_read_start((uv_stream_t *)&hc->tcp, http_alloc, http_read) != 0)
+        uv_close((uv_handle_t *)&hc->tcp, http_closed);
+}
+
+int dmn__metrics_start(dmn_t *d)
+{
+    const char *spec = d->cfg->metrics_addr;
+    if (spec == NULL || strcmp(spec, "off") == 0)
+        return 0;
+    char host[64];
+    const char *colon = strrchr(spec, ':');
+    if (colon == NULL || (size_t)(colon - spec) >= sizeof(host)) {
+        RD_ERROR("bad metrics address '%s' (want ADDR:PORT)", spec);
+        return ST_ECONFIG;
+    }
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    struct sockaddr_storage ss;
+    int rc = ST_ECONFIG;
+    if (*end == '\0' && port >= 0 && port <= 65535)
+        rc = strchr(host, ':') != NULL
+                 ? uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&ss)
+                 : uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&ss);
+    if (rc != 0) {
+        RD_ERROR("bad metrics address '%s' (want ADDR:PORT)", spec);
+        return ST_ECONFIG;
+    }
+    uv_tcp_init(d->loop, &d->http);
+    d->http.data = d;
+    d->http_on = 1;
+    rc = uv_tcp_bind(&d->http, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&d->http, 16, http_accept);
+    if (rc != 0) {
+        RD_ERROR("metrics: cannot listen on %s: %s", spec, uv_strerror(rc));
+        return rc;
+    }
+    RD_INFO("metrics on http://%s/metrics", spec);
+    return 0;
+}
+
+void dmn__metrics_stop(dmn_t *d)
+{
+    if (!d->http_on)
+        return;
+    d->http_on = 0;
+    d->open_handles++;
+    uv_close((uv_handle_t *)&d->http, dmn__handle_closed);
+}

@@ -1,0 +1,253 @@
+/*
+ * proto.h - the local API wire format between libringd and ringd.
+ *
+ * Transport: one AF_UNIX SOCK_SEQPACKET connection per client, so every
+ * message arrives whole or not at all and its length is known. A message is
+ * a proto_hdr_t followed by a body whose size is fixed by the type. Both
+ * sides validate every field (proto_check_hdr(), proto_check_*()) before
+ * using it; nothing in a message is trusted.
+ *
+ * Requests go client -> daemon; each gets exactly one reply with the same
+ * seq and type | PROTO_REPLY. A request that cannot be parsed gets a
+ * PROTO_T_ERROR reply (seq copied when the header was readable) carrying a
+ * RINGD_* status and a text. The header layout and the ERROR body never
+ * change across versions, so a client of another version always receives a
+ * readable RINGD_EVERSION.
+ *
+ * Shared buffers: PROTO_T_BUF_ADD carries a memfd in SCM_RIGHTS; the daemon
+ * maps it MAP_SHARED and later requests name (buf_id, offset).
+ *
+ * Header-only on purpose: the client library and the daemon include it and
+ * link nothing extra.
+ */
+#ifndef RINGD_PROTO_H
+#define RINGD_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/ringd.h"
+
+#define PROTO_MAGIC 0x52474e44u /* "RNGD" */
+#define PROTO_VERSION 1
+#define PROTO_REPLY 0x8000u
+#define PROTO_MAX_MSG 512       /* no message is larger */
+#define PROTO_MAX_BUFFERS 64    /* per client */
+#define PROTO_MAX_BUF_BYTES (1ull << 40)
+#define PROTO_TEXT 120
+
+typedef enum {
+    PROTO_T_HELLO = 1,
+    PROTO_T_BUF_ADD = 2,
+    PROTO_T_STATE_SET = 3,
+    PROTO_T_STEP_BEGIN = 4,
+    PROTO_T_COLL = 5,
+    PROTO_T_STEP_END = 6,
+    PROTO_T_CKPT = 7,
+    PROTO_T_STATUS = 8,
+    PROTO_T_ERROR = 9, /* reply only */
+    PROTO_T_BYE = 10,  /* request only, no reply: a clean leave */
+    PROTO_T_COUNT
+} proto_type_t;
+
+typedef enum {
+    PROTO_COLL_ALLREDUCE = 0,
+    PROTO_COLL_BROADCAST = 1,
+    PROTO_COLL_COUNT
+} proto_coll_t;
+
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t length; /* body bytes after this header */
+    uint32_t seq;
+} proto_hdr_t;
+
+/* Requests. */
+typedef struct {
+    uint32_t pid;
+    uint32_t api_version;
+    char name[32];     /* NUL-terminated within the array */
+} proto_hello_t;
+
+typedef struct {
+    uint32_t buf_id;   /* chosen by the client, < PROTO_MAX_BUFFERS */
+    uint32_t pad;
+    uint64_t size;     /* mapped size; the memfd is at least this big */
+} proto_buf_add_t;
+
+typedef struct {
+    uint32_t buf_id;
+    uint32_t pad;
+    uint64_t offset;
+    uint64_t bytes;
+} proto_state_set_t;
+
+typedef struct {
+    uint32_t kind;     /* proto_coll_t */
+    uint32_t coll_seq; /* index of the collective within the step */
+    uint32_t buf_id;
+    uint32_t dtype;    /* ringd_dtype_t; RINGD_U8 for broadcast */
+    uint64_t offset;
+    uint64_t count;    /* elements */
+    uint32_t op;       /* ringd_op_t; ignored for broadcast */
+    uint32_t root;     /* broadcast root (global rank) */
+} proto_coll_req_t;
+
+/* STEP_BEGIN, STEP_END, CKPT, STATUS and BYE have an empty body. */
+
+/* Replies: every body starts with a RINGD_* status. */
+typedef struct {
+    int32_t status;
+    uint32_t client_id;
+} proto_status_rep_t;
+
+typedef struct {
+    int32_t status;
+    uint32_t rank;
+    uint32_t world;
+    uint32_t local_rank;
+    uint32_t local_world;
+    uint32_t restored;
+    uint64_t step;
+    uint64_t generation;
+} proto_step_rep_t;
+
+typedef struct {
+    int32_t status;
+    uint32_t pid;
+    uint32_t trainers;
+    uint32_t node_rank;
+    uint32_t node_count;
+    uint32_t world;
+    uint64_t generation;
+    uint64_t step;
+    uint64_t collectives;
+    uint64_t bytes;
+    uint64_t uptime_ms;
+    char backend[16];
+    char node_id[64];
+    char state[16];
+} proto_info_rep_t;
+
+typedef struct {
+    int32_t status;
+    uint32_t pad;
+    char text[PROTO_TEXT];
+} proto_error_rep_t;
+
+/* The layouts are the ABI: no hidden padding may differ between builds. */
+_Static_assert(sizeof(proto_hdr_t) == 16, "header layout");
+_Static_assert(sizeof(proto_hello_t) == 40, "hello layout");
+_Static_assert(sizeof(proto_buf_add_t) == 16, "buf_add layout");
+_Static_assert(sizeof(proto_state_set_t) == 24, "state_set layout");
+_Static_assert(sizeof(proto_coll_req_t) == 40, "coll layout");
+_Static_assert(sizeof(proto_status_rep_t) == 8, "status layout");
+_Static_assert(sizeof(proto_step_rep_t) == 40, "step layout");
+_Static_assert(sizeof(proto_error_rep_t) == 128, "error layout");
+
+/* Body size of a request type (types are checked separately). */
+static inline size_t proto_req_size(uint32_t type)
+{
+    switch (type) {
+    case PROTO_T_HELLO: return sizeof(proto_hello_t);
+    case PROTO_T_BUF_ADD: return sizeof(proto_buf_add_t);
+    case PROTO_T_STATE_SET: return sizeof(proto_state_set_t);
+    case PROTO_T_COLL: return sizeof(proto_coll_req_t);
+    default: return 0;
+    }
+}
+
+static inline size_t proto_rep_size(uint32_t type)
+{
+    switch (type) {
+    case PROTO_T_STEP_BEGIN: return sizeof(proto_step_rep_t);
+    case PROTO_T_STATUS: return sizeof(proto_info_rep_t);
+    case PROTO_T_ERROR: return sizeof(proto_error_rep_t);
+    default: return sizeof(proto_status_rep_t);
+    }
+}
+
+/* Element size of a wire dtype; 0 when invalid. */
+static inline size_t proto_dtype_size(uint32_t dt)
+{
+    static const size_t sz[] = {4, 8, 2, 2, 4, 8, 1};
+    return dt < sizeof(sz) / sizeof(sz[0]) ? sz[dt] : 0;
+}
+
+/* [offset, offset+len) inside a mapping of map_size, without overflow. */
+static inline int proto_range_ok(uint64_t offset, uint64_t len,
+                                 uint64_t map_size)
+{
+    return offset <= map_size && len <= map_size - offset;
+}
+
+/*
+ * Validate a header received as a datagram of n bytes.
+ * Returns 0 or a RINGD_* code; *why_p names the problem.
+ */
+static inline int proto_check_hdr(const proto_hdr_t *h, size_t n,
+                                  int want_reply, const char **why_p)
+{
+    if (n < sizeof(*h)) {
+        *why_p = "truncated header";
+        return RINGD_EPROTO;
+    }
+    if (h->magic != PROTO_MAGIC) {
+        *why_p = "bad magic";
+        return RINGD_EPROTO;
+    }
+    if (h->version != PROTO_VERSION) {
+        *why_p = "protocol version mismatch";
+        return RINGD_EVERSION;
+    }
+    if (h->length != n - sizeof(*h)) {
+        *why_p = "length field does not match the message size";
+        return RINGD_EPROTO;
+    }
+    uint32_t type = h->type & ~PROTO_REPLY;
+    int is_reply = (h->type & PROTO_REPLY) != 0;
+    if (is_reply != want_reply || type < PROTO_T_HELLO ||
+        type >= PROTO_T_COUNT || (!want_reply && type == PROTO_T_ERROR) ||
+        (want_reply && type == PROTO_T_BYE)) {
+        *why_p = "unknown message type";
+        return RINGD_EPROTO;
+    }
+    size_t want = want_reply ? proto_rep_size(type) : proto_req_size(type);
+    if (h->length != want) {
+        *why_p = "body size does not match the message type";
+        return RINGD_EPROTO;
+    }
+    return 0;
+}
+
+/* Validate the fields of a collective that do not depend on mappings. */
+static inline int proto_check_coll(const proto_coll_req_t *r,
+                                   const char **why_p)
+{
+    size_t esz = proto_dtype_size(r->dtype);
+    if (r->kind >= PROTO_COLL_COUNT) {
+        *why_p = "unknown collective kind";
+        return RINGD_EPROTO;
+    }
+    if (esz == 0) {
+        *why_p = "unknown dtype";
+        return RINGD_EPROTO;
+    }
+    if (r->kind == PROTO_COLL_ALLREDUCE && r->op > RINGD_AVG) {
+        *why_p = "unknown reduction op";
+        return RINGD_EPROTO;
+    }
+    if (r->buf_id >= PROTO_MAX_BUFFERS) {
+        *why_p = "buffer id out of range";
+        return RINGD_EPROTO;
+    }
+    if (r->count == 0 || r->count > PROTO_MAX_BUF_BYTES / esz) {
+        *why_p = "element count out of range";
+        return RINGD_EPROTO;
+    }
+    return 0;
+}
+
+#endif /* RINGD_PROTO_H */

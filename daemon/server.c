@@ -1,0 +1,430 @@
+/*
+ * server.c - the local API server: a SOCK_SEQPACKET listener and one
+ * connection per client, all on uv_poll (libuv has no seqpacket streams, so
+ * we recvmsg/sendmsg ourselves). Every message is validated here before
+ * step.c sees it; a malformed one gets a PROTO_T_ERROR reply and a log line,
+ * and the connection keeps being served unless the peer cannot be trusted
+ * to stay in sync (version mismatch, oversized datagram).
+ */
+#include "daemon/dmn-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+static void conn_close(dmn_conn_t *c);
+
+int dmn__reply(dmn_conn_t *c, uint32_t type, uint32_t seq, const void *body,
+               size_t len)
+{
+    char buf[PROTO_MAX_MSG];
+    proto_hdr_t h = {PROTO_MAGIC, PROTO_VERSION,
+                     (uint16_t)(type | PROTO_REPLY), (uint32_t)len, seq};
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), body, len);
+    /* One request in flight per client, so the socket never fills up;
+     * if it does, the client is not reading and is dropped. */
+    if (send(c->fd, buf, sizeof(h) + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        RD_WARN("client %u (pid %d): send reply: %s", c->id, (int)c->pid,
+                strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+void dmn__reply_status(dmn_conn_t *c, uint32_t type, uint32_t seq,
+                       int32_t status)
+{
+    /* The body size is fixed by the type; the status always comes first. */
+    _Alignas(8) char body[PROTO_MAX_MSG] = {0};
+    proto_status_rep_t r = {status, c->id};
+    memcpy(body, &r, sizeof(r));
+    (void)dmn__reply(c, type, seq, body, proto_rep_size(type));
+}
+
+void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
+                      const char *fmt, ...)
+{
+    proto_error_rep_t e = {status, 0, {0}};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.text, sizeof(e.text), fmt, ap);
+    va_end(ap);
+    (void)dmn__reply(c, PROTO_T_ERROR, seq, &e, sizeof(e));
+}
+
+/* Log and answer a message that failed validation. */
+static void bad_msg(dmn_conn_t *c, uint32_t seq, int32_t status,
+                    const char *why)
+{
+    c->d->stats.proto_errors++;
+    RD_WARN("client %u (pid %d): rejected message: %s", c->id, (int)c->pid,
+            why);
+    dmn__reply_error(c, seq, status, "%s", why);
+}
+
+void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
+                   uint64_t len)
+{
+    if (buf_id >= PROTO_MAX_BUFFERS || c->bufs[buf_id].addr == NULL)
+        return NULL;
+    if (!proto_range_ok(off, len, c->bufs[buf_id].size))
+        return NULL;
+    return (char *)c->bufs[buf_id].addr + off;
+}
+
+static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
+{
+    if (c->hello) {
+        bad_msg(c, seq, RINGD_ESTATE, "second HELLO");
+        return;
+    }
+    if (h->api_version != RINGD_API_VERSION) {
+        bad_msg(c, seq, RINGD_EVERSION, "client API version differs");
+        return;
+    }
+    c->hello = 1;
+    c->pid = (pid_t)h->pid;
+    memcpy(c->name, h->name, sizeof(c->name));
+    c->name[sizeof(c->name) - 1] = '\0';
+    RD_INFO("client %u connected (pid %d%s%s)", c->id, (int)c->pid,
+            c->name[0] ? ", " : "", c->name);
+    dmn__reply_status(c, PROTO_T_HELLO, seq, 0);
+}
+
+/* Map the memfd a client passed; takes ownership of fd. */
+static void on_buf_add(dmn_conn_t *c, uint32_t seq,
+                       const proto_buf_add_t *b, int fd)
+{
+    const char *why = NULL;
+    struct stat st;
+    if (fd < 0)
+        why = "BUF_ADD without a file descriptor";
+    else if (b->buf_id >= PROTO_MAX_BUFFERS)
+        why = "buffer id out of range";
+    else if (c->bufs[b->buf_id].addr != NULL)
+        why = "buffer id already in use";
+    else if (b->size == 0 || b->size > PROTO_MAX_BUF_BYTES)
+        why = "buffer size out of range";
+    else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+             (uint64_t)st.st_size < b->size)
+        why = "descriptor is not a memfd of the announced size";
+    else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) ||
+             fcntl(fd, F_GET_SEALS) < 0)
+        /* Unsealed, the client could shrink it under us: SIGBUS. */
+        why = "memfd not sealed against shrinking (F_SEAL_SHRINK)";
+    if (why != NULL) {
+        bad_msg(c, seq, RINGD_EINVAL, why);
+        goto out;
+    }
+    void *addr = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                      0);
+    if (addr == MAP_FAILED) {
+        RD_WARN("client %u: mmap %llu bytes: %s", c->id,
+                (unsigned long long)b->size, strerror(errno));
+        dmn__reply_error(c, seq, RINGD_ENOMEM, "daemon cannot map buffer");
+        goto out;
+    }
+    c->bufs[b->buf_id] = (dmn_buf_t){addr, b->size};
+    dmn__reply_status(c, PROTO_T_BUF_ADD, seq, 0);
+out:
+    if (fd >= 0)
+        close(fd);
+}
+
+static void on_state_set(dmn_conn_t *c, uint32_t seq,
+                         const proto_state_set_t *s)
+{
+    if (s->bytes == 0 || dmn__buf_ptr(c, s->buf_id, s->offset, s->bytes) ==
+                             NULL) {
+        bad_msg(c, seq, RINGD_EINVAL,
+                "state region outside the client's buffers");
+        return;
+    }
+    c->state = *s;
+    c->has_state = 1;
+    dmn__reply_status(c, PROTO_T_STATE_SET, seq, 0);
+}
+
+static void on_coll(dmn_conn_t *c, uint32_t seq, const proto_coll_req_t *r)
+{
+    const char *why = NULL;
+    if (proto_check_coll(r, &why) != 0) {
+        bad_msg(c, seq, RINGD_EPROTO, why);
+        return;
+    }
+    /* count * size cannot overflow: proto_check_coll bounded count. */
+    uint64_t len = r->count * proto_dtype_size(r->dtype);
+    if (c->bufs[r->buf_id].addr == NULL) {
+        bad_msg(c, seq, RINGD_EINVAL, "unknown buffer id");
+        return;
+    }
+    if (dmn__buf_ptr(c, r->buf_id, r->offset, len) == NULL) {
+        bad_msg(c, seq, RINGD_EINVAL, "offset/count outside the buffer");
+        return;
+    }
+    dmn__step_coll(c->d, c, seq, r);
+}
+
+static void on_status(dmn_conn_t *c, uint32_t seq)
+{
+    dmn_t *d = c->d;
+    proto_info_rep_t r = {0};
+    r.pid = (uint32_t)getpid();
+    r.trainers = dmn__trainer_count(d);
+    r.node_rank = d->view.node_rank;
+    r.node_count = d->view.node_count;
+    r.world = d->view.global_trainers;
+    r.generation = d->view.generation;
+    r.step = d->step;
+    r.collectives = d->stats.collectives;
+    r.bytes = d->stats.coll_bytes;
+    r.uptime_ms = dmn__now_ms() - d->start_ms;
+    snprintf(r.backend, sizeof(r.backend), "%s", d->be->ops->name);
+    snprintf(r.node_id, sizeof(r.node_id), "%s", d->cfg->node_id);
+    snprintf(r.state, sizeof(r.state), "%s",
+             dmn__step_state_name(d->state));
+    (void)dmn__reply(c, PROTO_T_STATUS, seq, &r, sizeof(r));
+}
+
+static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
+                     int fd)
+{
+    uint32_t type = h->type;
+    if (type != PROTO_T_HELLO && !c->hello) {
+        bad_msg(c, h->seq, RINGD_ESTATE, "request before HELLO");
+        goto out;
+    }
+    if (type != PROTO_T_BYE && (c->waiting_begin || c->posted)) {
+        bad_msg(c, h->seq, RINGD_ESTATE,
+                "new request while one is pending");
+        goto out;
+    }
+    if (type != PROTO_T_BUF_ADD && fd >= 0) {
+        bad_msg(c, h->seq, RINGD_EPROTO, "unexpected file descriptor");
+        goto out;
+    }
+    switch (type) {
+    case PROTO_T_HELLO: on_hello(c, h->seq, (const void *)body); break;
+    case PROTO_T_BUF_ADD:
+        on_buf_add(c, h->seq, (const void *)body, fd);
+        return;
+    case PROTO_T_STATE_SET:
+        on_state_set(c, h->seq, (const void *)body);
+        break;
+    case PROTO_T_STEP_BEGIN: dmn__step_begin(c->d, c, h->seq); break;
+    case PROTO_T_COLL: on_coll(c, h->seq, (const void *)body); break;
+    case PROTO_T_STEP_END: dmn__step_end(c->d, c, h->seq); break;
+    case PROTO_T_CKPT:
+        c->d->stats.ckpt_requests++;
+        dmn__reply_status(c, PROTO_T_CKPT, h->seq, RINGD_ENOTSUP);
+        break;
+    case PROTO_T_STATUS: on_status(c, h->seq); break;
+    case PROTO_T_BYE: c->bye = 1; break;
+    default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Receive one datagram; returns 0, 1 (peer gone) or -1 (drop peer). */
+static int conn_read(dmn_conn_t *c)
+{
+    _Alignas(8) char buf[PROTO_MAX_MSG];
+    char cbuf[CMSG_SPACE(4 * sizeof(int))];
+    struct iovec iov = {buf, sizeof(buf)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    if (n <= 0)
+        return 1;
+    /* Collect passed descriptors: at most one is ever legitimate. */
+    int fd = -1, nfds = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int f;
+            memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (nfds++ == 0)
+                fd = f;
+            else
+                close(f);
+        }
+    }
+    proto_hdr_t h = {0};
+    memcpy(&h, buf, (size_t)n < sizeof(h) ? (size_t)n : sizeof(h));
+    uint32_t seq = (size_t)n >= sizeof(h) ? h.seq : 0;
+    const char *why = NULL;
+    int rc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1
+                 ? RINGD_EPROTO
+                 : proto_check_hdr(&h, (size_t)n, 0, &why);
+    if (rc != 0) {
+        if (fd >= 0)
+            close(fd);
+        bad_msg(c, seq, rc, why ? why : "oversized message or extra fds");
+        /* Another version cannot be served: close once it is told. */
+        return rc == RINGD_EVERSION ? -1 : 0;
+    }
+    dispatch(c, &h, buf + sizeof(h), fd);
+    return 0;
+}
+
+static void on_conn_io(uv_poll_t *p, int status, int events)
+{
+    dmn_conn_t *c = p->data;
+    int rc = 1;
+    if (status == 0 && (events & UV_READABLE))
+        rc = conn_read(c);
+    else if (status == 0 && !(events & UV_DISCONNECT))
+        rc = 0;
+    if (rc != 0)
+        conn_close(c);
+}
+
+static void conn_freed(uv_handle_t *h)
+{
+    dmn_conn_t *c = h->data;
+    for (int i = 0; i < PROTO_MAX_BUFFERS; i++)
+        if (c->bufs[i].addr != NULL)
+            munmap(c->bufs[i].addr, c->bufs[i].size);
+    close(c->fd);
+    free(c);
+}
+
+/* Unlink from the list, tell the step machine, free after uv_close. */
+static void conn_close(dmn_conn_t *c)
+{
+    dmn_t *d = c->d;
+    for (dmn_conn_t **pp = &d->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    dmn__step_conn_lost(d, c);
+    uv_poll_stop(&c->poll);
+    uv_close((uv_handle_t *)&c->poll, conn_freed);
+}
+
+static void on_accept(uv_poll_t *p, int status, int events)
+{
+    dmn_t *d = p->data;
+    (void)events;
+    if (status != 0)
+        return;
+    int fd = accept4(d->listen_fd, NULL, NULL,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            RD_WARN("accept: %s", strerror(errno));
+        return;
+    }
+    dmn_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL || uv_poll_init(d->loop, &c->poll, fd) != 0) {
+        RD_ERROR("cannot serve a new client: out of memory");
+        free(c);
+        close(fd);
+        return;
+    }
+    c->d = d;
+    c->fd = fd;
+    c->id = ++d->next_conn_id;
+    c->poll.data = c;
+    dmn_conn_t **tail = &d->conns;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = c;
+    uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_io);
+}
+
+/* Refuse to take over a socket a live daemon listens on; remove a stale
+ * one left by a crash. */
+static int claim_path(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    int live = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    if (live) {
+        RD_ERROR("another ringd already listens on %s", path);
+        return ST_ECONFIG;
+    }
+    (void)unlink(path);
+    return 0;
+}
+
+int dmn__server_start(dmn_t *d)
+{
+    const char *path = d->cfg->socket_path;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        RD_ERROR("socket path too long: %s", path);
+        return ST_ECONFIG;
+    }
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    int rc = claim_path(path);
+    if (rc != 0)
+        return rc;
+    d->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK |
+                                       SOCK_CLOEXEC, 0);
+    if (d->listen_fd < 0 ||
+        bind(d->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        listen(d->listen_fd, 64) != 0) {
+        rc = -errno;
+        RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
+        goto err_close;
+    }
+    rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+    if (rc != 0)
+        goto err_unlink;
+    d->listen_poll.data = d;
+    d->listening = 1;
+    uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+    RD_INFO("listening on %s", path);
+    return 0;
+
+err_unlink:
+    unlink(path);
+err_close:
+    if (d->listen_fd >= 0)
+        close(d->listen_fd);
+    d->listen_fd = -1;
+    return rc;
+}
+
+void dmn__server_stop(dmn_t *d)
+{
+    /* We close these ourselves: not trainers lost. */
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        c->bye = 1;
+    while (d->conns != NULL)
+        conn_close(d->conns);
+    if (d->listening) {
+        d->listening = 0;
+        unlink(d->cfg->socket_path);
+        d->open_handles++;
+        uv_close((uv_handle_t *)&d->listen_poll, dmn__handle_closed);
+        close(d->listen_fd);
+        d->listen_fd = -1;
+    }
+}

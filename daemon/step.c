@@ -1,0 +1,538 @@
+/*
+ * step.c - the node's step and collective state machine.
+ *
+ * A step starts when every member trainer of the node (those that took part
+ * in an earlier step and are still connected) and any joiner has called
+ * step_begin; joiners are only admitted there, at a step boundary, and get
+ * the job's state copied into their state region. Within a step, a
+ * collective proceeds when every trainer of the step has posted the same
+ * one (same index, kind, count, dtype, op, root): their buffers are reduced
+ * into a staging area in local-rank order, handed once to the backend, and
+ * the result is copied back into every trainer's buffer. Because all
+ * trainers receive the very same bytes, replicas stay bitwise identical.
+ *
+ * Anything that invalidates the step's view (a backend view change, a lost
+ * trainer) breaks the step: pending and later collectives of the step
+ * answer RINGD_ERESHAPE and the trainers redo it. The step closes when
+ * every trainer has left it, by step_end (done) or step_begin (redo).
+ * All state changes go through step_set_state().
+ */
+#include "daemon/dmn-int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/kern.h"
+
+/* The wire enums are the kernels' enums. */
+_Static_assert(RINGD_F32 == (int)KERN_F32 && RINGD_U8 == (int)KERN_U8 &&
+                   RINGD_BF16 == (int)KERN_BF16,
+               "ringd_dtype_t must match kern_dtype_t");
+_Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
+               "ringd_op_t must match kern_op_t");
+
+static void try_start(dmn_t *d);
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t dmn__now_ms(void)
+{
+    return now_ns() / 1000000;
+}
+
+const char *dmn__step_state_name(dmn_step_state_t s)
+{
+    static const char *const names[] = {"idle", "running", "reducing",
+                                        "broken", "drained"};
+    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+uint32_t dmn__trainer_count(const dmn_t *d)
+{
+    uint32_t n = 0;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        n += c->member || c->waiting_begin;
+    return n;
+}
+
+/* STATUS= for systemd: at most once a second (each one is a blocking
+ * datagram to the service manager), except for the final one. */
+static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
+{
+    uint64_t now = dmn__now_ms();
+    if (d->state != DMN_STEP_DRAINED && now < d->status_ms + 1000)
+        return;
+    d->status_ms = now;
+    char buf[128];
+    snprintf(buf, sizeof(buf), fmt, a);
+    if (d->hooks.on_status != NULL)
+        d->hooks.on_status(d->hooks.arg, buf);
+}
+
+/* Reply to every trainer whose collective is pending, and forget it. */
+static void fail_posted(dmn_t *d, int32_t status, int redo)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!c->posted)
+            continue;
+        c->posted = 0;
+        if (redo) {
+            c->active = 0;
+            c->redo = 1;
+        }
+        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, status);
+    }
+    if (redo)
+        d->any_redo = 1;
+    d->coll_open = 0;
+}
+
+static void check_done(dmn_t *d)
+{
+    if (dmn_done(d)) {
+        set_status(d, "drained at step %llu", d->step);
+        uv_stop(d->loop);
+    }
+}
+
+static void on_leave(void *arg, int status)
+{
+    dmn_t *d = arg;
+    if (status != 0)
+        RD_WARN("leaving the job: %s", st_strerror(status));
+    d->leave_done = 1;
+    check_done(d);
+}
+
+/*
+ * The one transition function: exit/entry actions of every state change.
+ */
+static void step_set_state(dmn_t *d, dmn_step_state_t to)
+{
+    dmn_step_state_t from = d->state;
+    if (from == to || from == DMN_STEP_DRAINED)
+        return;
+    RD_DEBUG("step %llu: %s -> %s", (unsigned long long)d->step,
+             dmn__step_state_name(from), dmn__step_state_name(to));
+    d->state = to;
+    switch (to) {
+    case DMN_STEP_BROKEN:
+        d->stats.aborted_steps++;
+        if (d->break_ms == 0)
+            d->break_ms = dmn__now_ms();
+        d->break_pending = 0;
+        fail_posted(d, RINGD_ERESHAPE, 1);
+        break;
+    case DMN_STEP_DRAINED:
+        RD_INFO("drained at step %llu: telling trainers to stop",
+                (unsigned long long)d->step);
+        for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+            if (!c->waiting_begin)
+                continue;
+            c->waiting_begin = 0;
+            c->told_shutdown = 1;
+            dmn__reply_status(c, PROTO_T_STEP_BEGIN, c->begin_seq,
+                              RINGD_ESHUTDOWN);
+        }
+        if (d->be->ops->leave(d->be, on_leave, d) != 0)
+            d->leave_done = 1;
+        check_done(d);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Keep the job's state as of this step boundary, for joiners. */
+static void snapshot_state(dmn_t *d)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!c->member || !c->has_state)
+            continue;
+        const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                       c->state.bytes);
+        if (src == NULL)
+            return;
+        if (d->snapshot_size < c->state.bytes) {
+            void *p = realloc(d->snapshot, c->state.bytes);
+            if (p == NULL) {
+                RD_WARN("no memory for a %llu-byte state snapshot",
+                        (unsigned long long)c->state.bytes);
+                return;
+            }
+            d->snapshot = p;
+            d->snapshot_size = c->state.bytes;
+        }
+        memcpy(d->snapshot, src, c->state.bytes);
+        d->snapshot_bytes = c->state.bytes;
+        d->snapshot_step = d->step + 1; /* the step it is the input of */
+        return;
+    }
+}
+
+/* Close the step once every trainer has left it. */
+static void maybe_close(dmn_t *d)
+{
+    if (d->state != DMN_STEP_RUNNING && d->state != DMN_STEP_BROKEN)
+        return;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->active)
+            return;
+    /* Completed only if someone finished it: a step that every trainer
+     * abandoned (left, or went back to redo it) is not a step. */
+    if (!d->any_redo && d->ended > 0) {
+        d->stats.steps++;
+        d->be->ops->step_end(d->be, d->step);
+        snapshot_state(d);
+        if (d->break_ms != 0) {
+            double s = (double)(dmn__now_ms() - d->break_ms) / 1e3;
+            d->stats.recoveries++;
+            d->stats.recovery_seconds_sum += s;
+            d->stats.last_recovery_seconds = s;
+            d->break_ms = 0;
+        }
+        d->step++;
+    }
+    step_set_state(d, DMN_STEP_IDLE);
+    if (d->drain_requested)
+        step_set_state(d, DMN_STEP_DRAINED);
+    else
+        try_start(d);
+}
+
+/* Copy the job's state into a joiner's region; 1 when restored. */
+static int restore_joiner(dmn_t *d, dmn_conn_t *j)
+{
+    if (!j->has_state)
+        return 0;
+    void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
+                             j->state.bytes);
+    const void *src = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
+        if (c->member && c->has_state && c->state.bytes == j->state.bytes)
+            src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                               c->state.bytes);
+    if (src == NULL && d->snapshot_bytes == j->state.bytes &&
+        d->snapshot_step == d->step)
+        src = d->snapshot;
+    if (src == NULL || dst == NULL)
+        return 0;
+    memcpy(dst, src, j->state.bytes);
+    d->stats.restores++;
+    RD_INFO("client %u: state restored (%llu bytes, step %llu)", j->id,
+            (unsigned long long)j->state.bytes, (unsigned long long)d->step);
+    return 1;
+}
+
+/* Start a step if every member and at least the gathering quorum wait. */
+static void try_start(dmn_t *d)
+{
+    if (d->state != DMN_STEP_IDLE)
+        return;
+    uint32_t waiting = 0, members = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->member && !c->waiting_begin)
+            return; /* a member is still busy with the last step */
+        waiting += c->waiting_begin;
+        members += c->member;
+    }
+    /* --trainers N gathers N trainers before a job (re)starts from no
+     * member; afterwards trainers may leave and join at boundaries. */
+    if (waiting == 0 || (members == 0 && waiting < d->cfg->trainers))
+        return;
+
+    d->be->ops->set_local_trainers(d->be, waiting);
+    d->be->ops->get_view(d->be, &d->view);
+    if (d->last_generation != 0 && d->view.generation != d->last_generation)
+        d->stats.view_changes++;
+    d->last_generation = d->view.generation;
+    d->step = d->view.step;
+    d->any_redo = 0;
+    d->ended = 0;
+    step_set_state(d, DMN_STEP_RUNNING);
+
+    uint32_t rank = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!c->waiting_begin)
+            continue;
+        int restored = 0;
+        if (!c->member) {
+            restored = restore_joiner(d, c);
+            d->stats.trainers_joined++;
+        }
+        c->local_rank = rank++;
+        c->waiting_begin = 0;
+        c->active = 1;
+        c->redo = 0;
+        proto_step_rep_t r = {0, d->view.rank_offset + c->local_rank,
+                              d->view.global_trainers, c->local_rank,
+                              waiting, (uint32_t)restored, d->step,
+                              d->view.generation};
+        (void)dmn__reply(c, PROTO_T_STEP_BEGIN, c->begin_seq, &r, sizeof(r));
+    }
+    /* Members are marked after the loop so that joiners restore only from
+     * trainers that finished the previous step. */
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        c->member |= c->active;
+    set_status(d, "training: step %llu", d->step);
+}
+
+void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
+{
+    if (d->state == DMN_STEP_DRAINED) {
+        c->told_shutdown = 1;
+        dmn__reply_status(c, PROTO_T_STEP_BEGIN, seq, RINGD_ESHUTDOWN);
+        check_done(d);
+        return;
+    }
+    if (c->active) {
+        /* Abandoning a step without step_end: the others cannot finish
+         * it consistently, so everyone redoes it. */
+        RD_WARN("client %u restarted step %llu without ending it", c->id,
+                (unsigned long long)d->step);
+        c->active = 0;
+        c->redo = 1;
+        d->any_redo = 1;
+        if (d->state == DMN_STEP_RUNNING)
+            step_set_state(d, DMN_STEP_BROKEN);
+    }
+    c->waiting_begin = 1;
+    c->begin_seq = seq;
+    maybe_close(d);
+    try_start(d);
+}
+
+static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
+{
+    return a->kind == b->kind && a->coll_seq == b->coll_seq &&
+           a->count == b->count && a->dtype == b->dtype &&
+           (a->kind != PROTO_COLL_ALLREDUCE || a->op == b->op) &&
+           (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
+}
+
+static void coll_done(void *arg, int status)
+{
+    dmn_t *d = arg;
+    if (d->state != DMN_STEP_REDUCING)
+        return;
+    const proto_coll_req_t *r = &d->coll;
+    size_t esz = proto_dtype_size(r->dtype);
+    if (status != 0) {
+        int32_t wire = status == ST_ERESHAPE  ? RINGD_ERESHAPE
+                       : status == ST_EFENCED ? RINGD_EFENCED
+                                              : RINGD_EABORTED;
+        if (status != ST_ERESHAPE)
+            RD_WARN("collective %u of step %llu failed: %s", r->coll_seq,
+                    (unsigned long long)d->step, st_strerror(status));
+        d->stats.coll_errors++;
+        fail_posted(d, wire, 1);
+        step_set_state(d, DMN_STEP_BROKEN);
+        maybe_close(d);
+        return;
+    }
+    if (r->kind == PROTO_COLL_ALLREDUCE && r->op == RINGD_AVG)
+        (void)kern_avg_finish((kern_dtype_t)r->dtype, d->staging, r->count,
+                              d->view.global_trainers);
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!c->posted)
+            continue;
+        void *dst = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
+                                 r->count * esz);
+        if (dst != NULL)
+            memcpy(dst, d->staging, r->count * esz);
+        c->posted = 0;
+        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
+    }
+    double secs = (double)(now_ns() - d->coll_start_ns) / 1e9;
+    uint64_t bytes = r->count * esz;
+    uint32_t n = d->view.node_count;
+    d->stats.collectives++;
+    d->stats.coll_bytes += bytes;
+    d->stats.coll_seconds += secs;
+    if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
+        d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
+    d->coll_open = 0;
+    step_set_state(d, DMN_STEP_RUNNING);
+    if (d->break_pending)
+        step_set_state(d, DMN_STEP_BROKEN);
+}
+
+/* Everyone posted: reduce locally, hand the result to the backend. */
+static void launch(dmn_t *d)
+{
+    const proto_coll_req_t *r = &d->coll;
+    size_t bytes = r->count * proto_dtype_size(r->dtype);
+    if (d->staging_size < bytes) {
+        void *p = realloc(d->staging, bytes);
+        if (p == NULL) {
+            RD_ERROR("no memory for a %zu-byte staging buffer", bytes);
+            fail_posted(d, RINGD_ENOMEM, 0);
+            return;
+        }
+        d->staging = p;
+        d->staging_size = bytes;
+    }
+    int first = 1, rc = 0;
+    kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!c->posted)
+            continue;
+        const void *src = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
+                                       bytes);
+        if (r->kind == PROTO_COLL_BROADCAST) {
+            /* A remote root: the backend fills staging. */
+            if (d->view.rank_offset + c->local_rank == r->root)
+                memcpy(d->staging, src, bytes);
+        } else if (first) {
+            memcpy(d->staging, src, bytes);
+        } else {
+            kern_reduce((kern_dtype_t)r->dtype, op, d->staging, src,
+                        r->count);
+        }
+        first = 0;
+    }
+    step_set_state(d, DMN_STEP_REDUCING);
+    d->coll_start_ns = now_ns();
+    if (r->kind == PROTO_COLL_BROADCAST) {
+        rc = d->be->ops->broadcast(d->be, d->staging, bytes, r->root,
+                                   coll_done, d);
+    } else {
+        rc = d->be->ops->allreduce(d->be, d->staging, r->count,
+                                   (kern_dtype_t)r->dtype, op, coll_done, d);
+    }
+    if (rc != 0)
+        coll_done(d, rc);
+}
+
+void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
+                    const proto_coll_req_t *req)
+{
+    if (c->active && d->state == DMN_STEP_BROKEN) {
+        c->active = 0;
+        c->redo = 1;
+        d->any_redo = 1;
+        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
+        maybe_close(d);
+        return;
+    }
+    if (!c->active || d->state != DMN_STEP_RUNNING) {
+        dmn__reply_error(c, seq, RINGD_ESTATE,
+                         "collective outside a step (state %s)",
+                         dmn__step_state_name(d->state));
+        return;
+    }
+    if (req->kind == PROTO_COLL_BROADCAST &&
+        req->root >= d->view.global_trainers) {
+        dmn__reply_error(c, seq, RINGD_EINVAL, "broadcast root %u >= %u",
+                         req->root, d->view.global_trainers);
+        return;
+    }
+    /* A trainer that already ended the step will post nothing more. */
+    if ((d->coll_open && !coll_matches(&d->coll, req)) || d->ended > 0) {
+        RD_WARN("client %u: collective %u does not match the other "
+                "trainers'", c->id, req->coll_seq);
+        d->stats.coll_errors++;
+        fail_posted(d, RINGD_EMISMATCH, 0);
+        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
+        return;
+    }
+    if (!d->coll_open) {
+        d->coll = *req;
+        d->coll_open = 1;
+    }
+    c->posted = 1;
+    c->coll_msg_seq = seq;
+    c->coll = *req;
+    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        if (o->active && !o->posted)
+            return;
+    launch(d);
+}
+
+void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
+{
+    if (!c->active) {
+        dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step");
+        return;
+    }
+    if (d->coll_open) {
+        RD_WARN("client %u ended step %llu while others wait in a "
+                "collective", c->id, (unsigned long long)d->step);
+        fail_posted(d, RINGD_EMISMATCH, 0);
+    }
+    c->active = 0;
+    d->ended++;
+    dmn__reply_status(c, PROTO_T_STEP_END, seq, 0);
+    maybe_close(d);
+}
+
+void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
+{
+    if (c->member || c->waiting_begin) {
+        if (c->bye) {
+            RD_INFO("trainer %u (pid %d) left", c->id, (int)c->pid);
+        } else {
+            d->stats.trainers_lost++;
+            RD_WARN("trainer %u (pid %d) lost at step %llu (%s)", c->id,
+                    (int)c->pid, (unsigned long long)d->step,
+                    dmn__step_state_name(d->state));
+        }
+    }
+    if (c->active) {
+        c->active = 0;
+        if (d->state == DMN_STEP_RUNNING)
+            step_set_state(d, DMN_STEP_BROKEN);
+        else if (d->state == DMN_STEP_REDUCING)
+            d->break_pending = 1;
+    }
+    c->posted = 0;
+    c->waiting_begin = 0;
+    if (d->state == DMN_STEP_DRAINED) {
+        check_done(d);
+        return;
+    }
+    maybe_close(d);
+    try_start(d);
+}
+
+void dmn__step_on_view(void *arg, const dmn_view_t *view)
+{
+    dmn_t *d = arg;
+    if (d->state == DMN_STEP_RUNNING &&
+        view->generation != d->view.generation) {
+        step_set_state(d, DMN_STEP_BROKEN);
+        maybe_close(d);
+    }
+}
+
+void dmn__step_force_drained(dmn_t *d)
+{
+    d->state = DMN_STEP_DRAINED; /* final, no actions: we exit now */
+}
+
+void dmn__step_drain(dmn_t *d)
+{
+    d->drain_requested = 1;
+    if (d->state == DMN_STEP_IDLE)
+        step_set_state(d, DMN_STEP_DRAINED);
+}
+
+int dmn_done(const dmn_t *d)
+{
+    if (d->state != DMN_STEP_DRAINED || !d->leave_done)
+        return 0;
+    if (d->drain_timed_out)
+        return 1;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->member && !c->told_shutdown)
+            return 0;
+    return 1;
+}

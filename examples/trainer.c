@@ -1,0 +1,680 @@
+/*
+ * trainer.c - a data-parallel MLP classifier trained through libringd.
+ *
+ * Data: scikit-learn's digits (1797 8x8 images, 10 classes) read from
+ * Debian's python3-sklearn with zlib, else a deterministic synthetic set of
+ * the same shape (the first line of output says which). The first 1500
+ * samples (after a fixed shuffle) train, the rest test.
+ *
+ * Model: 64 -> hidden (ReLU) -> 10, softmax cross-entropy, plain SGD.
+ * The parameters live in a ringd buffer declared as the state region, so
+ * a joining trainer receives them; gradients live in another ringd buffer
+ * and are averaged with ringd_allreduce(AVG). Each step's global batch is
+ * drawn from the step number alone, and trainer (rank, world) takes the
+ * rank-th slice of it, so any world size computes the same global update.
+ *
+ * GEMMs: cuBLAS through kern_gpu when a GPU is present, else OpenBLAS.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+#include <zlib.h>
+
+#include "include/ringd.h"
+#include "kernels/kern_gpu.h"
+
+#define NIN 64
+#define NOUT 10
+#define NSAMPLES 1797
+#define NTRAIN 1500
+#define DIGITS_CSV "/usr/lib/python3/dist-packages/sklearn/datasets/data/" \
+                   "digits.csv.gz"
+
+void openblas_set_num_threads(int);
+
+typedef struct {
+    const char *socket;
+    long steps, batch, hidden, log_every;
+    double lr, target_acc;
+    uint64_t seed;
+    const char *hash_log, *save, *data, *name;
+    int no_daemon, cpu_only;
+} opts_t;
+
+typedef struct {
+    float x[NSAMPLES][NIN];
+    int y[NSAMPLES];
+    const char *source;
+} data_t;
+
+/* Layout of the parameter (and gradient) vector. */
+typedef struct {
+    long h;
+    float *w1, *b1, *w2, *b2;
+} model_t;
+
+static long model_size(long h)
+{
+    return h * NIN + h + NOUT * h + NOUT;
+}
+
+static void model_view(model_t *m, float *base, long h)
+{
+    m->h = h;
+    m->w1 = base;
+    m->b1 = m->w1 + h * NIN;
+    m->w2 = m->b1 + h;
+    m->b2 = m->w2 + NOUT * h;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *s)
+{
+    return (float)(splitmix64(s) >> 40) / (float)(1ull << 24);
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* ---- data ------------------------------------------------------------ */
+
+static int load_digits(data_t *d)
+{
+    gzFile f = gzopen(DIGITS_CSV, "rb");
+    if (f == NULL)
+        return -1;
+    char line[1024];
+    int n = 0;
+    while (n < NSAMPLES && gzgets(f, line, sizeof(line)) != NULL) {
+        char *p = line;
+        for (int j = 0; j <= NIN; j++) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (j < NIN)
+                d->x[n][j] = (float)v / 16.0f;
+            else
+                d->y[n] = (int)v;
+            p = *end == ',' ? end + 1 : end;
+        }
+        n++;
+    }
+    gzclose(f);
+    if (n != NSAMPLES)
+        return -1;
+    d->source = "sklearn digits (" DIGITS_CSV ")";
+    return 0;
+}
+
+/* Ten noisy prototypes in 64 dimensions: learnable, deterministic. */
+static void make_synthetic(data_t *d)
+{
+    uint64_t s = 12345;
+    float proto[NOUT][NIN];
+    for (int c = 0; c < NOUT; c++)
+        for (int j = 0; j < NIN; j++)
+            proto[c][j] = uniform(&s) > 0.5f ? 1.0f : 0.0f;
+    for (int i = 0; i < NSAMPLES; i++) {
+        d->y[i] = i % NOUT;
+        for (int j = 0; j < NIN; j++)
+            d->x[i][j] = proto[d->y[i]][j] * 0.6f + uniform(&s) * 0.4f;
+    }
+    d->source = "synthetic (deterministic prototypes + noise)";
+}
+
+/* A fixed shuffle so that train and test mix all classes. */
+static void shuffle(data_t *d)
+{
+    uint64_t s = 777;
+    for (int i = NSAMPLES - 1; i > 0; i--) {
+        int j = (int)(splitmix64(&s) % (uint64_t)(i + 1));
+        float tx[NIN];
+        memcpy(tx, d->x[i], sizeof(tx));
+        memcpy(d->x[i], d->x[j], sizeof(tx));
+        memcpy(d->x[j], tx, sizeof(tx));
+        int ty = d->y[i];
+        d->y[i] = d->y[j];
+        d->y[j] = ty;
+    }
+}
+
+/* ---- dense layers: OpenBLAS or cuBLAS --------------------------------- */
+
+typedef struct {
+    kern_gpu_t *gpu;
+    const kern_cuda_api_t *api;
+    void *blas;
+    float *dev[6];
+    size_t dev_size[6];
+} dense_t;
+
+static float *dev_buf(dense_t *g, int i, size_t n)
+{
+    if (g->dev_size[i] < n) {
+        g->api->dev_free(g->dev[i]);
+        g->dev[i] = NULL;
+        g->dev_size[i] = 0;
+        if (g->api->dev_malloc((void **)&g->dev[i], n * sizeof(float)) != 0)
+            return NULL;
+        g->dev_size[i] = n;
+    }
+    return g->dev[i];
+}
+
+static int h2d(dense_t *g, int i, const float *h, size_t n, float **d_p)
+{
+    *d_p = dev_buf(g, i, n ? n : 1);
+    if (*d_p == NULL)
+        return -1;
+    return n ? g->api->memcpy_h2d(*d_p, h, n * sizeof(float)) : 0;
+}
+
+/* Y[m x n] = X[m x k] W[n x k]^T + b[n] */
+static int dense_fwd(dense_t *g, int m, int n, int k, const float *X,
+                     const float *W, const float *b, float *Y)
+{
+    if (m == 0)
+        return 0;
+    if (g->gpu != NULL) {
+        float *dX, *dW, *db, *dY;
+        if (h2d(g, 0, X, (size_t)m * k, &dX) || h2d(g, 1, W, (size_t)n * k,
+                                                     &dW) ||
+            h2d(g, 2, b, (size_t)n, &db) ||
+            (dY = dev_buf(g, 3, (size_t)m * n)) == NULL ||
+            g->api->dense_forward(g->blas, m, n, k, dX, dW, db, dY) != 0)
+            return -1;
+        return g->api->memcpy_d2h(Y, dY, (size_t)m * n * sizeof(float));
+    }
+    for (int i = 0; i < m; i++)
+        memcpy(Y + (size_t)i * n, b, (size_t)n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, X, k,
+                W, k, 1.0f, Y, n);
+    return 0;
+}
+
+/* dW = dY^T X, db = colsum(dY), dX = dY W (when dX != NULL); m may be 0. */
+static int dense_bwd(dense_t *g, int m, int n, int k, const float *X,
+                     const float *W, const float *dY, float *dX, float *dW,
+                     float *db)
+{
+    if (m == 0) {
+        memset(dW, 0, (size_t)n * k * sizeof(float));
+        memset(db, 0, (size_t)n * sizeof(float));
+        return 0;
+    }
+    if (g->gpu != NULL) {
+        float *gX, *gW, *gdY, *gdX = NULL, *gdW, *gdb;
+        if (h2d(g, 0, X, (size_t)m * k, &gX) ||
+            h2d(g, 1, W, (size_t)n * k, &gW) ||
+            h2d(g, 2, dY, (size_t)m * n, &gdY) ||
+            (dX && (gdX = dev_buf(g, 3, (size_t)m * k)) == NULL) ||
+            (gdW = dev_buf(g, 4, (size_t)n * k)) == NULL ||
+            (gdb = dev_buf(g, 5, (size_t)n)) == NULL ||
+            g->api->dense_backward(g->blas, m, n, k, gX, gW, gdY, gdX, gdW,
+                                   gdb) != 0)
+            return -1;
+        if (dX && g->api->memcpy_d2h(dX, gdX, (size_t)m * k * sizeof(float)))
+            return -1;
+        if (g->api->memcpy_d2h(dW, gdW, (size_t)n * k * sizeof(float)))
+            return -1;
+        return g->api->memcpy_d2h(db, gdb, (size_t)n * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, m, 1.0f, dY, n,
+                X, k, 0.0f, dW, k);
+    for (int j = 0; j < n; j++) {
+        float s = 0;
+        for (int i = 0; i < m; i++)
+            s += dY[(size_t)i * n + j];
+        db[j] = s;
+    }
+    if (dX != NULL)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, k, n, 1.0f,
+                    dY, n, W, k, 0.0f, dX, k);
+    return 0;
+}
+
+static void dense_open(dense_t *g, int cpu_only)
+{
+    memset(g, 0, sizeof(*g));
+    if (cpu_only || kern_gpu_open(NULL, &g->gpu) != 0) {
+        g->gpu = NULL;
+        printf("gemm: OpenBLAS on the CPU\n");
+        return;
+    }
+    g->api = kern_gpu_api(g->gpu);
+    if (g->api->blas_create(&g->blas) != 0) {
+        kern_gpu_close(g->gpu);
+        g->gpu = NULL;
+        printf("gemm: cuBLAS unusable, OpenBLAS on the CPU\n");
+        return;
+    }
+    printf("gemm: cuBLAS on %s\n", kern_gpu_describe(g->gpu));
+}
+
+static void dense_close(dense_t *g)
+{
+    if (g->gpu == NULL)
+        return;
+    for (int i = 0; i < 6; i++)
+        g->api->dev_free(g->dev[i]);
+    g->api->blas_destroy(g->blas);
+    kern_gpu_close(g->gpu);
+}
+
+/* ---- the model -------------------------------------------------------- */
+
+typedef struct {
+    float *x, *z1, *a1, *z2, *dz2, *da1;
+    int *y;
+} scratch_t;
+
+static void init_params(model_t *m, uint64_t seed)
+{
+    uint64_t s = seed;
+    float r1 = 1.0f / sqrtf((float)NIN), r2 = 1.0f / sqrtf((float)m->h);
+    for (long i = 0; i < m->h * NIN; i++)
+        m->w1[i] = (2 * uniform(&s) - 1) * r1;
+    for (long i = 0; i < NOUT * m->h; i++)
+        m->w2[i] = (2 * uniform(&s) - 1) * r2;
+    memset(m->b1, 0, (size_t)m->h * sizeof(float));
+    memset(m->b2, 0, NOUT * sizeof(float));
+}
+
+/* Forward over rows; logits in sc->z2. */
+static int forward(dense_t *g, const model_t *m, scratch_t *sc, int rows)
+{
+    int h = (int)m->h;
+    if (dense_fwd(g, rows, h, NIN, sc->x, m->w1, m->b1, sc->z1))
+        return -1;
+    for (long i = 0; i < (long)rows * h; i++)
+        sc->a1[i] = sc->z1[i] > 0 ? sc->z1[i] : 0;
+    return dense_fwd(g, rows, NOUT, h, sc->a1, m->w2, m->b2, sc->z2);
+}
+
+/* Softmax in place; returns the loss sum and counts correct answers. */
+static double softmax_loss(float *z, const int *y, int rows, int *correct)
+{
+    double loss = 0;
+    for (int i = 0; i < rows; i++) {
+        float *r = z + (size_t)i * NOUT, mx = r[0], sum = 0;
+        int arg = 0;
+        for (int j = 1; j < NOUT; j++)
+            if (r[j] > mx) {
+                mx = r[j];
+                arg = j;
+            }
+        for (int j = 0; j < NOUT; j++) {
+            r[j] = expf(r[j] - mx);
+            sum += r[j];
+        }
+        for (int j = 0; j < NOUT; j++)
+            r[j] /= sum;
+        loss -= log(fmax(r[y[i]], 1e-12));
+        *correct += arg == y[i];
+    }
+    return loss;
+}
+
+/*
+ * Gradients of the shard [lo, hi) of the global batch, scaled so that the
+ * AVG over `world` trainers is the mean over the whole batch.
+ */
+static int gradients(dense_t *g, const model_t *m, model_t *gr,
+                     scratch_t *sc, const data_t *d, long step, long batch,
+                     uint32_t rank, uint32_t world, const opts_t *o,
+                     float stats[2])
+{
+    long lo = batch * rank / world, hi = batch * (rank + 1) / world;
+    int rows = (int)(hi - lo), h = (int)m->h, correct = 0;
+    for (int i = 0; i < rows; i++) {
+        uint64_t s = o->seed * 1000003ull + (uint64_t)(step * batch + lo + i);
+        int idx = (int)(splitmix64(&s) % NTRAIN);
+        memcpy(sc->x + (size_t)i * NIN, d->x[idx], NIN * sizeof(float));
+        sc->y[i] = d->y[idx];
+    }
+    if (forward(g, m, sc, rows))
+        return -1;
+    double loss = softmax_loss(sc->z2, sc->y, rows, &correct);
+    float scale = (float)world / (float)batch;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < NOUT; j++)
+            sc->dz2[(size_t)i * NOUT + j] =
+                (sc->z2[(size_t)i * NOUT + j] - (j == sc->y[i])) * scale;
+    if (dense_bwd(g, rows, NOUT, h, sc->a1, m->w2, sc->dz2, sc->da1, gr->w2,
+                  gr->b2))
+        return -1;
+    for (long i = 0; i < (long)rows * h; i++)
+        if (sc->z1[i] <= 0)
+            sc->da1[i] = 0;
+    if (dense_bwd(g, rows, h, NIN, sc->x, m->w1, sc->da1, NULL, gr->w1,
+                  gr->b1))
+        return -1;
+    stats[0] = (float)loss;
+    stats[1] = (float)correct;
+    return 0;
+}
+
+static double test_accuracy(dense_t *g, const model_t *m, scratch_t *sc,
+                            const data_t *d, long cap)
+{
+    int correct = 0, done = 0;
+    while (done < NSAMPLES - NTRAIN) {
+        int rows = (int)(NSAMPLES - NTRAIN - done < cap ? NSAMPLES - NTRAIN
+                                                              - done
+                                                        : cap);
+        for (int i = 0; i < rows; i++) {
+            memcpy(sc->x + (size_t)i * NIN, d->x[NTRAIN + done + i],
+                   NIN * sizeof(float));
+            sc->y[i] = d->y[NTRAIN + done + i];
+        }
+        if (forward(g, m, sc, rows))
+            return -1;
+        (void)softmax_loss(sc->z2, sc->y, rows, &correct);
+        done += rows;
+    }
+    return (double)correct / (NSAMPLES - NTRAIN);
+}
+
+/* ---- the training loop ------------------------------------------------ */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"Usage: trainer [OPTION]...\n"
+"Train an MLP on the digits data set, data-parallel through ringd.\n"
+"  --socket PATH     ringd socket (default $RINGD_SOCKET or "
+RINGD_DEFAULT_SOCKET ")\n"
+"  --steps N         steps to train (default 400)\n"
+"  --batch N         global batch size (default 64)\n"
+"  --lr X            learning rate (default 0.5)\n"
+"  --hidden N        hidden units (default 64)\n"
+"  --seed N          parameter init and batch sampling seed (default 1)\n"
+"  --log-every N     print loss/accuracy every N steps (default 50)\n"
+"  --hash-log FILE   append 'step S gen G rank R world W hash H' per step\n"
+"  --save FILE       write the final parameters (raw f32) to FILE\n"
+"  --data KIND       auto, digits or synthetic (default auto)\n"
+"  --target-acc X    exit 3 if the final test accuracy is below X\n"
+"  --no-daemon       train alone without ringd (the reference)\n"
+"  --cpu             never use the GPU\n"
+"  --name NAME       name shown in the daemon's log\n");
+}
+
+static int parse(opts_t *o, int argc, char **argv)
+{
+    *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
+                  NULL, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        char *end = NULL;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--no-daemon") == 0) {
+            o->no_daemon = 1, used = 0;
+        } else if (strcmp(a, "--cpu") == 0) {
+            o->cpu_only = 1, used = 0;
+        } else if (v == NULL) {
+            fprintf(stderr, "trainer: '%s' needs a value (or is unknown)\n",
+                    a);
+            return -1;
+        } else if (strcmp(a, "--socket") == 0) {
+            o->socket = v;
+        } else if (strcmp(a, "--steps") == 0) {
+            o->steps = strtol(v, &end, 10);
+        } else if (strcmp(a, "--batch") == 0) {
+            o->batch = strtol(v, &end, 10);
+        } else if (strcmp(a, "--hidden") == 0) {
+            o->hidden = strtol(v, &end, 10);
+        } else if (strcmp(a, "--log-every") == 0) {
+            o->log_every = strtol(v, &end, 10);
+        } else if (strcmp(a, "--lr") == 0) {
+            o->lr = strtod(v, &end);
+        } else if (strcmp(a, "--target-acc") == 0) {
+            o->target_acc = strtod(v, &end);
+        } else if (strcmp(a, "--seed") == 0) {
+            o->seed = strtoull(v, &end, 10);
+        } else if (strcmp(a, "--hash-log") == 0) {
+            o->hash_log = v;
+        } else if (strcmp(a, "--save") == 0) {
+            o->save = v;
+        } else if (strcmp(a, "--data") == 0) {
+            o->data = v;
+        } else if (strcmp(a, "--name") == 0) {
+            o->name = v;
+        } else {
+            fprintf(stderr, "trainer: unknown option '%s'\n", a);
+            return -1;
+        }
+        if (end != NULL && (*end != '\0' || end == v)) {
+            fprintf(stderr, "trainer: bad value '%s' for %s\n", v, a);
+            return -1;
+        }
+        i += used;
+    }
+    if (o->steps < 0 || o->batch < 1 || o->batch > 65536 || o->hidden < 1 ||
+        o->hidden > 4096 || o->log_every < 1 || !(o->lr > 0)) {
+        fprintf(stderr, "trainer: value out of range (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    opts_t o;
+    ringd_client_t *c;
+    data_t *data;
+    dense_t dense;
+    scratch_t sc;
+    model_t m, g;
+    float *params, *grads, *stats;
+    long nparams;
+    FILE *hash_log;
+} trainer_t;
+
+static int setup(trainer_t *t)
+{
+    size_t pbytes = (size_t)t->nparams * sizeof(float);
+    size_t gbytes = pbytes + 2 * sizeof(float);
+    if (t->o.no_daemon) {
+        t->params = calloc(1, pbytes);
+        t->grads = calloc(1, gbytes);
+    } else {
+        ringd_opts_t ro;
+        ringd_opts_init(&ro);
+        ro.name = t->o.name;
+        int rc = ringd_connect(&t->c, t->o.socket, &ro);
+        if (rc != 0) {
+            fprintf(stderr, "trainer: %s\n", ringd_strerror(rc));
+            return -1;
+        }
+        t->params = ringd_buffer(t->c, pbytes);
+        t->grads = ringd_buffer(t->c, gbytes);
+    }
+    if (t->params == NULL || t->grads == NULL) {
+        fprintf(stderr, "trainer: buffers: %s\n", ringd_last_error(t->c));
+        return -1;
+    }
+    t->stats = t->grads + t->nparams;
+    model_view(&t->m, t->params, t->o.hidden);
+    model_view(&t->g, t->grads, t->o.hidden);
+    init_params(&t->m, t->o.seed);
+    if (t->c != NULL && ringd_state(t->c, t->params, pbytes) != 0) {
+        fprintf(stderr, "trainer: state: %s\n", ringd_last_error(t->c));
+        return -1;
+    }
+    long rows = t->o.batch > NSAMPLES ? t->o.batch : NSAMPLES;
+    long h = t->o.hidden;
+    t->sc.x = calloc((size_t)rows * NIN, sizeof(float));
+    t->sc.z1 = calloc((size_t)rows * h, sizeof(float));
+    t->sc.a1 = calloc((size_t)rows * h, sizeof(float));
+    t->sc.da1 = calloc((size_t)rows * h, sizeof(float));
+    t->sc.z2 = calloc((size_t)rows * NOUT, sizeof(float));
+    t->sc.dz2 = calloc((size_t)rows * NOUT, sizeof(float));
+    t->sc.y = calloc((size_t)rows, sizeof(int));
+    if (!t->sc.x || !t->sc.z1 || !t->sc.a1 || !t->sc.da1 || !t->sc.z2 ||
+        !t->sc.dz2 || !t->sc.y)
+        return -1;
+    if (t->o.hash_log != NULL &&
+        (t->hash_log = fopen(t->o.hash_log, "a")) == NULL) {
+        fprintf(stderr, "trainer: %s: %s\n", t->o.hash_log, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A collective; returns 0, 1 to redo the step, -1 to stop. */
+static int collective(trainer_t *t, float *p, long n, ringd_op_t op)
+{
+    if (t->c == NULL)
+        return 0;
+    int rc = ringd_allreduce(t->c, p, (size_t)n, RINGD_F32, op);
+    if (rc == RINGD_ERESHAPE || rc == RINGD_EDISCONNECTED) {
+        printf("collective: %s; redoing the step\n", ringd_strerror(rc));
+        return 1;
+    }
+    if (rc != 0)
+        fprintf(stderr, "trainer: allreduce: %s\n", ringd_last_error(t->c));
+    return rc == 0 ? 0 : -1;
+}
+
+/* Returns 0 after the last step, 2 when the daemon drains, -1 on error. */
+static int train(trainer_t *t)
+{
+    const opts_t *o = &t->o;
+    ringd_view_t v = {0, 1, 0, 1, 0, 1, 0};
+    for (;;) {
+        if (t->c != NULL) {
+            int rc = ringd_step_begin(t->c, &v);
+            if (rc == RINGD_ESHUTDOWN) {
+                printf("daemon drains: stopping before step %llu\n",
+                       (unsigned long long)v.step);
+                return 2;
+            }
+            if (rc != 0) {
+                fprintf(stderr, "trainer: step_begin: %s\n",
+                        ringd_last_error(t->c));
+                return -1;
+            }
+            if (v.restored)
+                printf("joined at step %llu: parameters restored\n",
+                       (unsigned long long)v.step);
+        }
+        if ((long)v.step >= o->steps)
+            return 0;
+        long s = (long)v.step;
+        if (gradients(&t->dense, &t->m, &t->g, &t->sc, t->data, s, o->batch,
+                      v.rank, v.world, o, t->stats) != 0)
+            return -1;
+        int log_now = (s + 1) % o->log_every == 0 || s + 1 == o->steps;
+        int rc = collective(t, t->grads, t->nparams, RINGD_AVG);
+        if (rc == 0 && log_now)
+            rc = collective(t, t->stats, 2, RINGD_SUM);
+        if (rc < 0)
+            return -1;
+        if (rc > 0)
+            continue;
+        cblas_saxpy((int)t->nparams, -(float)o->lr, t->grads, 1, t->params,
+                    1);
+        if (t->c != NULL && ringd_step_end(t->c) != 0) {
+            fprintf(stderr, "trainer: step_end: %s\n",
+                    ringd_last_error(t->c));
+            continue; /* step_begin reconnects */
+        }
+        if (t->hash_log != NULL) {
+            fprintf(t->hash_log, "step %ld gen %llu rank %u world %u hash "
+                    "%016llx\n", s, (unsigned long long)v.generation,
+                    v.rank, v.world,
+                    (unsigned long long)fnv1a(t->params, (size_t)t->nparams *
+                                                             sizeof(float)));
+            fflush(t->hash_log);
+        }
+        if (log_now && v.rank == 0)
+            printf("step %5ld  world %u  loss %.4f  batch_acc %.3f  "
+                   "test_acc %.4f\n", s + 1, v.world,
+                   t->stats[0] / (float)o->batch,
+                   t->stats[1] / (float)o->batch,
+                   test_accuracy(&t->dense, &t->m, &t->sc, t->data,
+                                 NSAMPLES));
+        if (t->c == NULL)
+            v.step++;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    trainer_t t = {0};
+    if (parse(&t.o, argc, argv) != 0)
+        return 2;
+    openblas_set_num_threads(1);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    t.data = calloc(1, sizeof(*t.data));
+    if (t.data == NULL)
+        return 1;
+    if (strcmp(t.o.data, "synthetic") == 0 || load_digits(t.data) != 0) {
+        if (strcmp(t.o.data, "digits") == 0) {
+            fprintf(stderr, "trainer: cannot read %s (install "
+                    "python3-sklearn)\n", DIGITS_CSV);
+            return 1;
+        }
+        make_synthetic(t.data);
+    }
+    shuffle(t.data);
+    printf("data: %s, %d train / %d test\n", t.data->source, NTRAIN,
+           NSAMPLES - NTRAIN);
+    dense_open(&t.dense, t.o.cpu_only);
+    t.nparams = model_size(t.o.hidden);
+    int rc = setup(&t) == 0 ? train(&t) : -1;
+    double acc = -1;
+    if (rc >= 0) {
+        acc = test_accuracy(&t.dense, &t.m, &t.sc, t.data, NSAMPLES);
+        printf("final: test_accuracy %.4f hash %016llx\n", acc,
+               (unsigned long long)fnv1a(t.params, (size_t)t.nparams *
+                                                       sizeof(float)));
+    }
+    if (rc >= 0 && t.o.save != NULL) {
+        FILE *f = fopen(t.o.save, "wb");
+        if (f == NULL || fwrite(t.params, sizeof(float), (size_t)t.nparams,
+                                f) != (size_t)t.nparams)
+            rc = -1;
+        if (f != NULL)
+            fclose(f);
+    }
+    if (t.hash_log != NULL)
+        fclose(t.hash_log);
+    if (t.o.no_daemon) {
+        free(t.params);
+        free(t.grads);
+    }
+    ringd_close(t.c);
+    dense_close(&t.dense);
+    free(t.sc.x), free(t.sc.z1), free(t.sc.a1), free(t.sc.da1);
+    free(t.sc.z2), free(t.sc.dz2), free(t.sc.y), free(t.data);
+    if (rc < 0)
+        return 1;
+    if (t.o.target_acc > 0 && acc < t.o.target_acc) {
+        fprintf(stderr, "trainer: accuracy %.4f below target %.4f\n", acc,
+                t.o.target_acc);
+        return 3;
+    }
+    return 0;
+}

@@ -1,0 +1,214 @@
+/*
+ * ringd.h - the client API of ringd: what a training process links.
+ *
+ * A trainer talks only to the ringd daemon of its own node, over a Unix
+ * socket. Tensors never travel through that socket: the trainer allocates
+ * shared buffers with ringd_buffer() (memfd segments that the daemon maps
+ * too) and names them in its requests. The daemon sums the node's trainers
+ * locally, runs the cross-node part, and writes the result back into every
+ * trainer's buffer.
+ *
+ * The step protocol (see DESIGN.md):
+ *
+ *     ringd_client_t *c;
+ *     ringd_connect(&c, NULL, NULL);
+ *     float *params = ringd_buffer(c, pbytes);
+ *     float *grads = ringd_buffer(c, gbytes);
+ *     ringd_state(c, params, pbytes);
+ *     for (;;) {
+ *         ringd_view_t v;
+ *         if (ringd_step_begin(c, &v) != 0) break;
+ *         if (v.step >= steps) break;
+ *         compute_gradients(grads, shard(v.rank, v.world));
+ *         int rc = ringd_allreduce(c, grads, n, RINGD_F32, RINGD_AVG);
+ *         if (rc == RINGD_ERESHAPE || rc == RINGD_EDISCONNECTED)
+ *             continue;                 // redo this step on the new view
+ *         apply_update(params, grads);
+ *         ringd_step_end(c);
+ *     }
+ *     ringd_close(c);
+ *
+ * Threading: a ringd_client_t is not thread-safe; use it from one thread
+ * at a time (one client per trainer process is the intended use). Distinct
+ * clients are independent.
+ *
+ * Errors: every function that can fail returns 0 or a negative RINGD_*
+ * code below; ringd_strerror() describes a code, ringd_last_error() gives
+ * the detailed message of the client's last failure. The numeric values
+ * are part of the ABI and never change.
+ */
+#ifndef RINGD_H
+#define RINGD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RINGD_API_VERSION 1
+#define RINGD_DEFAULT_SOCKET "/run/ringd/ringd.sock"
+
+/* Error codes: stable ABI. */
+enum {
+    RINGD_OK = 0,
+    RINGD_EINVAL = -1,        /* bad argument (pointer not in a buffer...) */
+    RINGD_ENODAEMON = -2,     /* no daemon listens on the socket path */
+    RINGD_EDISCONNECTED = -3, /* the daemon went away (restart, crash) */
+    RINGD_EVERSION = -4,      /* client and daemon speak other versions */
+    RINGD_EPROTO = -5,        /* malformed message (either direction) */
+    RINGD_ERESHAPE = -6,      /* view changed: redo the step */
+    RINGD_ENOMEM = -7,        /* allocation or mapping failed */
+    RINGD_ENOTSUP = -8,       /* not implemented by this daemon */
+    RINGD_ESYS = -9,          /* a system call failed (see last_error) */
+    RINGD_ETIMEDOUT = -10,    /* the daemon did not answer in time */
+    RINGD_EMISMATCH = -11,    /* trainers posted different collectives */
+    RINGD_ESHUTDOWN = -12,    /* the daemon drains: stop training */
+    RINGD_EFENCED = -13,      /* the node lost its lease: wait, reconnect */
+    RINGD_ESTATE = -14,       /* call out of order (e.g. no step begun) */
+    RINGD_EABORTED = -15,     /* the collective failed for another reason */
+};
+
+/* Element types and reductions (values match the daemon's kernels). */
+typedef enum {
+    RINGD_F32 = 0,
+    RINGD_F64 = 1,
+    RINGD_F16 = 2,
+    RINGD_BF16 = 3,
+    RINGD_I32 = 4,
+    RINGD_I64 = 5,
+    RINGD_U8 = 6,
+} ringd_dtype_t;
+
+typedef enum {
+    RINGD_SUM = 0,
+    RINGD_PROD = 1,
+    RINGD_MIN = 2,
+    RINGD_MAX = 3,
+    RINGD_AVG = 4, /* sum, then divide by the global trainer count */
+} ringd_op_t;
+
+typedef struct ringd_client ringd_client_t;
+
+typedef struct {
+    uint32_t struct_size;  /* sizeof(ringd_opts_t); 0 means defaults */
+    /* Bound every wait for the daemon, in ms; 0 waits forever (a step may
+     * wait long for slow peers, so the default is forever). A call that
+     * times out returns RINGD_ETIMEDOUT and closes the connection (a late
+     * reply would desynchronise it); ringd_step_begin() reconnects. */
+    uint32_t timeout_ms;
+    /* Non-zero: ringd_step_begin() reconnects by itself after
+     * RINGD_EDISCONNECTED (default on; see ringd_reconnect()). */
+    int auto_reconnect;
+    const char *name;      /* shown in the daemon's logs; may be NULL */
+} ringd_opts_t;
+
+/* What ringd_step_begin() returns. */
+typedef struct {
+    uint32_t rank;        /* global rank of this trainer, 0..world-1 */
+    uint32_t world;       /* global number of trainers in this step */
+    uint32_t local_rank;  /* rank among this node's trainers */
+    uint32_t local_world; /* trainers of this node in this step */
+    uint64_t step;        /* the step to compute (the job's counter) */
+    uint64_t generation;  /* view generation; changes on every reshape */
+    int restored;         /* 1: the state region was just overwritten by
+                           * the job's state (joiner); 0 otherwise */
+} ringd_view_t;
+
+/* Fill *opts with defaults. */
+void ringd_opts_init(ringd_opts_t *opts);
+
+/*
+ * Connect to the daemon listening at socket_path (NULL: $RINGD_SOCKET, else
+ * RINGD_DEFAULT_SOCKET). opts may be NULL. On success *c_p owns the
+ * connection; free it with ringd_close().
+ * Errors: RINGD_ENODAEMON (no socket or nobody listening: the message names
+ * the path), RINGD_EVERSION, RINGD_ENOMEM, RINGD_ESYS, RINGD_ETIMEDOUT.
+ */
+int ringd_connect(ringd_client_t **c_p, const char *socket_path,
+                  const ringd_opts_t *opts);
+
+/*
+ * A shared buffer of `bytes` bytes (rounded up to a page), zero-filled,
+ * mapped read-write in this process and in the daemon (a memfd sealed
+ * against resizing, so neither side can fault the other). Returns NULL on
+ * failure (see ringd_last_error()). The client owns it: it stays valid
+ * until ringd_close(), across reconnects. Tensors passed to ringd_allreduce
+ * and ringd_broadcast must lie inside such a buffer.
+ */
+void *ringd_buffer(ringd_client_t *c, size_t bytes);
+
+/*
+ * Declare [ptr, ptr+bytes), inside one ringd buffer, as this trainer's
+ * state: what checkpoints hold and what a joining trainer receives before
+ * its first step (ringd_view_t.restored). Calling it again replaces the
+ * region. Errors: RINGD_EINVAL, RINGD_EDISCONNECTED, RINGD_EPROTO.
+ */
+int ringd_state(ringd_client_t *c, void *ptr, size_t bytes);
+
+/*
+ * Start (or restart, after RINGD_ERESHAPE) a step. Blocks until every
+ * trainer of the node that takes part in the step has called it, then
+ * fills *view. If the trainer is new to a running job and has a state
+ * region, the region holds the job's state when this returns
+ * (view->restored = 1).
+ * With opts.auto_reconnect (the default), a connection known to be lost
+ * is re-opened first (as ringd_reconnect()), and if this request itself
+ * finds the daemon gone it reconnects and asks once more.
+ * Errors: RINGD_EDISCONNECTED, RINGD_ESHUTDOWN (the daemon drains: stop),
+ * RINGD_EFENCED, RINGD_ETIMEDOUT, RINGD_ENODAEMON (reconnect failed).
+ */
+int ringd_step_begin(ringd_client_t *c, ringd_view_t *view);
+
+/*
+ * In-place allreduce of count elements at ptr (inside a ringd buffer) over
+ * every trainer of the job. Blocks until the result is in ptr.
+ * Returns 0, or RINGD_ERESHAPE when a view change aborted the collective:
+ * ptr's content is then undefined and the trainer must redo the step
+ * (call ringd_step_begin() again without ringd_step_end()). Other errors:
+ * RINGD_EINVAL, RINGD_ESTATE (no step begun), RINGD_EMISMATCH (trainers of
+ * the node posted different collectives), RINGD_EDISCONNECTED.
+ */
+int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
+                    ringd_dtype_t dtype, ringd_op_t op);
+
+/*
+ * Broadcast bytes at ptr (inside a ringd buffer) from the trainer of global
+ * rank root to all trainers. Errors as ringd_allreduce().
+ */
+int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
+                    uint32_t root);
+
+/* End the step: the update has been applied. Errors: RINGD_ESTATE,
+ * RINGD_EDISCONNECTED. */
+int ringd_step_end(ringd_client_t *c);
+
+/* Ask for a checkpoint of the state region at the next step boundary.
+ * Returns RINGD_ENOTSUP until the daemon has a checkpoint store. */
+int ringd_checkpoint(ringd_client_t *c);
+
+/*
+ * Reconnect after RINGD_EDISCONNECTED: open a new connection to the same
+ * path and register the same buffers (same addresses, same content; the
+ * client kept their memfds) and state region again. The interrupted step is
+ * lost: the next call must be ringd_step_begin(). Returns 0 or the errors
+ * of ringd_connect().
+ */
+int ringd_reconnect(ringd_client_t *c);
+
+/* A static description of a RINGD_* code. Never NULL. */
+const char *ringd_strerror(int rc);
+
+/* The detailed message of the last failed call on c ("" if none). Valid
+ * until the next call on c. */
+const char *ringd_last_error(const ringd_client_t *c);
+
+/* Disconnect, unmap and free every buffer. Accepts NULL. */
+void ringd_close(ringd_client_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGD_H */

@@ -1,0 +1,239 @@
+#include "tests/dmn-util.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+#include "tests/task.h"
+
+/* What to clean at exit: this test process only (each test is forked). */
+static pid_t tracked[32];
+static int ntracked;
+static char *dirs[4];
+static int ndirs;
+
+static void cleanup(void)
+{
+    for (int i = 0; i < ntracked; i++)
+        th_kill(tracked[i]);
+    for (int i = 0; i < ndirs; i++)
+        th_rmtree(dirs[i]);
+}
+
+void td_track(pid_t pid)
+{
+    if (ntracked == 0 && ndirs == 0)
+        atexit(cleanup);
+    if (pid > 0 && ntracked < 32)
+        tracked[ntracked++] = pid;
+}
+
+void td_init(td_daemon_t *t, const char *name)
+{
+    memset(t, 0, sizeof(*t));
+    td_track(0);
+    t->dir = th_mkdtemp(name);
+    ASSERT(t->dir != NULL);
+    if (ndirs < 4)
+        dirs[ndirs++] = t->dir;
+    snprintf(t->sock, sizeof(t->sock), "%s/ringd.sock", t->dir);
+    snprintf(t->log, sizeof(t->log), "%s/ringd.log", t->dir);
+    snprintf(t->notify, sizeof(t->notify), "%s/notify.sock", t->dir);
+    t->notify_fd = -1;
+    t->metrics_port = th_free_port();
+}
+
+static void notify_open(td_daemon_t *t)
+{
+    unlink(t->notify);
+    t->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT(t->notify_fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    ASSERT(strlen(t->notify) < sizeof(a.sun_path));
+    memcpy(a.sun_path, t->notify, strlen(t->notify) + 1);
+    ASSERT_OK(bind(t->notify_fd, (struct sockaddr *)&a, sizeof(a)));
+}
+
+const char *td_path(const td_daemon_t *t, const char *name)
+{
+    static char bufs[8][300];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 300, "%s/%s", t->dir, name);
+    return b;
+}
+
+int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    char buf[1024];
+    for (;;) {
+        int64_t left = deadline - th_now_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {t->notify_fd, POLLIN, 0};
+        if (poll(&p, 1, (int)left) <= 0)
+            continue;
+        ssize_t n = recv(t->notify_fd, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        if (strstr(buf, needle) != NULL)
+            return 0;
+    }
+}
+
+int td_start(td_daemon_t *t, const char *const *extra)
+{
+    char port[32];
+    snprintf(port, sizeof(port), "127.0.0.1:%d", t->metrics_port);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ringd", th_bindir());
+    const char *argv[40] = {path, "--standalone", "--socket", t->sock,
+                            "--metrics", port};
+    int n = 6;
+    for (int i = 0; extra != NULL && extra[i] != NULL && n < 38; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    if (t->notify_fd < 0)
+        notify_open(t);
+    setenv("NOTIFY_SOCKET", t->notify, 1);
+    t->pid = th_spawn((char *const *)argv, t->log);
+    unsetenv("NOTIFY_SOCKET");
+    if (t->pid <= 0)
+        return -1;
+    td_track(t->pid);
+    if (td_notify_wait(t, "READY=1", 15000) != 0) {
+        td_dump(t->log);
+        return -1;
+    }
+    if (!t->keep_notify) {
+        close(t->notify_fd);
+        t->notify_fd = -1;
+    }
+    return 0;
+}
+
+int td_exit_code(pid_t pid, int timeout_ms)
+{
+    int status;
+    if (th_wait(pid, timeout_ms, &status) != 0)
+        return -1;
+    for (int i = 0; i < ntracked; i++)
+        if (tracked[i] == pid)
+            tracked[i] = 0;
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+int td_stop(td_daemon_t *t, int timeout_ms)
+{
+    if (t->pid <= 0)
+        return -1;
+    kill(t->pid, SIGTERM);
+    int rc = td_exit_code(t->pid, timeout_ms);
+    t->pid = 0;
+    return rc;
+}
+
+pid_t td_trainer(td_daemon_t *t, const char *const *args, const char *log)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/examples/trainer", th_bindir());
+    const char *argv[48] = {path, "--socket", t->sock, "--cpu"};
+    int n = 4;
+    for (int i = 0; args[i] != NULL && n < 46; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = th_spawn((char *const *)argv, log);
+    td_track(pid);
+    return pid;
+}
+
+char *td_read(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    size_t n;
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+    }
+    fclose(f);
+    if (buf != NULL)
+        buf[len] = '\0';
+    if (len_p)
+        *len_p = len;
+    return buf;
+}
+
+int td_file_has(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    int has = s != NULL && strstr(s, needle) != NULL;
+    free(s);
+    return has;
+}
+
+int td_wait_file(const char *path, const char *needle, int timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    while (!td_file_has(path, needle)) {
+        if (th_now_ms() > deadline)
+            return -1;
+        /* Polling a file for a line: the event we wait on is the write. */
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+void td_dump(const char *path)
+{
+    char *s = td_read(path, NULL);
+    fprintf(stderr, "---- %s ----\n%s\n----\n", path, s ? s : "(missing)");
+    free(s);
+}
+
+char *td_http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    size_t cap = 65536, len = 0;
+    char *buf = NULL;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        write(fd, req, (size_t)n) != n || (buf = malloc(cap)) == NULL)
+        goto out;
+    ssize_t got;
+    while (len < cap - 1 && (got = read(fd, buf + len, cap - 1 - len)) > 0)
+        len += (size_t)got;
+    buf[len] = '\0';
+out:
+    close(fd);
+    return buf;
+}

@@ -1,0 +1,54 @@
+/*
+ * dmn-util.h - plumbing for the daemon and client tests: a real ringd in
+ * --standalone mode on a temp socket, its sd_notify socket, trainers, and
+ * bounded waits on real events (a notify datagram, a log line, an exit).
+ * Everything started is killed and every temp dir removed at exit, even
+ * when an assertion fails (atexit), and the runner kills the process group.
+ */
+#ifndef RINGD_TEST_DMN_UTIL_H
+#define RINGD_TEST_DMN_UTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct {
+    char *dir;            /* temp dir: socket, logs, files */
+    char sock[256];
+    char log[256];
+    char notify[256];     /* NOTIFY_SOCKET path */
+    int notify_fd;
+    int metrics_port;
+    int keep_notify;      /* keep reading notify after READY (else close:
+                           * an unread socket would block the daemon) */
+    pid_t pid;
+} td_daemon_t;
+
+/* Make the temp dir and the notify socket (no daemon yet). */
+void td_init(td_daemon_t *t, const char *name);
+/* Start ringd --standalone on t's socket with extra flags (NULL-ended);
+ * waits for READY=1. Returns 0 or -1 (daemon log on stderr). */
+int td_start(td_daemon_t *t, const char *const *extra);
+/* Wait for a notify datagram containing needle; 0 or -1 on timeout. */
+int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms);
+/* SIGTERM and wait; returns the exit status or -1. */
+int td_stop(td_daemon_t *t, int timeout_ms);
+
+/* t->dir/name, in a static rotating buffer (8 slots). */
+const char *td_path(const td_daemon_t *t, const char *name);
+/* Spawn build/examples/trainer with args (NULL-ended) + --socket. */
+pid_t td_trainer(td_daemon_t *t, const char *const *args, const char *log);
+/* Exit status of pid within timeout, or -1. */
+int td_exit_code(pid_t pid, int timeout_ms);
+/* Wait until the file at path contains needle; 0 or -1 on timeout. */
+int td_wait_file(const char *path, const char *needle, int timeout_ms);
+int td_file_has(const char *path, const char *needle);
+/* Read a whole file (caller frees); NULL if absent. */
+char *td_read(const char *path, size_t *len_p);
+/* Print a file to stderr (for failure diagnosis). */
+void td_dump(const char *path);
+/* Remember a pid to kill at exit. */
+void td_track(pid_t pid);
+/* HTTP GET on 127.0.0.1:port; the whole response (caller frees). */
+char *td_http_get(int port, const char *path);
+
+#endif
