@@ -1,0 +1,5 @@
+# membership/: the etcd v3 client (etcd_) and membership (mb_): lease,
+# leader, views, suspicion, fencing, drain. Tests start a real etcd.
+LIB_SRCS += membership/etcd.c membership/etcd-json.c
+TEST_SRCS += tests/test-etcd.c tests/mb-fixture.c
+PKGS += libuv libcurl libcjson
