@@ -48,6 +48,7 @@ struct etcd_req {
     int waiting_auth;
     int cancelled;    /* owner gone: free without calling back */
     int stream_bad;   /* the watch stream sent something unusable */
+    int to_add;       /* launched, waiting for the kick timer */
     etcd_req_t *prev, *next;
 };
 
@@ -75,7 +76,7 @@ struct etcd {
     int own_loop;
     CURLM *multi;
     uv_timer_t timer;      /* libcurl's timeout */
-    uv_timer_t reap;       /* frees cancelled requests outside curl */
+    uv_timer_t reap;       /* adds and frees requests outside curl */
     uv_timer_t run_timer;  /* etcd_run's deadline */
     int n_closing;
     char *eps[ETCD_MAX_EPS];
@@ -91,6 +92,7 @@ struct etcd {
 
 static void req_launch(etcd_req_t *r);
 static void on_reap(uv_timer_t *t);
+static void req_complete_error(etcd_req_t *r, int status);
 static void req_submit(etcd_req_t *r);
 static void watch_stream_done(etcd_watch_t *w, int status);
 static int watch_feed(etcd_req_t *r);
@@ -148,8 +150,17 @@ static void on_reap(uv_timer_t *t)
     etcd_req_t *r = e->reqs, *next;
     for (; r != NULL; r = next) {
         next = r->next;
-        if (r->cancelled)
+        if (r->cancelled) {
             req_free(r);
+        } else if (r->to_add) {
+            r->to_add = 0;
+            r->active = 1;
+            if (curl_multi_add_handle(e->multi, r->easy) != CURLM_OK) {
+                RD_ERROR("etcd %s: curl_multi_add_handle failed", r->path);
+                r->active = 0;
+                req_complete_error(r, ST_ENOMEM);
+            }
+        }
     }
 }
 
@@ -307,8 +318,15 @@ static void req_http_done(etcd_req_t *r, long http)
         status = -EACCES; /* "authentication failed, invalid user/pw" */
     RD_ERROR("etcd %s: HTTP %ld: %s (code %d)", r->path, http,
              json ? msg : "reply is not JSON", code);
+    req_complete_error(r, status);
+    cJSON_Delete(json);
+}
+
+/* Fail r whatever it is. */
+static void req_complete_error(etcd_req_t *r, int status)
+{
     if (r->kind == ETCD_K_AUTH) {
-        auth_done(e, status, NULL);
+        auth_done(r->e, status, NULL);
         req_free(r);
     } else if (r->kind == ETCD_K_WATCH) {
         watch_stream_done(r->watch, status);
@@ -316,7 +334,6 @@ static void req_http_done(etcd_req_t *r, long http)
     } else {
         req_complete(r, status, NULL);
     }
-    cJSON_Delete(json);
 }
 
 static int transport_status(CURLcode cc)
@@ -361,15 +378,7 @@ static void req_done(etcd_req_t *r, CURLcode cc)
             RD_ERROR("etcd %s: no endpoint answered: %s", r->path,
                      st_strerror(status));
         e->cur_ep = (r->ep + 1) % e->n_eps;
-        if (r->kind == ETCD_K_AUTH) {
-            auth_done(e, status, NULL);
-            req_free(r);
-        } else if (r->kind == ETCD_K_WATCH) {
-            watch_stream_done(r->watch, status);
-            req_free(r);
-        } else {
-            req_complete(r, status, NULL);
-        }
+        req_complete_error(r, status);
         return;
     }
     e->cur_ep = r->ep;
@@ -455,12 +464,10 @@ static void req_launch(etcd_req_t *r)
         curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
     if (e->key != NULL)
         curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
-    r->active = 1;
-    if (curl_multi_add_handle(e->multi, c) != CURLM_OK) {
-        RD_ERROR("etcd: curl_multi_add_handle failed");
-        r->active = 0;
-        req_cancel(r);
-    }
+    /* Added by the kick timer: we may be inside a libcurl callback (a
+     * watch delivering events), where curl_multi_add_handle refuses. */
+    r->to_add = 1;
+    uv_timer_start(&e->reap, on_reap, 0, 0);
 }
 
 static void auth_start(etcd_t *e);
