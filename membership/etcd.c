@@ -61,6 +61,7 @@ struct etcd_watch {
     uv_timer_t timer;      /* backoff before the next attempt */
     int64_t next_rev;      /* 0: a snapshot is needed first */
     long backoff_ms;
+    uint64_t started_ms;   /* when the current stream was opened */
     int stopped;
     etcd_watch_t *prev, *next;
 };
@@ -336,9 +337,21 @@ static void req_complete_error(etcd_req_t *r, int status)
     }
 }
 
+/* Certificate trouble is a configuration problem, not an outage. */
 static int transport_status(CURLcode cc)
 {
-    return cc == CURLE_OPERATION_TIMEDOUT ? ST_ETIMEDOUT : ST_EUNAVAIL;
+    switch (cc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        return ST_ETIMEDOUT;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CONNECT_ERROR:
+        return -EACCES;
+    default:
+        return ST_EUNAVAIL;
+    }
 }
 
 static void req_done(etcd_req_t *r, CURLcode cc)
@@ -375,7 +388,7 @@ static void req_done(etcd_req_t *r, CURLcode cc)
             return;
         }
         if (r->kind != ETCD_K_WATCH)
-            RD_ERROR("etcd %s: no endpoint answered: %s", r->path,
+            RD_ERROR("etcd %s: failed on every endpoint: %s", r->path,
                      st_strerror(status));
         e->cur_ep = (r->ep + 1) % e->n_eps;
         req_complete_error(r, status);
@@ -980,6 +993,10 @@ static void watch_stream_done(etcd_watch_t *w, int status)
         return;
     RD_INFO("etcd watch: stream ended (%s); resuming at revision %lld",
             st_strerror(status), (long long)w->next_rev);
+    /* A stream that lived a while was healthy: retry quickly. One that
+     * fails at once (bad replies, auth) backs off to 1 s. */
+    if (uv_now(w->e->loop) - w->started_ms > 1000)
+        w->backoff_ms = 50;
     watch_retry(w);
 }
 
@@ -1004,6 +1021,7 @@ static void watch_next(uv_timer_t *t)
         rc = req_new(e, ETCD_K_WATCH, "/v3/watch", o, NULL, NULL, &r);
         if (rc == 0)
             r->watch = w;
+        w->started_ms = uv_now(e->loop);
     }
     if (rc != 0) {
         watch_retry(w);
@@ -1062,8 +1080,10 @@ static int watch_events(etcd_watch_t *w, const cJSON *arr, int64_t rev)
             goto out;
         ev[k].is_delete = type && strcmp(type->valuestring, "DELETE") == 0;
         if (etcd__parse_kv(cJSON_GetObjectItemCaseSensitive(it, "kv"), &a,
-                           &ev[k].kv) != 0)
+                           &ev[k].kv) != 0) {
+            RD_ERROR("etcd watch: malformed event");
             goto out;
+        }
         if (ev[k].kv.mod_revision >= w->next_rev)
             k++; /* older ones were delivered before a reconnect */
     }
@@ -1108,8 +1128,6 @@ static int watch_line(etcd_watch_t *w, const char *line, size_t len)
             w->next_rev = 0; /* history is gone: take a new snapshot */
         goto out;
     }
-    if (created)
-        w->backoff_ms = 50;
     if (evs != NULL)
         rc = watch_events(w, evs, rev);
     else {

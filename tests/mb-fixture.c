@@ -38,7 +38,7 @@ static void make_certs(fx_etcd_t *et)
 {
     char cmd[4096];
     snprintf(cmd, sizeof(cmd),
-             "cd %s && "
+             "cd %s && ( "
              "openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
              "-subj /CN=test-ca -keyout ca.key -out ca.crt && "
              "printf 'subjectAltName=IP:127.0.0.1\\n"
@@ -48,7 +48,7 @@ static void make_certs(fx_etcd_t *et)
              "-keyout $n.key -out $n.csr && "
              "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "
              "-CAcreateserial -days 2 -extfile ext.cnf -out $n.crt; done"
-             " > openssl.log 2>&1",
+             " ) > openssl.log 2>&1",
              et->dir);
     ASSERT_MSG(system(cmd) == 0, "openssl failed, see %s/openssl.log",
                et->dir);
