@@ -499,3 +499,65 @@ TEST_IMPL(mb_fence_rejoin)
     teardown(m, 2);
     return 0;
 }
+
+static void on_leader_key(const etcd_watch_update_t *up, void *data)
+{
+    int *seen = data;
+    for (size_t i = 0; i < up->n_kvs; i++)
+        *seen |= strcmp(up->kvs[i].value, "n1") == 0;
+    for (size_t i = 0; i < up->n_events; i++)
+        *seen |= !up->events[i].is_delete &&
+                 strcmp(up->events[i].kv.value, "n1") == 0;
+}
+
+/* The leader is a separate process killed with SIGKILL: the survivors
+ * elect a new leader and install a view without it within TTL + 1 s. */
+TEST_IMPL(mb_leader_sigkill)
+{
+    setup();
+    pid_t child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        /* The leader: its own loop, runs until killed. */
+        uv_loop_t l;
+        uv_loop_init(&l);
+        member_t m;
+        memset(&m, 0, sizeof(m));
+        snprintf(m.name, sizeof(m.name), "n1");
+        mb_config_t cfg = {.job = "test", .node = "n1", .host = "h",
+                           .addr = "a", .addr_len = 1, .ttl_s = 2,
+                           .min_members = 3,
+                           .etcd = {.endpoints = etcd_.url}};
+        mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+        if (mb_create(&l, &cfg, &cb, &m, &m.mb) != 0 || mb_start(m.mb))
+            _exit(1);
+        uv_run(&l, UV_RUN_DEFAULT);
+        _exit(1);
+    }
+    /* Start the others once n1 holds the leader key. */
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    etcd_watch_t *w;
+    int seen = 0;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    ASSERT_OK(etcd_watch_start(e, "/ringd/test/leader", on_leader_key,
+                               &seen, &w));
+    ASSERT(fx_run_until(&loop, &seen, 10000));
+    etcd_watch_stop(w);
+    etcd_destroy(e);
+    member_t m[2];
+    start_member(&m[0], "n2", "h", 2, 3);
+    start_member(&m[1], "n3", "h", 2, 3);
+    member_t *all[] = {&m[0], &m[1]};
+    wait_view(all, 2, "n1 n2 n3 ", 1, 10000);
+    int64_t t0 = th_now_ms();
+    kill(child, SIGKILL);
+    int st;
+    ASSERT_OK(th_wait(child, 5000, &st));
+    wait_view(all, 2, "n2 n3 ", 2, 3500);
+    fprintf(stderr, "view without the killed leader after %lld ms\n",
+            (long long)(th_now_ms() - t0));
+    ASSERT(leader_index(m, 2) >= 0);
+    teardown(m, 2);
+    return 0;
+}
