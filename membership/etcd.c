@@ -47,7 +47,7 @@ struct etcd_req {
     int active;       /* added to the multi handle */
     int waiting_auth;
     int cancelled;    /* owner gone: free without calling back */
-    int stream_bad;   /* the watch stream sent something unusable */
+    int stream_rc;    /* why we cut the watch stream (0: we did not) */
     int to_add;       /* launched, waiting for the kick timer */
     etcd_req_t *prev, *next;
 };
@@ -366,7 +366,7 @@ static void req_done(etcd_req_t *r, CURLcode cc)
         return;
     }
     if (r->kind == ETCD_K_WATCH && http == 200) {
-        int status = r->stream_bad ? ST_EPROTO
+        int status = r->stream_rc ? r->stream_rc
                      : cc == CURLE_OK ? ST_ELINK : transport_status(cc);
         e->cur_ep = r->ep;
         watch_stream_done(r->watch, status);
@@ -991,8 +991,12 @@ static void watch_stream_done(etcd_watch_t *w, int status)
 {
     if (w == NULL || w->stopped)
         return;
-    RD_INFO("etcd watch: stream ended (%s); resuming at revision %lld",
-            st_strerror(status), (long long)w->next_rev);
+    if (w->next_rev == 0)
+        RD_INFO("etcd watch: stream ended (%s); re-reading the range",
+                st_strerror(status));
+    else
+        RD_INFO("etcd watch: stream ended (%s); resuming at revision %lld",
+                st_strerror(status), (long long)w->next_rev);
     /* A stream that lived a while was healthy: retry quickly. One that
      * fails at once (bad replies, auth) backs off to 1 s. */
     if (uv_now(w->e->loop) - w->started_ms > 1000)
@@ -1126,6 +1130,7 @@ static int watch_line(etcd_watch_t *w, const char *line, size_t len)
                 (long long)compact);
         if (compact > 0)
             w->next_rev = 0; /* history is gone: take a new snapshot */
+        rc = ST_ESTALE;
         goto out;
     }
     if (evs != NULL)
@@ -1148,8 +1153,10 @@ static int watch_feed(etcd_req_t *r)
            (nl = memchr(r->buf + r->line_start, '\n',
                         r->len - r->line_start)) != NULL) {
         size_t n = (size_t)(nl - (r->buf + r->line_start));
-        if (n > 0 && watch_line(r->watch, r->buf + r->line_start, n) != 0) {
-            r->stream_bad = 1;
+        int rc = n > 0 ? watch_line(r->watch, r->buf + r->line_start, n)
+                       : 0;
+        if (rc != 0) {
+            r->stream_rc = rc;
             return -1;
         }
         r->line_start += n + 1;

@@ -98,6 +98,14 @@ static void serve_one(int fd, const char *mode)
             send_all(fd, "\r\n", 2);
         }
         pause();
+    } else if (!strcmp(mode, "compacted") && is_watch) {
+        reply(fd, "200 OK",
+              "{\"result\":{\"header\":{\"revision\":\"9\"},"
+              "\"canceled\":true,\"compact_revision\":\"8\"}}\n");
+    } else if (!strcmp(mode, "compacted")) {
+        reply(fd, "200 OK", "{\"header\":{\"revision\":\"9\"},\"kvs\":"
+                            "[{\"key\":\"L3AvYQ==\",\"value\":\"MQ==\","
+                            "\"mod_revision\":\"3\"}],\"count\":\"1\"}");
     } else if (!strcmp(mode, "watchgarbage"))
         reply(fd, "200 OK", "{\"header\":{\"revision\":\"5\"}}");
     /* "close": nothing */
@@ -195,13 +203,20 @@ TEST_IMPL(etcd_fake_server)
 
 typedef struct {
     int resets, events;
+    int kvs;
 } wcount_t;
 
 static void on_watch(const etcd_watch_update_t *up, void *data)
 {
     wcount_t *w = data;
-    if (up->reset)
+    if (up->reset) {
         w->resets++;
+        w->kvs = (int)up->n_kvs;
+        if (up->n_kvs > 0) {
+            ASSERT_STR_EQ(up->kvs[0].key, "/p/a");
+            ASSERT_STR_EQ(up->kvs[0].value, "1");
+        }
+    }
     w->events += (int)up->n_events;
 }
 
@@ -227,6 +242,33 @@ TEST_IMPL(etcd_fake_watch)
     ASSERT_OK(etcd_watch_start(e, "/p/", on_watch, &wc, &w));
     fx_run_until_fn(etcd_loop(e), never, NULL, 800);
     ASSERT_EQ(wc.resets, 1);
+    ASSERT_EQ(wc.events, 0);
+    etcd_watch_stop(w);
+    etcd_destroy(e);
+    th_kill(pid);
+    return 0;
+}
+
+static int two_resets(void *p)
+{
+    return ((wcount_t *)p)->resets >= 2;
+}
+
+/* A watch told its start revision was compacted re-reads the range. */
+TEST_IMPL(etcd_fake_compacted)
+{
+    int port;
+    pid_t pid = fake_server("compacted", &port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    etcd_config_t cfg = {.endpoints = url};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(NULL, &cfg, &e));
+    wcount_t wc = {0};
+    etcd_watch_t *w;
+    ASSERT_OK(etcd_watch_start(e, "/p/", on_watch, &wc, &w));
+    ASSERT(fx_run_until_fn(etcd_loop(e), two_resets, &wc, 3000));
+    ASSERT_EQ(wc.kvs, 1);
     ASSERT_EQ(wc.events, 0);
     etcd_watch_stop(w);
     etcd_destroy(e);
