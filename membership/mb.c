@@ -54,6 +54,7 @@ struct mb {
                                 replies */
 
     uv_timer_t ka_timer, fence_timer, retry_timer, settle_timer;
+    uv_timer_t again_timer;  /* reconcile again after a failed request */
     int n_closing;
     int ka_inflight;
     unsigned ka_gen;
@@ -74,6 +75,18 @@ struct mb {
 
 static void transition(mb_t *mb, mb_event_t ev, const char *why);
 static void reconcile(mb_t *mb);
+
+static void on_again(uv_timer_t *t)
+{
+    reconcile(t->data);
+}
+
+/* A request that reconcile() sent failed (etcd hiccup): look again soon,
+ * since no watch event may come to trigger it. */
+static void reconcile_soon(mb_t *mb)
+{
+    uv_timer_start(&mb->again_timer, on_again, MB_RETRY_MIN_MS * 2, 0);
+}
 
 /* ------------------------------------------------------------------ */
 /* The state machine                                                   */
@@ -504,6 +517,8 @@ static void on_campaign(int status, const etcd_result_t *res, void *data)
     mb->campaign_inflight = 0;
     if (status == 0 && res->succeeded)
         RD_INFO("mb %s: elected leader", mb->me.node);
+    else if (status != 0)
+        reconcile_soon(mb);
 }
 
 static void campaign(mb_t *mb)
@@ -519,18 +534,30 @@ static void campaign(mb_t *mb)
         mb->campaign_inflight = 1;
 }
 
+static void on_suspect_revoked(int status, const etcd_result_t *res,
+                               void *data)
+{
+    mb_t *mb = data;
+    (void)res;
+    if (status != 0 && status != -ENOENT) {
+        mb->suspect_rev_done = 0; /* try those suspects again */
+        reconcile_soon(mb);
+    }
+}
+
 /* Leader: revoke the lease of every newly suspected node, so its record
- * (and any key it holds) vanishes now rather than after its TTL. */
+ * (and any key it holds) vanishes now rather than after its TTL. A
+ * suspicion names an incarnation (lease); once that record is gone (or
+ * replaced by a new incarnation), the suspect key has done its job and
+ * is deleted. */
 static void handle_suspects(mb_t *mb)
 {
     size_t plen = strlen(mb->suspect_prefix);
     int64_t done = mb->suspect_rev_done;
     for (size_t i = 0; i < mb->n_kvs; i++) {
         const mb_kv_t *kv = &mb->kvs[i];
-        if (kv->mod <= mb->suspect_rev_done ||
-            strncmp(kv->key, mb->suspect_prefix, plen) != 0)
+        if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
             continue;
-        done = kv->mod > done ? kv->mod : done;
         char nkey[MB_KEY_MAX];
         snprintf(nkey, sizeof(nkey), "%s%s", mb->nodes_prefix,
                  kv->key + plen);
@@ -539,12 +566,16 @@ static void handle_suspects(mb_t *mb)
         etcd__json_i64(j, "lease", &lease);
         cJSON_Delete(j);
         mb_kv_t *node = mirror_find(mb, nkey);
-        if (node != NULL && (lease == 0 || lease == node->lease)) {
-            RD_INFO("mb %s: revoking suspect %s (lease %llx)", mb->me.node,
-                    kv->key + plen, (unsigned long long)node->lease);
-            etcd_lease_revoke(mb->etcd, node->lease, NULL, NULL);
+        if (node == NULL || lease != node->lease) {
+            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+            continue;
         }
-        etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+        if (kv->mod <= mb->suspect_rev_done)
+            continue; /* revoke already sent */
+        done = kv->mod > done ? kv->mod : done;
+        RD_INFO("mb %s: revoking suspect %s (lease %llx)", mb->me.node,
+                kv->key + plen, (unsigned long long)node->lease);
+        etcd_lease_revoke(mb->etcd, node->lease, on_suspect_revoked, mb);
     }
     mb->suspect_rev_done = done;
 }
@@ -612,6 +643,7 @@ static void stop_lease_timers(mb_t *mb)
     uv_timer_stop(&mb->ka_timer);
     uv_timer_stop(&mb->fence_timer);
     uv_timer_stop(&mb->settle_timer);
+    uv_timer_stop(&mb->again_timer);
     mb->reg_gen++;
     mb->ka_inflight = 0;
 }
@@ -738,8 +770,9 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->view.source_index = -1;
     mb->retry_ms = MB_RETRY_MIN_MS;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
-                            &mb->retry_timer, &mb->settle_timer};
-    for (int i = 0; i < 4; i++) {
+                            &mb->retry_timer, &mb->settle_timer,
+                            &mb->again_timer};
+    for (int i = 0; i < 5; i++) {
         uv_timer_init(loop, timers[i]);
         timers[i]->data = mb;
     }
@@ -778,9 +811,10 @@ int mb_suspect(mb_t *mb, const char *node, const char *why)
     for (size_t i = 0; i < mb->view.n_members; i++)
         if (strcmp(mb->view.members[i].node, node) == 0)
             lease = mb->view.members[i].lease;
-    if (!holds_lease(mb->state) || strchr(node, '/') != NULL) {
-        RD_ERROR("mb %s: cannot suspect %s in state %s", mb->me.node, node,
-                 mb_state_name(mb->state));
+    if (!holds_lease(mb->state) || lease == 0) {
+        RD_ERROR("mb %s: cannot suspect %s (state %s, %s)", mb->me.node,
+                 node, mb_state_name(mb->state),
+                 lease ? "known" : "not in the current view");
         return ST_EINVAL;
     }
     char key[MB_KEY_MAX], ls[32];
@@ -851,7 +885,8 @@ void mb_destroy(mb_t *mb)
         return;
     etcd_watch_stop(mb->watch);
     etcd_destroy(mb->etcd);
-    mb->n_closing = 4;
+    mb->n_closing = 5;
+    uv_close((uv_handle_t *)&mb->again_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->ka_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->fence_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->retry_timer, mb_close_cb);

@@ -398,6 +398,7 @@ TEST_IMPL(mb_suspect)
     snprintf(list, sizeof(list), "%s %s ",
              m[leader < reporter ? leader : reporter].name,
              m[leader < reporter ? reporter : leader].name);
+    ASSERT_EQ(mb_suspect(m[reporter].mb, "nobody", "?"), ST_EINVAL);
     int64_t t0 = th_now_ms();
     ASSERT_OK(mb_suspect(m[reporter].mb, m[victim].name, "endpoint reset"));
     /* View 2 drops the suspect's incarnation. The evicted node may already
