@@ -131,5 +131,5 @@ int main(void)
     uv_loop_close(&loop);
     printf("view_change_median_ms=%.0f max_ms=%.0f\n", median,
            ms[REPS - 1]);
-    return 0;
+    return fx_done();
 }

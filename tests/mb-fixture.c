@@ -24,7 +24,16 @@ static void cleanup_all(void)
         th_kill(started[i]->pid);
         started[i]->pid = 0;
         th_rmtree(started[i]->dir);
+        free(started[i]->dir);
+        started[i]->dir = NULL;
+        started[i] = NULL;
     }
+}
+
+int fx_done(void)
+{
+    cleanup_all();
+    return 0;
 }
 
 const char *fx_path(fx_etcd_t *et, const char *name)

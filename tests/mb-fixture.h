@@ -34,6 +34,11 @@ const char *fx_path(fx_etcd_t *et, const char *name);
 /* Run etcdctl with args against et; returns its exit status. */
 int fx_etcdctl(fx_etcd_t *et, const char *args);
 
+/* Kill every etcd this test started and remove their dirs; returns 0 so
+ * a test can end with `return fx_done();`. Also run at exit, for tests
+ * that fail an assertion. */
+int fx_done(void);
+
 /* Run loop until *flag != 0 or timeout_ms; returns 1 if the flag was set. */
 int fx_run_until(uv_loop_t *loop, const int *flag, int64_t timeout_ms);
 /* Same with a predicate. */

@@ -198,7 +198,7 @@ TEST_IMPL(etcd_fake_server)
     ASSERT_EQ(call_mode("500", 0), ST_EUNAVAIL);
     ASSERT_EQ(call_mode("close", 0), ST_EUNAVAIL);
     ASSERT_EQ(call_mode("silent", 0), ST_ETIMEDOUT);
-    return 0;
+    return fx_done();
 }
 
 typedef struct {
@@ -246,7 +246,7 @@ TEST_IMPL(etcd_fake_watch)
     etcd_watch_stop(w);
     etcd_destroy(e);
     th_kill(pid);
-    return 0;
+    return fx_done();
 }
 
 static int two_resets(void *p)
@@ -273,5 +273,5 @@ TEST_IMPL(etcd_fake_compacted)
     etcd_watch_stop(w);
     etcd_destroy(e);
     th_kill(pid);
-    return 0;
+    return fx_done();
 }

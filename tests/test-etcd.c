@@ -87,7 +87,7 @@ TEST_IMPL(etcd_base64)
     char junk[8];
     ASSERT_EQ(etcd_b64_decode("ab$d", 4, junk), ST_EPROTO);
     ASSERT_EQ(etcd_b64_decode("a", 1, junk), ST_EPROTO);
-    return 0;
+    return fx_done();
 }
 
 TEST_IMPL(etcd_kv_txn_lease)
@@ -160,7 +160,7 @@ TEST_IMPL(etcd_kv_txn_lease)
     ASSERT_OK(r.status);
     ASSERT_EQ(r.res.deleted, 3);
     etcd_destroy(e);
-    return 0;
+    return fx_done();
 }
 
 /* ---- watch ---- */
@@ -246,7 +246,7 @@ TEST_IMPL(etcd_watch_resume)
     ASSERT_EQ(ws.resets, 1);
     etcd_watch_stop(w);
     etcd_destroy(e);
-    return 0;
+    return fx_done();
 }
 
 /* A watch that fell behind a compaction re-reads the range. */
@@ -281,7 +281,7 @@ TEST_IMPL(etcd_watch_compacted)
     ASSERT(ws.n_events == 5 || (ws.resets == 2 && ws.n_keys == 5));
     etcd_watch_stop(w);
     etcd_destroy(e);
-    return 0;
+    return fx_done();
 }
 
 TEST_IMPL(etcd_failover)
@@ -306,7 +306,7 @@ TEST_IMPL(etcd_failover)
 
     etcd_config_t bad = {.endpoints = "ftp://x"};
     ASSERT_EQ(etcd_create(NULL, &bad, &e), ST_ECONFIG);
-    return 0;
+    return fx_done();
 }
 
 /* ---- TLS and auth ---- */
@@ -356,7 +356,7 @@ TEST_IMPL(etcd_tls)
     ASSERT_OK(etcd_create(NULL, &wrongca, &e));
     ASSERT_EQ(put_get(e), -EACCES);
     etcd_destroy(e);
-    return 0;
+    return fx_done();
 }
 
 static int never_(void *p)
@@ -393,5 +393,5 @@ TEST_IMPL(etcd_auth)
     ASSERT_OK(etcd_create(NULL, &none, &e));
     ASSERT_NE(put_get(e), 0);
     etcd_destroy(e);
-    return 0;
+    return fx_done();
 }

@@ -44,7 +44,7 @@ TEST_IMPL(mb_state_machine)
         ASSERT_EQ(mb_state_next(MB_LEFT, (mb_event_t)ev, &s), ST_EINVAL);
     ASSERT_EQ(mb_state_next(MB_IDLE, MB_EV_LEAVE, &s), ST_EINVAL);
     ASSERT_STR_EQ(mb_state_name(MB_DRAINING), "DRAINING");
-    return 0;
+    return fx_done();
 }
 
 static mb_member_t mk(const char *node, const char *host, int64_t lease)
@@ -113,7 +113,7 @@ TEST_IMPL(mb_view_rule)
     mb__view_free(&v1);
     mb__view_free(&v2);
     mb__view_free(&v3);
-    return 0;
+    return fx_done();
 }
 
 /* ---- members against etcd ---- */
@@ -129,6 +129,7 @@ typedef struct {
     char joiners[MAX_VIEWS][128];
     int joiner[MAX_VIEWS];
     int source[MAX_VIEWS];
+    uint64_t steps[MAX_VIEWS];
     int fenced, drained, left;
     int leave_on_drain;
 } member_t;
@@ -148,6 +149,7 @@ static void on_view(const mb_view_t *v, void *data)
     m->gens[i] = v->generation;
     m->joiner[i] = v->members[v->my_index].joiner;
     m->source[i] = v->source_index;
+    m->steps[i] = v->step;
     m->lists[i][0] = m->joiners[i][0] = '\0';
     for (size_t k = 0; k < v->n_members; k++) {
         strcat(m->lists[i], v->members[k].node);
@@ -309,7 +311,7 @@ TEST_IMPL(mb_three_form_view)
     }
     ASSERT(leader_index(m, 3) >= 0);
     teardown(m, 3);
-    return 0;
+    return fx_done();
 }
 
 /* A member that stops renewing (a crash) leaves the view within
@@ -353,13 +355,13 @@ static void crash_one(int kill_leader)
 TEST_IMPL(mb_member_crash)
 {
     crash_one(0);
-    return 0;
+    return fx_done();
 }
 
 TEST_IMPL(mb_leader_dies)
 {
     crash_one(1);
-    return 0;
+    return fx_done();
 }
 
 TEST_IMPL(mb_join)
@@ -370,14 +372,18 @@ TEST_IMPL(mb_join)
     start_member(&m[1], "n2", "h2", 2, 2);
     member_t *all[] = {&m[0], &m[1], &m[2]};
     wait_view(all, 2, "n1 n2 ", 1, 10000);
+    mb_set_step(m[0].mb, 42);
+    mb_set_step(m[1].mb, 42);
     start_member(&m[2], "n3", "h1", 2, 1);
     wait_view(all, 3, "n1 n3 n2 ", 2, 5000);
+    ASSERT_EQ(m[0].steps[1], 42); /* the leader put its step in the view */
+    ASSERT_EQ(m[2].steps[0], 42);
     ASSERT_EQ(m[2].n_views, 1);
     ASSERT_EQ(m[2].joiner[0], 1);
     ASSERT_EQ(m[0].joiner[1], 0);
     ASSERT_EQ(m[2].source[0], 0);
     teardown(m, 3);
-    return 0;
+    return fx_done();
 }
 
 /* Suspicion removes a live node in well under its TTL; the evicted node
@@ -417,7 +423,7 @@ TEST_IMPL(mb_suspect)
     wait_view(all, 3, list, 2, 5000);
     ASSERT_EQ(m[victim].joiner[m[victim].n_views - 1], 1);
     teardown(m, 3);
-    return 0;
+    return fx_done();
 }
 
 TEST_IMPL(mb_drain)
@@ -440,7 +446,7 @@ TEST_IMPL(mb_drain)
     ASSERT_EQ(fx_etcdctl(&etcd_, "get --prefix /ringd/test/drain/ "
                                  "--print-value-only | grep -q ."), 1);
     teardown(m, 3);
-    return 0;
+    return fx_done();
 }
 
 /* etcd restarts under running members: the watches resume, and every
@@ -471,7 +477,7 @@ TEST_IMPL(mb_etcd_restart)
         }
     }
     teardown(m, 4);
-    return 0;
+    return fx_done();
 }
 
 /* etcd gone for longer than the TTL: every member fences itself, then
@@ -498,7 +504,7 @@ TEST_IMPL(mb_fence_rejoin)
     ASSERT_NE(mb_lease(m[0].mb), lease0);
     ASSERT_EQ(mb_state(m[0].mb), MB_ACTIVE);
     teardown(m, 2);
-    return 0;
+    return fx_done();
 }
 
 static void on_leader_key(const etcd_watch_update_t *up, void *data)
@@ -560,5 +566,5 @@ TEST_IMPL(mb_leader_sigkill)
             (long long)(th_now_ms() - t0));
     ASSERT(leader_index(m, 2) >= 0);
     teardown(m, 2);
-    return 0;
+    return fx_done();
 }
