@@ -352,6 +352,8 @@ static void on_watch(const etcd_watch_update_t *up, void *data)
             mirror_put(mb, &up->kvs[i]);
         mb->rev = up->revision;
     }
+    /* One reconcile per event, not per batch: a batch may hold two
+     * writes of the view key, and every generation must be installed. */
     for (size_t i = 0; i < up->n_events; i++) {
         const etcd_event_t *ev = &up->events[i];
         if (ev->is_delete)
@@ -359,8 +361,10 @@ static void on_watch(const etcd_watch_update_t *up, void *data)
         else
             mirror_put(mb, &ev->kv);
         mb->rev = ev->kv.mod_revision;
+        reconcile(mb);
     }
-    reconcile(mb);
+    if (up->reset)
+        reconcile(mb);
 }
 
 static void restart_watch(mb_t *mb)
