@@ -1,6 +1,9 @@
 #include "tests/mb-fixture.h"
 
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,4 +222,93 @@ int fx_run_until(uv_loop_t *loop, const int *flag, int64_t timeout_ms)
 void fx_loop_drain(uv_loop_t *loop)
 {
     uv_run(loop, UV_RUN_DEFAULT);
+}
+
+/* ---- relay ---- */
+
+#define RELAY_MAX 64
+
+static int relay_listen(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 64))
+        return -1;
+    return fd;
+}
+
+static int relay_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* One process, poll over pairs: fds[2k] <-> fds[2k+1]. */
+static void relay_loop(int lfd, int target)
+{
+    struct pollfd p[1 + 2 * RELAY_MAX];
+    int n = 0;
+    char buf[65536];
+    for (;;) {
+        p[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            p[1 + i].events = POLLIN;
+        if (poll(p, (nfds_t)(1 + n), -1) < 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (!(p[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(p[1 + i].fd, buf, sizeof(buf));
+            int peer = p[1 + (i ^ 1)].fd;
+            if (r <= 0 || write(peer, buf, (size_t)r) != r) {
+                /* Close the pair; move the last pair into its place. */
+                int k = i & ~1;
+                close(p[1 + k].fd);
+                close(p[2 + k].fd);
+                p[1 + k] = p[n - 1];
+                p[2 + k] = p[n];
+                n -= 2;
+                break;
+            }
+        }
+        if ((p[0].revents & POLLIN) && n < 2 * RELAY_MAX) {
+            int c = accept(lfd, NULL, NULL);
+            int t = c >= 0 ? relay_connect(target) : -1;
+            if (t < 0) {
+                if (c >= 0)
+                    close(c);
+                continue;
+            }
+            p[1 + n++] = (struct pollfd){.fd = c};
+            p[1 + n++] = (struct pollfd){.fd = t};
+        }
+    }
+}
+
+pid_t fx_proxy_start(fx_etcd_t *et, int port)
+{
+    int lfd = relay_listen(port);
+    ASSERT_MSG(lfd >= 0, "relay cannot listen on %d", port);
+    fflush(stderr);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0)
+        relay_loop(lfd, et->cport);
+    close(lfd);
+    return pid;
+}
+
+void fx_proxy_stop(pid_t pid)
+{
+    th_kill(pid);
 }

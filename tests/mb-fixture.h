@@ -34,6 +34,14 @@ const char *fx_path(fx_etcd_t *et, const char *name);
 /* Run etcdctl with args against et; returns its exit status. */
 int fx_etcdctl(fx_etcd_t *et, const char *args);
 
+/*
+ * A TCP relay 127.0.0.1:port -> etcd's client port, in a child process,
+ * to cut one client off etcd: fx_proxy_stop kills it (its connections
+ * close), fx_proxy_start on the same port brings it back.
+ */
+pid_t fx_proxy_start(fx_etcd_t *et, int port);
+void fx_proxy_stop(pid_t pid);
+
 /* Kill every etcd this test started and remove their dirs; returns 0 so
  * a test can end with `return fx_done();`. Also run at exit, for tests
  * that fail an assertion. */
