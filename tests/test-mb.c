@@ -617,3 +617,45 @@ TEST_IMPL(mb_watch_catch_up)
     teardown(m, 4);
     return fx_done();
 }
+
+/* One member's path to etcd hangs (its relay is SIGSTOPped: no resets,
+ * just silence) for longer than its TTL: it fences itself, the others
+ * install a view without it, and it rejoins as a new member once the
+ * path works again. */
+TEST_IMPL(mb_partition_fence)
+{
+    setup();
+    int port = th_free_port();
+    pid_t relay = fx_proxy_start(&etcd_, port);
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 3);
+    start_member(&m[1], "n2", "h", 2, 3);
+    ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
+    memset(&m[2], 0, sizeof(m[2]));
+    snprintf(m[2].name, sizeof(m[2].name), "n3");
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    mb_config_t cfg = {.job = "test", .node = "n3", .host = "h",
+                       .addr = "a", .addr_len = 1, .ttl_s = 2,
+                       .min_members = 3, .etcd = {.endpoints = url}};
+    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+    ASSERT_OK(mb_create(&loop, &cfg, &cb, &m[2], &m[2].mb));
+    ASSERT_OK(mb_start(m[2].mb));
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int64_t lease = mb_lease(m[2].mb);
+
+    int64_t t0 = th_now_ms();
+    kill(relay, SIGSTOP);
+    ASSERT(fx_run_until(&loop, &m[2].fenced, 2000 + 1000));
+    fprintf(stderr, "fenced %lld ms after the cut\n",
+            (long long)(th_now_ms() - t0));
+    wait_view(all, 2, "n1 n2 ", 2, 2000);
+    kill(relay, SIGCONT);
+    wait_view(all, 3, "n1 n2 n3 ", 3, 8000);
+    ASSERT_NE(mb_lease(m[2].mb), lease);
+    ASSERT_EQ(m[2].joiner[m[2].n_views - 1], 1);
+    fx_proxy_stop(relay);
+    teardown(m, 3);
+    return fx_done();
+}
