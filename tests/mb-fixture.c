@@ -149,6 +149,8 @@ void fx_etcd_start(fx_etcd_t *et, int tls)
     while (i < 4 && started[i] != NULL)
         i++;
     ASSERT(i < 4);
+    ASSERT_MSG(access("/usr/bin/etcd", X_OK) == 0,
+               "/usr/bin/etcd missing: install etcd-server (make deps)");
     et->dir = th_mkdtemp("ringd-etcd");
     ASSERT(et->dir != NULL);
     started[i] = et;
