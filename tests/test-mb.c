@@ -659,3 +659,43 @@ TEST_IMPL(mb_partition_fence)
     teardown(m, 3);
     return fx_done();
 }
+
+static int is_joining(void *p)
+{
+    return mb_state(((member_t *)p)->mb) >= MB_JOINING;
+}
+
+/* Destroying a member at any point (requests and timers in flight) is
+ * clean; calls in the wrong state fail loudly instead of acting. */
+TEST_IMPL(mb_lifecycle_edges)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 1);
+    stop_member(&m[0]); /* grant in flight */
+    start_member(&m[1], "n2", "h", 2, 1);
+    ASSERT(fx_run_until_fn(&loop, is_joining, &m[1], 10000));
+    ASSERT_EQ(mb_start(m[1].mb), ST_EINVAL);
+    stop_member(&m[1]); /* watch, keepalive, campaign in flight */
+
+    mb_config_t bad = {.job = "j", .node = "a/b", .host = "h"};
+    mb_callbacks_t cb = {0};
+    mb_t *x = NULL;
+    ASSERT_EQ(mb_create(&loop, &bad, &cb, NULL, &x), ST_ECONFIG);
+    mb_config_t idle = {.job = "j", .node = "n9", .host = "h",
+                        .etcd = {.endpoints = etcd_.url}};
+    ASSERT_OK(mb_create(&loop, &idle, &cb, NULL, &x));
+    ASSERT_EQ(mb_leave(x), ST_EINVAL);
+    ASSERT_EQ(mb_suspect(x, "n1", "?"), ST_EINVAL);
+    ASSERT_EQ(mb_state(x), MB_IDLE);
+    mb_destroy(x);
+    mb_destroy(NULL);
+
+    /* Leave while registering: ends LEFT, the lease is given back. */
+    start_member(&m[2], "n3", "h", 2, 1);
+    ASSERT_OK(mb_leave(m[2].mb));
+    ASSERT(fx_run_until(&loop, &m[2].left, 5000));
+    ASSERT_EQ(mb_state(m[2].mb), MB_LEFT);
+    teardown(m, 3);
+    return fx_done();
+}
