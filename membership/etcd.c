@@ -23,106 +23,17 @@
 #include "common/log.h"
 #include "common/status.h"
 
-#define ETCD_MAX_REPLY (64u << 20) /* a reply bigger than this is garbage */
-#define ETCD_MAX_EPS 16
 #define GRPC_NOT_FOUND 5
 #define GRPC_PERMISSION_DENIED 7
 #define GRPC_UNAUTHENTICATED 16
 #define GRPC_INVALID_ARGUMENT 3
 
-typedef struct etcd_req etcd_req_t;
-
-struct etcd_req {
-    etcd_t *e;
-    etcd_kind_t kind;
-    CURL *easy;
-    struct curl_slist *hdrs;
-    const char *path;
-    char *body;
-    etcd_cb cb;
-    void *data;
-    etcd_watch_t *watch; /* ETCD_K_WATCH: the watch fed by this stream */
-    char *buf;
-    size_t len, cap, line_start;
-    int ep;           /* endpoint index of the current attempt */
-    int attempts;     /* endpoints tried */
-    int auth_retried;
-    int active;       /* added to the multi handle */
-    int waiting_auth;
-    int cancelled;    /* owner gone: free without calling back */
-    int stream_rc;    /* why we cut the watch stream (0: we did not) */
-    int to_add;       /* launched, waiting for the kick timer */
-    etcd_req_t *prev, *next;
-};
-
-struct etcd_watch {
-    etcd_t *e;
-    char *key_b64, *end_b64;
-    etcd_watch_cb cb;
-    void *data;
-    etcd_req_t *req;       /* the snapshot range or the stream */
-    uv_timer_t timer;      /* backoff before the next attempt */
-    int64_t next_rev;      /* 0: a snapshot is needed first */
-    long backoff_ms;
-    uint64_t started_ms;   /* when the current stream was opened */
-    int stopped;
-    etcd_watch_t *prev, *next;
-};
-
-typedef struct {
-    uv_poll_t poll;
-    curl_socket_t fd;
-    etcd_t *e;
-} etcd_sock_t;
-
-struct etcd {
-    uv_loop_t *loop;
-    int own_loop;
-    CURLM *multi;
-    uv_timer_t timer;      /* libcurl's timeout */
-    uv_timer_t reap;       /* adds and frees requests outside curl */
-    uv_timer_t run_timer;  /* etcd_run's deadline */
-    int n_closing;
-    char *eps[ETCD_MAX_EPS];
-    int n_eps;
-    int cur_ep;
-    long connect_ms, request_ms;
-    char *ca, *cert, *key, *user, *password;
-    char *token;
-    int auth_inflight;
-    etcd_req_t *reqs;
-    etcd_watch_t *watches;
-};
-
 static void req_launch(etcd_req_t *r);
 static void on_reap(uv_timer_t *t);
 static void req_complete_error(etcd_req_t *r, int status);
-static void req_submit(etcd_req_t *r);
-static void watch_stream_done(etcd_watch_t *w, int status);
-static int watch_feed(etcd_req_t *r);
 
 /* ------------------------------------------------------------------ */
 /* Lists and lifetime                                                  */
-
-#define LIST_ADD(head, x)                                                    \
-    do {                                                                     \
-        (x)->prev = NULL;                                                    \
-        (x)->next = (head);                                                  \
-        if (head)                                                            \
-            (head)->prev = (x);                                              \
-        (head) = (x);                                                        \
-    } while (0)
-
-#define LIST_DEL(head, x)                                                    \
-    do {                                                                     \
-        if ((x)->prev)                                                       \
-            (x)->prev->next = (x)->next;                                     \
-        else                                                                 \
-            (head) = (x)->next;                                              \
-        if ((x)->next)                                                       \
-            (x)->next->prev = (x)->prev;                                     \
-        (x)->prev = (x)->next = NULL;                                        \
-    } while (0)
 
 static void req_free(etcd_req_t *r)
 {
@@ -138,7 +49,7 @@ static void req_free(etcd_req_t *r)
 
 /* Detach a request from its owner; the reap timer frees it, because we
  * may be inside a libcurl callback where removing handles is not allowed. */
-static void req_cancel(etcd_req_t *r)
+void etcd__req_cancel(etcd_req_t *r)
 {
     if (r == NULL)
         return;
@@ -313,7 +224,7 @@ static void req_http_done(etcd_req_t *r, long http)
         free(e->token);
         e->token = NULL;
         r->auth_retried = 1;
-        req_submit(r);
+        etcd__req_submit(r);
         cJSON_Delete(json);
         return;
     }
@@ -333,7 +244,7 @@ static void req_complete_error(etcd_req_t *r, int status)
         auth_done(r->e, status, NULL);
         req_free(r);
     } else if (r->kind == ETCD_K_WATCH) {
-        watch_stream_done(r->watch, status);
+        etcd__watch_stream_done(r->watch, status);
         req_free(r);
     } else {
         req_complete(r, status, NULL);
@@ -372,7 +283,7 @@ static void req_done(etcd_req_t *r, CURLcode cc)
         int status = r->stream_rc ? r->stream_rc
                      : cc == CURLE_OK ? ST_ELINK : transport_status(cc);
         e->cur_ep = r->ep;
-        watch_stream_done(r->watch, status);
+        etcd__watch_stream_done(r->watch, status);
         req_free(r);
         return;
     }
@@ -443,7 +354,7 @@ static size_t on_write(char *p, size_t sz, size_t n, void *u)
     if (r->kind == ETCD_K_WATCH) {
         long http = 0;
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
-        if (http == 200 && watch_feed(r) != 0)
+        if (http == 200 && etcd__watch_feed(r) != 0)
             return 0; /* abort the stream: CURLE_WRITE_ERROR */
     }
     return r->cancelled ? 0 : len;
@@ -505,7 +416,7 @@ static void req_launch(etcd_req_t *r)
 
 static void auth_start(etcd_t *e);
 
-static void req_submit(etcd_req_t *r)
+void etcd__req_submit(etcd_req_t *r)
 {
     etcd_t *e = r->e;
     r->attempts = 0;
@@ -519,8 +430,8 @@ static void req_submit(etcd_req_t *r)
 }
 
 /* Build a request; body is consumed. */
-static int req_new(etcd_t *e, etcd_kind_t kind, const char *path,
-                   cJSON *body, etcd_cb cb, void *data, etcd_req_t **req_p)
+int etcd__req_new(etcd_t *e, etcd_kind_t kind, const char *path,
+                  cJSON *body, etcd_cb cb, void *data, etcd_req_t **req_p)
 {
     etcd_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL || body == NULL)
@@ -554,9 +465,9 @@ static int call(etcd_t *e, etcd_kind_t kind, const char *path, cJSON *body,
                 etcd_cb cb, void *data)
 {
     etcd_req_t *r;
-    int rc = req_new(e, kind, path, body, cb, data, &r);
+    int rc = etcd__req_new(e, kind, path, body, cb, data, &r);
     if (rc == 0)
-        req_submit(r);
+        etcd__req_submit(r);
     return rc;
 }
 
@@ -571,13 +482,13 @@ static void auth_start(etcd_t *e)
     cJSON_AddStringToObject(b, "name", e->user);
     cJSON_AddStringToObject(b, "password", e->password ? e->password : "");
     etcd_req_t *r;
-    if (req_new(e, ETCD_K_AUTH, "/v3/auth/authenticate", b, NULL, NULL,
-                &r) != 0) {
+    if (etcd__req_new(e, ETCD_K_AUTH, "/v3/auth/authenticate", b, NULL,
+                      NULL, &r) != 0) {
         auth_done(e, ST_ENOMEM, NULL);
         return;
     }
     e->auth_inflight = 1;
-    req_submit(r);
+    etcd__req_submit(r);
 }
 
 /* Launch (or fail) every request that waited for a token. */
@@ -599,13 +510,13 @@ static void auth_done(etcd_t *e, int status, const char *token)
         if (status == 0)
             req_launch(r);
         else if (r->kind == ETCD_K_WATCH) {
-            watch_stream_done(r->watch, status);
-            req_cancel(r);
+            etcd__watch_stream_done(r->watch, status);
+            etcd__req_cancel(r);
         } else {
             /* Deferred free: the caller may be iterating the list. */
             etcd_cb cb = r->cb;
             void *data = r->data;
-            req_cancel(r);
+            etcd__req_cancel(r);
             if (cb != NULL)
                 cb(status, NULL, data);
         }
@@ -741,14 +652,12 @@ static void etcd_close_cb(uv_handle_t *h)
     }
 }
 
-static void watch_free(etcd_watch_t *w);
-
 void etcd_destroy(etcd_t *e)
 {
     if (e == NULL)
         return;
     while (e->watches != NULL)
-        watch_free(e->watches);
+        etcd__watch_free(e->watches);
     while (e->reqs != NULL)
         req_free(e->reqs);
     curl_multi_cleanup(e->multi);
@@ -805,7 +714,7 @@ static void add_b64(cJSON *o, const char *name, const void *p, size_t n)
     free(s);
 }
 
-static void add_i64(cJSON *o, const char *name, int64_t v)
+void etcd__add_i64(cJSON *o, const char *name, int64_t v)
 {
     char s[32];
     snprintf(s, sizeof(s), "%lld", (long long)v);
@@ -814,7 +723,7 @@ static void add_i64(cJSON *o, const char *name, int64_t v)
 
 /* range_end for "every key starting with key": key with its last byte
  * incremented (trailing 0xff bytes dropped); "\0" means all keys. */
-static void add_range(cJSON *o, const char *key, int prefix)
+void etcd__add_range(cJSON *o, const char *key, int prefix)
 {
     size_t n = strlen(key);
     add_b64(o, "key", key, n);
@@ -843,15 +752,15 @@ static cJSON *op_json(const etcd_op_t *op)
         add_b64(o, "key", op->key, strlen(op->key));
         add_b64(o, "value", op->value, op->value_len);
         if (op->lease != 0)
-            add_i64(o, "lease", op->lease);
+            etcd__add_i64(o, "lease", op->lease);
         cJSON_AddItemToObject(w, "request_put", o);
         break;
     case ETCD_OP_DELETE:
-        add_range(o, op->key, op->prefix);
+        etcd__add_range(o, op->key, op->prefix);
         cJSON_AddItemToObject(w, "request_delete_range", o);
         break;
     default:
-        add_range(o, op->key, op->prefix);
+        etcd__add_range(o, op->key, op->prefix);
         cJSON_AddItemToObject(w, "request_range", o);
         break;
     }
@@ -873,7 +782,7 @@ static cJSON *cmp_json(const etcd_cmp_t *c)
     if (c->target == ETCD_CMP_VALUE)
         add_b64(o, "value", c->value, c->value_len);
     else
-        add_i64(o, fields[c->target & 3], c->number);
+        etcd__add_i64(o, fields[c->target & 3], c->number);
     return o;
 }
 
@@ -890,7 +799,7 @@ int etcd_put(etcd_t *e, const char *key, const void *value,
 int etcd_get(etcd_t *e, const char *key, int prefix, etcd_cb cb, void *data)
 {
     cJSON *b = cJSON_CreateObject();
-    add_range(b, key, prefix);
+    etcd__add_range(b, key, prefix);
     return call(e, ETCD_K_RANGE, "/v3/kv/range", b, cb, data);
 }
 
@@ -898,7 +807,7 @@ int etcd_delete(etcd_t *e, const char *key, int prefix, etcd_cb cb,
                 void *data)
 {
     cJSON *b = cJSON_CreateObject();
-    add_range(b, key, prefix);
+    etcd__add_range(b, key, prefix);
     return call(e, ETCD_K_DELETE, "/v3/kv/deleterange", b, cb, data);
 }
 
@@ -924,7 +833,7 @@ static int lease_call(etcd_t *e, etcd_kind_t kind, const char *path,
                       const char *field, int64_t v, etcd_cb cb, void *data)
 {
     cJSON *b = cJSON_CreateObject();
-    add_i64(b, field, v);
+    etcd__add_i64(b, field, v);
     return call(e, kind, path, b, cb, data);
 }
 
@@ -952,240 +861,3 @@ int etcd_lease_timetolive(etcd_t *e, int64_t lease, etcd_cb cb, void *data)
                       cb, data);
 }
 
-/* ------------------------------------------------------------------ */
-/* Watch                                                               */
-
-static void watch_next(uv_timer_t *t);
-
-static void watch_free_cb(uv_handle_t *h)
-{
-    etcd_watch_t *w = h->data;
-    free(w->key_b64);
-    free(w->end_b64);
-    free(w);
-}
-
-static void watch_free(etcd_watch_t *w)
-{
-    w->stopped = 1;
-    if (w->req != NULL) {
-        w->req->watch = NULL;
-        req_cancel(w->req);
-        w->req = NULL;
-    }
-    LIST_DEL(w->e->watches, w);
-    uv_close((uv_handle_t *)&w->timer, watch_free_cb);
-}
-
-void etcd_watch_stop(etcd_watch_t *w)
-{
-    if (w != NULL && !w->stopped)
-        watch_free(w);
-}
-
-static void watch_retry(etcd_watch_t *w)
-{
-    w->req = NULL;
-    uv_timer_start(&w->timer, watch_next, (uint64_t)w->backoff_ms, 0);
-    w->backoff_ms = w->backoff_ms * 2 > 1000 ? 1000 : w->backoff_ms * 2;
-}
-
-static void watch_snapshot_cb(int status, const etcd_result_t *res,
-                              void *data)
-{
-    etcd_watch_t *w = data;
-    if (status != 0) {
-        watch_retry(w);
-        return;
-    }
-    w->req = NULL;
-    w->next_rev = res->revision + 1;
-    etcd_watch_update_t up = {1, res->revision, res->kvs, res->n_kvs,
-                              NULL, 0};
-    w->cb(&up, w->data);
-    if (!w->stopped)
-        uv_timer_start(&w->timer, watch_next, 0, 0);
-}
-
-static void watch_stream_done(etcd_watch_t *w, int status)
-{
-    if (w == NULL || w->stopped)
-        return;
-    if (w->next_rev == 0)
-        RD_INFO("etcd watch: stream ended (%s); re-reading the range",
-                st_strerror(status));
-    else
-        RD_INFO("etcd watch: stream ended (%s); resuming at revision %lld",
-                st_strerror(status), (long long)w->next_rev);
-    /* A stream that lived a while was healthy: retry quickly. One that
-     * fails at once (bad replies, auth) backs off to 1 s. */
-    if (uv_now(w->e->loop) - w->started_ms > 1000)
-        w->backoff_ms = 50;
-    watch_retry(w);
-}
-
-/* Start the snapshot range or the stream, whichever is due. */
-static void watch_next(uv_timer_t *t)
-{
-    etcd_watch_t *w = t->data;
-    etcd_t *e = w->e;
-    cJSON *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(b, "key", w->key_b64);
-    cJSON_AddStringToObject(b, "range_end", w->end_b64);
-    etcd_req_t *r;
-    int rc;
-    if (w->next_rev == 0) {
-        rc = req_new(e, ETCD_K_RANGE, "/v3/kv/range", b, watch_snapshot_cb,
-                     w, &r);
-    } else {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "create_request", b);
-        add_i64(b, "start_revision", w->next_rev);
-        cJSON_AddBoolToObject(b, "progress_notify", 1);
-        rc = req_new(e, ETCD_K_WATCH, "/v3/watch", o, NULL, NULL, &r);
-        if (rc == 0)
-            r->watch = w;
-        w->started_ms = uv_now(e->loop);
-    }
-    if (rc != 0) {
-        watch_retry(w);
-        return;
-    }
-    w->req = r;
-    req_submit(r);
-}
-
-int etcd_watch_start(etcd_t *e, const char *prefix, etcd_watch_cb cb,
-                     void *data, etcd_watch_t **watch_p)
-{
-    etcd_watch_t *w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        return ST_ENOMEM;
-    cJSON *tmp = cJSON_CreateObject();
-    add_range(tmp, prefix, 1);
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(tmp, "key");
-    const cJSON *end = cJSON_GetObjectItemCaseSensitive(tmp, "range_end");
-    w->key_b64 = cJSON_IsString(k) ? strdup(k->valuestring) : NULL;
-    w->end_b64 = cJSON_IsString(end) ? strdup(end->valuestring) : NULL;
-    cJSON_Delete(tmp);
-    if (w->key_b64 == NULL || w->end_b64 == NULL) {
-        free(w->key_b64);
-        free(w->end_b64);
-        free(w);
-        return ST_ENOMEM;
-    }
-    w->e = e;
-    w->cb = cb;
-    w->data = data;
-    w->backoff_ms = 50;
-    uv_timer_init(e->loop, &w->timer);
-    w->timer.data = w;
-    LIST_ADD(e->watches, w);
-    uv_timer_start(&w->timer, watch_next, 0, 0);
-    *watch_p = w;
-    return 0;
-}
-
-/* Deliver the events of one result; returns 0 or ST_EPROTO. */
-static int watch_events(etcd_watch_t *w, const cJSON *arr, int64_t rev)
-{
-    etcd_arena_t a = {0};
-    int rc = ST_EPROTO;
-    if (!cJSON_IsArray(arr))
-        goto out;
-    size_t n = (size_t)cJSON_GetArraySize(arr), k = 0;
-    etcd_event_t *ev = etcd__arena_alloc(&a, n * sizeof(*ev));
-    if (ev == NULL)
-        goto out;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
-        if (type != NULL && !cJSON_IsString(type))
-            goto out;
-        ev[k].is_delete = type && strcmp(type->valuestring, "DELETE") == 0;
-        if (etcd__parse_kv(cJSON_GetObjectItemCaseSensitive(it, "kv"), &a,
-                           &ev[k].kv) != 0) {
-            RD_ERROR("etcd watch: malformed event");
-            goto out;
-        }
-        if (ev[k].kv.mod_revision >= w->next_rev)
-            k++; /* older ones were delivered before a reconnect */
-    }
-    rc = 0;
-    if (k == 0)
-        goto out;
-    w->next_rev = ev[k - 1].kv.mod_revision + 1;
-    etcd_watch_update_t up = {0, rev, NULL, 0, ev, k};
-    w->cb(&up, w->data);
-out:
-    etcd__arena_free(&a);
-    return rc;
-}
-
-/* One line of the stream: {"result":{...}} or {"error":{...}}. */
-static int watch_line(etcd_watch_t *w, const char *line, size_t len)
-{
-    cJSON *j = cJSON_ParseWithLength(line, len);
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "result");
-    int rc = ST_EPROTO, canceled = 0, created = 0;
-    int64_t rev = 0, compact = 0;
-    if (!cJSON_IsObject(res)) {
-        int code;
-        const char *msg;
-        etcd__parse_error(j, &code, &msg);
-        RD_ERROR("etcd watch: bad line (%s): %.200s", msg, line);
-        goto out;
-    }
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(res, "header");
-    const cJSON *evs = cJSON_GetObjectItemCaseSensitive(res, "events");
-    if (!cJSON_IsObject(h) || etcd__json_i64(h, "revision", &rev) != 0 ||
-        etcd__json_bool(res, "canceled", &canceled) != 0 ||
-        etcd__json_bool(res, "created", &created) != 0 ||
-        etcd__json_i64(res, "compact_revision", &compact) != 0) {
-        RD_ERROR("etcd watch: malformed result: %.200s", line);
-        goto out;
-    }
-    if (canceled) {
-        RD_WARN("etcd watch: canceled (compacted at %lld); re-reading",
-                (long long)compact);
-        if (compact > 0)
-            w->next_rev = 0; /* history is gone: take a new snapshot */
-        rc = ST_ESTALE;
-        goto out;
-    }
-    if (evs != NULL)
-        rc = watch_events(w, evs, rev);
-    else {
-        if (!created && rev + 1 > w->next_rev)
-            w->next_rev = rev + 1; /* progress: nothing up to rev missed */
-        rc = 0;
-    }
-out:
-    cJSON_Delete(j);
-    return rc;
-}
-
-/* Split the buffered stream on '\n' and hand over complete lines. */
-static int watch_feed(etcd_req_t *r)
-{
-    char *nl;
-    while (r->watch != NULL &&
-           (nl = memchr(r->buf + r->line_start, '\n',
-                        r->len - r->line_start)) != NULL) {
-        size_t n = (size_t)(nl - (r->buf + r->line_start));
-        int rc = n > 0 ? watch_line(r->watch, r->buf + r->line_start, n)
-                       : 0;
-        if (rc != 0) {
-            r->stream_rc = rc;
-            return -1;
-        }
-        r->line_start += n + 1;
-    }
-    if (r->line_start > 0) {
-        memmove(r->buf, r->buf + r->line_start, r->len - r->line_start);
-        r->len -= r->line_start;
-        r->line_start = 0;
-        r->buf[r->len] = '\0';
-    }
-    return 0;
-}
