@@ -1,0 +1,155 @@
+/*
+ * mb.h - membership: registration under a lease, leader election, the
+ * sequence of views, suspicion, fencing and drain, all kept in etcd under
+ * /ringd/<job>/ (see membership/README.md for keys and protocol).
+ *
+ * Threading: an mb_t lives on one libuv loop; every function must be
+ * called on that loop's thread and every callback runs there. Callbacks
+ * may call mb_suspect, mb_set_step and mb_leave, but not mb_destroy.
+ *
+ * Errors: 0 or a negative code from common/status.h; the function that
+ * detects an error logs it.
+ */
+#ifndef RINGD_MB_H
+#define RINGD_MB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "membership/etcd.h"
+
+typedef struct mb mb_t;
+
+typedef struct {
+    const char *job;         /* keys live under /ringd/<job>/ */
+    const char *node;        /* node id, unique in the job, no '/' */
+    const char *host;        /* members on one host are adjacent in rings */
+    const void *addr;        /* UCX worker address: opaque bytes, copied */
+    size_t addr_len;
+    int slots;               /* trainers (GPUs) on this node */
+    int ttl_s;               /* lease TTL; 0: 3 (etcd's minimum is 2) */
+    int min_members;         /* the first view waits for this many; 0: 1 */
+    int settle_ms;           /* leader batches changes this long; 0: 10 */
+    etcd_config_t etcd;      /* request_timeout_ms 0: ttl/3 */
+} mb_config_t;
+
+/* One member of a view. Strings and addr point into the view. */
+typedef struct {
+    const char *node;
+    const char *host;
+    const uint8_t *addr;
+    size_t addr_len;
+    int slots;
+    int64_t lease;           /* the incarnation: a re-registered node has a
+                                new lease and counts as a new member */
+    int joiner;              /* not in the previous view: needs state */
+} mb_member_t;
+
+/*
+ * A view: generation g names exactly one member list, ever. members are in
+ * ring order (grouped by host, stable across views). Valid only during
+ * on_view; copy what you keep.
+ */
+typedef struct {
+    uint64_t generation;
+    uint64_t step;           /* the step the leader last heard of */
+    const mb_member_t *members;
+    size_t n_members;
+    int my_index;            /* always >= 0: on_view only runs for views
+                                that contain this incarnation */
+    int source_index;        /* member whose state joiners copy; -1 none */
+    size_t n_joiners;
+} mb_view_t;
+
+typedef struct {
+    /* A view containing this node was installed; in generation order,
+     * none repeated. */
+    void (*on_view)(const mb_view_t *view, void *data);
+    /* This node lost its lease (could not renew it in time, or was
+     * evicted): stop serving collectives. It re-registers by itself as a
+     * new member once etcd answers; a later on_view says when it is in. */
+    void (*on_fenced)(int reason, void *data);
+    /* /ringd/<job>/drain/<node> appeared: leave at the next step boundary
+     * by calling mb_leave(). */
+    void (*on_drain)(void *data);
+    /* mb_leave finished (deregistered). May be NULL. */
+    void (*on_left)(int status, void *data);
+} mb_callbacks_t;
+
+/*
+ * The life of a member. Ordered: a state >= MB_JOINING holds a lease.
+ *
+ *   IDLE -start-> REGISTERING -registered-> JOINING -in view-> ACTIVE
+ *   JOINING/ACTIVE/DRAINING -lease lost-> FENCED -retry-> REGISTERING
+ *   JOINING/ACTIVE -drain-> DRAINING
+ *   any but IDLE/LEFT -leave-> LEAVING -left-> LEFT
+ */
+typedef enum {
+    MB_IDLE = 0,       /* created, not started */
+    MB_REGISTERING,    /* granting a lease, writing the node record */
+    MB_FENCED,         /* lease lost: not taking part */
+    MB_LEAVING,        /* mb_leave: revoking the lease */
+    MB_LEFT,           /* deregistered; terminal */
+    MB_JOINING,        /* registered, waiting for a view with me */
+    MB_ACTIVE,         /* in the installed view */
+    MB_DRAINING,       /* drain requested, waiting for mb_leave */
+} mb_state_t;
+
+typedef enum {
+    MB_EV_START = 0,
+    MB_EV_REGISTERED,
+    MB_EV_IN_VIEW,
+    MB_EV_LEASE_LOST,
+    MB_EV_RETRY,
+    MB_EV_DRAIN,
+    MB_EV_LEAVE,
+    MB_EV_LEFT,
+} mb_event_t;
+
+/* The transition table, pure: 0 and *next_p, or ST_EINVAL when ev is not
+ * allowed in s. */
+int mb_state_next(mb_state_t s, mb_event_t ev, mb_state_t *next_p);
+const char *mb_state_name(mb_state_t s);
+const char *mb_event_name(mb_event_t ev);
+
+/*
+ * Create a member on loop (nothing is sent before mb_start). cfg and its
+ * strings are copied; cb is copied; data is passed to callbacks.
+ * Returns 0, ST_ECONFIG or ST_ENOMEM.
+ */
+int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
+              const mb_callbacks_t *cb, void *data, mb_t **mb_p);
+
+/* Register and take part. Returns 0 or ST_EINVAL if already started. */
+int mb_start(mb_t *mb);
+
+/*
+ * Report that node failed (a ring neighbour's endpoint broke). The
+ * leader revokes the suspect's lease, so it leaves the view at once
+ * instead of after its TTL. why is stored for operators. Returns 0 when
+ * the report was sent, ST_EINVAL when not registered or node unknown.
+ */
+int mb_suspect(mb_t *mb, const char *node, const char *why);
+
+/* The training step this node is at; the leader puts it in new views. */
+void mb_set_step(mb_t *mb, uint64_t step);
+
+/* Deregister (revoke the lease; the leader writes a view without this
+ * node). Asynchronous: on_left reports the end. */
+int mb_leave(mb_t *mb);
+
+mb_state_t mb_state(const mb_t *mb);
+int mb_is_leader(const mb_t *mb);
+/* The lease of the current registration (0 when none). */
+int64_t mb_lease(const mb_t *mb);
+
+/*
+ * Free everything; does not deregister (the lease expires after its TTL,
+ * as if the node crashed; call mb_leave first for a clean exit). Accepts
+ * NULL. Handles close asynchronously: run the loop afterwards.
+ */
+void mb_destroy(mb_t *mb);
+
+#endif /* RINGD_MB_H */

@@ -1,0 +1,14 @@
+# membership/: the etcd v3 client (etcd_) and membership (mb_): lease,
+# leader, views, suspicion, fencing, drain. Tests start a real etcd.
+LIB_SRCS += membership/etcd.c membership/etcd-watch.c membership/etcd-json.c \
+            membership/mb.c membership/mb-view.c
+TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c
+PKGS += libuv libcurl libcjson
+BENCH_BINS += $(BUILD)/bench/viewchange
+
+# The bench starts a real etcd with the test fixture.
+$(BUILD)/bench/viewchange: $(BUILD)/bench/viewchange.o \
+    $(BUILD)/tests/mb-fixture.o $(BUILD)/tests/helpers.o $(CORE_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
+	    $(PKG_LIBS) $(LIBS)

@@ -1,0 +1,701 @@
+/*
+ * test-mb.c - membership: the state machine and view rule on their own,
+ * then several members (mb_t on one loop) against a real etcd.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "membership/mb-int.h"
+#include "membership/mb.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/task.h"
+
+/* ---- pure parts ---- */
+
+TEST_IMPL(mb_state_machine)
+{
+    mb_state_t s;
+    ASSERT_OK(mb_state_next(MB_IDLE, MB_EV_START, &s));
+    ASSERT_EQ(s, MB_REGISTERING);
+    ASSERT_OK(mb_state_next(s, MB_EV_REGISTERED, &s));
+    ASSERT_EQ(s, MB_JOINING);
+    ASSERT_OK(mb_state_next(s, MB_EV_IN_VIEW, &s));
+    ASSERT_EQ(s, MB_ACTIVE);
+    ASSERT_OK(mb_state_next(s, MB_EV_LEASE_LOST, &s));
+    ASSERT_EQ(s, MB_FENCED);
+    ASSERT_EQ(mb_state_next(s, MB_EV_IN_VIEW, &s), ST_EINVAL);
+    ASSERT_OK(mb_state_next(s, MB_EV_RETRY, &s));
+    ASSERT_EQ(s, MB_REGISTERING);
+    ASSERT_EQ(mb_state_next(MB_REGISTERING, MB_EV_DRAIN, &s), ST_EINVAL);
+    ASSERT_OK(mb_state_next(MB_ACTIVE, MB_EV_DRAIN, &s));
+    ASSERT_EQ(s, MB_DRAINING);
+    ASSERT_OK(mb_state_next(s, MB_EV_IN_VIEW, &s));
+    ASSERT_EQ(s, MB_DRAINING);
+    ASSERT_OK(mb_state_next(s, MB_EV_LEAVE, &s));
+    ASSERT_EQ(s, MB_LEAVING);
+    ASSERT_EQ(mb_state_next(s, MB_EV_LEAVE, &s), ST_EINVAL);
+    ASSERT_OK(mb_state_next(s, MB_EV_LEFT, &s));
+    ASSERT_EQ(s, MB_LEFT);
+    for (int ev = MB_EV_START; ev <= MB_EV_LEFT; ev++)
+        ASSERT_EQ(mb_state_next(MB_LEFT, (mb_event_t)ev, &s), ST_EINVAL);
+    ASSERT_EQ(mb_state_next(MB_IDLE, MB_EV_LEAVE, &s), ST_EINVAL);
+    ASSERT_STR_EQ(mb_state_name(MB_DRAINING), "DRAINING");
+    return fx_done();
+}
+
+static mb_member_t mk(const char *node, const char *host, int64_t lease)
+{
+    mb_member_t m = {node, host, (const uint8_t *)"ad", 2, 1, lease, 0};
+    return m;
+}
+
+static void order(const mb__view_t *v, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < v->n_members; i++) {
+        strncat(out, v->members[i].node, n - strlen(out) - 1);
+        strncat(out, v->members[i].joiner ? "* " : " ",
+                n - strlen(out) - 1);
+    }
+}
+
+TEST_IMPL(mb_view_rule)
+{
+    mb__view_t v0 = {.source_index = -1}, v1, v2, v3, back;
+    char s[256];
+    mb_member_t a[] = {mk("d", "h2", 4), mk("a", "h1", 1), mk("c", "h2", 3),
+                       mk("b", "h1", 2)};
+    ASSERT_EQ(mb__view_next(&v0, a, 4, 7, &v1), 1);
+    order(&v1, s, sizeof(s));
+    ASSERT_STR_EQ(s, "a b c d ");
+    ASSERT_EQ(v1.generation, 1);
+    ASSERT_EQ(v1.step, 7);
+    ASSERT_EQ(v1.source_index, -1);
+    ASSERT_EQ(mb__view_next(&v1, a, 4, 7, &v2), 0); /* no change */
+
+    /* b dies, e joins on h1: e goes where h1's members are. */
+    mb_member_t b[] = {a[0], a[1], a[2], mk("e", "h1", 5), mk("f", "h3", 6)};
+    ASSERT_EQ(mb__view_next(&v1, b, 5, 9, &v2), 1);
+    order(&v2, s, sizeof(s));
+    ASSERT_STR_EQ(s, "a e* c d f* ");
+    ASSERT_EQ(v2.n_joiners, 2);
+    ASSERT_EQ(v2.source_index, 0);
+
+    /* A re-registered node (new lease) is a new member. */
+    mb_member_t c[] = {mk("a", "h1", 11), b[2], b[0], b[3], b[4]};
+    ASSERT_EQ(mb__view_next(&v2, c, 5, 9, &v3), 1);
+    order(&v3, s, sizeof(s));
+    ASSERT_STR_EQ(s, "e a* c d f ");
+    ASSERT_EQ(v3.source_index, 0);
+
+    /* JSON round trip. */
+    char *json = mb__view_json(&v3);
+    ASSERT_OK(mb__view_parse(json, strlen(json), &back));
+    char s2[256];
+    order(&back, s2, sizeof(s2));
+    ASSERT_STR_EQ(s2, s);
+    ASSERT_EQ(back.generation, 3);
+    ASSERT_EQ(back.members[1].lease, 11);
+    ASSERT_EQ(back.members[1].addr_len, 2);
+    ASSERT(memcmp(back.members[1].addr, "ad", 2) == 0);
+    free(json);
+    const char *bad[] = {"", "[]", "{\"generation\":0}",
+                         "{\"generation\":1,\"step\":0,\"members\":[{}],"
+                         "\"joiners\":[]}",
+                         "{\"generation\":1,\"step\":0,\"members\":[],"
+                         "\"joiners\":[\"x\"]}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ASSERT_EQ(mb__view_parse(bad[i], strlen(bad[i]), &back) < 0, 1);
+    mb__view_free(&v1);
+    mb__view_free(&v2);
+    mb__view_free(&v3);
+    return fx_done();
+}
+
+/* ---- members against etcd ---- */
+
+#define MAX_VIEWS 64
+
+typedef struct {
+    char name[16];
+    mb_t *mb;
+    int n_views;
+    uint64_t gens[MAX_VIEWS];
+    char lists[MAX_VIEWS][128];
+    char joiners[MAX_VIEWS][128];
+    int joiner[MAX_VIEWS];
+    int source[MAX_VIEWS];
+    uint64_t steps[MAX_VIEWS];
+    int fenced, drained, left;
+    int leave_on_drain;
+} member_t;
+
+static uv_loop_t loop;
+static fx_etcd_t etcd_;
+
+static void on_view(const mb_view_t *v, void *data)
+{
+    member_t *m = data;
+    ASSERT(m->n_views < MAX_VIEWS);
+    ASSERT(v->my_index >= 0 && (size_t)v->my_index < v->n_members);
+    ASSERT_STR_EQ(v->members[v->my_index].node, m->name);
+    if (m->n_views > 0)
+        ASSERT_GT(v->generation, m->gens[m->n_views - 1]);
+    int i = m->n_views++;
+    m->gens[i] = v->generation;
+    m->joiner[i] = v->members[v->my_index].joiner;
+    m->source[i] = v->source_index;
+    m->steps[i] = v->step;
+    m->lists[i][0] = m->joiners[i][0] = '\0';
+    for (size_t k = 0; k < v->n_members; k++) {
+        strcat(m->lists[i], v->members[k].node);
+        strcat(m->lists[i], " ");
+        if (v->members[k].joiner) {
+            strcat(m->joiners[i], v->members[k].node);
+            strcat(m->joiners[i], " ");
+        }
+    }
+}
+
+static void on_fenced(int reason, void *data)
+{
+    member_t *m = data;
+    ASSERT_EQ(reason, ST_EFENCED);
+    m->fenced++;
+}
+
+static void on_left(int status, void *data)
+{
+    member_t *m = data;
+    ASSERT_OK(status);
+    m->left = 1;
+}
+
+static void on_drain(void *data)
+{
+    member_t *m = data;
+    m->drained++;
+    if (m->leave_on_drain)
+        ASSERT_OK(mb_leave(m->mb));
+}
+
+static void start_member(member_t *m, const char *name, const char *host,
+                         int ttl, int min_members)
+{
+    memset(m, 0, sizeof(*m));
+    snprintf(m->name, sizeof(m->name), "%s", name);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "ucx-addr-of-%s", name);
+    mb_config_t cfg = {.job = "test", .node = name, .host = host,
+                       .addr = addr, .addr_len = strlen(addr), .slots = 1,
+                       .ttl_s = ttl, .min_members = min_members,
+                       .etcd = {.endpoints = etcd_.url}};
+    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+    ASSERT_OK(mb_create(&loop, &cfg, &cb, m, &m->mb));
+    ASSERT_OK(mb_start(m->mb));
+}
+
+static void stop_member(member_t *m)
+{
+    mb_destroy(m->mb);
+    m->mb = NULL;
+}
+
+static const char *last_list(const member_t *m)
+{
+    return m->n_views ? m->lists[m->n_views - 1] : "";
+}
+
+typedef struct {
+    member_t **ms;
+    int n;
+    const char *list; /* every member's last view has this list */
+    uint64_t min_gen;
+} views_pred_t;
+
+static int all_have(void *p)
+{
+    views_pred_t *vp = p;
+    for (int i = 0; i < vp->n; i++) {
+        const member_t *m = vp->ms[i];
+        if (m->n_views == 0 || m->gens[m->n_views - 1] < vp->min_gen ||
+            strcmp(last_list(m), vp->list) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Run until every member in ms installed a view listing exactly list. */
+static void wait_view(member_t **ms, int n, const char *list,
+                      uint64_t min_gen, int64_t timeout_ms)
+{
+    views_pred_t vp = {ms, n, list, min_gen};
+    if (!fx_run_until_fn(&loop, all_have, &vp, timeout_ms)) {
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "%s: %d views, last '%s'\n", ms[i]->name,
+                    ms[i]->n_views, last_list(ms[i]));
+        TEST_FAIL_("no view '%s' within %lld ms", list,
+                   (long long)timeout_ms);
+    }
+}
+
+static int all_gen(void *p)
+{
+    views_pred_t *vp = p;
+    for (int i = 0; i < vp->n; i++)
+        if (vp->ms[i]->n_views == 0 ||
+            vp->ms[i]->gens[vp->ms[i]->n_views - 1] < vp->min_gen)
+            return 0;
+    return 1;
+}
+
+/* Run until every member in ms installed generation min_gen or later. */
+static void wait_gen(member_t **ms, int n, uint64_t min_gen,
+                     int64_t timeout_ms)
+{
+    views_pred_t vp = {ms, n, NULL, min_gen};
+    ASSERT_MSG(fx_run_until_fn(&loop, all_gen, &vp, timeout_ms),
+               "no view %llu within %lld ms", (unsigned long long)min_gen,
+               (long long)timeout_ms);
+}
+
+static uint64_t last_gen(const member_t *m)
+{
+    return m->n_views ? m->gens[m->n_views - 1] : 0;
+}
+
+static void setup(void)
+{
+    ASSERT_OK(uv_loop_init(&loop));
+    fx_etcd_start(&etcd_, 0);
+}
+
+static void teardown(member_t *ms, int n)
+{
+    for (int i = 0; i < n; i++)
+        mb_destroy(ms[i].mb);
+    fx_loop_drain(&loop);
+    ASSERT_OK(uv_loop_close(&loop));
+}
+
+static int leader_index(member_t *ms, int n)
+{
+    int idx = -1, count = 0;
+    for (int i = 0; i < n; i++)
+        if (ms[i].mb && mb_is_leader(ms[i].mb)) {
+            idx = i;
+            count++;
+        }
+    ASSERT_LE(count, 1);
+    return idx;
+}
+
+TEST_IMPL(mb_three_form_view)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "hostB", 2, 3);
+    start_member(&m[1], "n2", "hostA", 2, 3);
+    start_member(&m[2], "n3", "hostB", 2, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n2 n1 n3 ", 1, 10000);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(m[i].n_views, 1);
+        ASSERT_EQ(m[i].gens[0], 1);
+        ASSERT_EQ(m[i].source[0], -1);
+        ASSERT_EQ(mb_state(m[i].mb), MB_ACTIVE);
+    }
+    ASSERT(leader_index(m, 3) >= 0);
+    teardown(m, 3);
+    return fx_done();
+}
+
+/* A member that stops renewing (a crash) leaves the view within
+ * TTL + 1 s; the leader dying gets a new leader and view. */
+static void crash_one(int kill_leader)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 3);
+    start_member(&m[1], "n2", "h", 2, 3);
+    start_member(&m[2], "n3", "h", 2, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    ASSERT(leader >= 0);
+    int victim = kill_leader ? leader : (leader + 1) % 3;
+    member_t *rest[2];
+    char list[64] = "";
+    for (int i = 0, k = 0; i < 3; i++)
+        if (i != victim) {
+            rest[k++] = &m[i];
+            strcat(list, m[i].name);
+            strcat(list, " ");
+        }
+    int64_t t0 = th_now_ms();
+    stop_member(&m[victim]);
+    wait_view(rest, 2, list, 2, 2000 + 1000 + 500);
+    int64_t dt = th_now_ms() - t0;
+    fprintf(stderr, "view without %s after %lld ms\n", m[victim].name,
+            (long long)dt);
+    ASSERT_LE(dt, 2000 + 1000 + 500); /* TTL + 1 s (+ one keepalive gap) */
+    int nl = leader_index(m, 3);
+    ASSERT(nl >= 0 && nl != victim);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(rest[i]->n_views, 2);
+        ASSERT_EQ(rest[i]->source[1], 0);
+    }
+    teardown(m, 3);
+}
+
+TEST_IMPL(mb_member_crash)
+{
+    crash_one(0);
+    return fx_done();
+}
+
+TEST_IMPL(mb_leader_dies)
+{
+    crash_one(1);
+    return fx_done();
+}
+
+TEST_IMPL(mb_join)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h1", 2, 2);
+    start_member(&m[1], "n2", "h2", 2, 2);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 2, "n1 n2 ", 1, 10000);
+    mb_set_step(m[0].mb, 42);
+    mb_set_step(m[1].mb, 42);
+    start_member(&m[2], "n3", "h1", 2, 1);
+    wait_view(all, 3, "n1 n3 n2 ", 2, 5000);
+    ASSERT_EQ(m[0].steps[1], 42); /* the leader put its step in the view */
+    ASSERT_EQ(m[2].steps[0], 42);
+    ASSERT_EQ(m[2].n_views, 1);
+    ASSERT_EQ(m[2].joiner[0], 1);
+    ASSERT_EQ(m[0].joiner[1], 0);
+    ASSERT_EQ(m[2].source[0], 0);
+    teardown(m, 3);
+    return fx_done();
+}
+
+/* Suspicion removes a live node in well under its TTL; the evicted node
+ * notices (fenced) and comes back as a new member. */
+TEST_IMPL(mb_suspect)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 5, 3);
+    start_member(&m[1], "n2", "h", 5, 3);
+    start_member(&m[2], "n3", "h", 5, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    int victim = (leader + 1) % 3, reporter = (leader + 2) % 3;
+    member_t *rest[] = {&m[leader], &m[reporter]};
+    char list[64];
+    snprintf(list, sizeof(list), "%s %s ",
+             m[leader < reporter ? leader : reporter].name,
+             m[leader < reporter ? reporter : leader].name);
+    ASSERT_EQ(mb_suspect(m[reporter].mb, "nobody", "?"), ST_EINVAL);
+    int64_t t0 = th_now_ms();
+    ASSERT_OK(mb_suspect(m[reporter].mb, m[victim].name, "endpoint reset"));
+    /* View 2 drops the suspect's incarnation. The evicted node may already
+     * be back in it as a new member (a joiner) when it re-registered
+     * within the leader's settle time. */
+    wait_gen(rest, 2, 2, 1000);
+    fprintf(stderr, "view without suspect after %lld ms\n",
+            (long long)(th_now_ms() - t0));
+    for (int i = 0; i < 2; i++)
+        ASSERT(strstr(rest[i]->lists[1], m[victim].name) == NULL ||
+               strstr(rest[i]->joiners[1], m[victim].name) != NULL);
+    ASSERT(fx_run_until(&loop, &m[victim].fenced, 3000));
+    /* Back as a new member: placed after the survivors on its host. */
+    strcat(list, m[victim].name);
+    strcat(list, " ");
+    wait_view(all, 3, list, 2, 5000);
+    ASSERT_EQ(m[victim].joiner[m[victim].n_views - 1], 1);
+    teardown(m, 3);
+    return fx_done();
+}
+
+TEST_IMPL(mb_drain)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 3);
+    start_member(&m[1], "n2", "h", 2, 3);
+    start_member(&m[2], "n3", "h", 2, 3);
+    m[1].leave_on_drain = 1;
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/test/drain/n2 scale-down"),
+              0);
+    ASSERT(fx_run_until(&loop, &m[1].left, 3000));
+    ASSERT_EQ(m[1].drained, 1);
+    ASSERT_EQ(mb_state(m[1].mb), MB_LEFT);
+    member_t *rest[] = {&m[0], &m[2]};
+    wait_view(rest, 2, "n1 n3 ", 2, 1000);
+    ASSERT_EQ(fx_etcdctl(&etcd_, "get --prefix /ringd/test/drain/ "
+                                 "--print-value-only | grep -q ."), 1);
+    teardown(m, 3);
+    return fx_done();
+}
+
+/* etcd restarts under running members: the watches resume, and every
+ * member sees the same views, none missed or doubled. */
+TEST_IMPL(mb_etcd_restart)
+{
+    setup();
+    member_t m[4];
+    start_member(&m[0], "n1", "h", 6, 3);
+    start_member(&m[1], "n2", "h", 6, 3);
+    start_member(&m[2], "n3", "h", 6, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2], &m[3]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    fx_etcd_kill(&etcd_);
+    fx_etcd_restart(&etcd_);
+    start_member(&m[3], "n4", "h", 6, 1);
+    wait_view(all, 4, "n1 n2 n3 n4 ", 2, 8000);
+    fx_etcd_kill(&etcd_);
+    fx_etcd_restart(&etcd_);
+    ASSERT_OK(mb_leave(m[3].mb));
+    wait_view(all, 3, "n1 n2 n3 ", 3, 8000);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(m[i].fenced, 0);
+        ASSERT_EQ(m[i].n_views, 3);
+        for (int k = 0; k < 3; k++) {
+            ASSERT_EQ(m[i].gens[k], (uint64_t)k + 1);
+            ASSERT_STR_EQ(m[i].lists[k], m[0].lists[k]);
+        }
+    }
+    teardown(m, 4);
+    return fx_done();
+}
+
+/* etcd gone for longer than the TTL: every member fences itself, then
+ * re-registers and a new view forms when etcd is back. */
+TEST_IMPL(mb_fence_rejoin)
+{
+    setup();
+    member_t m[2];
+    start_member(&m[0], "n1", "h", 2, 2);
+    start_member(&m[1], "n2", "h", 2, 2);
+    member_t *all[] = {&m[0], &m[1]};
+    wait_view(all, 2, "n1 n2 ", 1, 10000);
+    int64_t lease0 = mb_lease(m[0].mb);
+    fx_etcd_kill(&etcd_);
+    int64_t t0 = th_now_ms();
+    ASSERT(fx_run_until(&loop, &m[0].fenced, 2000 + 1500));
+    ASSERT(fx_run_until(&loop, &m[1].fenced, 1000));
+    fprintf(stderr, "fenced %lld ms after etcd died\n",
+            (long long)(th_now_ms() - t0));
+    ASSERT(mb_state(m[0].mb) == MB_REGISTERING ||
+           mb_state(m[0].mb) == MB_FENCED);
+    fx_etcd_restart(&etcd_);
+    wait_view(all, 2, "n1 n2 ", last_gen(&m[0]) + 1, 10000);
+    ASSERT_NE(mb_lease(m[0].mb), lease0);
+    ASSERT_EQ(mb_state(m[0].mb), MB_ACTIVE);
+    teardown(m, 2);
+    return fx_done();
+}
+
+static void on_leader_key(const etcd_watch_update_t *up, void *data)
+{
+    int *seen = data;
+    for (size_t i = 0; i < up->n_kvs; i++)
+        *seen |= strcmp(up->kvs[i].value, "n1") == 0;
+    for (size_t i = 0; i < up->n_events; i++)
+        *seen |= !up->events[i].is_delete &&
+                 strcmp(up->events[i].kv.value, "n1") == 0;
+}
+
+/* The leader is a separate process killed with SIGKILL: the survivors
+ * elect a new leader and install a view without it within TTL + 1 s. */
+TEST_IMPL(mb_leader_sigkill)
+{
+    setup();
+    pid_t child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        /* The leader: its own loop, runs until killed. */
+        uv_loop_t l;
+        uv_loop_init(&l);
+        member_t m;
+        memset(&m, 0, sizeof(m));
+        snprintf(m.name, sizeof(m.name), "n1");
+        mb_config_t cfg = {.job = "test", .node = "n1", .host = "h",
+                           .addr = "a", .addr_len = 1, .ttl_s = 2,
+                           .min_members = 3,
+                           .etcd = {.endpoints = etcd_.url}};
+        mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+        if (mb_create(&l, &cfg, &cb, &m, &m.mb) != 0 || mb_start(m.mb))
+            _exit(1);
+        uv_run(&l, UV_RUN_DEFAULT);
+        _exit(1);
+    }
+    /* Start the others once n1 holds the leader key. */
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    etcd_watch_t *w;
+    int seen = 0;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    ASSERT_OK(etcd_watch_start(e, "/ringd/test/leader", on_leader_key,
+                               &seen, &w));
+    ASSERT(fx_run_until(&loop, &seen, 10000));
+    etcd_watch_stop(w);
+    etcd_destroy(e);
+    member_t m[2];
+    start_member(&m[0], "n2", "h", 2, 3);
+    start_member(&m[1], "n3", "h", 2, 3);
+    member_t *all[] = {&m[0], &m[1]};
+    wait_view(all, 2, "n1 n2 n3 ", 1, 10000);
+    int64_t t0 = th_now_ms();
+    kill(child, SIGKILL);
+    int st;
+    ASSERT_OK(th_wait(child, 5000, &st));
+    wait_view(all, 2, "n2 n3 ", 2, 3500);
+    fprintf(stderr, "view without the killed leader after %lld ms\n",
+            (long long)(th_now_ms() - t0));
+    ASSERT(leader_index(m, 2) >= 0);
+    teardown(m, 2);
+    return fx_done();
+}
+
+static int n1_or_n2_leads(void *p)
+{
+    member_t *m = p;
+    return mb_is_leader(m[0].mb) || mb_is_leader(m[1].mb);
+}
+
+/* One member loses etcd (its relay is cut) while the others write two
+ * views; when it is back within its TTL, its resumed watch delivers both
+ * writes in one batch and it installs each generation, none skipped. */
+TEST_IMPL(mb_watch_catch_up)
+{
+    setup();
+    int port = th_free_port();
+    pid_t relay = fx_proxy_start(&etcd_, port);
+    member_t m[4];
+    start_member(&m[0], "n1", "h", 6, 3);
+    start_member(&m[1], "n2", "h", 6, 3);
+    ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
+    /* n3 reaches etcd through the relay. */
+    memset(&m[2], 0, sizeof(m[2]));
+    snprintf(m[2].name, sizeof(m[2].name), "n3");
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    mb_config_t cfg = {.job = "test", .node = "n3", .host = "h",
+                       .addr = "a", .addr_len = 1, .ttl_s = 6,
+                       .min_members = 3, .etcd = {.endpoints = url}};
+    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+    ASSERT_OK(mb_create(&loop, &cfg, &cb, &m[2], &m[2].mb));
+    ASSERT_OK(mb_start(m[2].mb));
+    member_t *all[] = {&m[0], &m[1], &m[2], &m[3]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    fx_proxy_stop(relay);
+    start_member(&m[3], "n4", "h", 6, 1);
+    member_t *two[] = {&m[0], &m[1], &m[3]};
+    wait_view(two, 3, "n1 n2 n3 n4 ", 2, 5000);
+    ASSERT_OK(mb_leave(m[3].mb));
+    wait_view(two, 2, "n1 n2 n3 ", 3, 5000);
+    ASSERT_EQ(m[2].n_views, 1);
+    relay = fx_proxy_start(&etcd_, port);
+    wait_view(all, 3, "n1 n2 n3 ", 3, 5000);
+    ASSERT_EQ(m[2].n_views, 3);
+    ASSERT_EQ(m[2].gens[1], 2);
+    ASSERT_STR_EQ(m[2].lists[1], "n1 n2 n3 n4 ");
+    ASSERT_EQ(m[2].fenced, 0);
+    fx_proxy_stop(relay);
+    teardown(m, 4);
+    return fx_done();
+}
+
+/* One member's path to etcd hangs (its relay is SIGSTOPped: no resets,
+ * just silence) for longer than its TTL: it fences itself, the others
+ * install a view without it, and it rejoins as a new member once the
+ * path works again. */
+TEST_IMPL(mb_partition_fence)
+{
+    setup();
+    int port = th_free_port();
+    pid_t relay = fx_proxy_start(&etcd_, port);
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 3);
+    start_member(&m[1], "n2", "h", 2, 3);
+    ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
+    memset(&m[2], 0, sizeof(m[2]));
+    snprintf(m[2].name, sizeof(m[2].name), "n3");
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    mb_config_t cfg = {.job = "test", .node = "n3", .host = "h",
+                       .addr = "a", .addr_len = 1, .ttl_s = 2,
+                       .min_members = 3, .etcd = {.endpoints = url}};
+    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+    ASSERT_OK(mb_create(&loop, &cfg, &cb, &m[2], &m[2].mb));
+    ASSERT_OK(mb_start(m[2].mb));
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int64_t lease = mb_lease(m[2].mb);
+
+    int64_t t0 = th_now_ms();
+    kill(relay, SIGSTOP);
+    ASSERT(fx_run_until(&loop, &m[2].fenced, 2000 + 1000));
+    fprintf(stderr, "fenced %lld ms after the cut\n",
+            (long long)(th_now_ms() - t0));
+    wait_view(all, 2, "n1 n2 ", 2, 2000);
+    kill(relay, SIGCONT);
+    wait_view(all, 3, "n1 n2 n3 ", 3, 8000);
+    ASSERT_NE(mb_lease(m[2].mb), lease);
+    ASSERT_EQ(m[2].joiner[m[2].n_views - 1], 1);
+    fx_proxy_stop(relay);
+    teardown(m, 3);
+    return fx_done();
+}
+
+static int is_joining(void *p)
+{
+    return mb_state(((member_t *)p)->mb) >= MB_JOINING;
+}
+
+/* Destroying a member at any point (requests and timers in flight) is
+ * clean; calls in the wrong state fail loudly instead of acting. */
+TEST_IMPL(mb_lifecycle_edges)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 2, 1);
+    stop_member(&m[0]); /* grant in flight */
+    start_member(&m[1], "n2", "h", 2, 1);
+    ASSERT(fx_run_until_fn(&loop, is_joining, &m[1], 10000));
+    ASSERT_EQ(mb_start(m[1].mb), ST_EINVAL);
+    stop_member(&m[1]); /* watch, keepalive, campaign in flight */
+
+    mb_config_t bad = {.job = "j", .node = "a/b", .host = "h"};
+    mb_callbacks_t cb = {0};
+    mb_t *x = NULL;
+    ASSERT_EQ(mb_create(&loop, &bad, &cb, NULL, &x), ST_ECONFIG);
+    mb_config_t idle = {.job = "j", .node = "n9", .host = "h",
+                        .etcd = {.endpoints = etcd_.url}};
+    ASSERT_OK(mb_create(&loop, &idle, &cb, NULL, &x));
+    ASSERT_EQ(mb_leave(x), ST_EINVAL);
+    ASSERT_EQ(mb_suspect(x, "n1", "?"), ST_EINVAL);
+    ASSERT_EQ(mb_state(x), MB_IDLE);
+    mb_destroy(x);
+    mb_destroy(NULL);
+
+    /* Leave while registering: ends LEFT, the lease is given back. */
+    start_member(&m[2], "n3", "h", 2, 1);
+    ASSERT_OK(mb_leave(m[2].mb));
+    ASSERT(fx_run_until(&loop, &m[2].left, 5000));
+    ASSERT_EQ(mb_state(m[2].mb), MB_LEFT);
+    teardown(m, 3);
+    return fx_done();
+}
