@@ -919,6 +919,16 @@ void ring_abort(ring_t *r)
     tp_signal(r->tp);
 }
 
+int ring_set_deadline(ring_t *r, int deadline_ms)
+{
+    if (deadline_ms < 1) {
+        RD_ERROR("ring_set_deadline: %d ms", deadline_ms);
+        return ST_EINVAL;
+    }
+    r->opts.deadline_ms = deadline_ms;
+    return 0;
+}
+
 int ring_suspect(const ring_t *r, uint32_t *rank_p)
 {
     if (r->state != RING_FAILED)

@@ -125,6 +125,15 @@ int ring_shift(ring_t *ring, const void *sendbuf, size_t sendlen,
  */
 void ring_abort(ring_t *ring);
 
+/*
+ * Owner thread, between collectives: the deadline of the next ones. Ranks
+ * reach the first collective of a new ring at different times (a node's
+ * trainers may still be computing), so an owner can create the ring with
+ * a long deadline for that one and set the normal one after it. ST_EINVAL
+ * for deadline_ms < 1.
+ */
+int ring_set_deadline(ring_t *ring, int deadline_ms);
+
 /* The failure that killed the ring: 0, or its code and the suspect rank. */
 int ring_suspect(const ring_t *ring, uint32_t *rank_p);
 

@@ -18,6 +18,8 @@
  *            both were counted
  *   bigshift like big, with ring_shift of the buffer instead
  *   shiftforge  rank 0 slips rank 1 an impossible ring_shift header
+ *   late     rank 1 enters the first collective 1 s late, which a long
+ *            ring_set_deadline() covers
  *   abort    like big, but a second thread calls ring_abort() once the
  *            collective runs (rank 0 only)
  *   regen    four rings of successive generations in the same processes
@@ -683,6 +685,30 @@ static void mode_shiftforge(void)
     fprintf(W.out, "shiftforge done\n");
 }
 
+/*
+ * A late rank: the ring runs with a 500 ms deadline (--deadline), but the
+ * first collective gets 5 s and rank 1 enters it 1 s late; then the short
+ * deadline holds again.
+ */
+static void mode_late(void)
+{
+    int short_ms = W.opts.deadline_ms;
+    if (ring_set_deadline(W.ring, 5000) != 0 ||
+        ring_set_deadline(W.ring, 0) != ST_EINVAL)
+        DIE("ring_set_deadline");
+    if (W.rank == 1) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+    int64_t t0 = now_ms();
+    one_allreduce(KERN_I64, KERN_MAX, 4);
+    if (W.rank != 1 && now_ms() - t0 < 800)
+        DIE("the first collective did not wait for rank 1");
+    if (ring_set_deadline(W.ring, short_ms) != 0)
+        DIE("ring_set_deadline");
+    one_allreduce(KERN_F32, KERN_SUM, 1000);
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static void parse_counts(const char *s)
@@ -762,6 +788,8 @@ int main(int argc, char **argv)
         mode_regen();
     else if (!strcmp(W.mode, "shift"))
         mode_shift();
+    else if (!strcmp(W.mode, "late"))
+        mode_late();
     else if (!strcmp(W.mode, "shiftforge"))
         mode_shiftforge();
     else

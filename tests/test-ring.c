@@ -292,6 +292,13 @@ TEST_IMPL(ring_shift_large_n2)
     return 0;
 }
 
+/* ring_set_deadline: a long first collective for a late rank. */
+TEST_IMPL(ring_deadline_late_n3)
+{
+    run_ok(3, "late", "--deadline 500", "tcp", 0);
+    return 0;
+}
+
 TEST_IMPL(ring_forged_n2)
 {
     run_ok(2, "forge", "--counts 1000", "tcp", 0);
