@@ -77,8 +77,8 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
 /*
  * Closes the endpoints and frees. Accepts NULL. A healthy ring flushes
  * them (bounded by 1 s each); a failed ring, or one ring_abort() was
- * called on, closes them at once (the neighbours then see an endpoint
- * failure on this ring). Blocks until UCX has let go of the buffers.
+ * called on, closes them at once (a neighbour still using this ring
+ * then sees an endpoint failure). Never waits on a collective.
  */
 void ring_destroy(ring_t *ring);
 
