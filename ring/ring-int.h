@@ -23,7 +23,15 @@ typedef struct {
     uint32_t m; /* message index it was posted for */
 } ring_slot_t;
 
-typedef enum { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_BCAST } ring_coll_t;
+typedef enum {
+    COLL_ALLREDUCE,
+    COLL_ALLGATHER,
+    COLL_BCAST,
+    COLL_SHIFT,
+} ring_coll_t;
+
+/* ring_shift's length header: message 0, 8 bytes little endian. */
+#define RING_SHIFT_HDR 8
 
 /* What a received message does to the user's buffer. */
 typedef enum { ACT_REDUCE, ACT_REDUCE_FINAL, ACT_COPY } ring_act_t;
@@ -83,6 +91,15 @@ struct ring {
     size_t es, wire_es;
     int wire;
     uint32_t root;
+    /* ring_shift: what goes right, where the left's message lands. */
+    const uint8_t *shift_src;
+    size_t shift_len;
+    uint8_t *shift_dst;
+    size_t shift_cap;
+    size_t shift_rlen;  /* announced by the left neighbour's header */
+    int shift_refuse;   /* longer than shift_cap: receive, drop, refuse */
+    uint8_t shift_hdr[RING_SHIFT_HDR];
+    int soft_err;       /* complete, ring usable, but this rank refuses */
     uint32_t seq;
     int err;            /* first error of this collective */
     uint32_t err_rank;  /* its suspect */

@@ -140,6 +140,8 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
         *seg_p = 0;
         *dep_p = c->pos == r->root ? RING_NO_DEP : m;
         break;
+    case COLL_SHIFT: /* see shift_span(): no dependencies */
+        break;
     }
 }
 
@@ -166,6 +168,7 @@ static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
         *act_p = ACT_COPY;
         break;
     case COLL_BCAST:
+    case COLL_SHIFT: /* see shift_span() */
         *seg_p = 0;
         *act_p = ACT_COPY;
         break;
@@ -253,6 +256,69 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
         wire_round(r, dst, sl->buf, cnt);
 }
 
+/*
+ * ring_shift's messages: 0 is the length header, m >= 1 carries bytes
+ * [(m-1)·chunk, m·chunk) of a message of len bytes. Returns the span of
+ * message m (its offset in *off_p, when given).
+ */
+static size_t shift_span(const ring_t *r, uint32_t m, size_t len,
+                         size_t *off_p)
+{
+    if (m == 0)
+        return RING_SHIFT_HDR;
+    size_t off = (size_t)(m - 1) * r->opts.chunk_bytes;
+    if (off_p != NULL)
+        *off_p = off;
+    size_t left = len - off;
+    return left < r->opts.chunk_bytes ? left : r->opts.chunk_bytes;
+}
+
+static size_t shift_nchunks(const ring_t *r, size_t len)
+{
+    return (len + r->opts.chunk_bytes - 1) / r->opts.chunk_bytes;
+}
+
+/*
+ * Apply a validated ring_shift message. The header fixes how many data
+ * messages follow; a length that cannot be sent (more messages than the
+ * tag's index holds) is forged and kills the ring (ST_EPEER_FORGED,
+ * naming the left neighbour). A possible length larger than recvcap is
+ * received into the staging slots and dropped, so the ring stays in step,
+ * and the collective then returns ST_EPEER_FORGED on this rank only.
+ */
+static void shift_apply(ring_chan_t *c, ring_slot_t *sl, size_t len)
+{
+    ring_t *r = c->ring;
+    if (c->next_proc > 0) {
+        size_t off = 0;
+        shift_span(r, c->next_proc, r->shift_rlen, &off);
+        if (!r->shift_refuse)
+            memcpy(r->shift_dst + off, sl->buf, len);
+        return;
+    }
+    uint64_t rlen = 0;
+    for (int i = RING_SHIFT_HDR - 1; i >= 0; i--)
+        rlen = rlen << 8 | sl->buf[i];
+    if (rlen > SIZE_MAX - r->opts.chunk_bytes ||
+        shift_nchunks(r, (size_t)rlen) > TP_TAG_IDX_MASK) {
+        RD_ERROR("ring_shift: rank %u announced %" PRIu64 " bytes",
+                 c->from->rank, rlen);
+        r->stats.forged++;
+        r->soft_err = ST_EPEER_FORGED; /* even if our sends complete */
+        coll_fail(r, ST_EPEER_FORGED, c->from->rank);
+        return;
+    }
+    r->shift_rlen = (size_t)rlen;
+    if (r->shift_rlen > r->shift_cap) {
+        RD_ERROR("ring_shift: rank %u sends %zu bytes, room for %zu; "
+                 "dropping it", c->from->rank, r->shift_rlen, r->shift_cap);
+        r->stats.forged++;
+        r->shift_refuse = 1;
+        r->soft_err = ST_EPEER_FORGED;
+    }
+    c->nrecv = 1 + (uint32_t)shift_nchunks(r, r->shift_rlen);
+}
+
 /* Validate and apply the next receive, if it has arrived. */
 static int chan_consume(ring_chan_t *c)
 {
@@ -262,12 +328,16 @@ static int chan_consume(ring_chan_t *c)
     ring_slot_t *sl = &c->rs[c->next_proc % r->opts.recv_depth];
     if (sl->state != SLOT_DONE || sl->m != c->next_proc)
         return 0;
-    uint32_t seg;
-    ring_act_t act;
-    size_t off, cnt;
-    msg_recv(c, c->next_proc, &seg, &act);
-    chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
-    size_t want = cnt * r->wire_es;
+    uint32_t seg = 0;
+    ring_act_t act = ACT_COPY;
+    size_t off = 0, cnt = 0, want;
+    if (r->kind == COLL_SHIFT) {
+        want = shift_span(r, c->next_proc, r->shift_rlen, NULL);
+    } else {
+        msg_recv(c, c->next_proc, &seg, &act);
+        chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
+        want = cnt * r->wire_es;
+    }
     RD_DEBUG("chan %u recv m %u seg %u status %d len %zu want %zu", c->id,
              c->next_proc, seg, sl->req.status, sl->req.length, want);
     if (sl->req.status == ST_EPEER_FORGED ||
@@ -287,7 +357,10 @@ static int chan_consume(ring_chan_t *c)
         sl->state = SLOT_FREE;
         return 1;
     }
-    apply(c, sl, off, cnt, act);
+    if (r->kind == COLL_SHIFT)
+        shift_apply(c, sl, want);
+    else
+        apply(c, sl, off, cnt, act);
     sl->state = SLOT_FREE;
     c->next_proc++;
     c->last_rx = now_ns();
@@ -298,11 +371,17 @@ static int post_send(ring_chan_t *c, uint32_t m)
 {
     ring_t *r = c->ring;
     ring_slot_t *sl = &c->ss[m % r->opts.send_depth];
-    uint32_t seg, dep;
-    size_t off, cnt;
-    msg_send(c, m, &seg, &dep);
-    chunk_range(c, seg, m % c->k, &off, &cnt);
-    const void *src = c->base + off * r->es;
+    uint32_t seg = 0, dep;
+    size_t off = 0, cnt;
+    const void *src;
+    if (r->kind == COLL_SHIFT) {
+        cnt = shift_span(r, m, r->shift_len, &off);
+        src = m == 0 ? r->shift_hdr : r->shift_src + off;
+    } else {
+        msg_send(c, m, &seg, &dep);
+        chunk_range(c, seg, m % c->k, &off, &cnt);
+        src = c->base + off * r->es;
+    }
     tp_mem_t *mem = NULL;
     if (r->wire) {
         if (r->opts.wire == RING_WIRE_BF16)
@@ -507,6 +586,7 @@ static void coll_unwind(ring_t *r)
 static void coll_begin(ring_t *r, unsigned nchan)
 {
     r->err = 0;
+    r->soft_err = 0;
     r->nchan = nchan;
     int64_t now = now_ns();
     for (unsigned i = 0; i < nchan; i++) {
@@ -555,7 +635,7 @@ static void coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
  */
 static int coll_turn(ring_t *r, int *work_p)
 {
-    int done = 1, recvd = 1;
+    int done = 1, recvd = 1, quiet = 1;
     if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
         coll_fail(r, ST_EABORTED, r->rank);
     for (unsigned i = 0; i < r->nchan; i++) {
@@ -563,10 +643,18 @@ static int coll_turn(ring_t *r, int *work_p)
         *work_p += chan_pump(&r->chan[i]);
     }
     for (unsigned i = 0; i < r->nchan; i++) {
-        done &= chan_done(&r->chan[i]);
-        recvd &= chan_recvs_done(&r->chan[i]);
+        const ring_chan_t *c = &r->chan[i];
+        done &= chan_done(c);
+        recvd &= chan_recvs_done(c);
+        quiet &= c->next_send == c->sends_done;
     }
-    return done || (r->err != 0 && !recvd);
+    /*
+     * After an error no send is posted any more: once the posted ones
+     * are reaped nothing can move (and no deadline would fire), so a
+     * failure that lands after the last receive but before the last
+     * sends (an abort, a refused ring_shift header) ends here too.
+     */
+    return done || (r->err != 0 && (!recvd || quiet));
 }
 
 /* Progress until the collective is over; returns the idle time in ns. */
@@ -621,7 +709,8 @@ static int coll_run(ring_t *r)
     }
     drain_stale(r);
     coll_stats(r, t0, wait_ns);
-    r->stats.collectives++;
+    if (r->soft_err == 0)
+        r->stats.collectives++;
     ring_link_t *gone = r->left.fail_rc ? &r->left
                       : r->right.fail_rc ? &r->right : NULL;
     if (r->err == 0 && gone != NULL) {
@@ -634,7 +723,7 @@ static int coll_run(ring_t *r)
         ring_set_state(r, RING_FAILED, r->err, r->err_rank);
     else
         ring_set_state(r, RING_READY, 0, 0);
-    return 0;
+    return r->soft_err;
 }
 
 /* A collective may start: the ring is alive and nobody asked to abort. */
@@ -755,6 +844,65 @@ int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
     return coll_run(r);
 }
 
+/*
+ * Message 0 is an 8-byte length header, then the bytes in chunks straight
+ * from sendbuf; the receiver learns from the header how many follow. No
+ * send waits for a receive, so the whole ring moves at once.
+ */
+int ring_shift(ring_t *r, const void *sendbuf, size_t sendlen, void *recvbuf,
+               size_t recvcap, size_t *recvlen_p)
+{
+    if ((sendlen && sendbuf == NULL) || (recvcap && recvbuf == NULL) ||
+        recvlen_p == NULL) {
+        RD_ERROR("ring_shift: NULL buffer or length pointer");
+        return ST_EINVAL;
+    }
+    int rc = coll_check(r);
+    if (rc != 0)
+        return rc;
+    if (shift_nchunks(r, sendlen) > TP_TAG_IDX_MASK) {
+        RD_ERROR("ring_shift: %zu bytes is too large for chunk %zu",
+                 sendlen, r->opts.chunk_bytes);
+        return ST_EINVAL;
+    }
+    if (r->n == 1) {
+        if (sendlen > recvcap) {
+            RD_ERROR("ring_shift: %zu bytes, room for %zu", sendlen,
+                     recvcap);
+            r->stats.forged++;
+            return ST_EPEER_FORGED;
+        }
+        if (sendlen > 0)
+            memmove(recvbuf, sendbuf, sendlen);
+        r->stats.collectives++;
+        *recvlen_p = sendlen;
+        return 0;
+    }
+    r->kind = COLL_SHIFT;
+    r->dt = KERN_U8;
+    r->op = KERN_SUM;
+    r->es = r->wire_es = 1;
+    r->wire = 0;
+    r->shift_src = sendbuf;
+    r->shift_len = sendlen;
+    r->shift_dst = recvbuf;
+    r->shift_cap = recvcap;
+    r->shift_rlen = 0;
+    r->shift_refuse = 0;
+    for (int i = 0; i < RING_SHIFT_HDR; i++)
+        r->shift_hdr[i] = (uint8_t)((uint64_t)sendlen >> (8 * i));
+    ring_chan_t *c = &r->chan[0];
+    chan_setup(c, recvbuf, 0, 0, 1);
+    c->nsend = 1 + (uint32_t)shift_nchunks(r, sendlen);
+    c->nrecv = 1; /* the header says how many follow */
+    coll_begin(r, 1);
+    rc = coll_run(r);
+    if (rc != 0)
+        return rc;
+    *recvlen_p = r->shift_rlen;
+    return 0;
+}
+
 int ring_barrier(ring_t *r)
 {
     /*
@@ -769,6 +917,16 @@ void ring_abort(ring_t *r)
 {
     atomic_store_explicit(&r->abort_req, 1, memory_order_release);
     tp_signal(r->tp);
+}
+
+int ring_set_deadline(ring_t *r, int deadline_ms)
+{
+    if (deadline_ms < 1) {
+        RD_ERROR("ring_set_deadline: %d ms", deadline_ms);
+        return ST_EINVAL;
+    }
+    r->opts.deadline_ms = deadline_ms;
+    return 0;
 }
 
 int ring_suspect(const ring_t *r, uint32_t *rank_p)
@@ -927,9 +1085,16 @@ void ring_destroy(ring_t *r)
 {
     if (r == NULL)
         return;
-    tp_peer_close(r->left.peer, r->state == RING_FAILED);
+    /*
+     * A healthy ring flushes its endpoints (at most 1 s each, longer if a
+     * neighbour hangs); a failed or aborted one forces them, so an owner
+     * that knows a neighbour is gone calls ring_abort() first.
+     */
+    int force = r->state == RING_FAILED ||
+                atomic_load_explicit(&r->abort_req, memory_order_acquire);
+    tp_peer_close(r->left.peer, force);
     if (r->right.peer != r->left.peer)
-        tp_peer_close(r->right.peer, r->state == RING_FAILED);
+        tp_peer_close(r->right.peer, force);
     /*
      * Requests UCX never completed still point at the slots (their
      * callbacks write there) and at the staging arena: leak both.

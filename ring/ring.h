@@ -1,6 +1,6 @@
 /*
  * ring.h - fault-aware ring collectives over the transport: allreduce,
- * broadcast, allgather and barrier among the members of one view.
+ * broadcast, allgather, barrier and shift among the members of one view.
  *
  * A ring_t is made for one view (generation, ordered members, my rank) and
  * dies with it: after any failure or abort every collective on it returns
@@ -74,7 +74,12 @@ void ring_opts_default(ring_opts_t *opts);
  */
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
                 ring_t **ring_p);
-/* Aborts, closes the endpoints, frees. Accepts NULL. */
+/*
+ * Closes the endpoints and frees. Accepts NULL. A healthy ring flushes
+ * them (bounded by 1 s each); a failed ring, or one ring_abort() was
+ * called on, closes them at once (a neighbour still using this ring
+ * then sees an endpoint failure). Never waits on a collective.
+ */
 void ring_destroy(ring_t *ring);
 
 /*
@@ -94,10 +99,40 @@ int ring_allgather(ring_t *ring, void *buf, size_t block_bytes);
 int ring_barrier(ring_t *ring);
 
 /*
+ * Every rank sends sendbuf[0..sendlen) to its right neighbour (rank+1 mod
+ * n) and receives its left neighbour's message into recvbuf; *recvlen_p is
+ * its length (set on success only). Lengths may differ per rank and may be
+ * 0. The buffers must not overlap (n > 1) and stay untouched until return.
+ * With n == 1 the rank's own message is copied. Besides the codes above:
+ *   ST_EPEER_FORGED  the left neighbour's message is longer than recvcap
+ *                    (or no legal length at all). For a legal length the
+ *                    bytes are received and dropped, recvbuf is not
+ *                    written, every other rank completes, and the ring
+ *                    stays usable (on_fail is not called: the caller knows
+ *                    whether recvcap or the peer is wrong; the suspect is
+ *                    the left neighbour). An impossible length kills the
+ *                    ring and names the left neighbour, like ST_EPEER.
+ *   ST_EINVAL        a NULL buffer with a nonzero length, recvlen_p NULL,
+ *                    or sendlen needs more than 2^20-1 chunks.
+ * After an error recvbuf may hold a validated prefix of the message.
+ */
+int ring_shift(ring_t *ring, const void *sendbuf, size_t sendlen,
+               void *recvbuf, size_t recvcap, size_t *recvlen_p);
+
+/*
  * Thread-safe. Makes the collective in progress (and every later one)
  * return ST_EABORTED within the bound, without touching user buffers.
  */
 void ring_abort(ring_t *ring);
+
+/*
+ * Owner thread, between collectives: the deadline of the next ones. Ranks
+ * reach the first collective of a new ring at different times (a node's
+ * trainers may still be computing), so an owner can create the ring with
+ * a long deadline for that one and set the normal one after it. ST_EINVAL
+ * for deadline_ms < 1.
+ */
+int ring_set_deadline(ring_t *ring, int deadline_ms);
 
 /* The failure that killed the ring: 0, or its code and the suspect rank. */
 int ring_suspect(const ring_t *ring, uint32_t *rank_p);
