@@ -50,6 +50,8 @@ typedef struct {
     uint32_t node_count;      /* nodes in the view */
     uint32_t global_trainers; /* trainers of all nodes in the view */
     uint32_t rank_offset;     /* global rank of this node's first trainer */
+    uint32_t restored;        /* on_view only: the backend replaced the
+                                 state region (get_state) with the job's */
 } dmn_view_t;
 
 typedef struct dmn_backend dmn_backend_t;
@@ -68,6 +70,14 @@ typedef struct {
      * rank_offset; solo uses it as the whole job.
      */
     void (*set_local_trainers)(dmn_backend_t *be, uint32_t n);
+    /*
+     * May be NULL (always ready). Called at every step start after
+     * set_local_trainers and before get_view: returns 1 when a step can
+     * start now, 0 when cb will be called once it can (a new view is being
+     * installed, or the nodes are agreeing on trainer counts), or < 0. The
+     * daemon then calls it again. At most one cb is pending.
+     */
+    int (*ready)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
     void (*get_view)(dmn_backend_t *be, dmn_view_t *view_p);
     /*
      * In-place allreduce of buf (count elements of dt) across nodes, op
@@ -104,6 +114,12 @@ struct dmn_backend {
 typedef struct {
     dmn_view_cb on_view;
     void *arg;
+    /* The node's state region (the first trainer's), which a ring backend
+     * broadcasts to joiners and overwrites on resync; NULL/0 when none is
+     * registered. May be NULL. */
+    void (*get_state)(void *arg, void **ptr_p, size_t *bytes_p);
+    /* Membership asked this node to leave (drain key). May be NULL. */
+    void (*on_drain)(void *arg);
 } dmn_backend_cbs_t;
 
 /*
@@ -116,6 +132,12 @@ int dmn_backend_create(uv_loop_t *loop, const char *spec,
 
 /* Implementations (backend.c dispatches to them). fake_args NULL: solo. */
 int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p);
+
+/* The etcd + UCX ring backend, configured from the daemon's config. */
+struct dmn_config;
+int dmn__backend_ring_create(uv_loop_t *loop, const struct dmn_config *cfg,
                              const dmn_backend_cbs_t *cbs,
                              dmn_backend_t **be_p);
 

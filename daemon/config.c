@@ -36,6 +36,14 @@ static const cfg_key_t keys[] = {
     {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
+    {"host", K_STR, F(host), 0, 0, "NAME",
+     "host name for ring order: nodes of one host are neighbours "
+     "(default: the hostname)"},
+    {"min-nodes", K_U32, F(min_nodes), 1, 100000, "N",
+     "the job's first view waits for N nodes (default 1)"},
+    {"ring-deadline-ms", K_U32, F(ring_deadline_ms), 100, 3600000, "MS",
+     "a ring collective that makes no progress this long fails; membership "
+     "(the lease) normally notices a dead node first (default 10000)"},
     {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",
      "set UCX_KEY=VAL for UCX (repeatable), e.g. TLS=tcp"},
     {"socket", K_STR, F(socket_path), 0, 0, "PATH",
@@ -72,6 +80,9 @@ void dmn_config_init(dmn_config_t *cfg)
     char host[256] = "localhost";
     (void)gethostname(host, sizeof(host) - 1);
     set_str(&cfg->node_id, host);
+    set_str(&cfg->host, host);
+    cfg->min_nodes = 1;
+    cfg->ring_deadline_ms = 10000;
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
     set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");
     set_str(&cfg->metrics_addr, "127.0.0.1:9464");
@@ -278,9 +289,13 @@ static int validate(dmn_config_t *cfg, FILE *err)
                     "--standalone is given\n");
             return ST_ECONFIG;
         }
-        fprintf(err, "ringd: the etcd/ring backend is not part of this "
-                "build yet; run a one-node job with --standalone\n");
-        return ST_ECONFIG;
+        if (strchr(cfg->job, '/') != NULL || cfg->job[0] == '\0' ||
+            strchr(cfg->node_id, '/') != NULL || cfg->node_id[0] == '\0') {
+            fprintf(err, "ringd: --job and --node-id must be non-empty and "
+                    "contain no '/'\n");
+            return ST_ECONFIG;
+        }
+        set_str(&cfg->backend, "ring");
     }
     return 0;
 }
@@ -341,9 +356,15 @@ void dmn_config_usage(FILE *out)
     fprintf(out,
 "  %-26s %s\n  %-26s %s\n  %-26s %s\n"
 "\n"
-"This build runs one-node jobs (--standalone). --etcd, --job, --lease-ttl,\n"
-"--ucx-opt, --ckpt-dir and --ckpt-interval are parsed and validated for the\n"
-"ring backend and checkpoints, which are not part of it yet.\n"
+"With --etcd and --job, ringd registers in etcd under /ringd/JOB/ with a\n"
+"lease (--lease-ttl), agrees with the other daemons on a sequence of views,\n"
+"and runs collectives on a UCX ring in view order (UCX_* variables, or\n"
+"--ucx-opt, choose transports and interfaces). When a node dies, hangs or\n"
+"leaves, the collective in flight returns RINGD_ERESHAPE to the trainers,\n"
+"the survivors re-form the ring, and the member furthest ahead sends its\n"
+"state to everyone before the step is redone. With --standalone it runs a\n"
+"one-node job without etcd. --ckpt-dir and --ckpt-interval are validated\n"
+"but checkpoints are not taken by the daemon yet.\n"
 "\n"
 "Config file: 'key = value' lines, '#' starts a comment; flags win over\n"
 "the file. Without -c, %s is read if it exists.\n"
@@ -360,7 +381,9 @@ void dmn_config_usage(FILE *out)
 "Exit status: 0 after a drain, 1 on a runtime failure, 2 on a bad\n"
 "command line or config file.\n"
 "\n"
-"Example: ringd --standalone --socket /tmp/ringd.sock --trainers 2\n",
+"Examples:\n"
+"  ringd --standalone --socket /tmp/ringd.sock --trainers 2\n"
+"  ringd --etcd http://10.0.0.1:2379 --job mnist --trainers 8\n",
             "-c, --config FILE", "read this config file (must exist)",
             "-h, --help", "show this help and exit",
             "-V, --version", "show the version and exit",

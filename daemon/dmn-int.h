@@ -108,6 +108,9 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     int any_redo;          /* one left the step to redo it */
+    int restored_pending;  /* the backend replaced the state: tell the
+                              trainers at their next step start */
+    int ready_pending;     /* waiting for the backend's ready() */
     int break_pending;     /* a trainer was lost during REDUCING */
     int drain_requested;
     int leave_done;
@@ -153,6 +156,10 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
 void dmn__step_on_view(void *arg, const dmn_view_t *view);
+/* The node's primary state region (for the backend); NULL/0 if none. */
+void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
+/* dmn.c */
+void dmn__on_backend_drain(void *arg);
 void dmn__step_drain(dmn_t *d);
 /* Drain timed out: mark drained without telling anyone (exiting). */
 void dmn__step_force_drained(dmn_t *d);

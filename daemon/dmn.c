@@ -34,8 +34,12 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->drain_timer.data = d;
 
     const char *spec = cfg->backend != NULL ? cfg->backend : "solo";
-    dmn_backend_cbs_t cbs = {dmn__step_on_view, d};
-    int rc = dmn_backend_create(loop, spec, &cbs, &d->be);
+    dmn_backend_cbs_t cbs = {.on_view = dmn__step_on_view, .arg = d,
+                             .get_state = dmn__step_get_state,
+                             .on_drain = dmn__on_backend_drain};
+    int rc = strcmp(spec, "ring") == 0
+                 ? dmn__backend_ring_create(loop, cfg, &cbs, &d->be)
+                 : dmn_backend_create(loop, spec, &cbs, &d->be);
     if (rc != 0)
         goto err;
     d->be->ops->get_view(d->be, &d->view);
@@ -64,6 +68,12 @@ static void on_drain_timeout(uv_timer_t *t)
     d->leave_done = 1;
     dmn__step_force_drained(d);
     uv_stop(d->loop);
+}
+
+/* Membership's drain key: the same as SIGTERM. */
+void dmn__on_backend_drain(void *arg)
+{
+    dmn_drain(arg);
 }
 
 void dmn_drain(dmn_t *d)

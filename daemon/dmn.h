@@ -18,11 +18,14 @@
 #define DMN_DEFAULT_CONFIG "/etc/ringd/ringd.conf"
 #define DMN_MAX_UCX_OPTS 32
 
-typedef struct {
+typedef struct dmn_config {
     char *config_path;      /* NULL: DMN_DEFAULT_CONFIG if it exists */
     char *etcd;             /* comma-separated endpoints */
     char *job;
     char *node_id;          /* default: hostname */
+    char *host;             /* ring grouping; default: hostname */
+    uint32_t min_nodes;     /* the first view waits for this many */
+    uint32_t ring_deadline_ms; /* a ring collective with no progress */
     char *socket_path;
     char *ckpt_dir;
     uint32_t ckpt_interval; /* steps; 0 = never */

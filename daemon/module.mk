@@ -3,7 +3,7 @@
 # library so that tests can drive the config parser in-process.
 LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
             daemon/config.c daemon/backend.c \
-            daemon/backend_solo.c
+            daemon/backend_solo.c daemon/backend_ring.c
 PKGS += libuv libsystemd
 BIN_TARGETS += $(BUILD)/ringd $(BUILD)/ringctl
 TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c

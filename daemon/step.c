@@ -35,6 +35,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
                "ringd_op_t must match kern_op_t");
 
 static void try_start(dmn_t *d);
+static void on_backend_ready(void *arg, int status);
 
 static uint64_t now_ns(void)
 {
@@ -250,6 +251,18 @@ static void try_start(dmn_t *d)
         return;
 
     d->be->ops->set_local_trainers(d->be, waiting);
+    if (d->be->ops->ready != NULL) {
+        int r = d->be->ops->ready(d->be, on_backend_ready, d);
+        if (r == 0) {
+            d->ready_pending = 1;
+            set_status(d, "waiting for the job's view (step %llu)", d->step);
+            return; /* on_backend_ready calls try_start again */
+        }
+        if (r < 0) {
+            RD_WARN("backend cannot start a step: %s", st_strerror(r));
+            return;
+        }
+    }
     d->be->ops->get_view(d->be, &d->view);
     if (d->last_generation != 0 && d->view.generation != d->last_generation)
         d->stats.view_changes++;
@@ -263,9 +276,9 @@ static void try_start(dmn_t *d)
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (!c->waiting_begin)
             continue;
-        int restored = 0;
+        int restored = d->restored_pending;
         if (!c->member) {
-            restored = restore_joiner(d, c);
+            restored |= restore_joiner(d, c);
             d->stats.trainers_joined++;
         }
         c->local_rank = rank++;
@@ -278,6 +291,7 @@ static void try_start(dmn_t *d)
                               d->view.generation};
         (void)dmn__reply(c, PROTO_T_STEP_BEGIN, c->begin_seq, &r, sizeof(r));
     }
+    d->restored_pending = 0;
     /* Members are marked after the loop so that joiners restore only from
      * trainers that finished the previous step. */
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
@@ -503,9 +517,65 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     try_start(d);
 }
 
+/* The first trainer with a state region, members first: the one whose
+ * state the backend sends and replaces. */
+static dmn_conn_t *state_primary(dmn_t *d, void **ptr_p)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+            if (!c->has_state || (pass == 0 ? !c->member : !c->waiting_begin))
+                continue;
+            *ptr_p = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                  c->state.bytes);
+            if (*ptr_p != NULL)
+                return c;
+        }
+    return NULL;
+}
+
+void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
+{
+    void *p = NULL;
+    dmn_conn_t *c = state_primary(arg, &p);
+    *ptr_p = c ? p : NULL;
+    *bytes_p = c ? (size_t)c->state.bytes : 0;
+}
+
+/* The backend replaced the primary state: give every local trainer the
+ * same bytes, so the node's replicas stay identical. */
+static void propagate_state(dmn_t *d)
+{
+    void *src = NULL;
+    dmn_conn_t *p = state_primary(d, &src);
+    if (p == NULL)
+        return;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c == p || !c->has_state || c->state.bytes != p->state.bytes)
+            continue;
+        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                 c->state.bytes);
+        if (dst != NULL)
+            memcpy(dst, src, p->state.bytes);
+    }
+    d->stats.restores++;
+}
+
+static void on_backend_ready(void *arg, int status)
+{
+    dmn_t *d = arg;
+    d->ready_pending = 0;
+    if (status != 0)
+        RD_WARN("backend not ready: %s", st_strerror(status));
+    try_start(d);
+}
+
 void dmn__step_on_view(void *arg, const dmn_view_t *view)
 {
     dmn_t *d = arg;
+    if (view->restored) {
+        propagate_state(d);
+        d->restored_pending = 1;
+    }
     if (d->state == DMN_STEP_RUNNING &&
         view->generation != d->view.generation) {
         step_set_state(d, DMN_STEP_BROKEN);

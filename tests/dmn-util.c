@@ -1,5 +1,6 @@
 #include "tests/dmn-util.h"
 
+#include <math.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -99,9 +100,10 @@ int td_start(td_daemon_t *t, const char *const *extra)
     snprintf(port, sizeof(port), "127.0.0.1:%d", t->metrics_port);
     char path[512];
     snprintf(path, sizeof(path), "%s/ringd", th_bindir());
-    const char *argv[40] = {path, "--standalone", "--socket", t->sock,
-                            "--metrics", port};
-    int n = 6;
+    const char *argv[40] = {path, "--socket", t->sock, "--metrics", port};
+    int n = 5;
+    if (!t->networked)
+        argv[n++] = "--standalone";
     for (int i = 0; extra != NULL && extra[i] != NULL && n < 38; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
@@ -237,3 +239,65 @@ out:
     close(fd);
     return buf;
 }
+
+/* Parse a --hash-log: the last line of each step wins. */
+void td_read_hashes(const char *path, td_hashes_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    char *s = td_read(path, NULL);
+    ASSERT_MSG(s != NULL, "no hash log %s", path);
+    for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
+        long step;
+        unsigned long long gen, hash;
+        unsigned rank, world;
+        if (sscanf(line, "step %ld gen %llu rank %u world %u hash %llx",
+                   &step, &gen, &rank, &world, &hash) != 5 || step < 0 ||
+            step >= TD_MAX_STEPS)
+            continue;
+        h->hash[step] = hash;
+        h->gen[step] = gen;
+        h->world[step] = world;
+        h->have[step] = 1;
+        if (step + 1 > h->nsteps)
+            h->nsteps = (int)step + 1;
+    }
+    free(s);
+}
+
+/* Every step both logged has the same hash; returns steps compared. */
+int td_same_hashes(const td_hashes_t *a, const td_hashes_t *b)
+{
+    int n = 0;
+    for (int i = 0; i < TD_MAX_STEPS; i++) {
+        if (!a->have[i] || !b->have[i])
+            continue;
+        ASSERT_MSG(a->hash[i] == b->hash[i],
+                   "step %d: replicas differ (%016llx vs %016llx)", i,
+                   a->hash[i], b->hash[i]);
+        n++;
+    }
+    return n;
+}
+
+/* Max |a - b| / (1 + |b|) over two raw f32 parameter files. */
+double td_param_diff(const char *pa, const char *pb)
+{
+    size_t la, lb;
+    char *a = td_read(pa, &la), *b = td_read(pb, &lb);
+    ASSERT(a != NULL && b != NULL);
+    ASSERT_EQ(la, lb);
+    ASSERT(la > 0 && la % 4 == 0);
+    double worst = 0;
+    for (size_t i = 0; i < la / 4; i++) {
+        float x, y;
+        memcpy(&x, a + 4 * i, 4);
+        memcpy(&y, b + 4 * i, 4);
+        double d = fabs((double)x - y) / (1 + fabs((double)y));
+        if (d > worst)
+            worst = d;
+    }
+    free(a);
+    free(b);
+    return worst;
+}
+

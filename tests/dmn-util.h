@@ -20,6 +20,7 @@ typedef struct {
     int metrics_port;
     int keep_notify;      /* keep reading notify after READY (else close:
                            * an unread socket would block the daemon) */
+    int networked;        /* extra flags name etcd: no --standalone */
     pid_t pid;
 } td_daemon_t;
 
@@ -48,6 +49,23 @@ char *td_read(const char *path, size_t *len_p);
 void td_dump(const char *path);
 /* Remember a pid to kill at exit. */
 void td_track(pid_t pid);
+/* A trainer's --hash-log, parsed: the last line of each step wins. */
+#define TD_MAX_STEPS 4096
+typedef struct {
+    unsigned long long hash[TD_MAX_STEPS];
+    int have[TD_MAX_STEPS];
+    unsigned world[TD_MAX_STEPS];
+    unsigned long long gen[TD_MAX_STEPS];
+    int nsteps;
+} td_hashes_t;
+
+void td_read_hashes(const char *path, td_hashes_t *h);
+/* Every step both logged has the same hash (asserted); returns how many
+ * steps were compared. */
+int td_same_hashes(const td_hashes_t *a, const td_hashes_t *b);
+/* Max |a - b| / (1 + |b|) over two raw f32 parameter files. */
+double td_param_diff(const char *pa, const char *pb);
+
 /* HTTP GET on 127.0.0.1:port; the whole response (caller frees). */
 char *td_http_get(int port, const char *path);
 

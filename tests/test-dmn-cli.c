@@ -101,7 +101,7 @@ TEST_IMPL(dmn_bad_command_lines)
          1, "bad metrics address"},
         {{"--config", "/dev/null"}, 2, "--etcd and --job are required"},
         {{"--config", "/dev/null", "--etcd", "http://127.0.0.1:1", "--job",
-          "j"}, 2, "not part of this build"},
+          "a/b"}, 2, "contain no '/'"},
         {{"-c", conf1}, 2, want1},
         {{"-c", conf2}, 2, want2},
         {{"-c", conf3}, 2, want3},

@@ -12,77 +12,6 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
-#define MAX_STEPS 4096
-
-typedef struct {
-    unsigned long long hash[MAX_STEPS];
-    int have[MAX_STEPS];
-    unsigned world[MAX_STEPS];
-    unsigned long long gen[MAX_STEPS];
-    int nsteps;
-} hashes_t;
-
-/* Parse a --hash-log: the last line of each step wins. */
-static void read_hashes(const char *path, hashes_t *h)
-{
-    memset(h, 0, sizeof(*h));
-    char *s = td_read(path, NULL);
-    ASSERT_MSG(s != NULL, "no hash log %s", path);
-    for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
-        long step;
-        unsigned long long gen, hash;
-        unsigned rank, world;
-        if (sscanf(line, "step %ld gen %llu rank %u world %u hash %llx",
-                   &step, &gen, &rank, &world, &hash) != 5 || step < 0 ||
-            step >= MAX_STEPS)
-            continue;
-        h->hash[step] = hash;
-        h->gen[step] = gen;
-        h->world[step] = world;
-        h->have[step] = 1;
-        if (step + 1 > h->nsteps)
-            h->nsteps = (int)step + 1;
-    }
-    free(s);
-}
-
-/* Every step both logged has the same hash; returns steps compared. */
-static int same_hashes(const hashes_t *a, const hashes_t *b)
-{
-    int n = 0;
-    for (int i = 0; i < MAX_STEPS; i++) {
-        if (!a->have[i] || !b->have[i])
-            continue;
-        ASSERT_MSG(a->hash[i] == b->hash[i],
-                   "step %d: replicas differ (%016llx vs %016llx)", i,
-                   a->hash[i], b->hash[i]);
-        n++;
-    }
-    return n;
-}
-
-/* Max |a - b| / (1 + |b|) over two raw f32 parameter files. */
-static double param_diff(const char *pa, const char *pb)
-{
-    size_t la, lb;
-    char *a = td_read(pa, &la), *b = td_read(pb, &lb);
-    ASSERT(a != NULL && b != NULL);
-    ASSERT_EQ(la, lb);
-    ASSERT(la > 0 && la % 4 == 0);
-    double worst = 0;
-    for (size_t i = 0; i < la / 4; i++) {
-        float x, y;
-        memcpy(&x, a + 4 * i, 4);
-        memcpy(&y, b + 4 * i, 4);
-        double d = fabs((double)x - y) / (1 + fabs((double)y));
-        if (d > worst)
-            worst = d;
-    }
-    free(a);
-    free(b);
-    return worst;
-}
-
 static void run_reference(td_daemon_t *t, const char *steps, const char *out)
 {
     const char *ref[] = {"--no-daemon", "--steps", steps, "--save", out,
@@ -116,15 +45,15 @@ TEST_IMPL(dmn_two_trainers_match_one)
     }
     run_reference(&t, "120", td_path(&t, "pref"));
 
-    static hashes_t h0, h1;
-    read_hashes(td_path(&t, "h0"), &h0);
-    read_hashes(td_path(&t, "h1"), &h1);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&t, "h0"), &h0);
+    td_read_hashes(td_path(&t, "h1"), &h1);
     ASSERT_EQ(h0.nsteps, 120);
-    ASSERT_EQ(same_hashes(&h0, &h1), 120);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 120);
     ASSERT_EQ(h0.world[0], 2);
-    double d = param_diff(td_path(&t, "p0"), td_path(&t, "pref"));
+    double d = td_param_diff(td_path(&t, "p0"), td_path(&t, "pref"));
     ASSERT_MSG(d < 1e-3, "2 trainers vs 1 process differ by %g", d);
-    ASSERT_EQ(param_diff(td_path(&t, "p0"), td_path(&t, "p1")), 0);
+    ASSERT_EQ(td_param_diff(td_path(&t, "p0"), td_path(&t, "p1")), 0);
     ASSERT(td_file_has(td_path(&t, "t0.log"), "final: test_accuracy"));
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
@@ -158,13 +87,13 @@ TEST_IMPL(dmn_reshape_redo_step)
         free(s);
         ASSERT_EQ(redo, 2);
     }
-    static hashes_t h0, h1;
-    read_hashes(td_path(&t, "h0"), &h0);
-    read_hashes(td_path(&t, "h1"), &h1);
-    ASSERT_EQ(same_hashes(&h0, &h1), 30);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&t, "h0"), &h0);
+    td_read_hashes(td_path(&t, "h1"), &h1);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 30);
     ASSERT_EQ(h0.gen[4] + 1, h0.gen[5]);   /* a new view at step 5 */
     ASSERT_EQ(h0.gen[16] + 1, h0.gen[17]);
-    ASSERT(param_diff(td_path(&t, "p0"), td_path(&t, "pref")) < 1e-3);
+    ASSERT(td_param_diff(td_path(&t, "p0"), td_path(&t, "pref")) < 1e-3);
     ASSERT(td_file_has(t.log, "view change at step 5"));
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
@@ -208,10 +137,10 @@ TEST_IMPL(dmn_killed_trainer)
     ASSERT_EQ(rc0, 0);
     ASSERT_EQ(td_exit_code(p2, 30000), 0);
     ASSERT(td_file_has(td_path(&t, "t2.log"), "daemon drains"));
-    static hashes_t h0, h2;
-    read_hashes(td_path(&t, "h0"), &h0);
-    read_hashes(td_path(&t, "h2"), &h2);
-    ASSERT_GT(same_hashes(&h0, &h2), 0);
+    static td_hashes_t h0, h2;
+    td_read_hashes(td_path(&t, "h0"), &h0);
+    td_read_hashes(td_path(&t, "h2"), &h2);
+    ASSERT_GT(td_same_hashes(&h0, &h2), 0);
     return 0;
 }
 
@@ -237,13 +166,13 @@ TEST_IMPL(dmn_restore_from_snapshot)
                        td_path(&t, "hr"), NULL};
     ASSERT_EQ(td_exit_code(td_trainer(&t, r, td_path(&t, "tr.log")),
                            60000), 0);
-    static hashes_t ha, hb, hr;
-    read_hashes(td_path(&t, "ha"), &ha);
-    read_hashes(td_path(&t, "hb"), &hb);
-    read_hashes(td_path(&t, "hr"), &hr);
+    static td_hashes_t ha, hb, hr;
+    td_read_hashes(td_path(&t, "ha"), &ha);
+    td_read_hashes(td_path(&t, "hb"), &hb);
+    td_read_hashes(td_path(&t, "hr"), &hr);
     ASSERT_EQ(hb.nsteps, 60);
-    ASSERT_GE(same_hashes(&ha, &hr), 20);
-    int resumed = same_hashes(&hb, &hr);
+    ASSERT_GE(td_same_hashes(&ha, &hr), 20);
+    int resumed = td_same_hashes(&hb, &hr);
     ASSERT(resumed > 0 && resumed < 60);
     ASSERT(!hb.have[0]); /* it did not start over */
     char *m = td_http_get(t.metrics_port, "/metrics");

@@ -1,0 +1,876 @@
+/*
+ * backend_ring.c - the cross-node backend: etcd membership (mb_) on the
+ * main loop, the UCX ring (ring_, tp_) on a ring thread of its own.
+ *
+ * Main loop                                 ring thread
+ *   mb on_view / on_fenced / on_drain         owns tp_t and the ring_t
+ *   the backend ops the daemon calls          runs one command at a time:
+ *   one command slot ---------(mu, cv)----->    REBUILD (+ resync), ALLREDUCE,
+ *   uv_async <------------------------------    BROADCAST; posts the result
+ *
+ * States (one transition function, rb_enter):
+ *   WAITING  no usable view yet (start, after a failure, fenced)
+ *   SYNCING  a REBUILD command runs: new ring, then agree on the step and
+ *            broadcast the state from the member furthest ahead
+ *   READY    collectives run on the ring of the current generation
+ *   LEAVING / LEFT  draining out of the job
+ *
+ * Views are installed only at a step start (the daemon's ready() call),
+ * when the node's trainers wait there with their state registered: a
+ * removal seen mid-step aborts the collective in flight (or answers the
+ * next one with ST_ERESHAPE), and the trainers' redo brings the node back
+ * to ready(). Every step start also runs one tiny allgather of the nodes'
+ * trainer counts, so ranks and world size are always this step's.
+ *
+ * Why every view change resyncs the state, not only for joiners: a member
+ * dying during the allgather phase can leave some survivors with the
+ * finished step S and others without it. The survivors agree on the
+ * highest committed step with one tiny allreduce; the member holding it
+ * (lowest ring index on ties) broadcasts its state, so every replica is
+ * bitwise identical again and no step is lost or applied twice. When all
+ * steps agree and nobody joined, the broadcast is skipped.
+ *
+ * Who suspects whom: a ring neighbour whose endpoint fails (ST_EPEER) is
+ * reported to membership at once (the leader revokes its lease: removal in
+ * well under a second). A deadline (ST_EPEER_TIMEOUT) is not: a member two
+ * hops from a crash only sees its neighbour go quiet, and suspecting that
+ * healthy neighbour would evict it too. It waits for the view change the
+ * crash causes, and suspects its neighbour only if none comes within the
+ * lease TTL plus a second (a stuck but lease-holding node).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/backend.h"
+#include "daemon/dmn.h"
+#include "membership/mb.h"
+#include "ring/ring.h"
+#include "transport/tp.h"
+
+typedef enum {
+    RB_WAITING = 0, /* no usable view: start, after a failure, fenced */
+    RB_SYNCING,     /* the ring thread builds the ring and resyncs */
+    RB_READY,       /* collectives run */
+    RB_LEAVING,     /* mb_leave in progress */
+    RB_LEFT,
+} rb_state_t;
+
+static const char *const rb_state_names[] = {"waiting", "syncing", "ready",
+                                             "leaving", "left"};
+
+typedef enum {
+    CMD_NONE = 0,
+    CMD_REBUILD,
+    CMD_AGREE,
+    CMD_ALLREDUCE,
+    CMD_BROADCAST,
+} cmd_kind_t;
+
+#define RB_MAX_NODES 4096
+#define RB_REBUILD_DEADLINE_MS 60000
+
+typedef struct {
+    char *node;
+    uint8_t *addr;
+    size_t addr_len;
+    int slots;
+    int64_t lease;
+} rb_member_t;
+
+/* A copy of an mb view that outlives on_view. */
+typedef struct {
+    uint64_t generation;
+    size_t n;
+    rb_member_t *m;
+    int my_index;
+    size_t n_joiners;
+} rb_view_t;
+
+typedef struct {
+    cmd_kind_t kind;
+    /* REBUILD */
+    const rb_view_t *view;
+    void *state;
+    size_t state_bytes;
+    uint64_t my_step;
+    uint32_t my_trainers;
+    uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
+    /* collectives */
+    void *buf;
+    size_t count;
+    kern_dtype_t dt;
+    kern_op_t op;
+    uint32_t root;
+    /* results */
+    int status;
+    uint32_t suspect; /* ring rank, when status is a peer failure */
+    uint64_t step_out;
+    int state_replaced;
+} rb_cmd_t;
+
+typedef struct {
+    dmn_backend_t base;
+    uv_loop_t *loop;
+    dmn_backend_cbs_t cbs;
+    ring_opts_t ring_opts;
+    int ttl_s;
+    mb_t *mb;
+    tp_t *tp;
+
+    /* The ring thread and its one command slot. */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rb_cmd_t cmd;
+    int posted;       /* cmd waits for the ring thread */
+    int quit;
+    ring_t *ring;     /* guarded by mu: main may ring_abort() it */
+    ring_t *older;    /* ring thread only: the previous generation's ring,
+                         kept open one generation longer (see rt_rebuild) */
+    int abort_flag;   /* guarded by mu: abort the command in flight, also
+                         a ring it has not published yet */
+    uv_async_t async;
+    int busy;         /* main: a command is out */
+
+    /* Main loop state. */
+    rb_state_t state;
+    rb_view_t *cur;       /* the installed view */
+    rb_view_t *pending;   /* the next one */
+    dmn_view_t dview;
+    uint64_t step;        /* next step to run */
+    uint32_t local_trainers;
+    uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
+    uint32_t counts[RB_MAX_NODES];
+    dmn_done_cb op_cb, ready_cb, leave_cb;
+    void *op_arg, *ready_arg, *leave_arg;
+    int op_status;        /* a deferred completion */
+    int fenced;           /* lease lost, not re-registered yet */
+    int drain_requested;
+    uv_timer_t defer;
+    uv_timer_t suspect_timer;
+    char *quiet_node;     /* neighbour that went quiet (deadline) */
+    int open_handles;     /* counted down by close callbacks */
+} rb_t;
+
+
+/* ---- views ----------------------------------------------------------- */
+
+static void view_free(rb_view_t *v)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < v->n; i++) {
+        free(v->m[i].node);
+        free(v->m[i].addr);
+    }
+    free(v->m);
+    free(v);
+}
+
+static rb_view_t *view_copy(const mb_view_t *mv)
+{
+    rb_view_t *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return NULL;
+    v->m = calloc(mv->n_members ? mv->n_members : 1, sizeof(rb_member_t));
+    if (v->m == NULL) {
+        free(v);
+        return NULL;
+    }
+    v->generation = mv->generation;
+    v->my_index = mv->my_index;
+    v->n_joiners = mv->n_joiners;
+    for (size_t i = 0; i < mv->n_members; i++, v->n++) {
+        const mb_member_t *s = &mv->members[i];
+        rb_member_t *d = &v->m[i];
+        d->node = strdup(s->node);
+        d->addr = malloc(s->addr_len ? s->addr_len : 1);
+        if (d->node == NULL || d->addr == NULL) {
+            v->n++;
+            view_free(v);
+            return NULL;
+        }
+        memcpy(d->addr, s->addr, s->addr_len);
+        d->addr_len = s->addr_len;
+        d->slots = s->slots;
+        d->lease = s->lease;
+    }
+    return v;
+}
+
+/* ---- the ring thread ------------------------------------------------- */
+
+static void rt_set_ring(rb_t *b, ring_t *r)
+{
+    pthread_mutex_lock(&b->mu);
+    b->ring = r;
+    if (r != NULL && b->abort_flag)
+        ring_abort(r); /* asked for while ring_create ran */
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Every node's trainer count, in ring order. */
+static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
+{
+    uint32_t n = (uint32_t)c->view->n;
+    memset(c->counts, 0, n * sizeof(uint32_t));
+    c->counts[c->view->my_index] = c->my_trainers;
+    return ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+}
+
+/*
+ * Build the ring of the new view, then agree on the step: one allreduce
+ * MAX of {step<<20 | (0xfffff - index), -step, bytes, -bytes} gives the
+ * furthest step and who holds it (lowest index on ties), the smallest
+ * step, and whether every state has the same size.
+ */
+static int rt_rebuild(rb_t *b, rb_cmd_t *c)
+{
+    /*
+     * The ring being replaced is closed one generation later, not now: a
+     * neighbour that has not seen the new view yet may still wait in a
+     * collective on it, and closing our endpoints would show it a failed
+     * endpoint naming us (a healthy node it would then suspect). Open,
+     * we are merely quiet until its own copy of the view aborts it.
+     */
+    ring_t *prev = b->ring;
+    rt_set_ring(b, NULL);
+    if (b->older != NULL) {
+        ring_abort(b->older); /* closes at once instead of flushing */
+        ring_destroy(b->older);
+    }
+    b->older = prev;
+
+    const rb_view_t *v = c->view;
+    const void **addrs = calloc(v->n, sizeof(*addrs));
+    size_t *lens = calloc(v->n, sizeof(*lens));
+    if (addrs == NULL || lens == NULL) {
+        free(addrs);
+        free(lens);
+        return ST_ENOMEM;
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        addrs[i] = v->m[i].addr;
+        lens[i] = v->m[i].addr_len;
+    }
+    ring_view_t rv = {.generation = v->generation, .nranks = (uint32_t)v->n,
+                      .rank = (uint32_t)v->my_index, .addrs = addrs,
+                      .addr_lens = lens};
+    /* The members reach a new ring when their trainers reach a step
+     * start, seconds apart at worst: the first collective may wait long.
+     * A crash still ends it at once (endpoint error), a new view too. */
+    ring_opts_t first = b->ring_opts;
+    if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
+        first.deadline_ms = RB_REBUILD_DEADLINE_MS;
+    ring_t *r = NULL;
+    int rc = ring_create(b->tp, &rv, &first, &r);
+    free(addrs);
+    free(lens);
+    if (rc != 0)
+        return rc;
+    rt_set_ring(b, r);
+
+    int64_t agree[4] = {
+        (int64_t)((c->my_step << 20) | (0xfffffu - (uint32_t)v->my_index)),
+        -(int64_t)c->my_step, (int64_t)c->state_bytes,
+        -(int64_t)c->state_bytes};
+    rc = ring_allreduce(r, agree, 4, KERN_I64, KERN_MAX);
+    if (rc != 0)
+        return rc;
+    ring_set_deadline(r, b->ring_opts.deadline_ms);
+    uint64_t max_step = (uint64_t)agree[0] >> 20;
+    uint32_t source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
+    uint64_t min_step = (uint64_t)-agree[1];
+    if (agree[2] != -agree[3]) {
+        RD_ERROR("ring backend: state sizes differ across nodes (%lld vs "
+                 "%lld bytes): the trainers are not the same job",
+                 (long long)-agree[3], (long long)agree[2]);
+        return ST_ECONFIG;
+    }
+    c->step_out = max_step;
+    c->state_replaced = 0;
+    rc = rt_agree_counts(b, c);
+    if (rc != 0)
+        return rc;
+    if (agree[2] > 0 && (max_step != min_step || v->n_joiners > 0)) {
+        rc = ring_broadcast(r, c->state, c->state_bytes, source);
+        if (rc != 0)
+            return rc;
+        c->state_replaced = (uint32_t)v->my_index != source;
+        RD_INFO("ring backend: state (%zu bytes, step %llu) sent from "
+                "member %u to generation %llu", c->state_bytes,
+                (unsigned long long)max_step, source,
+                (unsigned long long)v->generation);
+    }
+    return 0;
+}
+
+static void rt_run(rb_t *b, rb_cmd_t *c)
+{
+    c->suspect = UINT32_MAX;
+    switch (c->kind) {
+    case CMD_REBUILD:
+        c->status = rt_rebuild(b, c);
+        break;
+    case CMD_AGREE:
+        c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
+        break;
+    case CMD_ALLREDUCE:
+        c->status = b->ring ? ring_allreduce(b->ring, c->buf, c->count,
+                                             c->dt, c->op)
+                            : ST_EABORTED;
+        break;
+    case CMD_BROADCAST:
+        c->status = b->ring ? ring_broadcast(b->ring, c->buf, c->count,
+                                             c->root)
+                            : ST_EABORTED;
+        break;
+    default:
+        c->status = ST_EINVAL;
+    }
+    if (c->status != 0 && b->ring != NULL &&
+        ring_suspect(b->ring, &c->suspect) == 0)
+        c->suspect = UINT32_MAX; /* no failure named */
+}
+
+static void *rt_main(void *arg)
+{
+    rb_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        while (!b->posted && !b->quit)
+            pthread_cond_wait(&b->cv, &b->mu);
+        if (b->quit)
+            break;
+        pthread_mutex_unlock(&b->mu);
+        rt_run(b, &b->cmd);
+        pthread_mutex_lock(&b->mu);
+        b->posted = 0;
+        uv_async_send(&b->async);
+    }
+    ring_t *r = b->ring;
+    b->ring = NULL;
+    pthread_mutex_unlock(&b->mu);
+    ring_t *both[2] = {r, b->older};
+    for (int i = 0; i < 2; i++) {
+        if (both[i] != NULL) {
+            ring_abort(both[i]); /* close at once, no flush */
+            ring_destroy(both[i]);
+        }
+    }
+    return NULL;
+}
+
+/* ---- main loop side ---------------------------------------------------- */
+
+static void rb_enter(rb_t *b, rb_state_t next)
+{
+    if (b->state == next)
+        return;
+    RD_INFO("ring backend: %s -> %s", rb_state_names[b->state],
+            rb_state_names[next]);
+    b->state = next;
+}
+
+static void post_cmd(rb_t *b)
+{
+    b->busy = 1;
+    pthread_mutex_lock(&b->mu);
+    b->abort_flag = 0;
+    b->posted = 1;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Thread-safe abort of the collective the ring thread is running. */
+static void abort_running(rb_t *b)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->posted) {
+        b->abort_flag = 1;
+        if (b->ring != NULL)
+            ring_abort(b->ring);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void fill_dview(rb_t *b)
+{
+    const rb_view_t *v = b->cur;
+    uint32_t total = 0, offset = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if ((int)i == v->my_index)
+            offset = total;
+        total += b->counts[i];
+    }
+    b->dview = (dmn_view_t){.generation = v->generation, .step = b->step,
+                            .node_rank = (uint32_t)v->my_index,
+                            .node_count = (uint32_t)v->n,
+                            .global_trainers = total,
+                            .rank_offset = offset};
+}
+
+/* Install the pending view and have the ring thread build and resync. */
+static void install_pending(rb_t *b)
+{
+    view_free(b->cur);
+    b->cur = b->pending;
+    b->pending = NULL;
+    b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
+                        .my_step = b->step, .counts = b->counts,
+                        .my_trainers = b->local_trainers};
+    if (b->cbs.get_state != NULL)
+        b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
+    rb_enter(b, RB_SYNCING);
+    post_cmd(b);
+}
+
+/*
+ * The one place that decides what runs next, called whenever something
+ * changed (a view arrived, a command finished, ready() was asked). Work
+ * starts only while the daemon waits in ready(): then the node is at a
+ * step start with its state registered.
+ */
+static void advance(rb_t *b)
+{
+    if (b->busy || b->ready_cb == NULL || b->state == RB_LEAVING ||
+        b->state == RB_LEFT)
+        return;
+    if (b->pending != NULL) {
+        install_pending(b);
+    } else if (b->state == RB_READY && b->agreed_step != b->step + 1) {
+        b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
+                            .counts = b->counts,
+                            .my_trainers = b->local_trainers};
+        post_cmd(b);
+    }
+    /* else WAITING: the next view brings us back here */
+}
+
+static void on_defer(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    dmn_done_cb cb = b->op_cb;
+    b->op_cb = NULL;
+    if (cb != NULL)
+        cb(b->op_arg, b->op_status);
+}
+
+/* Complete the daemon's collective on the next loop turn. */
+static void complete_later(rb_t *b, dmn_done_cb cb, void *arg, int status)
+{
+    b->op_cb = cb;
+    b->op_arg = arg;
+    b->op_status = status;
+    uv_timer_start(&b->defer, on_defer, 0, 0);
+}
+
+static void ready_fire(rb_t *b, int status)
+{
+    dmn_done_cb cb = b->ready_cb;
+    b->ready_cb = NULL;
+    if (cb != NULL)
+        cb(b->ready_arg, status);
+}
+
+static void on_suspect_timer(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    if (b->quiet_node == NULL)
+        return;
+    RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
+            "suspecting it", b->quiet_node);
+    mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+    free(b->quiet_node);
+    b->quiet_node = NULL;
+}
+
+/* A collective or resync failed because of a peer: tell membership. */
+static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
+{
+    if (b->cur == NULL || rank >= b->cur->n ||
+        (int)rank == b->cur->my_index)
+        return;
+    const char *node = b->cur->m[rank].node;
+    if (status == ST_EPEER) {
+        RD_WARN("ring backend: endpoint of %s failed; suspecting it", node);
+        mb_suspect(b->mb, node, "ring endpoint failed");
+        return;
+    }
+    if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
+        b->quiet_node = strdup(node);
+        uv_timer_start(&b->suspect_timer, on_suspect_timer,
+                       (uint64_t)b->ttl_s * 1000 + 1000, 0);
+    }
+}
+
+static void on_rebuilt(rb_t *b, rb_cmd_t *c)
+{
+    if (c->status != 0) {
+        RD_WARN("ring backend: generation %llu could not resync: %s",
+                (unsigned long long)c->view->generation,
+                st_strerror(c->status));
+        handle_peer_failure(b, c->status, c->suspect);
+        rb_enter(b, RB_WAITING);
+        return;
+    }
+    b->step = c->step_out;
+    b->agreed_step = b->step + 1;
+    mb_set_step(b->mb, b->step);
+    fill_dview(b);
+    b->dview.restored = c->state_replaced;
+    uv_timer_stop(&b->suspect_timer);
+    free(b->quiet_node);
+    b->quiet_node = NULL;
+    rb_enter(b, RB_READY);
+    if (b->cbs.on_view != NULL)
+        b->cbs.on_view(b->cbs.arg, &b->dview);
+    b->dview.restored = 0;
+    ready_fire(b, 0);
+}
+
+static void on_collective_done(rb_t *b, rb_cmd_t *c)
+{
+    dmn_done_cb cb = b->op_cb;
+    void *arg = b->op_arg;
+    b->op_cb = NULL;
+    int status = c->status;
+    if (status != 0) {
+        /* Whatever broke the ring, the step is redone on a new view. */
+        if (b->pending == NULL)
+            handle_peer_failure(b, status, c->suspect);
+        if (b->state == RB_READY)
+            rb_enter(b, RB_WAITING);
+        status = b->fenced ? ST_EFENCED : ST_ERESHAPE;
+    }
+    if (cb != NULL)
+        cb(arg, status);
+}
+
+static void on_agreed(rb_t *b, rb_cmd_t *c)
+{
+    if (c->status != 0) {
+        if (b->pending == NULL)
+            handle_peer_failure(b, c->status, c->suspect);
+        rb_enter(b, RB_WAITING);
+        return;
+    }
+    b->agreed_step = b->step + 1;
+    fill_dview(b);
+    ready_fire(b, 0);
+}
+
+static void on_async(uv_async_t *h)
+{
+    rb_t *b = h->data;
+    pthread_mutex_lock(&b->mu);
+    int done = b->busy && !b->posted;
+    pthread_mutex_unlock(&b->mu);
+    if (!done)
+        return;
+    b->busy = 0;
+    rb_cmd_t c = b->cmd;
+    if (c.kind == CMD_REBUILD)
+        on_rebuilt(b, &c);
+    else if (c.kind == CMD_AGREE)
+        on_agreed(b, &c);
+    else
+        on_collective_done(b, &c);
+    advance(b);
+}
+
+/* ---- membership callbacks ------------------------------------------------ */
+
+static void mb_on_view(const mb_view_t *mv, void *data)
+{
+    rb_t *b = data;
+    rb_view_t *v = view_copy(mv);
+    if (v == NULL) {
+        RD_ERROR("ring backend: out of memory copying view %llu",
+                 (unsigned long long)mv->generation);
+        return;
+    }
+    RD_INFO("ring backend: view %llu: %zu member%s, me #%d, %zu joiner%s",
+            (unsigned long long)v->generation, v->n, v->n == 1 ? "" : "s",
+            v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
+    b->fenced = 0;
+    /*
+     * Every node must switch rings at the same point of the job, and a
+     * node cannot know where the others are when a view arrives: so any
+     * new view, a join as much as a loss, ends whatever runs on the old
+     * ring (a collective comes back ST_ERESHAPE and its step is redone),
+     * and each node installs the newest view it has at its next step
+     * start. A node still on an older view aborts when the newer one
+     * reaches it, so all converge on the latest generation.
+     */
+    view_free(b->pending);
+    b->pending = v;
+    if (b->busy)
+        abort_running(b);
+    if (b->state == RB_READY)
+        rb_enter(b, RB_WAITING);
+    advance(b);
+}
+
+static void mb_on_fenced(int reason, void *data)
+{
+    rb_t *b = data;
+    RD_WARN("ring backend: fenced (%s): not serving collectives until "
+            "etcd takes this node back", st_strerror(reason));
+    b->fenced = 1;
+    if (b->busy)
+        abort_running(b);
+    /* cur stays: a command in flight may still read it; the view that
+     * takes this node back replaces it. */
+    if (b->state != RB_LEAVING && b->state != RB_LEFT)
+        rb_enter(b, RB_WAITING);
+}
+
+static void mb_on_drain(void *data)
+{
+    rb_t *b = data;
+    RD_INFO("ring backend: drain requested; leaving at the next step "
+            "boundary");
+    b->drain_requested = 1;
+    if (b->cbs.on_drain != NULL)
+        b->cbs.on_drain(b->cbs.arg);
+}
+
+static void mb_on_left(int status, void *data)
+{
+    rb_t *b = data;
+    rb_enter(b, RB_LEFT);
+    dmn_done_cb cb = b->leave_cb;
+    b->leave_cb = NULL;
+    if (cb != NULL)
+        cb(b->leave_arg, status);
+}
+
+/* ---- backend ops ------------------------------------------------------- */
+
+static void rb_set_local_trainers(dmn_backend_t *be, uint32_t n)
+{
+    ((rb_t *)be)->local_trainers = n;
+}
+
+static void rb_get_view(dmn_backend_t *be, dmn_view_t *view_p)
+{
+    *view_p = ((rb_t *)be)->dview;
+}
+
+static int rb_ready(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+{
+    rb_t *b = (rb_t *)be;
+    if (b->state == RB_READY && !b->busy && b->pending == NULL &&
+        b->agreed_step == b->step + 1)
+        return 1;
+    if (b->state == RB_LEAVING || b->state == RB_LEFT)
+        return ST_EINVAL;
+    if (b->ready_cb == NULL) {
+        b->ready_cb = cb;
+        b->ready_arg = arg;
+    }
+    advance(b); /* a step start: pending views and joins go now */
+    return 0;
+}
+
+static int start_collective(rb_t *b, rb_cmd_t *c, dmn_done_cb cb, void *arg)
+{
+    if (b->op_cb != NULL || b->busy) {
+        RD_ERROR("ring backend: a collective is already in flight");
+        return ST_EINVAL;
+    }
+    if (b->state != RB_READY) {
+        complete_later(b, cb, arg, b->fenced ? ST_EFENCED : ST_ERESHAPE);
+        return 0;
+    }
+    b->op_cb = cb;
+    b->op_arg = arg;
+    b->cmd = *c;
+    post_cmd(b);
+    return 0;
+}
+
+static int rb_allreduce(dmn_backend_t *be, void *buf, size_t count,
+                        kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+                        void *arg)
+{
+    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .buf = buf, .count = count,
+                  .dt = dt, .op = op};
+    return start_collective((rb_t *)be, &c, cb, arg);
+}
+
+/* root is a global trainer rank: broadcast from the node holding it. */
+static int rb_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
+                        uint32_t root, dmn_done_cb cb, void *arg)
+{
+    rb_t *b = (rb_t *)be;
+    uint32_t node = UINT32_MAX, total = 0;
+    for (size_t i = 0; b->cur && i < b->cur->n; i++) {
+        if (root >= total && root < total + b->counts[i])
+            node = (uint32_t)i;
+        total += b->counts[i];
+    }
+    if (node == UINT32_MAX) {
+        RD_ERROR("ring backend: broadcast root %u is not a trainer of the "
+                 "view (%u trainers)", root, total);
+        return ST_EINVAL;
+    }
+    rb_cmd_t c = {.kind = CMD_BROADCAST, .buf = buf, .count = bytes,
+                  .root = node};
+    return start_collective(b, &c, cb, arg);
+}
+
+static void rb_step_end(dmn_backend_t *be, uint64_t step)
+{
+    rb_t *b = (rb_t *)be;
+    b->step = step + 1;
+    b->dview.step = b->step;
+    mb_set_step(b->mb, b->step);
+}
+
+static int rb_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+{
+    rb_t *b = (rb_t *)be;
+    b->leave_cb = cb;
+    b->leave_arg = arg;
+    rb_enter(b, RB_LEAVING);
+    int rc = mb_leave(b->mb);
+    if (rc != 0) {
+        b->leave_cb = NULL;
+        rb_enter(b, RB_LEFT);
+    }
+    return rc;
+}
+
+/* ---- life ------------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rb_t *b = h->data;
+    if (--b->open_handles == 0)
+        free(b);
+}
+
+static void close_handles(rb_t *b)
+{
+    b->open_handles = 3;
+    uv_close((uv_handle_t *)&b->async, on_handle_closed);
+    uv_close((uv_handle_t *)&b->defer, on_handle_closed);
+    uv_close((uv_handle_t *)&b->suspect_timer, on_handle_closed);
+}
+
+static void rb_destroy(dmn_backend_t *be)
+{
+    rb_t *b = (rb_t *)be;
+    pthread_mutex_lock(&b->mu);
+    b->abort_flag = 1;
+    if (b->ring != NULL)
+        ring_abort(b->ring);
+    b->quit = 1;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL); /* it destroys the ring */
+    mb_destroy(b->mb);
+    tp_destroy(b->tp);
+    view_free(b->cur);
+    view_free(b->pending);
+    free(b->quiet_node);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    close_handles(b);
+}
+
+static const dmn_backend_ops_t rb_ops = {
+    .name = "ring",
+    .set_local_trainers = rb_set_local_trainers,
+    .ready = rb_ready,
+    .get_view = rb_get_view,
+    .allreduce = rb_allreduce,
+    .broadcast = rb_broadcast,
+    .step_end = rb_step_end,
+    .leave = rb_leave,
+    .destroy = rb_destroy,
+};
+
+/* What membership needs, from the daemon's config. */
+static void mb_config_from(const dmn_config_t *cfg, mb_config_t *mc)
+{
+    memset(mc, 0, sizeof(*mc));
+    mc->job = cfg->job;
+    mc->node = cfg->node_id;
+    mc->host = cfg->host;
+    mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
+    mc->ttl_s = (int)cfg->lease_ttl;
+    mc->min_members = (int)cfg->min_nodes;
+    mc->etcd.endpoints = cfg->etcd;
+}
+
+int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
+                             const dmn_backend_cbs_t *cbs,
+                             dmn_backend_t **be_p)
+{
+    rb_t *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return ST_ENOMEM;
+    b->base.ops = &rb_ops;
+    b->loop = loop;
+    b->cbs = *cbs;
+    b->ttl_s = (int)cfg->lease_ttl;
+    b->local_trainers = cfg->trainers ? cfg->trainers : 1;
+    ring_opts_default(&b->ring_opts);
+    if (cfg->ring_deadline_ms > 0)
+        b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+
+    tp_config_t tc;
+    tp_config_default(&tc);
+    int rc = tp_create(&tc, &b->tp);
+    if (rc != 0)
+        goto err_free;
+    const void *addr;
+    size_t addr_len;
+    tp_address(b->tp, &addr, &addr_len);
+    mb_config_t mc;
+    mb_config_from(cfg, &mc);
+    mc.addr = addr;
+    mc.addr_len = addr_len;
+    mb_callbacks_t mcb = {.on_view = mb_on_view, .on_fenced = mb_on_fenced,
+                          .on_drain = mb_on_drain, .on_left = mb_on_left};
+    rc = mb_create(loop, &mc, &mcb, b, &b->mb);
+    if (rc != 0)
+        goto err_tp;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    uv_async_init(loop, &b->async, on_async);
+    uv_timer_init(loop, &b->defer);
+    uv_timer_init(loop, &b->suspect_timer);
+    b->async.data = b->defer.data = b->suspect_timer.data = b;
+    if (pthread_create(&b->thread, NULL, rt_main, b) != 0) {
+        mb_destroy(b->mb);
+        tp_destroy(b->tp);
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        close_handles(b);
+        return ST_ENOMEM;
+    }
+    rc = mb_start(b->mb);
+    if (rc != 0) {
+        rb_destroy(&b->base);
+        return rc;
+    }
+    RD_INFO("ring backend: node %s of job %s, etcd %s, lease %u s, ring "
+            "deadline %d ms", cfg->node_id, cfg->job, cfg->etcd,
+            cfg->lease_ttl, b->ring_opts.deadline_ms);
+    *be_p = &b->base;
+    return 0;
+
+err_tp:
+    tp_destroy(b->tp);
+err_free:
+    free(b);
+    return rc;
+}
