@@ -103,11 +103,11 @@ asan:
 bench: all
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 
-# For now the demo is the kernel benchmark; it becomes the local-cluster
-# demo once the daemon exists.
+# A local cluster through a real training job, a node killed and one
+# added (examples/demo.sh says how).
 demo: deps
 	$(MAKE) all
-	$(BUILD)/bench/kernels
+	BUILD=$(BUILD) examples/demo.sh
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \

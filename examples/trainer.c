@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 #include <zlib.h>
@@ -409,7 +410,8 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --hidden N        hidden units (default 64)\n"
 "  --seed N          parameter init and batch sampling seed (default 1)\n"
 "  --log-every N     print loss/accuracy every N steps (default 50)\n"
-"  --hash-log FILE   append 'step S gen G rank R world W hash H' per step\n"
+"  --hash-log FILE   append 'step S gen G rank R world W hash H t_ms T' per\n"
+"                    step (T: wall clock, ms since the epoch)\n"
 "  --save FILE       write the final parameters (raw f32) to FILE\n"
 "  --data KIND       auto, digits or synthetic (default auto)\n"
 "  --target-acc X    exit 3 if the final test accuracy is below X\n"
@@ -601,11 +603,14 @@ static int train(trainer_t *t)
             continue; /* step_begin reconnects */
         }
         if (t->hash_log != NULL) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
             fprintf(t->hash_log, "step %ld gen %llu rank %u world %u hash "
-                    "%016llx\n", s, (unsigned long long)v.generation,
-                    v.rank, v.world,
+                    "%016llx t_ms %lld\n", s,
+                    (unsigned long long)v.generation, v.rank, v.world,
                     (unsigned long long)fnv1a(t->params, (size_t)t->nparams *
-                                                             sizeof(float)));
+                                                             sizeof(float)),
+                    (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
             fflush(t->hash_log);
         }
         if (log_now && v.rank == 0)

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# examples/demo.sh - ringd end to end: a small cluster through a real
+# training job, with a node killed and a node added. `make demo` runs it.
+#
+# It starts etcd (Debian's etcd-server) on a free loopback port with a temp
+# data dir, then 4 nodes, each a ringd daemon with one C trainer (an MLP on
+# scikit-learn's digits when python3-sklearn is installed). The nodes are
+# network namespaces on a private bridge when this machine allows it (root
+# and `ip netns`), else plain processes on loopback; it says which. Part way
+# through it SIGKILLs one node's daemon, later it starts a fifth node, and
+# at the end it prints a timeline and checks that every surviving replica
+# holds bitwise identical parameters. Everything it starts is killed by pid
+# and removed when it ends, however it ends. Last line:
+#   demo: identical=<yes|no> kill_to_step_ms=<n> final_accuracy=<a>
+#
+# Environment: BUILD (default build), DEMO_STEPS (default 3000),
+# DEMO_NETNS=0 to force loopback processes, DEMO_KEEP=1 to keep the logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+STEPS=${DEMO_STEPS:-3000}
+T=$(mktemp -d /tmp/ringd-demo.XXXXXX)
+PREFIX="rd$$"
+PREFIX=${PREFIX:0:8}
+PIDS=()
+NETNS=0
+
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" 5
+    if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo: kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() { echo "demo: $*" >&2; exit 1; }
+now_ms() { date +%s%3N; }
+
+for f in "$B/ringd" "$B/examples/trainer"; do
+    [ -x "$f" ] || die "$f is missing: run make first"
+done
+command -v etcd >/dev/null || die "etcd not found: run make deps"
+
+# ---- hosts -----------------------------------------------------------------
+SUBNET=
+if [ "${DEMO_NETNS:-1}" != 0 ] && [ "$(id -u)" = 0 ] &&
+   chaos/netns.sh check 2>/dev/null; then
+    out=$(chaos/netns.sh up "$PREFIX" 5) || die "cannot make namespaces"
+    SUBNET=${out#subnet=}
+    NETNS=1
+    echo "demo: 4 nodes (+1 joiner) as network namespaces ${PREFIX}h1..5" \
+         "on a private bridge, $SUBNET.0/24"
+elif [ "${DEMO_NETNS:-1}" = 0 ]; then
+    echo "demo: DEMO_NETNS=0: running the nodes as processes on loopback"
+else
+    echo "demo: network namespaces are not available here (they need root" \
+         "and ip netns); running the nodes as processes on loopback"
+fi
+
+# ---- etcd --------------------------------------------------------------------
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 20000))
+        ss -ltn 2>/dev/null | grep -q ":$p " || ss -ltn 2>/dev/null |
+            grep -q ":$((p + 1)) " || { echo "$p"; return; }
+    done
+}
+EP=$(free_port)
+LISTEN="http://127.0.0.1:$EP"
+[ "$NETNS" = 1 ] && LISTEN="$LISTEN,http://$SUBNET.1:$EP"
+etcd --name demo --data-dir "$T/etcd" --listen-client-urls "$LISTEN" \
+    --advertise-client-urls "http://127.0.0.1:$EP" \
+    --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
+    --initial-cluster "demo=http://127.0.0.1:$((EP + 1))" \
+    --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do
+    curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true && break
+    sleep 0.05
+done
+curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
+    die "etcd did not come up (see $T/etcd.log)"
+ETCD_URL="http://127.0.0.1:$EP"
+[ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+
+# ---- nodes ---------------------------------------------------------------------
+declare -A DPID TPID
+# The command prefix that runs a program on host i. Every part of it
+# execs the next, so $! is the program's own pid (a shell function would
+# leave a subshell in between, and killing it would miss the program).
+host_cmd() {
+    HOST_CMD=(env)
+    [ "$NETNS" = 1 ] && HOST_CMD=(ip netns exec "${PREFIX}h$1" env)
+}
+
+start_node() {
+    local i=$1 min=$2 dev=lo
+    [ "$NETNS" = 1 ] && dev=eth0
+    host_cmd "$i"
+    "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
+        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job demo \
+        --node-id "node$i" --host "host$i" --socket "$T/node$i.sock" \
+        --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
+        >"$T/ringd-$i.log" 2>&1 &
+    DPID[$i]=$!
+    PIDS+=($!)
+    for _ in $(seq 200); do [ -S "$T/node$i.sock" ] && break; sleep 0.02; done
+    [ -S "$T/node$i.sock" ] || die "node$i's daemon did not start:
+$(tail -5 "$T/ringd-$i.log")"
+    "${HOST_CMD[@]}" "$B/examples/trainer" --socket "$T/node$i.sock" \
+        --steps "$STEPS" --log-every $((STEPS / 6)) \
+        --hash-log "$T/hash-$i.log" --save "$T/params-$i.bin" \
+        >"$T/trainer-$i.log" 2>&1 &
+    TPID[$i]=$!
+    PIDS+=($!)
+}
+
+steps_done() { [ -f "$T/hash-$1.log" ] && wc -l <"$T/hash-$1.log" || echo 0; }
+wait_steps() {
+    local deadline=$(( $(date +%s) + 120 ))
+    while [ "$(steps_done 1)" -lt "$1" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || die "training stalled below step $1"
+        kill -0 "${TPID[1]}" 2>/dev/null || die "node1's trainer exited:
+$(tail -5 "$T/trainer-1.log")"
+        sleep 0.01
+    done
+}
+
+T0=$(now_ms)
+for i in 1 2 3 4; do start_node "$i" 4; done
+echo "demo: etcd and 4 nodes up; training $STEPS steps"
+
+wait_steps $((STEPS / 3))
+kill -9 "${DPID[2]}"
+KILL_MS=$(now_ms)
+KILL_STEP=$(steps_done 1)
+wait "${DPID[2]}" 2>/dev/null
+echo "demo: SIGKILL node2's daemon at step $KILL_STEP"
+
+wait_steps $((STEPS * 2 / 3))
+JOIN_MS=$(now_ms)
+start_node 5 1
+echo "demo: node5 started at step $(steps_done 1)"
+
+for i in 1 3 4 5; do
+    deadline=$(( $(date +%s) + 180 ))
+    while kill -0 "${TPID[$i]}" 2>/dev/null; do
+        [ "$(date +%s)" -lt "$deadline" ] || die "node$i's trainer hangs"
+        sleep 0.05
+    done
+    wait "${TPID[$i]}" || die "node$i's trainer failed:
+$(tail -5 "$T/trainer-$i.log")"
+done
+END_MS=$(now_ms)
+
+# ---- report ----------------------------------------------------------------------
+rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
+iso_ms() { date -d "$1" +%s%3N; }
+
+echo
+echo "timeline (node1's view; times from the start):"
+{
+    echo "$T0 job started: 4 nodes, one trainer each"
+    echo "$KILL_MS SIGKILL node2's daemon (node1 at step $KILL_STEP)"
+    echo "$JOIN_MS node5 started"
+    echo "$END_MS all trainers done"
+    grep -h "ring backend: view" "$T/ringd-1.log" | while read -r ts rest; do
+        v=$(echo "$rest" | sed -n 's/.*ring backend: \(view .*\)/\1/p')
+        echo "$(iso_ms "$ts") etcd $v"
+    done
+    grep -h "syncing -> ready" "$T/ringd-1.log" | while read -r ts rest; do
+        echo "$(iso_ms "$ts") ring re-formed, state agreed"
+    done
+} | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
+
+AFTER=$(awk -v k="$KILL_MS" '$1 == "step" && $12 + 0 > k { print $2, $12; exit }' \
+    "$T/hash-1.log")
+FIRST_STEP=${AFTER% *}
+FIRST_MS=${AFTER#* }
+KILL_TO_STEP=$((FIRST_MS - KILL_MS))
+JOINED=$(awk '$1 == "step" { print $2; exit }' "$T/hash-5.log" 2>/dev/null)
+echo "  first step completed after the kill: step $FIRST_STEP," \
+     "${KILL_TO_STEP} ms after it"
+echo "  node5's first step: step ${JOINED:-none}" \
+     "($(grep -c . "$T/hash-5.log" 2>/dev/null || echo 0) steps)"
+
+echo
+echo "training (node1's trainer):"
+grep -E "^step|^final|^data" "$T/trainer-1.log" | sed 's/^/  /'
+
+identical=yes
+for i in 3 4 5; do
+    cmp -s "$T/params-1.bin" "$T/params-$i.bin" || identical=no
+done
+echo
+echo "final parameters of nodes 1, 3, 4, 5: $( [ $identical = yes ] &&
+    echo "bitwise identical" || echo "DIFFERENT")" \
+    "($(sha256sum "$T/params-1.bin" | cut -c1-16)...)"
+ACC=$(sed -n 's/^final: test_accuracy \([0-9.]*\).*/\1/p' "$T/trainer-1.log")
+echo "demo: identical=$identical kill_to_step_ms=$KILL_TO_STEP" \
+     "final_accuracy=${ACC:-unknown}"
+[ "$identical" = yes ]
