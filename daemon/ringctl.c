@@ -2,12 +2,12 @@
  * ringctl - operator's view of ringd.
  *
  *   ringctl [--socket PATH] status          the local daemon, over its socket
- *   ringctl [--etcd URLS --job J] members   (etcd: not implemented yet)
+ *   ringctl --etcd URLS --job J members     the job as etcd holds it
  *   ringctl ... view | drain NODE | checkpoints
  *
- * Commands are a table: the etcd-backed ones are listed (so --help shows
- * the whole CLI) and fail with a clear message and exit 3 until the
- * membership module lands; each then only needs its function.
+ * Commands are a table; the etcd-backed ones read the keys that
+ * membership/mb.c writes (membership/README.md, "etcd keys") with the
+ * blocking mode of the etcd client, and write one: the drain request.
  */
 #include <errno.h>
 #include <poll.h>
@@ -18,9 +18,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon/proto.h"
+#include <cjson/cJSON.h>
 
-enum { EXIT_OK = 0, EXIT_DOWN = 1, EXIT_USAGE = 2, EXIT_NOTIMPL = 3 };
+#include "common/status.h"
+#include "daemon/proto.h"
+#include "membership/etcd.h"
+
+enum { EXIT_OK = 0, EXIT_DOWN = 1, EXIT_USAGE = 2 };
 
 typedef struct {
     const char *socket;
@@ -33,6 +37,7 @@ typedef struct {
     const char *name;
     const char *args;
     int nargs;
+    int etcd; /* needs --etcd and --job */
     int (*fn)(const ctl_opts_t *o, char **argv);
     const char *help;
 } ctl_cmd_t;
@@ -133,24 +138,546 @@ static int cmd_status(const ctl_opts_t *o, char **argv)
     return EXIT_OK;
 }
 
-static int cmd_etcd(const ctl_opts_t *o, char **argv)
+/* ---- etcd-backed commands ----
+ *
+ * One blocking etcd client per run (a private loop, etcd_run). Every reply
+ * is treated as hostile: a missing key, text that is not JSON or a field
+ * of the wrong type is reported on one line and the command exits 1;
+ * nothing read from etcd is trusted to be NUL-free, printable or small.
+ */
+
+#define CTL_KEY_MAX 512
+
+/* What one call left behind: an owned copy of the kvs (values NUL-ended,
+ * value_len kept) and, for a txn, whether it succeeded. */
+typedef struct {
+    int done;
+    int status;
+    int succeeded;
+    etcd_kv_t *kvs;
+    size_t n_kvs;
+    size_t sub_n_kvs; /* txn: kvs of the first sub-response */
+} ctl_reply_t;
+
+typedef struct {
+    const ctl_opts_t *o;
+    etcd_t *etcd;
+    long run_ms;
+} ctl_etcd_t;
+
+static void ctl_reply_free(ctl_reply_t *r)
 {
-    (void)o;
-    fprintf(stderr, "ringctl: '%s' reads the job from etcd, which this "
-            "build of ringctl cannot do yet (the membership module is not "
-            "linked in); use 'ringctl status' or the daemon's /metrics\n",
-            argv[0]);
-    return EXIT_NOTIMPL;
+    for (size_t i = 0; i < r->n_kvs; i++) {
+        free((char *)r->kvs[i].key);
+        free((char *)r->kvs[i].value);
+    }
+    free(r->kvs);
+    memset(r, 0, sizeof(*r));
+}
+
+static int copy_kvs(ctl_reply_t *r, const etcd_kv_t *kvs, size_t n)
+{
+    r->kvs = calloc(n ? n : 1, sizeof(*r->kvs));
+    if (r->kvs == NULL)
+        return ST_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        etcd_kv_t *d = &r->kvs[i];
+        char *v = malloc(kvs[i].value_len + 1);
+        *d = kvs[i];
+        d->key = strdup(kvs[i].key ? kvs[i].key : "");
+        d->value = v;
+        r->n_kvs++;
+        if (d->key == NULL || v == NULL)
+            return ST_ENOMEM;
+        if (kvs[i].value_len > 0)
+            memcpy(v, kvs[i].value, kvs[i].value_len);
+        v[kvs[i].value_len] = '\0';
+    }
+    return 0;
+}
+
+static void on_reply(int status, const etcd_result_t *res, void *data)
+{
+    ctl_reply_t *r = data;
+    r->done = 1;
+    r->status = status;
+    if (status != 0 || res == NULL) {
+        r->status = status != 0 ? status : ST_EPROTO;
+        return;
+    }
+    r->succeeded = res->succeeded;
+    if (res->n_responses > 0) {
+        r->status = copy_kvs(r, res->responses[0].kvs,
+                             res->responses[0].n_kvs);
+        r->sub_n_kvs = r->n_kvs;
+    } else {
+        r->status = copy_kvs(r, res->kvs, res->n_kvs);
+    }
+}
+
+/* Say why etcd did not answer; returns the exit code. */
+static int ctl_etcd_fail(const ctl_etcd_t *c, int rc)
+{
+    const char *url = c->o->etcd;
+    switch (rc) {
+    case ST_EUNAVAIL:
+    case ST_ETIMEDOUT:
+    case ST_ELINK:
+        fprintf(stderr, "ringctl: cannot reach etcd at %s: %s\n", url,
+                st_strerror(rc));
+        break;
+    case ST_EPROTO:
+        fprintf(stderr, "ringctl: etcd at %s sent a malformed reply\n",
+                url);
+        break;
+    case -EACCES:
+        fprintf(stderr, "ringctl: etcd at %s refused access (permission "
+                "denied or authentication failed)\n", url);
+        break;
+    default:
+        fprintf(stderr, "ringctl: etcd at %s: request failed: %s\n", url,
+                st_strerror(rc));
+        break;
+    }
+    return EXIT_DOWN;
+}
+
+/* Wait for r; 0 or an exit code (the error already reported). On a
+ * timeout the request may still be queued: the caller destroys the
+ * client before r goes out of scope, which cancels it silently. */
+static int ctl_wait(ctl_etcd_t *c, int queued, ctl_reply_t *r)
+{
+    if (queued != 0)
+        return ctl_etcd_fail(c, queued);
+    int rc = etcd_run(c->etcd, &r->done, c->run_ms);
+    if (rc == 0)
+        rc = r->status;
+    if (rc != 0) {
+        ctl_reply_free(r);
+        return ctl_etcd_fail(c, rc);
+    }
+    return 0;
+}
+
+static int ctl_get(ctl_etcd_t *c, const char *key, int prefix,
+                   ctl_reply_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    return ctl_wait(c, etcd_get(c->etcd, key, prefix, on_reply, r), r);
+}
+
+/* The per-endpoint timeouts of the client, times the endpoints it may
+ * try, plus a margin: etcd_run only bounds a client that misbehaves. */
+static int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
+{
+    etcd_config_t cfg = {.endpoints = o->etcd, .connect_timeout_ms = 1000,
+                         .request_timeout_ms = 3000};
+    long n_eps = 1;
+    for (const char *p = o->etcd; *p; p++)
+        n_eps += *p == ',';
+    c->o = o;
+    c->run_ms = n_eps * (cfg.connect_timeout_ms + cfg.request_timeout_ms) +
+                1000;
+    int rc = etcd_create(NULL, &cfg, &c->etcd);
+    if (rc != 0) {
+        fprintf(stderr, "ringctl: bad --etcd '%s': %s\n", o->etcd,
+                st_strerror(rc));
+        return rc == ST_ECONFIG ? EXIT_USAGE : EXIT_DOWN;
+    }
+    return 0;
+}
+
+/* Copy s into buf with control and non-ASCII bytes as '?', so that text
+ * from etcd cannot drive the operator's terminal. */
+static const char *safe(const char *s, char *buf, size_t n)
+{
+    size_t i = 0;
+    for (; s != NULL && s[i] != '\0' && i + 1 < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        buf[i] = ch < 0x20 || ch >= 0x7f ? '?' : (char)ch;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* An integral JSON number within [lo, hi]. */
+static int json_int(const cJSON *j, double lo, double hi, long long *out)
+{
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= lo) ||
+        !(j->valuedouble <= hi) ||
+        j->valuedouble != (double)(long long)j->valuedouble)
+        return -1;
+    *out = (long long)j->valuedouble;
+    return 0;
+}
+
+/* A lease id as the records hold it: a decimal string (a number is
+ * tolerated). */
+static int json_lease(const cJSON *j, long long *out)
+{
+    if (cJSON_IsNumber(j))
+        return json_int(j, 0, 9007199254740992.0, out);
+    if (!cJSON_IsString(j) || j->valuestring[0] == '\0')
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(j->valuestring, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static const char *key_tail(const char *key, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(key, prefix, n) == 0 ? key + n : key;
+}
+
+/* Node records and the leader key -> a table or a JSON array. A record
+ * that does not parse is reported and makes the exit status 1; the
+ * others are still listed. */
+static int cmd_members(const ctl_opts_t *o, char **argv)
+{
+    (void)argv;
+    ctl_etcd_t c;
+    ctl_reply_t nodes, leader;
+    char prefix[CTL_KEY_MAX], lkey[CTL_KEY_MAX];
+    snprintf(prefix, sizeof(prefix), "/ringd/%s/nodes/", o->job);
+    snprintf(lkey, sizeof(lkey), "/ringd/%s/leader", o->job);
+    int rc = ctl_open(o, &c);
+    if (rc != 0)
+        return rc;
+    rc = ctl_get(&c, prefix, 1, &nodes);
+    if (rc != 0)
+        goto out_destroy;
+    rc = ctl_get(&c, lkey, 0, &leader);
+    if (rc != 0)
+        goto out_nodes;
+    const char *lead = leader.n_kvs > 0 ? leader.kvs[0].value : "";
+    if (nodes.n_kvs == 0) {
+        if (o->json)
+            printf("[]\n");
+        else
+            printf("no nodes registered for job %s\n", o->job);
+        goto out_leader;
+    }
+    cJSON *arr = o->json ? cJSON_CreateArray() : NULL;
+    if (!o->json)
+        printf("%-16s %-20s %5s %8s %-16s %s\n", "NODE", "HOST", "SLOTS",
+               "PID", "LEASE", "LEADER");
+    for (size_t i = 0; i < nodes.n_kvs; i++) {
+        const etcd_kv_t *kv = &nodes.kvs[i];
+        const char *node = key_tail(kv->key, prefix);
+        char b1[64], b2[64];
+        cJSON *rec = cJSON_ParseWithLength(kv->value, kv->value_len);
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(rec, "host");
+        long long slots, pid = 0, lease;
+        const cJSON *jpid = cJSON_GetObjectItemCaseSensitive(rec, "pid");
+        if (!cJSON_IsObject(rec) || !cJSON_IsString(host) ||
+            json_int(cJSON_GetObjectItemCaseSensitive(rec, "slots"), 0,
+                     1e9, &slots) != 0 ||
+            json_lease(cJSON_GetObjectItemCaseSensitive(rec, "lease"),
+                       &lease) != 0 ||
+            (jpid != NULL && json_int(jpid, 0, 1e10, &pid) != 0)) {
+            fprintf(stderr, "ringctl: bad node record for '%s' (%zu "
+                    "bytes): not a JSON object with host, slots, lease\n",
+                    safe(node, b1, sizeof(b1)), kv->value_len);
+            cJSON_Delete(rec);
+            rc = EXIT_DOWN;
+            continue;
+        }
+        int is_leader = strcmp(node, lead) == 0;
+        if (arr != NULL) {
+            /* The record as stored, with its node id and leadership. */
+            cJSON_DeleteItemFromObjectCaseSensitive(rec, "node");
+            cJSON_DeleteItemFromObjectCaseSensitive(rec, "leader");
+            cJSON_AddItemToObject(rec, "node", cJSON_CreateString(node));
+            cJSON_AddBoolToObject(rec, "leader", is_leader);
+            cJSON_AddItemToArray(arr, rec);
+            continue;
+        }
+        printf("%-16s %-20s %5lld %8lld %-16llx %s\n",
+               safe(node, b1, sizeof(b1)),
+               safe(host->valuestring, b2, sizeof(b2)), slots, pid,
+               (unsigned long long)lease, is_leader ? "yes" : "");
+        cJSON_Delete(rec);
+    }
+    if (arr != NULL) {
+        char *s = cJSON_PrintUnformatted(arr);
+        if (s != NULL)
+            printf("%s\n", s);
+        free(s);
+        cJSON_Delete(arr);
+    }
+out_leader:
+    ctl_reply_free(&leader);
+out_nodes:
+    ctl_reply_free(&nodes);
+out_destroy:
+    etcd_destroy(c.etcd);
+    return rc;
+}
+
+/* Check the view's shape as mb-view.c writes it; prints it unless json
+ * (then the caller prints the stored text). 0 or EXIT_DOWN. */
+static int print_view(const char *job, const char *text, size_t len,
+                      int json)
+{
+    cJSON *v = cJSON_ParseWithLength(text, len);
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(v, "members");
+    const cJSON *joiners = cJSON_GetObjectItemCaseSensitive(v, "joiners");
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(v, "source");
+    const cJSON *m;
+    long long gen, step;
+    const char *why = NULL;
+    if (!cJSON_IsObject(v))
+        why = "not a JSON object";
+    else if (json_int(cJSON_GetObjectItemCaseSensitive(v, "generation"), 1,
+                      9007199254740992.0, &gen) != 0 ||
+             json_int(cJSON_GetObjectItemCaseSensitive(v, "step"), 0,
+                      9007199254740992.0, &step) != 0)
+        why = "generation or step missing or not a count";
+    else if (!cJSON_IsArray(members) ||
+             (joiners != NULL && !cJSON_IsArray(joiners)) ||
+             (src != NULL && !cJSON_IsString(src)))
+        why = "members, joiners or source of the wrong type";
+    const cJSON *check = why == NULL ? members : NULL;
+    cJSON_ArrayForEach(m, check) {
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "node")) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "host")))
+            why = "a member without node or host";
+    }
+    if (why != NULL) {
+        fprintf(stderr, "ringctl: bad view of job %s in etcd (%zu bytes): "
+                "%s\n", job, len, why);
+        cJSON_Delete(v);
+        return EXIT_DOWN;
+    }
+    if (json) {
+        cJSON_Delete(v);
+        return 0;
+    }
+    char b1[64], b2[64];
+    printf("generation %lld, step %lld, %d members, source %s\n", gen, step,
+           cJSON_GetArraySize(members),
+           src ? safe(src->valuestring, b1, sizeof(b1)) : "(none)");
+    int i = 0;
+    cJSON_ArrayForEach(m, members) {
+        const char *node =
+            cJSON_GetObjectItemCaseSensitive(m, "node")->valuestring;
+        const char *host =
+            cJSON_GetObjectItemCaseSensitive(m, "host")->valuestring;
+        int joiner = 0;
+        const cJSON *j;
+        cJSON_ArrayForEach(j, joiners)
+            joiner |= cJSON_IsString(j) && strcmp(j->valuestring, node) == 0;
+        printf("%4d  %-16s %-20s%s\n", i++, safe(node, b1, sizeof(b1)),
+               safe(host, b2, sizeof(b2)), joiner ? " joiner" : "");
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+static int cmd_view(const ctl_opts_t *o, char **argv)
+{
+    (void)argv;
+    ctl_etcd_t c;
+    ctl_reply_t r;
+    char key[CTL_KEY_MAX];
+    snprintf(key, sizeof(key), "/ringd/%s/view", o->job);
+    int rc = ctl_open(o, &c);
+    if (rc != 0)
+        return rc;
+    rc = ctl_get(&c, key, 0, &r);
+    if (rc != 0)
+        goto out_destroy;
+    if (r.n_kvs == 0) {
+        fprintf(stderr, "ringctl: job %s has no view in etcd (no daemon "
+                "has formed one yet)\n", o->job);
+        rc = EXIT_DOWN;
+    } else {
+        rc = print_view(o->job, r.kvs[0].value, r.kvs[0].value_len,
+                        o->json);
+        if (rc == 0 && o->json)
+            printf("%s\n", r.kvs[0].value);
+    }
+    ctl_reply_free(&r);
+out_destroy:
+    etcd_destroy(c.etcd);
+    return rc;
+}
+
+/* The drain key is written only while NODE's record exists (one txn), so
+ * a typo or a node that already left is refused rather than leaving a
+ * drain request for a future node of that name. */
+static int cmd_drain(const ctl_opts_t *o, char **argv)
+{
+    const char *node = argv[1];
+    char nkey[CTL_KEY_MAX], dkey[CTL_KEY_MAX], b[64];
+    if (node[0] == '\0' || strchr(node, '/') != NULL ||
+        strlen(node) > 200) {
+        fprintf(stderr, "ringctl: '%s' is not a node name\n",
+                safe(node, b, sizeof(b)));
+        return EXIT_DOWN;
+    }
+    snprintf(nkey, sizeof(nkey), "/ringd/%s/nodes/%s", o->job, node);
+    snprintf(dkey, sizeof(dkey), "/ringd/%s/drain/%s", o->job, node);
+    ctl_etcd_t c;
+    ctl_reply_t r = {0};
+    int rc = ctl_open(o, &c);
+    if (rc != 0)
+        return rc;
+    static const char value[] = "ringctl";
+    etcd_cmp_t cmp = {nkey, ETCD_CMP_CREATE, ETCD_CMP_GREATER, 0, NULL, 0};
+    etcd_op_t ops[] = {{ETCD_OP_RANGE, dkey, 0, NULL, 0, 0},
+                       {ETCD_OP_PUT, dkey, 0, value, sizeof(value) - 1, 0}};
+    rc = ctl_wait(&c, etcd_txn(c.etcd, &cmp, 1, ops, 2, NULL, 0, on_reply,
+                               &r), &r);
+    if (rc != 0)
+        goto out_destroy;
+    if (!r.succeeded) {
+        fprintf(stderr, "ringctl: '%s' is not a registered node of job %s "
+                "(see ringctl members)\n", safe(node, b, sizeof(b)),
+                o->job);
+        rc = EXIT_DOWN;
+    } else if (r.sub_n_kvs > 0) {
+        printf("drain of %s was already requested; it leaves at its next "
+               "step boundary\n", node);
+    } else {
+        printf("drain of %s requested (%s); it leaves at its next step "
+               "boundary\n", node, dkey);
+    }
+    ctl_reply_free(&r);
+out_destroy:
+    etcd_destroy(c.etcd);
+    return rc;
+}
+
+typedef struct {
+    const etcd_kv_t *kv;
+    const char *step;
+    unsigned long long n;
+    int numeric;
+} ctl_ckpt_t;
+
+static int ckpt_cmp(const void *a, const void *b)
+{
+    const ctl_ckpt_t *x = a, *y = b;
+    if (x->numeric != y->numeric)
+        return y->numeric - x->numeric;
+    if (x->numeric)
+        return x->n < y->n ? -1 : x->n > y->n;
+    return strcmp(x->step, y->step);
+}
+
+/* One line per manifest: its step, then its scalar fields as k=v. A value
+ * that is not a JSON object is listed as such and makes the status 1. */
+static int print_ckpt(const ctl_ckpt_t *k, cJSON *arr)
+{
+    char b1[64], b2[128];
+    cJSON *v = cJSON_ParseWithLength(k->kv->value, k->kv->value_len);
+    int ok = cJSON_IsObject(v);
+    if (arr != NULL) {
+        cJSON *o = cJSON_CreateObject();
+        if (k->numeric)
+            cJSON_AddNumberToObject(o, "step", (double)k->n);
+        else
+            cJSON_AddStringToObject(o, "step", k->step);
+        cJSON_AddStringToObject(o, "key", k->kv->key);
+        if (ok)
+            cJSON_AddItemToObject(o, "value", v);
+        else
+            cJSON_Delete(v);
+        cJSON_AddBoolToObject(o, "valid", ok);
+        cJSON_AddItemToArray(arr, o);
+        return ok ? 0 : EXIT_DOWN;
+    }
+    printf("step %s", safe(k->step, b1, sizeof(b1)));
+    if (!ok) {
+        printf("  (not a JSON object: %zu bytes)\n", k->kv->value_len);
+        cJSON_Delete(v);
+        return EXIT_DOWN;
+    }
+    const cJSON *f;
+    cJSON_ArrayForEach(f, v) {
+        char *s = cJSON_IsString(f) ? NULL : cJSON_PrintUnformatted(f);
+        printf("  %s=%s", safe(f->string, b1, sizeof(b1)),
+               safe(cJSON_IsString(f) ? f->valuestring : s ? s : "?", b2,
+                    sizeof(b2)));
+        free(s);
+    }
+    printf("\n");
+    cJSON_Delete(v);
+    return 0;
+}
+
+static int cmd_checkpoints(const ctl_opts_t *o, char **argv)
+{
+    (void)argv;
+    ctl_etcd_t c;
+    ctl_reply_t r;
+    char prefix[CTL_KEY_MAX];
+    snprintf(prefix, sizeof(prefix), "/ringd/%s/ckpt/", o->job);
+    int rc = ctl_open(o, &c);
+    if (rc != 0)
+        return rc;
+    rc = ctl_get(&c, prefix, 1, &r);
+    if (rc != 0)
+        goto out_destroy;
+    ctl_ckpt_t *ks = calloc(r.n_kvs ? r.n_kvs : 1, sizeof(*ks));
+    if (ks == NULL) {
+        fprintf(stderr, "ringctl: out of memory\n");
+        rc = EXIT_DOWN;
+        goto out_reply;
+    }
+    for (size_t i = 0; i < r.n_kvs; i++) {
+        char *end;
+        ks[i].kv = &r.kvs[i];
+        ks[i].step = key_tail(r.kvs[i].key, prefix);
+        errno = 0;
+        ks[i].n = strtoull(ks[i].step, &end, 10);
+        ks[i].numeric = ks[i].step[0] >= '0' && ks[i].step[0] <= '9' &&
+                        *end == '\0' && errno == 0;
+    }
+    qsort(ks, r.n_kvs, sizeof(*ks), ckpt_cmp);
+    cJSON *arr = o->json ? cJSON_CreateArray() : NULL;
+    if (r.n_kvs == 0 && arr == NULL)
+        printf("no checkpoints for job %s\n", o->job);
+    int bad = 0;
+    for (size_t i = 0; i < r.n_kvs; i++)
+        bad += print_ckpt(&ks[i], arr) != 0;
+    if (arr != NULL) {
+        char *s = cJSON_PrintUnformatted(arr);
+        if (s != NULL)
+            printf("%s\n", s);
+        free(s);
+        cJSON_Delete(arr);
+    }
+    if (bad > 0) {
+        fprintf(stderr, "ringctl: %d checkpoint record(s) of job %s are "
+                "not JSON objects\n", bad, o->job);
+        rc = EXIT_DOWN;
+    }
+    free(ks);
+out_reply:
+    ctl_reply_free(&r);
+out_destroy:
+    etcd_destroy(c.etcd);
+    return rc;
 }
 
 static const ctl_cmd_t cmds[] = {
-    {"status", "", 0, cmd_status,
+    {"status", "", 0, 0, cmd_status,
      "state of the local daemon: step, view, trainers, collectives"},
-    {"members", "", 0, cmd_etcd, "nodes of the job and their slots (etcd)"},
-    {"view", "", 0, cmd_etcd, "the current view: generation, ring order"},
-    {"drain", " NODE", 1, cmd_etcd,
-     "ask NODE to leave the job at the next step boundary"},
-    {"checkpoints", "", 0, cmd_etcd, "checkpoint manifests in etcd"},
+    {"members", "", 0, 1, cmd_members,
+     "nodes of the job: host, slots, pid, lease, leader (etcd)"},
+    {"view", "", 0, 1, cmd_view,
+     "the current view: generation, step, ring order (etcd)"},
+    {"drain", " NODE", 1, 1, cmd_drain,
+     "ask NODE to leave the job at the next step boundary (etcd)"},
+    {"checkpoints", "", 0, 1, cmd_checkpoints,
+     "checkpoint records of the job (etcd)"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -172,18 +699,22 @@ static void usage(FILE *out)
 "Options:\n"
 "  --socket PATH  the local daemon's socket (default $RINGD_SOCKET or\n"
 "                 " RINGD_DEFAULT_SOCKET ")\n"
-"  --etcd URLS    etcd endpoints (members, view, drain, checkpoints)\n"
-"  --job NAME     the job (members, view, drain, checkpoints)\n"
-"  --json         machine-readable output (status)\n"
+"  --etcd URLS    etcd endpoints, comma-separated, tried in order (default\n"
+"                 $RINGD_ETCD); required by members, view, drain,\n"
+"                 checkpoints\n"
+"  --job NAME     the job (default $RINGD_JOB); required with --etcd\n"
+"  --json         machine-readable output (status, members, view,\n"
+"                 checkpoints)\n"
 "  -h, --help     this help\n"
 "\n"
-"Exit status: 0 ok, 1 daemon unreachable, 2 usage error,\n"
-"3 command not implemented in this build.\n");
+"Exit status: 0 ok; 1 failure (daemon or etcd unreachable, a bad reply,\n"
+"drain of a node that is not registered); 2 usage error.\n");
 }
 
 int main(int argc, char **argv)
 {
-    ctl_opts_t o = {getenv("RINGD_SOCKET"), NULL, NULL, 0};
+    ctl_opts_t o = {getenv("RINGD_SOCKET"), getenv("RINGD_ETCD"),
+                    getenv("RINGD_JOB"), 0};
     if (o.socket == NULL || o.socket[0] == '\0')
         o.socket = RINGD_DEFAULT_SOCKET;
     int i = 1;
@@ -216,6 +747,15 @@ int main(int argc, char **argv)
         if (argc - i - 1 != cmds[k].nargs) {
             fprintf(stderr, "ringctl: usage: ringctl %s%s\n", cmds[k].name,
                     cmds[k].args);
+            return EXIT_USAGE;
+        }
+        if (cmds[k].etcd && (o.etcd == NULL || o.etcd[0] == '\0' ||
+                             o.job == NULL || o.job[0] == '\0' ||
+                             strchr(o.job, '/') != NULL)) {
+            fprintf(stderr, "ringctl: '%s' needs --etcd URLS and --job "
+                    "NAME (or $RINGD_ETCD and $RINGD_JOB; a job name has "
+                    "no '/')\n\n", cmds[k].name);
+            usage(stderr);
             return EXIT_USAGE;
         }
         return cmds[k].fn(&o, argv + i);
