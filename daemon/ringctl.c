@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "daemon/proto.h"
 #include "membership/etcd.h"
@@ -400,7 +401,7 @@ static int cmd_members(const ctl_opts_t *o, char **argv)
         printf("%-16s %-20s %5lld %8lld %-16llx %s\n",
                safe(node, b1, sizeof(b1)),
                safe(host->valuestring, b2, sizeof(b2)), slots, pid,
-               (unsigned long long)lease, is_leader ? "yes" : "");
+               (unsigned long long)lease, is_leader ? "yes" : "no");
         cJSON_Delete(rec);
     }
     if (arr != NULL) {
@@ -472,8 +473,12 @@ static int print_view(const char *job, const char *text, size_t len,
         const cJSON *j;
         cJSON_ArrayForEach(j, joiners)
             joiner |= cJSON_IsString(j) && strcmp(j->valuestring, node) == 0;
-        printf("%4d  %-16s %-20s%s\n", i++, safe(node, b1, sizeof(b1)),
-               safe(host, b2, sizeof(b2)), joiner ? " joiner" : "");
+        if (joiner)
+            printf("%4d  %-16s %-20s joiner\n", i++,
+                   safe(node, b1, sizeof(b1)), safe(host, b2, sizeof(b2)));
+        else
+            printf("%4d  %-16s %s\n", i++, safe(node, b1, sizeof(b1)),
+                   safe(host, b2, sizeof(b2)));
     }
     cJSON_Delete(v);
     return 0;
@@ -717,6 +722,10 @@ int main(int argc, char **argv)
                     getenv("RINGD_JOB"), 0};
     if (o.socket == NULL || o.socket[0] == '\0')
         o.socket = RINGD_DEFAULT_SOCKET;
+    /* The etcd client logs each endpoint that fails over; an operator
+     * wants the one line ringctl prints, unless asked for more. */
+    if (getenv("RINGD_LOG_LEVEL") == NULL)
+        rd_log_set_level(RD_LOG_ERROR);
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
