@@ -4,7 +4,10 @@
 LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
             daemon/config.c daemon/backend.c \
             daemon/backend_solo.c daemon/backend_ring.c
-PKGS += libuv libsystemd
+# ringctl talks to etcd itself (membership/etcd.h, cJSON): it needs the
+# libraries membership/module.mk adds, named here so the order of the
+# module files does not matter.
+PKGS += libuv libsystemd libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringd $(BUILD)/ringctl
 TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c
 
