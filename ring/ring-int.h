@@ -107,4 +107,14 @@ struct ring {
     ring_stats_t stats;
 };
 
+/* x mod n in [0, n), for negative x too. */
+static inline uint32_t ring__mod_n(int64_t x, uint32_t n)
+{
+    int64_t m = x % (int64_t)n;
+    return (uint32_t)(m < 0 ? m + n : m);
+}
+
+/* tp_fail_cb of a link's endpoint (ring.c); ring_setup.c registers it. */
+void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status);
+
 #endif /* RING_INT_H */

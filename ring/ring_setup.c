@@ -1,0 +1,235 @@
+/*
+ * ring_setup.c - options, creating a ring for a view (its staging arena,
+ * endpoints and channels), tearing it down, and the calls that only read
+ * or flag a ring (abort, deadline, suspect, stats).
+ */
+#include "ring/ring-int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+static long env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0')
+        return def;
+    char *end;
+    long x = strtol(v, &end, 0);
+    return *end == '\0' ? x : def;
+}
+
+void ring_opts_default(ring_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->chunk_bytes = (size_t)env_long("RINGD_RING_CHUNK", RING_CHUNK_DEFAULT);
+    o->recv_depth = 2;
+    o->send_depth = 4;
+    o->deadline_ms = (int)env_long("RINGD_RING_DEADLINE_MS", 2000);
+    o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
+    o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
+    const char *w = getenv("RINGD_RING_WIRE");
+    if (w != NULL && strcmp(w, "bf16") == 0)
+        o->wire = RING_WIRE_BF16;
+    else if (w != NULL && strcmp(w, "f16") == 0)
+        o->wire = RING_WIRE_F16;
+}
+
+void ring_abort(ring_t *r)
+{
+    atomic_store_explicit(&r->abort_req, 1, memory_order_release);
+    tp_signal(r->tp);
+}
+
+int ring_set_deadline(ring_t *r, int deadline_ms)
+{
+    if (deadline_ms < 1) {
+        RD_ERROR("ring_set_deadline: %d ms", deadline_ms);
+        return ST_EINVAL;
+    }
+    r->opts.deadline_ms = deadline_ms;
+    return 0;
+}
+
+int ring_suspect(const ring_t *r, uint32_t *rank_p)
+{
+    if (r->state != RING_FAILED)
+        return 0;
+    if (rank_p != NULL)
+        *rank_p = r->suspect;
+    return r->fail_rc;
+}
+
+void ring_stats(const ring_t *r, ring_stats_t *stats_p)
+{
+    *stats_p = r->stats;
+}
+
+/* ---- create / destroy --------------------------------------------------- */
+
+static int opts_check(const ring_opts_t *o)
+{
+    if (o->chunk_bytes < 64 || o->recv_depth < 1 || o->send_depth < 1 ||
+        o->deadline_ms < 1 || o->spin_us < 0) {
+        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u)",
+                 o->chunk_bytes, o->recv_depth, o->send_depth);
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+static int view_check(const ring_view_t *v)
+{
+    if (v->nranks == 0 || v->rank >= v->nranks) {
+        RD_ERROR("ring: rank %u of %u", v->rank, v->nranks);
+        return ST_EINVAL;
+    }
+    if (v->nranks > 1 && (v->addrs == NULL || v->addr_lens == NULL)) {
+        RD_ERROR("ring: view without addresses");
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+/*
+ * One arena for the staging slots, registered once: receive slots for each
+ * channel in use, send slots only when sends are converted (wire
+ * compression); otherwise sends go straight from the user's buffer.
+ */
+static int arena_setup(ring_t *r)
+{
+    unsigned nchan = r->opts.bidirectional ? 2 : 1;
+    unsigned nsend = r->opts.wire != RING_WIRE_NONE ? r->opts.send_depth : 0;
+    unsigned per = r->opts.recv_depth + nsend;
+    r->arena_len = (size_t)per * nchan * r->opts.chunk_bytes;
+    r->arena = aligned_alloc(4096, (r->arena_len + 4095) & ~(size_t)4095);
+    if (r->arena == NULL)
+        return ST_ENOMEM;
+    int rc = tp_mem_map(r->tp, r->arena, r->arena_len, &r->arena_mem);
+    if (rc != 0)
+        return rc;
+    uint8_t *p = r->arena;
+    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->rs = calloc(r->opts.recv_depth, sizeof(*c->rs));
+        c->ss = calloc(r->opts.send_depth, sizeof(*c->ss));
+        if (c->rs == NULL || c->ss == NULL)
+            return ST_ENOMEM;
+        if (i >= nchan)
+            continue;
+        for (unsigned j = 0; j < r->opts.recv_depth; j++) {
+            c->rs[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
+        for (unsigned j = 0; j < nsend; j++) {
+            c->ss[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
+    }
+    return 0;
+}
+
+static int link_connect(ring_t *r, ring_link_t *l, const ring_view_t *v,
+                        uint32_t rank)
+{
+    l->ring = r;
+    l->rank = rank;
+    return tp_peer_connect(r->tp, v->addrs[rank], v->addr_lens[rank],
+                           ring__on_peer_fail, l, &l->peer);
+}
+
+static int links_setup(ring_t *r, const ring_view_t *v)
+{
+    uint32_t left = ring__mod_n((int64_t)v->rank - 1, v->nranks);
+    uint32_t right = ring__mod_n((int64_t)v->rank + 1, v->nranks);
+    int rc = link_connect(r, &r->right, v, right);
+    if (rc != 0)
+        return rc;
+    if (left == right) {
+        r->left = r->right; /* two ranks: one endpoint both ways */
+        return 0;
+    }
+    return link_connect(r, &r->left, v, left);
+}
+
+/* Channel 0 flows right; channel 1 flows left in the mirrored order. */
+static void chans_setup(ring_t *r)
+{
+    /* With two ranks one endpoint (and its failure) serves both sides. */
+    ring_link_t *left = r->n == 2 ? &r->right : &r->left;
+    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->ring = r;
+        c->id = i;
+        c->to = i == 0 ? &r->right : left;
+        c->from = i == 0 ? left : &r->right;
+        c->pos = i == 0 ? r->rank : ring__mod_n((int64_t)r->n - r->rank, r->n);
+    }
+    r->stats.left_rank = r->left.rank;
+}
+
+int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
+                ring_t **ring_p)
+{
+    ring_opts_t def;
+    if (opts == NULL) {
+        ring_opts_default(&def);
+        opts = &def;
+    }
+    int rc = view_check(view);
+    if (rc != 0 || (rc = opts_check(opts)) != 0)
+        return rc;
+    ring_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->tp = tp;
+    r->opts = *opts;
+    r->generation = view->generation;
+    r->gen = (uint32_t)(view->generation & TP_TAG_GEN_MASK);
+    r->n = view->nranks;
+    r->rank = view->rank;
+    r->left.rank = r->right.rank = view->rank;
+    atomic_init(&r->abort_req, 0);
+    if ((rc = arena_setup(r)) != 0)
+        goto err_free;
+    if (r->n > 1 && (rc = links_setup(r, view)) != 0)
+        goto err_free;
+    chans_setup(r);
+    *ring_p = r;
+    return 0;
+
+err_free:
+    ring_destroy(r);
+    return rc;
+}
+
+void ring_destroy(ring_t *r)
+{
+    if (r == NULL)
+        return;
+    /*
+     * A healthy ring flushes its endpoints (at most 1 s each, longer if a
+     * neighbour hangs); a failed or aborted one forces them, so an owner
+     * that knows a neighbour is gone calls ring_abort() first.
+     */
+    int force = r->state == RING_FAILED ||
+                atomic_load_explicit(&r->abort_req, memory_order_acquire);
+    tp_peer_close(r->left.peer, force);
+    if (r->right.peer != r->left.peer)
+        tp_peer_close(r->right.peer, force);
+    /*
+     * Requests UCX never completed still point at the slots (their
+     * callbacks write there) and at the staging arena: leak both.
+     */
+    if (!r->leaked) {
+        for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+            free(r->chan[i].rs);
+            free(r->chan[i].ss);
+        }
+        tp_mem_unmap(r->arena_mem);
+        free(r->arena);
+    }
+    free(r);
+}
