@@ -71,6 +71,8 @@ int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
 
 /* Validate the header of a file image (not the payload). */
 int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
+/* The same for a file on disk, reading only its header. */
+int ckpt_shard_peek_file(const char *path, ckpt_shard_info_t *info_p);
 
 /*
  * Decode and verify a file image into raw (raw_cap >= info.raw_size).
@@ -190,6 +192,7 @@ typedef struct {
     ckpt_codec_t codec;
     uint32_t full_every;  /* a full shard after this many deltas; 0: never
                              delta */
+    int replica;          /* write replica-<i> files instead of shard-<i> */
 } ckpt_writer_opts_t;
 
 /*

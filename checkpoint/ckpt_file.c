@@ -133,3 +133,20 @@ int ckpt_mkdirs(const char *path)
         return -errno;
     return 0;
 }
+
+int ckpt_shard_peek_file(const char *path, ckpt_shard_info_t *info_p)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    unsigned char hdr[128];
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
+        rc = ST_ECORRUPT;
+    close(fd);
+    /* peek reads the header bytes only; the length is the file's. */
+    if (rc == 0)
+        rc = ckpt_shard_peek(hdr, (size_t)st.st_size, info_p);
+    return rc;
+}

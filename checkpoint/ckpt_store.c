@@ -216,7 +216,7 @@ int ckpt_store_restore(const char *root, void *state, size_t cap,
         return rc;
     if (n == 0) {
         free(steps);
-        RD_WARN("checkpoint: no complete checkpoint under %s", root);
+        RD_INFO("checkpoint: no complete checkpoint under %s", root);
         return -ENOENT;
     }
     for (size_t k = 0; k < n; k++) {

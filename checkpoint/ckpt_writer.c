@@ -96,7 +96,8 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     int rc = ckpt_shard_encode(&w->opts.codec, in, w->stage,
                                delta ? w->base : NULL, &file, &len);
     if (rc == 0)
-        rc = ckpt_store_put(w->root, in->step, in->shard, 0, file, len);
+        rc = ckpt_store_put(w->root, in->step, in->shard, w->opts.replica,
+                            file, len);
     if (rc == 0)
         keep_base(w, in, w->stage, delta);
     else

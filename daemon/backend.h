@@ -79,6 +79,10 @@ typedef struct {
      */
     int (*ready)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
     void (*get_view)(dmn_backend_t *be, dmn_view_t *view_p);
+    /* May be NULL. The node restored its state from a checkpoint of this
+     * step before its first step: start there (a ring backend lets the
+     * member furthest ahead send its state to the others). */
+    void (*set_step)(dmn_backend_t *be, uint64_t step);
     /*
      * In-place allreduce of buf (count elements of dt) across nodes, op
      * being SUM, PROD, MIN or MAX: the daemon turns AVG into SUM and

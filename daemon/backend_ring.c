@@ -657,6 +657,13 @@ static void rb_set_local_trainers(dmn_backend_t *be, uint32_t n)
     ((rb_t *)be)->local_trainers = n;
 }
 
+static void rb_set_step(dmn_backend_t *be, uint64_t step)
+{
+    rb_t *b = (rb_t *)be;
+    b->step = step;
+    b->dview.step = step;
+}
+
 static void rb_get_view(dmn_backend_t *be, dmn_view_t *view_p)
 {
     *view_p = ((rb_t *)be)->dview;
@@ -790,6 +797,7 @@ static const dmn_backend_ops_t rb_ops = {
     .set_local_trainers = rb_set_local_trainers,
     .ready = rb_ready,
     .get_view = rb_get_view,
+    .set_step = rb_set_step,
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,

@@ -42,6 +42,11 @@ static void solo_set_local_trainers(dmn_backend_t *be, uint32_t n)
     s->view.generation++;
 }
 
+static void solo_set_step(dmn_backend_t *be, uint64_t step)
+{
+    ((solo_t *)be)->view.step = step;
+}
+
 static void solo_get_view(dmn_backend_t *be, dmn_view_t *view_p)
 {
     *view_p = ((solo_t *)be)->view;
@@ -134,6 +139,7 @@ static const dmn_backend_ops_t solo_ops = {
     .name = "solo",
     .set_local_trainers = solo_set_local_trainers,
     .get_view = solo_get_view,
+    .set_step = solo_set_step,
     .allreduce = solo_allreduce,
     .broadcast = solo_broadcast,
     .step_end = solo_step_end,
@@ -145,6 +151,7 @@ static const dmn_backend_ops_t fake_ops = {
     .name = "fake",
     .set_local_trainers = solo_set_local_trainers,
     .get_view = solo_get_view,
+    .set_step = solo_set_step,
     .allreduce = solo_allreduce,
     .broadcast = solo_broadcast,
     .step_end = solo_step_end,

@@ -5,11 +5,13 @@
 #ifndef RINGD_DMN_INT_H
 #define RINGD_DMN_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include <uv.h>
 
+#include "checkpoint/ckpt.h"
 #include "daemon/backend.h"
 #include "daemon/dmn.h"
 #include "daemon/proto.h"
@@ -78,6 +80,7 @@ typedef struct {
     uint64_t ckpt_requests;
     uint64_t ckpt_taken;
     uint64_t ckpt_failed;
+    uint64_t ckpt_skipped;
     uint64_t restores;
 } dmn_stats_t;
 
@@ -129,6 +132,19 @@ struct dmn {
     uint64_t snapshot_bytes;
     uint64_t snapshot_step;
 
+    /* Checkpoints (checkpoint.c). */
+    char *ckpt_root;       /* <ckpt-dir>/<job>; NULL: off */
+    ckpt_writer_t *ckw[2]; /* primary shard, predecessor's replica */
+    uv_async_t ckpt_async;
+    int ckpt_async_on;
+    pthread_mutex_t ckpt_mu;
+    int ckpt_mu_init;
+    uint64_t ckpt_done_step[2]; /* guarded by ckpt_mu */
+    int ckpt_done_status[2];
+    uint64_t ckpt_pending_step; /* submitted, not completed; 0: none */
+    uint32_t ckpt_pending_n;
+    int restore_checked;
+
     dmn_stats_t stats;
 };
 
@@ -164,6 +180,15 @@ void dmn__step_drain(dmn_t *d);
 /* Drain timed out: mark drained without telling anyone (exiting). */
 void dmn__step_force_drained(dmn_t *d);
 uint32_t dmn__trainer_count(const dmn_t *d);
+
+/* checkpoint.c */
+int dmn__ckpt_start(dmn_t *d);
+void dmn__ckpt_stop(dmn_t *d);
+/* Step `step` is about to start; every trainer ended the one before. */
+void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
+/* Restore the newest usable checkpoint into the state region: 0 and its
+ * step, -ENOENT when there is none (or no state yet), or an error. */
+int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);
 
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);

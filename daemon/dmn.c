@@ -46,6 +46,9 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = dmn__server_start(d);
     if (rc != 0)
         goto err;
+    rc = dmn__ckpt_start(d);
+    if (rc != 0)
+        goto err;
     rc = dmn__metrics_start(d);
     if (rc != 0)
         goto err;
@@ -92,6 +95,7 @@ void dmn_destroy(dmn_t *d)
     if (d == NULL)
         return;
     dmn__server_stop(d);
+    dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
     d->open_handles++;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);

@@ -113,9 +113,12 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_checkpoint_requests_total", "counter",
            "Checkpoint requests from trainers.", st->ckpt_requests);
     metric(s, "ringd_checkpoints_total", "counter",
-           "Checkpoints written.", st->ckpt_taken);
+           "Checkpoints completed (every shard and replica written).", st->ckpt_taken);
     metric(s, "ringd_checkpoint_failures_total", "counter",
            "Checkpoints that failed.", st->ckpt_failed);
+    metric(s, "ringd_checkpoints_skipped_total", "counter",
+           "Checkpoints skipped: the previous one was still being written.",
+           st->ckpt_skipped);
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
 }

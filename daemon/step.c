@@ -36,6 +36,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
 
 static void try_start(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
+static void maybe_restore(dmn_t *d);
 
 static uint64_t now_ns(void)
 {
@@ -201,6 +202,7 @@ static void maybe_close(dmn_t *d)
             d->break_ms = 0;
         }
         d->step++;
+        dmn__ckpt_boundary(d, d->step);
     }
     step_set_state(d, DMN_STEP_IDLE);
     if (d->drain_requested)
@@ -250,6 +252,7 @@ static void try_start(dmn_t *d)
     if (waiting == 0 || (members == 0 && waiting < d->cfg->trainers))
         return;
 
+    maybe_restore(d);
     d->be->ops->set_local_trainers(d->be, waiting);
     if (d->be->ops->ready != NULL) {
         int r = d->be->ops->ready(d->be, on_backend_ready, d);
@@ -558,6 +561,29 @@ static void propagate_state(dmn_t *d)
             memcpy(dst, src, p->state.bytes);
     }
     d->stats.restores++;
+}
+
+/*
+ * A node's first step start, once its trainers registered their state:
+ * the newest usable checkpoint, if any, becomes the state and the step.
+ */
+static void maybe_restore(dmn_t *d)
+{
+    void *state;
+    size_t bytes;
+    if (d->restore_checked || d->ckpt_root == NULL)
+        return;
+    dmn__step_get_state(d, &state, &bytes);
+    if (state == NULL)
+        return; /* no state registered yet: look again next time */
+    d->restore_checked = 1;
+    uint64_t step;
+    if (dmn__ckpt_restore(d, &step) != 0)
+        return;
+    propagate_state(d);
+    d->restored_pending = 1;
+    if (d->be->ops->set_step != NULL)
+        d->be->ops->set_step(d->be, step);
 }
 
 static void on_backend_ready(void *arg, int status)

@@ -422,6 +422,13 @@ static void mode_big(int abort_it, int shift)
     float *buf = malloc(W.count * sizeof(float));
     float *rbuf = shift ? malloc(W.count * sizeof(float)) : NULL;
     pthread_t th;
+    /*
+     * Finish connection setup before the abort: UCX 1.13 asserts
+     * (wireup_ep.c "pending_count == 0") when an endpoint is closed by the
+     * peer while its wireup is still pending, a UCX bug, not the ring's.
+     */
+    if (abort_it && ring_barrier(W.ring) != 0)
+        DIE("warm-up barrier failed");
     abort_it = abort_it && W.rank == 0;
     if (abort_it && pthread_create(&th, NULL, abort_thread, NULL) != 0)
         DIE("pthread_create");
@@ -794,6 +801,16 @@ int main(int argc, char **argv)
         mode_shiftforge();
     else
         DIE("unknown mode %s", W.mode);
+    /*
+     * A survivor of a failure test has recorded its outcome; it leaves
+     * without tearing UCX down, because UCX 1.13 can abort inside
+     * ucp_worker_destroy ("got REP message") after a transfer that was
+     * cut in the middle, which would turn a correct run into a crash.
+     */
+    if (W.expect_fail) {
+        fclose(W.out);
+        _exit(0);
+    }
     /* Leave together, so nobody's exit looks like a failure to the rest. */
     if (!W.expect_fail) {
         int rc = ring_barrier(W.ring);

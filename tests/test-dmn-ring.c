@@ -33,6 +33,8 @@ static void cluster_env(void)
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
 }
 
+static const char *ckpt_dir; /* when set, nodes checkpoint there */
+
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
                       const char *min_nodes)
@@ -46,7 +48,13 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
-                           NULL};
+                           NULL, NULL, NULL, NULL, NULL};
+    if (ckpt_dir != NULL) {
+        flags[12] = "--ckpt-dir";
+        flags[13] = ckpt_dir;
+        flags[14] = "--ckpt-interval";
+        flags[15] = "50";
+    }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
 }
@@ -163,5 +171,54 @@ TEST_IMPL(dmn_ring_kill_and_join)
     for (int i = 0; i < 4; i++)
         if (i != 1)
             ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * A 2-node job checkpointing into a shared directory is killed whole and
+ * started again: both nodes resume from the newest complete checkpoint
+ * and end bitwise identical to each other.
+ */
+TEST_IMPL(dmn_ring_ckpt_restart)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    char *dir = th_mkdtemp("dmn-ring-ck");
+    ASSERT(dir != NULL);
+    ckpt_dir = dir;
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "400");
+    ASSERT_OK(td_wait_file(c.d[0].log, "checkpoint of step 50 complete",
+                           60000) == 0 ||
+              td_wait_file(c.d[1].log, "checkpoint of step 50 complete",
+                           1000) == 0 ? 0 : -1);
+    for (int i = 0; i < 2; i++) {
+        th_kill(c.trainer[i][0]);
+        th_kill(c.d[i].pid);
+    }
+    /* Same node ids: their old leases expire; a new view forms. */
+    for (int i = 0; i < 2; i++) {
+        td_init(&c.d[i], i ? "dmn-ring-r1" : "dmn-ring-r0");
+        c.d[i].networked = 1;
+    }
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "400");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(c.d[0].log, "restored from the checkpoint of step") ||
+           td_file_has(c.d[1].log, "restored from the checkpoint of step"));
+    ASSERT(td_file_has(td_path(&c.d[0], "t0.log"), "parameters restored"));
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
+              0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    th_rmtree(dir);
+    free(dir);
+    ckpt_dir = NULL;
     return fx_done();
 }

@@ -1,0 +1,265 @@
+/*
+ * checkpoint.c - the daemon's use of checkpoint/: a checkpoint every
+ * --ckpt-interval steps at a step boundary, and a restore when a job starts.
+ *
+ * At step boundary S (every trainer ended step S-1) with S % interval == 0,
+ * node r of N hands two shards of its state region to two asynchronous
+ * writers: shard r (the primary) and shard r-1 (the replica of its ring
+ * predecessor). The state of a data-parallel job is the same on every
+ * node, so the successor can encode its predecessor's replica from its own
+ * copy: no bytes cross the network for checkpoints and no collective is
+ * needed, at the price of compressing 2/N of the state instead of 1/N.
+ * The only stall on the training path is the two snapshot copies.
+ *
+ * When both of this node's files are written, the node looks for the
+ * step's 2N files in the checkpoint directory and, if all are there,
+ * writes the manifest (every node that completes the set writes the same
+ * manifest, atomically, so it does not matter who is first) and applies
+ * retention. That completes checkpoints whose directory all nodes share
+ * (one machine, or a shared file system); per-node directories would need
+ * the manifest in etcd, which is not written yet.
+ *
+ * Restore: at the node's first step start, with its trainers' state
+ * registered, the newest checkpoint whose shards verify (repaired from
+ * replicas, or an older one) is copied into the state and the node starts
+ * at its step; a ring backend then makes that state the job's (the
+ * member furthest ahead sends its state to all).
+ */
+#include "daemon/dmn-int.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint/ckpt.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#define CKPT_KEEP 3
+
+/* Worker threads report here; main reads it in the async callback. */
+static void on_written(dmn_t *d, int which, int status,
+                       const ckpt_shard_info_t *info)
+{
+    pthread_mutex_lock(&d->ckpt_mu);
+    d->ckpt_done_step[which] = info->step;
+    d->ckpt_done_status[which] = status;
+    pthread_mutex_unlock(&d->ckpt_mu);
+    uv_async_send(&d->ckpt_async);
+}
+
+static void on_primary(void *arg, int status, const ckpt_shard_info_t *info,
+                       const void *file, size_t len)
+{
+    (void)file;
+    (void)len;
+    on_written(arg, 0, status, info);
+}
+
+static void on_replica(void *arg, int status, const ckpt_shard_info_t *info,
+                       const void *file, size_t len)
+{
+    (void)file;
+    (void)len;
+    on_written(arg, 1, status, info);
+}
+
+static int file_exists(const char *root, uint64_t step, const char *kind,
+                       uint32_t i)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 64];
+    if (ckpt_store_step_dir(root, step, dir, sizeof(dir)) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "%s/%s-%05u.rckp", dir, kind, i);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The manifest, from the primaries' own (checked) headers. */
+static int build_manifest(dmn_t *d, uint64_t step, uint32_t n,
+                          ckpt_manifest_t **m_p)
+{
+    ckpt_manifest_t *m = ckpt_manifest_new(n);
+    if (m == NULL)
+        return ST_ENOMEM;
+    char dir[PATH_MAX];
+    ckpt_store_step_dir(d->ckpt_root, step, dir, sizeof(dir));
+    for (uint32_t i = 0; i < n; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof(path), "%s/shard-%05u.rckp", dir, i);
+        ckpt_shard_info_t in;
+        int rc = ckpt_shard_peek_file(path, &in);
+        if (rc == 0 && (in.step != step || in.nshards != n || in.shard != i))
+            rc = ST_ECORRUPT;
+        if (rc != 0) {
+            ckpt_manifest_free(m);
+            return rc;
+        }
+        m->total_size = in.total_size;
+        m->generation = in.generation;
+        m->elem_size = in.elem_size;
+        m->shards[i] = (ckpt_manifest_shard_t){
+            .offset = in.offset, .size = in.raw_size,
+            .raw_xxh64 = in.raw_xxh64, .base_step = in.base_step,
+            .owner = i, .replica = (i + 1) % n, .flags = in.flags};
+        char name[32];
+        snprintf(name, sizeof(name), "member%u", i);
+        m->members[i] = strdup(name);
+    }
+    m->step = step;
+    *m_p = m;
+    return 0;
+}
+
+/* Both of this node's files of `step` are written: complete the set? */
+static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!file_exists(d->ckpt_root, step, "shard", i) ||
+            !file_exists(d->ckpt_root, step, "replica", i))
+            return; /* another node will complete it */
+    ckpt_manifest_t *m = NULL;
+    int rc = build_manifest(d, step, n, &m);
+    if (rc == 0)
+        rc = ckpt_store_put_manifest(d->ckpt_root, m);
+    ckpt_manifest_free(m);
+    if (rc != 0) {
+        RD_WARN("checkpoint of step %" PRIu64 " not completed: %s", step,
+                st_strerror(rc));
+        return;
+    }
+    d->stats.ckpt_taken++;
+    RD_INFO("checkpoint of step %" PRIu64 " complete (%u shards, 2 copies "
+            "each)", step, n);
+    int removed = ckpt_store_retain(d->ckpt_root, CKPT_KEEP);
+    if (removed > 0)
+        RD_DEBUG("checkpoint retention removed %d old steps", removed);
+}
+
+static void on_ckpt_async(uv_async_t *h)
+{
+    dmn_t *d = h->data;
+    pthread_mutex_lock(&d->ckpt_mu);
+    uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
+    int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
+    pthread_mutex_unlock(&d->ckpt_mu);
+    uint64_t want = d->ckpt_pending_step;
+    if (want == 0 || s0 != want || s1 != want)
+        return;
+    d->ckpt_pending_step = 0;
+    if (r0 != 0 || r1 != 0) {
+        d->stats.ckpt_failed++;
+        RD_WARN("checkpoint of step %" PRIu64 " failed (%s); training goes "
+                "on and older checkpoints stay", want,
+                st_strerror(r0 ? r0 : r1));
+        return;
+    }
+    try_complete(d, want, d->ckpt_pending_n);
+}
+
+int dmn__ckpt_start(dmn_t *d)
+{
+    const dmn_config_t *cfg = d->cfg;
+    if (cfg->ckpt_interval == 0)
+        return 0;
+    const char *job = cfg->job != NULL && cfg->backend != NULL &&
+                              strcmp(cfg->backend, "ring") == 0
+                          ? cfg->job
+                          : "standalone";
+    if (asprintf(&d->ckpt_root, "%s/%s", cfg->ckpt_dir, job) < 0)
+        return ST_ENOMEM;
+    pthread_mutex_init(&d->ckpt_mu, NULL);
+    d->ckpt_mu_init = 1;
+    for (int i = 0; i < 2; i++) {
+        ckpt_writer_opts_t o = {.root = d->ckpt_root,
+                                .codec = {.level = 3, .elem_size = 4},
+                                .full_every = 4, .replica = i};
+        int rc = ckpt_writer_create(&o, &d->ckw[i]);
+        if (rc != 0)
+            return rc;
+    }
+    uv_async_init(d->loop, &d->ckpt_async, on_ckpt_async);
+    d->ckpt_async.data = d;
+    d->ckpt_async_on = 1;
+    RD_INFO("checkpoints every %u steps under %s", cfg->ckpt_interval,
+            d->ckpt_root);
+    return 0;
+}
+
+void dmn__ckpt_stop(dmn_t *d)
+{
+    for (int i = 0; i < 2; i++) {
+        ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
+        d->ckw[i] = NULL;
+    }
+    if (d->ckpt_async_on) {
+        d->ckpt_async_on = 0;
+        d->open_handles++;
+        uv_close((uv_handle_t *)&d->ckpt_async, dmn__handle_closed);
+    }
+    if (d->ckpt_mu_init)
+        pthread_mutex_destroy(&d->ckpt_mu);
+    d->ckpt_mu_init = 0;
+    free(d->ckpt_root);
+    d->ckpt_root = NULL;
+}
+
+/* Step `step` is about to start and every trainer ended the one before. */
+void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
+{
+    if (d->ckw[0] == NULL || step == 0 || step % d->cfg->ckpt_interval != 0)
+        return;
+    void *state;
+    size_t bytes;
+    dmn__step_get_state(d, &state, &bytes);
+    if (state == NULL || bytes == 0)
+        return;
+    uint32_t n = d->view.node_count ? d->view.node_count : 1;
+    uint32_t r = d->view.node_rank % n;
+    uint32_t shard[2] = {r, (r + n - 1) % n};
+    int rc[2];
+    for (int i = 0; i < 2; i++) {
+        ckpt_shard_info_t in = {.step = step,
+                                .generation = d->view.generation,
+                                .shard = shard[i], .nshards = n,
+                                .total_size = bytes};
+        ckpt_shard_range(bytes, n, shard[i], 4, &in.offset, &in.raw_size);
+        rc[i] = ckpt_writer_submit(d->ckw[i], &in, (char *)state + in.offset,
+                                   i ? on_replica : on_primary, d);
+    }
+    if (rc[0] == 0 && rc[1] == 0) {
+        d->ckpt_pending_step = step;
+        d->ckpt_pending_n = n;
+    } else if (rc[0] == ST_AGAIN || rc[1] == ST_AGAIN) {
+        d->stats.ckpt_skipped++;
+        RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
+                "is still being written", step);
+    } else {
+        d->stats.ckpt_failed++;
+    }
+}
+
+int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p)
+{
+    if (d->ckpt_root == NULL)
+        return -ENOENT;
+    void *state;
+    size_t bytes;
+    dmn__step_get_state(d, &state, &bytes);
+    if (state == NULL || bytes == 0)
+        return -ENOENT;
+    unsigned repaired = 0;
+    int rc = ckpt_store_restore(d->ckpt_root, state, bytes, step_p,
+                                &repaired);
+    if (rc == 0)
+        RD_INFO("job state restored from the checkpoint of step %" PRIu64
+                " (%u shard%s from replicas)", *step_p, repaired,
+                repaired == 1 ? "" : "s");
+    else if (rc != -ENOENT)
+        RD_ERROR("no usable checkpoint under %s: starting from the "
+                 "trainers' initial state", d->ckpt_root);
+    return rc;
+}

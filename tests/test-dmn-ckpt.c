@@ -1,0 +1,94 @@
+/*
+ * Checkpoints through the daemon: a job killed whole (daemon and trainer
+ * SIGKILLed) and started again resumes from its newest complete
+ * checkpoint with exactly the parameters an uninterrupted run has, even
+ * when the newest checkpoint's primary shard is damaged (it comes from the
+ * replica).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint/ckpt.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/task.h"
+
+static pid_t run_trainer(td_daemon_t *t, const char *save, const char *log)
+{
+    const char *args[] = {"--steps", "150", "--save", save, "--log-every",
+                          "50", NULL};
+    return td_trainer(t, args, log);
+}
+
+TEST_IMPL(dmn_ckpt_whole_job_restart)
+{
+    /* The reference: the same job, never interrupted. */
+    td_daemon_t ref;
+    td_init(&ref, "dmn-ckpt-ref");
+    ASSERT_OK(td_start(&ref, NULL));
+    ASSERT_EQ(td_exit_code(run_trainer(&ref, td_path(&ref, "p.ref"),
+                                       td_path(&ref, "t.log")), 60000), 0);
+    ASSERT_EQ(td_stop(&ref, 30000), 0);
+
+    td_daemon_t t;
+    td_init(&t, "dmn-ckpt");
+    const char *ck = td_path(&t, "ck");
+    char ckdir[512];
+    snprintf(ckdir, sizeof(ckdir), "%s", ck);
+    const char *flags[] = {"--ckpt-dir", ckdir, "--ckpt-interval", "50",
+                           NULL};
+    ASSERT_OK(td_start(&t, flags));
+    pid_t tr = run_trainer(&t, td_path(&t, "p.cut"), td_path(&t, "t1.log"));
+    /* Kill the whole job once a checkpoint is complete (the first one
+     * cannot be skipped: nothing is in flight before it). */
+    if (td_wait_file(t.log, "checkpoint of step 50 complete", 60000) != 0) {
+        td_dump(t.log);
+        TEST_FAIL_("no checkpoint of step 50");
+    }
+    th_kill(tr);
+    th_kill(t.pid);
+
+    /* Damage the newest checkpoint's primary shard: its replica must do. */
+    char root[600], path[700];
+    snprintf(root, sizeof(root), "%s/standalone", ckdir);
+    uint64_t *steps;
+    size_t n;
+    ASSERT_OK(ckpt_store_list(root, &steps, &n));
+    ASSERT_GE(n, 1);
+    uint64_t newest = steps[0];
+    free(steps);
+    ASSERT_GE(newest, 50);
+    char dir[600];
+    ASSERT_OK(ckpt_store_step_dir(root, newest, dir, sizeof(dir)));
+    snprintf(path, sizeof(path), "%s/shard-00000.rckp", dir);
+    int fd = open(path, O_RDWR);
+    ASSERT(fd >= 0);
+    unsigned char c;
+    ASSERT_EQ(pread(fd, &c, 1, 200), 1);
+    c ^= 0xff;
+    ASSERT_EQ(pwrite(fd, &c, 1, 200), 1);
+    close(fd);
+
+    /* Start the job again: it resumes there and ends where the reference
+     * did, bit for bit. */
+    ASSERT_OK(td_start(&t, flags));
+    pid_t tr2 = run_trainer(&t, td_path(&t, "p.cut"), td_path(&t, "t2.log"));
+    int rc = td_exit_code(tr2, 60000);
+    if (rc != 0) {
+        td_dump(td_path(&t, "t2.log"));
+        td_dump(t.log);
+    }
+    ASSERT_EQ(rc, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "joined at step %llu",
+             (unsigned long long)newest);
+    ASSERT(td_file_has(td_path(&t, "t2.log"), want));
+    ASSERT(td_file_has(t.log, "1 shard from replicas"));
+    ASSERT_EQ(td_param_diff(td_path(&t, "p.cut"), td_path(&ref, "p.ref")),
+              0);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
