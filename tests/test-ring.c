@@ -329,7 +329,7 @@ static void wait_started(launch_t *l)
  * within bound_ms of the fault.
  */
 static void check_survivors(launch_t *l, int victim, int64_t t_fault,
-                            int64_t bound_ms)
+                            int64_t bound_ms, int must_name)
 {
     int named = 0;
     for (int r = 0; r < l->n; r++) {
@@ -357,8 +357,18 @@ static void check_survivors(launch_t *l, int victim, int64_t t_fault,
      * survivor may blame a neighbour that merely gave up first; but the
      * victim's own neighbours see it first, and one of them must say so.
      */
-    if (victim >= 0)
+    /*
+     * A failed endpoint (SIGKILL over tcp) names the victim reliably. A
+     * deadline does not always: on a loaded machine a survivor can give up
+     * on its quiet neighbour before the victim's own neighbour gives up on
+     * the victim. Membership, not the ring, decides who is dead, so there
+     * naming is only reported.
+     */
+    if (victim >= 0 && must_name)
         ASSERT_MSG(named >= 1, "no survivor named rank %d", victim);
+    else if (victim >= 0 && named == 0)
+        fprintf(stderr, "note: no survivor named rank %d (deadline race)\n",
+                victim);
 }
 
 /* 256 MiB of f32: long enough that the fault lands mid-collective. */
@@ -382,7 +392,7 @@ static void kill_one_mode(const char *mode, const char *tls, int shm,
     th_kill(l.pid[victim]);
     l.pid[victim] = 0;
     /* Deadline 2 s, plus the cascade and process exit: 8 s is generous. */
-    check_survivors(&l, victim, t, 8000);
+    check_survivors(&l, victim, t, 8000, !shm);
     launch_cleanup();
 }
 
@@ -409,7 +419,7 @@ static void stop_one(int n, int victim)
     wait_started(&l);
     int64_t t = th_now_ms();
     kill(l.pid[victim], SIGSTOP);
-    check_survivors(&l, victim, t, 8000);
+    check_survivors(&l, victim, t, 8000, 0);
     kill(l.pid[victim], SIGCONT);
     th_kill(l.pid[victim]);
     l.pid[victim] = 0;
@@ -426,7 +436,7 @@ TEST_IMPL(ring_abort_thread_n2)
     env_setup("tcp", 0);
     launch(&l, 2, "abort", BIG);
     wait_started(&l);
-    check_survivors(&l, -1, th_now_ms(), 10000);
+    check_survivors(&l, -1, th_now_ms(), 10000, 0);
     char *rc = slurp(l.dir, "rc", 0);
     ASSERT(rc != NULL);
     ASSERT_EQ(atoi(rc), ST_EABORTED);
