@@ -417,6 +417,15 @@ static void fill_dview(rb_t *b)
 /* Install the pending view and have the ring thread build and resync. */
 static void install_pending(rb_t *b)
 {
+    if (b->pending->n > RB_MAX_NODES) {
+        RD_ERROR("ring backend: view %llu has %zu nodes, more than the %d "
+                 "this build supports; waiting for another",
+                 (unsigned long long)b->pending->generation, b->pending->n,
+                 RB_MAX_NODES);
+        view_free(b->pending);
+        b->pending = NULL;
+        return;
+    }
     view_free(b->cur);
     b->cur = b->pending;
     b->pending = NULL;
