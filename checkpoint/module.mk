@@ -10,3 +10,4 @@ BENCH_BINS += $(BUILD)/bench/ckpt
 $(BUILD)/bench/ckpt: $(BUILD)/bench/ckpt.o $(BUILD)/tests/helpers.o $(CORE_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LIBS) -lz
+BENCH_BINS += bench/ckpt-overhead.sh
