@@ -79,6 +79,7 @@ typedef struct {
     size_t addr_len;
     int slots;
     int64_t lease;
+    int joiner;          /* not in the previous view */
 } rb_member_t;
 
 /* A copy of an mb view that outlives on_view. */
@@ -198,6 +199,7 @@ static rb_view_t *view_copy(const mb_view_t *mv)
         d->addr_len = s->addr_len;
         d->slots = s->slots;
         d->lease = s->lease;
+        d->joiner = s->joiner;
     }
     return v;
 }
@@ -224,9 +226,10 @@ static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 
 /*
  * Build the ring of the new view, then agree on the step: one allreduce
- * MAX of {step<<20 | (0xfffff - index), -step, bytes, -bytes} gives the
- * furthest step and who holds it (lowest index on ties), the smallest
- * step, and whether every state has the same size.
+ * MAX of {member<<62 | step<<20 | (0xfffff - index), -step, bytes, -bytes}
+ * gives the source of the state (a member of the previous view if there
+ * is one, the furthest step, the lowest index), the smallest step, and
+ * whether every state has the same size.
  */
 static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 {
@@ -274,15 +277,24 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
         return rc;
     rt_set_ring(b, r);
 
-    int64_t agree[4] = {
-        (int64_t)((c->my_step << 20) | (0xfffffu - (uint32_t)v->my_index)),
-        -(int64_t)c->my_step, (int64_t)c->state_bytes,
-        -(int64_t)c->state_bytes};
+    /*
+     * Members that were in the previous view outrank joiners: a node
+     * evicted while stopped may have finished, alone, a step the others
+     * redid without it, and must never be the source of the job's state
+     * when it comes back. Among equals the furthest step wins, then the
+     * lowest index. Steps fit in 42 bits.
+     */
+    int member = !v->m[v->my_index].joiner;
+    int64_t key = (int64_t)(((uint64_t)member << 62) |
+                            ((c->my_step & ((1ull << 42) - 1)) << 20) |
+                            (0xfffffu - (uint32_t)v->my_index));
+    int64_t agree[4] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
+                        -(int64_t)c->state_bytes};
     rc = ring_allreduce(r, agree, 4, KERN_I64, KERN_MAX);
     if (rc != 0)
         return rc;
     ring_set_deadline(r, b->ring_opts.deadline_ms);
-    uint64_t max_step = (uint64_t)agree[0] >> 20;
+    uint64_t max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
     uint32_t source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
     uint64_t min_step = (uint64_t)-agree[1];
     if (agree[2] != -agree[3]) {
