@@ -27,8 +27,9 @@ FAULTS=10
 NODES=4
 QUICK=0
 KEEP=0
+PLAN_ONLY=0
 usage() {
-    echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep]" >&2
+    echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -38,6 +39,7 @@ while [ $# -gt 0 ]; do
     -n) NODES=${2:-}; shift 2 || usage ;;
     --quick) QUICK=1; shift ;;
     --keep) KEEP=1; shift ;;
+    --plan) PLAN_ONLY=1; shift ;;
     -h|--help) usage ;;
     *) usage ;;
     esac
@@ -91,6 +93,7 @@ cleanup() {
     else
         rm -rf "$T"
     fi
+    return 0
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -113,6 +116,32 @@ done
 command -v etcd >/dev/null || die "etcd not found: run make deps"
 T0=$(now_ms)
 
+# ---- fault plan ------------------------------------------------------------
+if [ "$QUICK" = 1 ]; then
+    KINDS=(kill_daemon hang_daemon scale_up)
+else
+    KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
+           slow_link scale_up scale_down etcd_kill disk_full job_restart)
+fi
+PLAN=()
+for i in $(seq 1 "$FAULTS"); do
+    if [ "$QUICK" = 1 ]; then
+        # Every kind once per round, in a seeded order.
+        if [ $(( (i - 1) % ${#KINDS[@]} )) = 0 ]; then
+            ROUND=("${KINDS[@]}")
+            for ((j = ${#ROUND[@]} - 1; j > 0; j--)); do
+                rnd $((j + 1)); x=${ROUND[$j]}; ROUND[$j]=${ROUND[$REPLY]}; ROUND[$REPLY]=$x
+            done
+        fi
+        kind=${ROUND[$(( (i - 1) % ${#KINDS[@]} ))]}
+    else
+        rnd ${#KINDS[@]}; kind=${KINDS[$REPLY]}
+    fi
+    rnd 1000; PLAN+=("$kind:$REPLY")
+done
+echo "chaos: plan: ${PLAN[*]%%:*}"
+[ "$PLAN_ONLY" = 1 ] && exit 0
+
 # ---- hosts -----------------------------------------------------------------
 if [ "${CHAOS_NETNS:-1}" != 0 ] && [ "$(id -u)" = 0 ] &&
    chaos/netns.sh check 2>/dev/null; then
@@ -126,20 +155,6 @@ else
          "netns needed, or CHAOS_NETNS=0); running the nodes as processes" \
          "on loopback: link-down, packet-loss and slow-link faults are skipped"
 fi
-
-# ---- fault plan ------------------------------------------------------------
-if [ "$QUICK" = 1 ]; then
-    KINDS=(kill_daemon hang_daemon scale_up)
-else
-    KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
-           slow_link scale_up scale_down etcd_kill disk_full job_restart)
-fi
-PLAN=()
-for i in $(seq 1 "$FAULTS"); do
-    rnd ${#KINDS[@]}; kind=${KINDS[$REPLY]}
-    rnd 1000; PLAN+=("$kind:$REPLY")
-done
-echo "chaos: plan: ${PLAN[*]%%:*}"
 
 # ---- reference run -----------------------------------------------------------
 "$B/examples/trainer" --no-daemon --cpu --steps "$STEPS" --log-every "$STEPS" \
@@ -530,9 +545,9 @@ if [ "$STALE" != 0 ]; then
     sed 's/^/    /' "$T/stale.txt"
 fi
 for m in "${FAIL[@]}"; do echo "  VIOLATION: $m"; done
-[ ${#FAIL[@]} = 0 ] || KEEP=1
 [ ${#FAIL[@]} = 0 ] && echo "  all checks passed"
-[ "$KEEP" = 1 ] && echo "  logs: $T (kept)"
+if [ "$KEEP" = 1 ]; then echo "  logs: $T (kept)"
+elif [ ${#FAIL[@]} != 0 ]; then echo "  logs removed; rerun with --keep to keep them"; fi
 read -r KMED _ _ < <(stats "${TIMES[kill_daemon]:-} ${TIMES[kill_trainer]:-}")
 read -r _ _ HMAX < <(stats "${TIMES[hang_daemon]:-} ${TIMES[link_down]:-}")
 echo "chaos: stale_steps=$STALE"
