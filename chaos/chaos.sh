@@ -319,11 +319,12 @@ record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
     pre=$(( $(max_step) + 1 ))
     # A joiner: the time until it completes a step of its own.
     [ -n "${5:-}" ] && { others=("$5"); pre=-2; }
-    local deadline=$(( $(date +%s) + RECOVER_S ))
+    local deadline=$(( $(date +%s) + ${WITHIN:-$RECOVER_S} ))
     while :; do
         res=$(first_after $((pre + 2)) "${others[*]}" "$fms")
         [ -n "$res" ] && break
         if [ "$(date +%s)" -ge "$deadline" ]; then
+            [ -n "${WITHIN:-}" ] && return 2
             HANGS=$((HANGS + 1))
             log "  $kind: HANG: no step completed within ${RECOVER_S}s"
             return 1
@@ -378,8 +379,19 @@ for f in "${PLAN[@]}"; do
         log "fault $kind: SIGKILL node$v's trainer (step $pre)"
         kill_reap "${TPID[$v]}"
         drop_live "$v"
-        record "$kind" "$fms" "$v" "$pre"
-        LIVE+=("$v"); start_trainer "$v"; log "  node$v's trainer restarted"
+        # First without a new trainer (the ring deadline, 10 s, and
+        # suspicion should get the others going), then, like a supervisor,
+        # with one.
+        WITHIN=20 record "$kind" "$fms" "$v" "$pre"
+        if [ $? = 2 ]; then
+            log "  $kind: no step in 20 s without a new trainer: restarting it"
+            NEEDED_RESTART=$(( ${NEEDED_RESTART:-0} + 1 ))
+            LIVE+=("$v"); start_trainer "$v"
+            record "$kind" "$fms" "" "$pre"
+        else
+            LIVE+=("$v"); start_trainer "$v"
+        fi
+        log "  node$v's trainer restarted"
         ;;
     hang_daemon)
         log "fault $kind: SIGSTOP node$v's daemon for 3 s (step $pre)"
@@ -434,12 +446,11 @@ for f in "${PLAN[@]}"; do
 done
 
 # ---- the end of the job ---------------------------------------------------------
-if [ "$HANGS" = 0 ]; then
-    log "faults done; waiting for step $STEPS"
-    wait_step $((STEPS - 1)) 600 || { HANGS=$((HANGS + 1)); log "HANG: the job did not finish"; }
-fi
+log "faults done; waiting for step $STEPS"
+wait_step $((STEPS - 1)) $([ "$HANGS" = 0 ] && echo 600 || echo 90) ||
+    { HANGS=$((HANGS + 1)); log "HANG: the job did not finish"; }
+deadline=$(( $(date +%s) + 60 ))
 for k in "${LIVE[@]}"; do
-    deadline=$(( $(date +%s) + 60 ))
     while kill -0 "${TPID[$k]}" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
 done
 END_MS=$(now_ms)
@@ -535,6 +546,8 @@ for kind in kill_daemon kill_trainer hang_daemon link_down packet_loss slow_link
 done
 echo "  (time: from the fault to the first step completed on another node" \
      "that was not in flight at the fault, from the hash logs' t_ms)"
+[ -n "${NEEDED_RESTART:-}" ] && echo "  kill_trainer: $NEEDED_RESTART of ${INJ[kill_trainer]} made" \
+    "no progress in 20 s until the trainer was restarted (times include the 20 s)"
 echo "  final accuracy: ${ACCS:-none}(reference $REF_ACC, tolerance $TOL)"
 echo "  steps: reached $((MAXS + 1)) of $STEPS; lost $LOST; hash mismatches $DUP;" \
      "unexpected exits $CRASHES"
