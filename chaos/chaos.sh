@@ -458,8 +458,16 @@ done
 
 # ---- the end of the job ---------------------------------------------------------
 log "faults done; waiting for step $STEPS"
-wait_step $((STEPS - 1)) $([ "$HANGS" = 0 ] && echo 600 || echo 90) ||
-    { HANGS=$((HANGS + 1)); log "HANG: the job did not finish"; }
+# Until the last step, or a hang: no new step for RECOVER_S.
+last=-2; since=$(date +%s)
+while m=$(max_step); [ "$m" -lt $((STEPS - 1)) ]; do
+    [ "$m" != "$last" ] && { last=$m; since=$(date +%s); }
+    if [ $(( $(date +%s) - since )) -ge "$RECOVER_S" ]; then
+        HANGS=$((HANGS + 1)); log "HANG: the job stopped at step $m"; break
+    fi
+    check_alive
+    sleep 0.2
+done
 deadline=$(( $(date +%s) + 60 ))
 for k in "${LIVE[@]}"; do
     while kill -0 "${TPID[$k]}" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
