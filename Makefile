@@ -6,6 +6,7 @@
 #   make asan       the test suite again under -fsanitize=address,undefined
 #   make bench      run the benchmarks (print TSV tables)
 #   make demo       the demo (see README.md)
+#   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
 #   make clean      remove build/
 #
 # Knobs: BUILD=dir, CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE, SAN=1, V=1.
@@ -65,7 +66,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo clean
+.PHONY: all deps test asan bench demo chaos clean
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -108,6 +109,13 @@ bench: all
 demo: deps
 	$(MAKE) all
 	BUILD=$(BUILD) examples/demo.sh
+
+# Seeded fault injection through a real job (chaos/README.md). SEED
+# defaults to a random one, which chaos.sh prints for a replay.
+SEED ?=
+FAULTS ?= 10
+chaos: all
+	BUILD=$(BUILD) chaos/chaos.sh $(if $(SEED),-s $(SEED)) -f $(FAULTS)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \

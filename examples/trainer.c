@@ -550,7 +550,10 @@ static int collective(trainer_t *t, float *p, long n, ringd_op_t op)
     if (t->c == NULL)
         return 0;
     int rc = ringd_allreduce(t->c, p, (size_t)n, RINGD_F32, op);
-    if (rc == RINGD_ERESHAPE || rc == RINGD_EDISCONNECTED) {
+    if (rc == RINGD_ERESHAPE || rc == RINGD_EDISCONNECTED ||
+        rc == RINGD_EFENCED) {
+        /* Fenced: the node lost its lease; step_begin waits until the
+         * node is back in the job (and its state restored). */
         printf("collective: %s; redoing the step\n", ringd_strerror(rc));
         return 1;
     }
@@ -564,6 +567,7 @@ static int train(trainer_t *t)
 {
     const opts_t *o = &t->o;
     ringd_view_t v = {0, 1, 0, 1, 0, 1, 0};
+    int fenced_tries = 0;
     for (;;) {
         if (t->c != NULL) {
             int rc = ringd_step_begin(t->c, &v);
@@ -572,11 +576,18 @@ static int train(trainer_t *t)
                        (unsigned long long)v.step);
                 return 2;
             }
+            if (rc == RINGD_EFENCED && ++fenced_tries <= 600) {
+                /* wait (up to a minute) for the node to rejoin */
+                struct timespec ts = {0, 100 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                continue;
+            }
             if (rc != 0) {
                 fprintf(stderr, "trainer: step_begin: %s\n",
                         ringd_last_error(t->c));
                 return -1;
             }
+            fenced_tries = 0;
             if (v.restored)
                 printf("joined at step %llu: parameters restored\n",
                        (unsigned long long)v.step);
