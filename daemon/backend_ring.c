@@ -15,28 +15,10 @@
  *   READY    collectives run on the ring of the current generation
  *   LEAVING / LEFT  draining out of the job
  *
- * Views are installed only at a step start (the daemon's ready() call),
- * when the node's trainers wait there with their state registered: a
- * removal seen mid-step aborts the collective in flight (or answers the
- * next one with ST_ERESHAPE), and the trainers' redo brings the node back
- * to ready(). Every step start also runs one tiny allgather of the nodes'
- * trainer counts, so ranks and world size are always this step's.
- *
- * Why every view change resyncs the state, not only for joiners: a member
- * dying during the allgather phase can leave some survivors with the
- * finished step S and others without it. The survivors agree on the
- * highest committed step with one tiny allreduce; the member holding it
- * (lowest ring index on ties) broadcasts its state, so every replica is
- * bitwise identical again and no step is lost or applied twice. When all
- * steps agree and nobody joined, the broadcast is skipped.
- *
- * Who suspects whom: a ring neighbour whose endpoint fails (ST_EPEER) is
- * reported to membership at once (the leader revokes its lease: removal in
- * well under a second). A deadline (ST_EPEER_TIMEOUT) is not: a member two
- * hops from a crash only sees its neighbour go quiet, and suspecting that
- * healthy neighbour would evict it too. It waits for the view change the
- * crash causes, and suspects its neighbour only if none comes within the
- * lease TTL plus a second (a stuck but lease-holding node).
+ * Views are installed at a step start (the daemon's ready()), where the
+ * nodes agree on the step and the state source, so no step is lost or
+ * applied twice; a failed endpoint is suspected at once, a deadline only
+ * after the lease TTL. daemon/README.md ("The ring backend") says why.
  */
 #include <pthread.h>
 #include <stdio.h>
