@@ -54,7 +54,8 @@ void th_rmtree(const char *path)
         nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-int th_free_port(void)
+/* One probe: a port the kernel calls free right now. */
+static int probe_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -68,6 +69,30 @@ int th_free_port(void)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
+}
+
+/*
+ * The kernel may hand the same ephemeral port to two probes in a row, and
+ * a test that asks for two ports (etcd's client and peer ports) needs them
+ * distinct: never return one of the last ports returned.
+ */
+int th_free_port(void)
+{
+    static int recent[32];
+    static unsigned next;
+    for (int tries = 0; tries < 64; tries++) {
+        int port = probe_port();
+        if (port <= 0)
+            return port;
+        int seen = 0;
+        for (unsigned i = 0; i < 32; i++)
+            seen |= recent[i] == port;
+        if (seen)
+            continue;
+        recent[next++ % 32] = port;
+        return port;
+    }
+    return -1;
 }
 
 pid_t th_spawn(char *const argv[], const char *log_path)
