@@ -99,6 +99,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 die() { echo "chaos: $*" >&2; exit 1; }
+# shellcheck source=cluster.sh disable=SC1091
+. chaos/cluster.sh
 now_ms() { date +%s%3N; }
 log() { local d=$(( $(now_ms) - T0 )); echo "chaos: [$((d / 1000)).$((d % 1000 / 100))s] $*"; }
 
@@ -163,44 +165,15 @@ REF_ACC=$(sed -n 's/^final: test_accuracy \([0-9.]*\).*/\1/p' "$T/reference.log"
 echo "chaos: reference (one process, $STEPS steps): test_accuracy $REF_ACC"
 
 # ---- etcd --------------------------------------------------------------------
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 20000))
-        ss -ltn 2>/dev/null | grep -q ":$p " || ss -ltn 2>/dev/null |
-            grep -q ":$((p + 1)) " || { echo "$p"; return; }
-    done
-}
-EP=$(free_port)
-LISTEN="http://127.0.0.1:$EP"
-[ "$NETNS" = 1 ] && LISTEN="$LISTEN,http://$SUBNET.1:$EP"
-etcd --name chaos --data-dir "$T/etcd" --listen-client-urls "$LISTEN" \
-    --advertise-client-urls "http://127.0.0.1:$EP" \
-    --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-    --initial-cluster "chaos=http://127.0.0.1:$((EP + 1))" \
-    --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
-PIDS+=($!); ETCD_PID=$!
-for _ in $(seq 200); do
-    curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true && break
-    sleep 0.05
-done
-curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
-    die "etcd did not come up (see $T/etcd.log)"
-ETCD_URL="http://127.0.0.1:$EP"
-[ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+rd_start_etcd chaos
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
 LIVE=()        # slots whose daemon and trainer are meant to be running
 NEXT=1         # next fresh slot
-host_cmd() {   # exec chain, so $! is the program's own pid
-    HOST_CMD=(env)
-    [ "$NETNS" = 1 ] && HOST_CMD=(ip netns exec "${PREFIX}h$1" env)
-}
 start_trainer() {
     local k=$1
-    host_cmd "$k"
+    rd_host_cmd "$k"
     "${HOST_CMD[@]}" "$B/examples/trainer" --socket "$T/node$k.sock" --cpu \
         --steps "$STEPS" --log-every $((STEPS / 4)) \
         --hash-log "$T/hash-$k.log" >>"$T/trainer-$k.log" 2>&1 &
@@ -211,7 +184,7 @@ start_node() {  # start_node MIN_NODES: a fresh slot, returns it in REPLY
     [ "$k" -le "$MAXSLOT" ] || die "out of node slots"
     NEXT=$((NEXT + 1))
     [ "$NETNS" = 1 ] && dev=eth0
-    host_cmd "$k"
+    rd_host_cmd "$k"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
         UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job chaos \
         --node-id "node$k" --host "host$k" --socket "$T/node$k.sock" \

@@ -35,6 +35,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 die() { echo "demo: $*" >&2; exit 1; }
+# shellcheck source=../chaos/cluster.sh
+. chaos/cluster.sh
 now_ms() { date +%s%3N; }
 
 for f in "$B/ringd" "$B/examples/trainer"; do
@@ -59,47 +61,15 @@ else
 fi
 
 # ---- etcd --------------------------------------------------------------------
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 20000))
-        ss -ltn 2>/dev/null | grep -q ":$p " || ss -ltn 2>/dev/null |
-            grep -q ":$((p + 1)) " || { echo "$p"; return; }
-    done
-}
-EP=$(free_port)
-LISTEN="http://127.0.0.1:$EP"
-[ "$NETNS" = 1 ] && LISTEN="$LISTEN,http://$SUBNET.1:$EP"
-etcd --name demo --data-dir "$T/etcd" --listen-client-urls "$LISTEN" \
-    --advertise-client-urls "http://127.0.0.1:$EP" \
-    --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-    --initial-cluster "demo=http://127.0.0.1:$((EP + 1))" \
-    --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 200); do
-    curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true && break
-    sleep 0.05
-done
-curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
-    die "etcd did not come up (see $T/etcd.log)"
-ETCD_URL="http://127.0.0.1:$EP"
-[ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+rd_start_etcd demo
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
-# The command prefix that runs a program on host i. Every part of it
-# execs the next, so $! is the program's own pid (a shell function would
-# leave a subshell in between, and killing it would miss the program).
-host_cmd() {
-    HOST_CMD=(env)
-    [ "$NETNS" = 1 ] && HOST_CMD=(ip netns exec "${PREFIX}h$1" env)
-}
 
 start_node() {
     local i=$1 min=$2 dev=lo
     [ "$NETNS" = 1 ] && dev=eth0
-    host_cmd "$i"
+    rd_host_cmd "$i"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
         UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job demo \
         --node-id "node$i" --host "host$i" --socket "$T/node$i.sock" \

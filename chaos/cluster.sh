@@ -1,0 +1,54 @@
+# shellcheck shell=bash
+# chaos/cluster.sh - shared by examples/demo.sh and chaos/chaos.sh (sourced).
+#
+# Expects: T (temp dir), NETNS (1: nodes are namespaces PREFIXh<i>),
+# PREFIX, SUBNET, the array PIDS (everything started, killed by the
+# caller's cleanup) and a die() function.
+
+# A port p with p and p+1 free on this machine (etcd's client and peer).
+rd_free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 20000))
+        ss -ltn 2>/dev/null | grep -q ":$p " || ss -ltn 2>/dev/null |
+            grep -q ":$((p + 1)) " || { echo "$p"; return; }
+    done
+}
+
+# Start etcd named $1 on loopback (and the bridge, with namespaces), wait
+# for /health (bounded). Sets EP, ETCD_PID and ETCD_URL (the address the
+# nodes use).
+rd_start_etcd() {
+    local name=$1 listen
+    EP=$(rd_free_port)
+    listen="http://127.0.0.1:$EP"
+    [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:$EP"
+    etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen" \
+        --advertise-client-urls "http://127.0.0.1:$EP" \
+        --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
+        --initial-cluster "$name=http://127.0.0.1:$((EP + 1))" \
+        --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    PIDS+=("$ETCD_PID")
+    for _ in $(seq 200); do
+        curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true &&
+            break
+        sleep 0.05
+    done
+    curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
+        die "etcd did not come up (see $T/etcd.log)"
+    ETCD_URL="http://127.0.0.1:$EP"
+    [ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+    return 0
+}
+
+# The command prefix that runs a program on host $1, in HOST_CMD. Every
+# part execs the next, so $! is the program's own pid (a shell function
+# would leave a subshell in between, and killing it would miss the
+# program).
+rd_host_cmd() {
+    HOST_CMD=(env)
+    [ "$NETNS" = 1 ] && HOST_CMD=(ip netns exec "${PREFIX}h$1" env)
+    return 0
+}
