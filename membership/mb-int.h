@@ -39,4 +39,76 @@ int mb__view_parse(const char *json, size_t len, mb__view_t *v);
 int mb__view_next(const mb__view_t *old, const mb_member_t *alive,
                   size_t n_alive, uint64_t step, mb__view_t *next);
 
+/* The same member list as a new generation (a reshape): old with
+ * generation + 1, step, no joiners, the first member as the source.
+ * Returns 1 with *next filled, 0 when old is empty, or ST_ENOMEM. */
+int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
+
+
+/* ------------------------------------------------------------------ */
+/* The member object, shared by mb.c (state machine, registration,     */
+/* mirror) and mb-leader.c (campaign, views, suspicions, reshapes).    */
+
+#define MB_KEY_MAX 512
+#define MB_RETRY_MIN_MS 100
+#define MB_RETRY_MAX_MS 1000
+
+typedef struct {
+    char *key;
+    char *val;
+    size_t len;
+    int64_t mod, create, lease;
+} mb_kv_t;
+
+struct mb {
+    uv_loop_t *loop;
+    etcd_t *etcd;
+    mb_callbacks_t cb;
+    void *data;
+    mb_member_t me;          /* node, host, addr, slots; lease below */
+    int ttl_s, min_members, settle_ms;
+    char prefix[MB_KEY_MAX], my_key[MB_KEY_MAX], leader_key[MB_KEY_MAX];
+    char view_key[MB_KEY_MAX], drain_key[MB_KEY_MAX];
+    char nodes_prefix[MB_KEY_MAX], suspect_prefix[MB_KEY_MAX];
+    char reshape_prefix[MB_KEY_MAX];
+
+    mb_state_t state;
+    int64_t lease;           /* current registration; 0 when none */
+    int64_t old_lease;       /* a lost lease still to revoke */
+    int64_t my_key_rev;      /* revision of our node record put */
+    uint64_t step;
+    unsigned reg_gen;        /* bumped per registration: drops stale
+                                replies */
+
+    uv_timer_t ka_timer, fence_timer, retry_timer, settle_timer;
+    uv_timer_t again_timer;  /* reconcile again after a failed request */
+    int n_closing;
+    int ka_inflight;
+    unsigned ka_gen;
+    uint64_t ka_sent_ms;
+    long retry_ms;
+    int campaign_inflight, view_inflight, view_again;
+    int64_t suspect_rev_done;
+
+    etcd_watch_t *watch;
+    mb_kv_t *kvs;
+    size_t n_kvs, cap_kvs;
+    int64_t rev;             /* mirror is complete up to this revision */
+
+    mb__view_t view;         /* the view in etcd, as last parsed */
+    int64_t view_mod;        /* its mod_revision */
+    uint64_t delivered_gen;  /* last generation given to on_view */
+};
+
+/* mb.c */
+int mb__holds_lease(mb_state_t s);
+mb_kv_t *mb__mirror_find(mb_t *mb, const char *key);
+void mb__reconcile_soon(mb_t *mb);
+
+/* mb-leader.c */
+int mb__is_leader(mb_t *mb);
+void mb__campaign(mb_t *mb);
+void mb__handle_suspects(mb_t *mb);
+void mb__schedule_settle(mb_t *mb);
+
 #endif

@@ -278,3 +278,24 @@ err:
     mb__view_free(&v);
     return rc;
 }
+
+int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next)
+{
+    if (old->n_members == 0)
+        return 0;
+    mb__view_t v = {.generation = old->generation + 1, .step = step,
+                    .source_index = 0};
+    v.members = calloc(old->n_members, sizeof(*v.members));
+    if (v.members == NULL)
+        return ST_ENOMEM;
+    for (size_t i = 0; i < old->n_members; i++) {
+        if (mb__member_copy(&v.members[i], &old->members[i]) != 0) {
+            mb__view_free(&v);
+            return ST_ENOMEM;
+        }
+        v.members[i].joiner = 0;
+        v.n_members++;
+    }
+    *next = v;
+    return 1;
+}

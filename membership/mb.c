@@ -23,55 +23,6 @@
 #include "common/status.h"
 #include "membership/etcd-int.h"
 
-#define MB_KEY_MAX 512
-#define MB_RETRY_MIN_MS 100
-#define MB_RETRY_MAX_MS 1000
-
-typedef struct {
-    char *key;
-    char *val;
-    size_t len;
-    int64_t mod, create, lease;
-} mb_kv_t;
-
-struct mb {
-    uv_loop_t *loop;
-    etcd_t *etcd;
-    mb_callbacks_t cb;
-    void *data;
-    mb_member_t me;          /* node, host, addr, slots; lease below */
-    int ttl_s, min_members, settle_ms;
-    char prefix[MB_KEY_MAX], my_key[MB_KEY_MAX], leader_key[MB_KEY_MAX];
-    char view_key[MB_KEY_MAX], drain_key[MB_KEY_MAX];
-    char nodes_prefix[MB_KEY_MAX], suspect_prefix[MB_KEY_MAX];
-
-    mb_state_t state;
-    int64_t lease;           /* current registration; 0 when none */
-    int64_t old_lease;       /* a lost lease still to revoke */
-    int64_t my_key_rev;      /* revision of our node record put */
-    uint64_t step;
-    unsigned reg_gen;        /* bumped per registration: drops stale
-                                replies */
-
-    uv_timer_t ka_timer, fence_timer, retry_timer, settle_timer;
-    uv_timer_t again_timer;  /* reconcile again after a failed request */
-    int n_closing;
-    int ka_inflight;
-    unsigned ka_gen;
-    uint64_t ka_sent_ms;
-    long retry_ms;
-    int campaign_inflight, view_inflight, view_again;
-    int64_t suspect_rev_done;
-
-    etcd_watch_t *watch;
-    mb_kv_t *kvs;
-    size_t n_kvs, cap_kvs;
-    int64_t rev;             /* mirror is complete up to this revision */
-
-    mb__view_t view;         /* the view in etcd, as last parsed */
-    int64_t view_mod;        /* its mod_revision */
-    uint64_t delivered_gen;  /* last generation given to on_view */
-};
 
 static void transition(mb_t *mb, mb_event_t ev, const char *why);
 static void reconcile(mb_t *mb);
@@ -83,7 +34,7 @@ static void on_again(uv_timer_t *t)
 
 /* A request that reconcile() sent failed (etcd hiccup): look again soon,
  * since no watch event may come to trigger it. */
-static void reconcile_soon(mb_t *mb)
+void mb__reconcile_soon(mb_t *mb)
 {
     uv_timer_start(&mb->again_timer, on_again, MB_RETRY_MIN_MS * 2, 0);
 }
@@ -111,7 +62,7 @@ const char *mb_event_name(mb_event_t ev)
     return (unsigned)ev < 8 ? event_names[ev] : "?";
 }
 
-static int holds_lease(mb_state_t s)
+int mb__holds_lease(mb_state_t s)
 {
     return s >= MB_JOINING;
 }
@@ -121,11 +72,11 @@ int mb_state_next(mb_state_t s, mb_event_t ev, mb_state_t *next_p)
     mb_state_t n = (mb_state_t)-1;
     if (ev == MB_EV_LEAVE && s != MB_IDLE && s != MB_LEAVING && s != MB_LEFT)
         n = MB_LEAVING;
-    else if (ev == MB_EV_LEASE_LOST && holds_lease(s))
+    else if (ev == MB_EV_LEASE_LOST && mb__holds_lease(s))
         n = MB_FENCED;
     else if (ev == MB_EV_DRAIN && (s == MB_JOINING || s == MB_ACTIVE))
         n = MB_DRAINING;
-    else if (ev == MB_EV_IN_VIEW && holds_lease(s))
+    else if (ev == MB_EV_IN_VIEW && mb__holds_lease(s))
         n = s == MB_DRAINING ? MB_DRAINING : MB_ACTIVE;
     else if (ev == MB_EV_START && s == MB_IDLE)
         n = MB_REGISTERING;
@@ -166,7 +117,7 @@ static void schedule_retry(mb_t *mb)
 static void on_fence_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (holds_lease(mb->state))
+    if (mb__holds_lease(mb->state))
         transition(mb, MB_EV_LEASE_LOST, "lease not renewed in time");
 }
 
@@ -184,7 +135,7 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
 {
     mb_t *mb = data;
     mb->ka_inflight = 0;
-    if (mb->ka_gen != mb->reg_gen || !holds_lease(mb->state))
+    if (mb->ka_gen != mb->reg_gen || !mb__holds_lease(mb->state))
         return;
     if (status != 0) {
         RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
@@ -201,7 +152,7 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
 static void on_ka_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb->ka_inflight || !holds_lease(mb->state))
+    if (mb->ka_inflight || !mb__holds_lease(mb->state))
         return;
     mb->ka_gen = mb->reg_gen;
     mb->ka_sent_ms = uv_now(mb->loop);
@@ -293,7 +244,7 @@ static void kv_free(mb_kv_t *kv)
     free(kv->val);
 }
 
-static mb_kv_t *mirror_find(mb_t *mb, const char *key)
+mb_kv_t *mb__mirror_find(mb_t *mb, const char *key)
 {
     for (size_t i = 0; i < mb->n_kvs; i++)
         if (strcmp(mb->kvs[i].key, key) == 0)
@@ -303,7 +254,7 @@ static mb_kv_t *mirror_find(mb_t *mb, const char *key)
 
 static void mirror_del(mb_t *mb, const char *key)
 {
-    mb_kv_t *kv = mirror_find(mb, key);
+    mb_kv_t *kv = mb__mirror_find(mb, key);
     if (kv == NULL)
         return;
     kv_free(kv);
@@ -312,7 +263,7 @@ static void mirror_del(mb_t *mb, const char *key)
 
 static int mirror_put(mb_t *mb, const etcd_kv_t *src)
 {
-    mb_kv_t *kv = mirror_find(mb, src->key);
+    mb_kv_t *kv = mb__mirror_find(mb, src->key);
     if (kv == NULL) {
         if (mb->n_kvs == mb->cap_kvs) {
             size_t cap = mb->cap_kvs ? mb->cap_kvs * 2 : 16;
@@ -393,7 +344,7 @@ static int find_me(const mb_t *mb, const mb__view_t *v)
 /* Parse the view key when it changed; deliver it if it is new and ours. */
 static void install_view(mb_t *mb)
 {
-    mb_kv_t *kv = mirror_find(mb, mb->view_key);
+    mb_kv_t *kv = mb__mirror_find(mb, mb->view_key);
     if (kv == NULL || kv->mod == mb->view_mod)
         return;
     mb__view_t v;
@@ -420,194 +371,30 @@ static void install_view(mb_t *mb)
         mb->cb.on_view(&pub, mb->data);
 }
 
-/* The live set: every node record in the mirror (a record exists exactly
- * as long as its lease). Returns the count; members are owned copies. */
-static size_t collect_alive(mb_t *mb, mb_member_t **out)
-{
-    size_t plen = strlen(mb->nodes_prefix), n = 0;
-    mb_member_t *arr = calloc(mb->n_kvs + 1, sizeof(*arr));
-    if (arr == NULL)
-        return 0;
-    for (size_t i = 0; i < mb->n_kvs; i++) {
-        const mb_kv_t *kv = &mb->kvs[i];
-        if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
-            continue;
-        if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
-            continue;
-        arr[n++].lease = kv->lease; /* the lease etcd holds it by */
-    }
-    *out = arr;
-    return n;
-}
-
-static void free_members(mb_member_t *arr, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        mb__member_free(&arr[i]);
-    free(arr);
-}
-
-static void on_settle(uv_timer_t *t);
-
-static void schedule_settle(mb_t *mb)
-{
-    if (!uv_is_active((uv_handle_t *)&mb->settle_timer))
-        uv_timer_start(&mb->settle_timer, on_settle,
-                       (uint64_t)mb->settle_ms, 0);
-}
-
-static void on_view_txn(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    mb->view_inflight = 0;
-    if (status != 0 || mb->view_again) {
-        mb->view_again = 0;
-        schedule_settle(mb);
-    } else if (!res->succeeded) {
-        RD_DEBUG("mb %s: view txn lost a race", mb->me.node);
-    }
-}
-
-static int is_leader(mb_t *mb)
-{
-    mb_kv_t *kv = mirror_find(mb, mb->leader_key);
-    return kv != NULL && holds_lease(mb->state) && mb->lease != 0 &&
-           kv->lease == mb->lease && strcmp(kv->val, mb->me.node) == 0;
-}
-
-/* Leader: write view g+1 if the live set differs from view g. The txn
- * holds only if view g is still the stored one and we still lead, so no
- * generation is ever written twice. */
-static void on_settle(uv_timer_t *t)
-{
-    mb_t *mb = t->data;
-    if (!is_leader(mb))
-        return;
-    if (mb->view_inflight) {
-        mb->view_again = 1;
-        return;
-    }
-    mb_member_t *alive = NULL;
-    size_t n = collect_alive(mb, &alive);
-    mb__view_t next;
-    int changed = 0;
-    if (n > 0 && (mb->view.generation > 0 || n >= (size_t)mb->min_members))
-        changed = mb__view_next(&mb->view, alive, n, mb->step, &next);
-    free_members(alive, n);
-    if (changed <= 0)
-        return;
-    char *json = mb__view_json(&next);
-    mb_kv_t *lk = mirror_find(mb, mb->leader_key);
-    etcd_cmp_t cmps[2] = {
-        {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
-         mirror_find(mb, mb->view_key) ? mb->view_mod : 0, NULL, 0},
-        {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL, lk->create, NULL,
-         0},
-    };
-    etcd_op_t put = {ETCD_OP_PUT, mb->view_key, 0, json,
-                     json ? strlen(json) : 0, 0};
-    RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
-            (unsigned long long)next.generation, next.n_members);
-    if (json != NULL &&
-        etcd_txn(mb->etcd, cmps, 2, &put, 1, NULL, 0, on_view_txn, mb) == 0)
-        mb->view_inflight = 1;
-    free(json);
-    mb__view_free(&next);
-}
-
-static void on_campaign(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    mb->campaign_inflight = 0;
-    if (status == 0 && res->succeeded)
-        RD_INFO("mb %s: elected leader", mb->me.node);
-    else if (status != 0)
-        reconcile_soon(mb);
-}
-
-static void campaign(mb_t *mb)
-{
-    if (mb->campaign_inflight || mb->state == MB_DRAINING)
-        return;
-    etcd_cmp_t absent = {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL,
-                         0, NULL, 0};
-    etcd_op_t put = {ETCD_OP_PUT, mb->leader_key, 0, mb->me.node,
-                     strlen(mb->me.node), mb->lease};
-    if (etcd_txn(mb->etcd, &absent, 1, &put, 1, NULL, 0, on_campaign,
-                 mb) == 0)
-        mb->campaign_inflight = 1;
-}
-
-static void on_suspect_revoked(int status, const etcd_result_t *res,
-                               void *data)
-{
-    mb_t *mb = data;
-    (void)res;
-    if (status != 0 && status != -ENOENT) {
-        mb->suspect_rev_done = 0; /* try those suspects again */
-        reconcile_soon(mb);
-    }
-}
-
-/* Leader: revoke the lease of every newly suspected node, so its record
- * (and any key it holds) vanishes now rather than after its TTL. A
- * suspicion names an incarnation (lease); once that record is gone (or
- * replaced by a new incarnation), the suspect key has done its job and
- * is deleted. */
-static void handle_suspects(mb_t *mb)
-{
-    size_t plen = strlen(mb->suspect_prefix);
-    int64_t done = mb->suspect_rev_done;
-    for (size_t i = 0; i < mb->n_kvs; i++) {
-        const mb_kv_t *kv = &mb->kvs[i];
-        if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
-            continue;
-        char nkey[MB_KEY_MAX];
-        snprintf(nkey, sizeof(nkey), "%s%s", mb->nodes_prefix,
-                 kv->key + plen);
-        cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
-        int64_t lease = 0;
-        etcd__json_i64(j, "lease", &lease);
-        cJSON_Delete(j);
-        mb_kv_t *node = mirror_find(mb, nkey);
-        if (node == NULL || lease != node->lease) {
-            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
-            continue;
-        }
-        if (kv->mod <= mb->suspect_rev_done)
-            continue; /* revoke already sent */
-        done = kv->mod > done ? kv->mod : done;
-        RD_INFO("mb %s: revoking suspect %s (lease %llx)", mb->me.node,
-                kv->key + plen, (unsigned long long)node->lease);
-        etcd_lease_revoke(mb->etcd, node->lease, on_suspect_revoked, mb);
-    }
-    mb->suspect_rev_done = done;
-}
-
 /* Act on the mirror; see the top of the file. */
 static void reconcile(mb_t *mb)
 {
-    if (!holds_lease(mb->state) || mb->rev < mb->my_key_rev)
+    if (!mb__holds_lease(mb->state) || mb->rev < mb->my_key_rev)
         return; /* the mirror is older than our own registration */
-    mb_kv_t *mine = mirror_find(mb, mb->my_key);
+    mb_kv_t *mine = mb__mirror_find(mb, mb->my_key);
     if (mine == NULL || mine->lease != mb->lease) {
         transition(mb, MB_EV_LEASE_LOST, "node record gone (evicted)");
         return;
     }
     install_view(mb);
-    if (!holds_lease(mb->state))
+    if (!mb__holds_lease(mb->state))
         return;
-    if (mirror_find(mb, mb->drain_key) != NULL &&
+    if (mb__mirror_find(mb, mb->drain_key) != NULL &&
         (mb->state == MB_JOINING || mb->state == MB_ACTIVE)) {
         transition(mb, MB_EV_DRAIN, "drain requested");
-        if (!holds_lease(mb->state))
+        if (!mb__holds_lease(mb->state))
             return;
     }
-    if (mirror_find(mb, mb->leader_key) == NULL)
-        campaign(mb);
-    if (is_leader(mb)) {
-        handle_suspects(mb);
-        schedule_settle(mb);
+    if (mb__mirror_find(mb, mb->leader_key) == NULL)
+        mb__campaign(mb);
+    if (mb__is_leader(mb)) {
+        mb__handle_suspects(mb);
+        mb__schedule_settle(mb);
     } else {
         mb->suspect_rev_done = 0;
     }
@@ -686,7 +473,7 @@ static void transition(mb_t *mb, mb_event_t ev, const char *why)
         return;
     RD_INFO("mb %s: %s -> %s (%s)", mb->me.node, mb_state_name(prev),
             mb_state_name(next), why);
-    if (holds_lease(prev) && !holds_lease(next))
+    if (mb__holds_lease(prev) && !mb__holds_lease(next))
         stop_lease_timers(mb);
     mb->state = next;
     switch (next) {
@@ -735,6 +522,7 @@ static void make_keys(mb_t *mb, const char *job)
     snprintf(mb->prefix, MB_KEY_MAX, "/ringd/%s/", job);
     snprintf(mb->nodes_prefix, MB_KEY_MAX, "/ringd/%s/nodes/", job);
     snprintf(mb->suspect_prefix, MB_KEY_MAX, "/ringd/%s/suspect/", job);
+    snprintf(mb->reshape_prefix, MB_KEY_MAX, "/ringd/%s/reshape/", job);
     snprintf(mb->my_key, MB_KEY_MAX, "/ringd/%s/nodes/%s", job, n);
     snprintf(mb->leader_key, MB_KEY_MAX, "/ringd/%s/leader", job);
     snprintf(mb->view_key, MB_KEY_MAX, "/ringd/%s/view", job);
@@ -800,44 +588,6 @@ int mb_start(mb_t *mb)
     transition(mb, MB_EV_START, "mb_start");
     return 0;
 }
-
-static void on_suspect_put(int status, const etcd_result_t *res,
-                           void *data)
-{
-    (void)res;
-    (void)data;
-    (void)status; /* etcd logged a failure; the lease still bounds it */
-}
-
-int mb_suspect(mb_t *mb, const char *node, const char *why)
-{
-    int64_t lease = 0;
-    for (size_t i = 0; i < mb->view.n_members; i++)
-        if (strcmp(mb->view.members[i].node, node) == 0)
-            lease = mb->view.members[i].lease;
-    if (!holds_lease(mb->state) || lease == 0) {
-        RD_ERROR("mb %s: cannot suspect %s (state %s, %s)", mb->me.node,
-                 node, mb_state_name(mb->state),
-                 lease ? "known" : "not in the current view");
-        return ST_EINVAL;
-    }
-    char key[MB_KEY_MAX], ls[32];
-    snprintf(key, sizeof(key), "%s%s", mb->suspect_prefix, node);
-    snprintf(ls, sizeof(ls), "%lld", (long long)lease);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "by", mb->me.node);
-    cJSON_AddStringToObject(o, "why", why ? why : "");
-    cJSON_AddStringToObject(o, "lease", ls);
-    char *json = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    RD_INFO("mb %s: suspects %s: %s", mb->me.node, node, why ? why : "");
-    int rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
-                             on_suspect_put, mb)
-                  : ST_ENOMEM;
-    free(json);
-    return rc;
-}
-
 void mb_set_step(mb_t *mb, uint64_t step)
 {
     mb->step = step;
@@ -862,7 +612,7 @@ mb_state_t mb_state(const mb_t *mb)
 
 int mb_is_leader(const mb_t *mb)
 {
-    return is_leader((mb_t *)mb);
+    return mb__is_leader((mb_t *)mb);
 }
 
 int64_t mb_lease(const mb_t *mb)

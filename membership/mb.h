@@ -133,6 +133,17 @@ int mb_start(mb_t *mb);
  */
 int mb_suspect(mb_t *mb, const char *node, const char *why);
 
+/*
+ * Ask for a new generation of the installed view with the same members
+ * (a "reshape"): every member's on_view then fires with it. For failures
+ * membership cannot see, e.g. a node whose local trainer died mid-step
+ * and cannot finish it while its neighbours wait for it. The request
+ * names the generation installed now; a view written meanwhile for
+ * another reason answers it as well. Returns 0 when sent, ST_EINVAL when
+ * this node is not ACTIVE in a view.
+ */
+int mb_request_view(mb_t *mb, const char *why);
+
 /* The training step this node is at; the leader puts it in new views. */
 void mb_set_step(mb_t *mb, uint64_t step);
 

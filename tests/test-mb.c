@@ -426,6 +426,65 @@ TEST_IMPL(mb_suspect)
     return fx_done();
 }
 
+static int no_reshape_keys(void *arg)
+{
+    (void)arg;
+    return fx_etcdctl(&etcd_, "get --prefix /ringd/test/reshape/ "
+                              "--keys-only | grep -q .") == 1;
+}
+
+/* A reshape request gives every member a new generation of the same
+ * member list: no joiner, nobody fenced. Malformed and foreign requests
+ * change nothing and are removed. */
+TEST_IMPL(mb_reshape)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 5, 3);
+    start_member(&m[1], "n2", "h", 5, 3);
+    ASSERT_EQ(mb_request_view(m[0].mb, "too early"), ST_EINVAL);
+    start_member(&m[2], "n3", "h", 5, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    int asker = (leader + 1) % 3;
+    ASSERT_OK(mb_request_view(m[asker].mb, "trainer lost"));
+    wait_gen(all, 3, 2, 3000);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(m[i].n_views, 2);
+        ASSERT_STR_EQ(m[i].lists[1], "n1 n2 n3 ");
+        ASSERT_STR_EQ(m[i].joiners[1], "");
+        ASSERT_EQ(m[i].source[1], 0);
+        ASSERT_EQ(m[i].fenced, 0);
+        ASSERT_EQ(mb_state(m[i].mb), MB_ACTIVE);
+    }
+    /* The leader may ask too. */
+    ASSERT_OK(mb_request_view(m[leader].mb, "again"));
+    wait_gen(all, 3, 3, 3000);
+    /* Hostile keys: garbage, a stale generation, a non-member. None may
+     * make a view; the next real request still works and gets view 4. */
+    ASSERT_OK(fx_etcdctl(&etcd_, "put /ringd/test/reshape/n1 'not json'"));
+    ASSERT_OK(fx_etcdctl(&etcd_,
+                         "put /ringd/test/reshape/n2 '{\"gen\":\"1\"}'"));
+    ASSERT_OK(fx_etcdctl(&etcd_,
+                         "put /ringd/test/reshape/zz '{\"gen\":\"3\"}'"));
+    ASSERT(fx_run_until_fn(&loop, no_reshape_keys, NULL, 5000));
+    /* The leader deleted them in the pass that would have written a
+     * view: give such a view time to show up (none may). */
+    int never = 0;
+    fx_run_until(&loop, &never, 300);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(last_gen(&m[i]), 3);
+    ASSERT_OK(mb_request_view(m[asker].mb, "third"));
+    wait_gen(all, 3, 4, 3000);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(m[i].n_views, 4);
+        ASSERT_EQ(last_gen(&m[i]), 4);
+    }
+    teardown(m, 3);
+    return fx_done();
+}
+
 TEST_IMPL(mb_drain)
 {
     setup();

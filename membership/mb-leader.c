@@ -1,0 +1,296 @@
+/*
+ * mb-leader.c - the leader's duties and the requests that reach it:
+ * campaigning, writing views, revoking suspects, and reshape requests
+ * (a member asks for a new generation of the same member list).
+ *
+ * A reshape exists for failures that etcd cannot see: a node whose local
+ * trainer died in the middle of a step cannot finish that step, and its
+ * ring neighbours wait for it. Its daemon is healthy, so no lease expires
+ * and no endpoint fails; the node puts reshape/<node> naming the
+ * generation it wants replaced, the leader writes generation g+1 with the
+ * same members, and every member aborts what runs on the old ring and
+ * agrees on the step again (daemon/README.md, "The ring backend").
+ */
+#include "membership/mb-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "membership/etcd-int.h"
+
+/* The live set: every node record in the mirror (a record exists exactly
+ * as long as its lease). Returns the count; members are owned copies. */
+static size_t collect_alive(mb_t *mb, mb_member_t **out)
+{
+    size_t plen = strlen(mb->nodes_prefix), n = 0;
+    mb_member_t *arr = calloc(mb->n_kvs + 1, sizeof(*arr));
+    if (arr == NULL)
+        return 0;
+    for (size_t i = 0; i < mb->n_kvs; i++) {
+        const mb_kv_t *kv = &mb->kvs[i];
+        if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
+            continue;
+        if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
+            continue;
+        arr[n++].lease = kv->lease; /* the lease etcd holds it by */
+    }
+    *out = arr;
+    return n;
+}
+
+static void free_members(mb_member_t *arr, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mb__member_free(&arr[i]);
+    free(arr);
+}
+
+static void on_settle(uv_timer_t *t);
+
+/* Leader: 1 when a member asked to replace the stored view's generation.
+ * Requests for an older generation were answered by a later view (any
+ * new generation aborts the old ring) and are deleted, as are malformed
+ * ones and those of nodes that are not members. */
+static int reshape_wanted(mb_t *mb)
+{
+    size_t plen = strlen(mb->reshape_prefix);
+    int wanted = 0;
+    for (size_t i = 0; i < mb->n_kvs; i++) {
+        const mb_kv_t *kv = &mb->kvs[i];
+        if (strncmp(kv->key, mb->reshape_prefix, plen) != 0)
+            continue;
+        cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+        int64_t gen = -1;
+        if (etcd__json_i64(j, "gen", &gen) != 0)
+            gen = -1;
+        cJSON_Delete(j);
+        int member = 0;
+        for (size_t m = 0; m < mb->view.n_members; m++)
+            member |= strcmp(mb->view.members[m].node, kv->key + plen) == 0;
+        if (member && gen >= 0 && (uint64_t)gen == mb->view.generation) {
+            if (!wanted)
+                RD_INFO("mb %s: %s asks for a new generation of view %llu",
+                        mb->me.node, kv->key + plen,
+                        (unsigned long long)mb->view.generation);
+            wanted = 1;
+        } else if (gen < 0 || (uint64_t)gen < mb->view.generation ||
+                   !member) {
+            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+        }
+    }
+    return wanted;
+}
+
+void mb__schedule_settle(mb_t *mb)
+{
+    if (!uv_is_active((uv_handle_t *)&mb->settle_timer))
+        uv_timer_start(&mb->settle_timer, on_settle,
+                       (uint64_t)mb->settle_ms, 0);
+}
+
+static void on_view_txn(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    mb->view_inflight = 0;
+    if (status != 0 || mb->view_again) {
+        mb->view_again = 0;
+        mb__schedule_settle(mb);
+    } else if (!res->succeeded) {
+        RD_DEBUG("mb %s: view txn lost a race", mb->me.node);
+    }
+}
+
+int mb__is_leader(mb_t *mb)
+{
+    mb_kv_t *kv = mb__mirror_find(mb, mb->leader_key);
+    return kv != NULL && mb__holds_lease(mb->state) && mb->lease != 0 &&
+           kv->lease == mb->lease && strcmp(kv->val, mb->me.node) == 0;
+}
+
+/* Leader: write view g+1 if the live set differs from view g. The txn
+ * holds only if view g is still the stored one and we still lead, so no
+ * generation is ever written twice. */
+static void on_settle(uv_timer_t *t)
+{
+    mb_t *mb = t->data;
+    if (!mb__is_leader(mb))
+        return;
+    if (mb->view_inflight) {
+        mb->view_again = 1;
+        return;
+    }
+    mb_member_t *alive = NULL;
+    size_t n = collect_alive(mb, &alive);
+    mb__view_t next;
+    int changed = 0;
+    if (n > 0 && (mb->view.generation > 0 || n >= (size_t)mb->min_members))
+        changed = mb__view_next(&mb->view, alive, n, mb->step, &next);
+    if (changed == 0 && reshape_wanted(mb))
+        changed = mb__view_renew(&mb->view, mb->step, &next);
+    free_members(alive, n);
+    if (changed <= 0)
+        return;
+    char *json = mb__view_json(&next);
+    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
+    etcd_cmp_t cmps[2] = {
+        {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
+         mb__mirror_find(mb, mb->view_key) ? mb->view_mod : 0, NULL, 0},
+        {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL, lk->create, NULL,
+         0},
+    };
+    etcd_op_t put = {ETCD_OP_PUT, mb->view_key, 0, json,
+                     json ? strlen(json) : 0, 0};
+    RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
+            (unsigned long long)next.generation, next.n_members);
+    if (json != NULL &&
+        etcd_txn(mb->etcd, cmps, 2, &put, 1, NULL, 0, on_view_txn, mb) == 0)
+        mb->view_inflight = 1;
+    free(json);
+    mb__view_free(&next);
+}
+
+static void on_campaign(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    mb->campaign_inflight = 0;
+    if (status == 0 && res->succeeded)
+        RD_INFO("mb %s: elected leader", mb->me.node);
+    else if (status != 0)
+        mb__reconcile_soon(mb);
+}
+
+void mb__campaign(mb_t *mb)
+{
+    if (mb->campaign_inflight || mb->state == MB_DRAINING)
+        return;
+    etcd_cmp_t absent = {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL,
+                         0, NULL, 0};
+    etcd_op_t put = {ETCD_OP_PUT, mb->leader_key, 0, mb->me.node,
+                     strlen(mb->me.node), mb->lease};
+    if (etcd_txn(mb->etcd, &absent, 1, &put, 1, NULL, 0, on_campaign,
+                 mb) == 0)
+        mb->campaign_inflight = 1;
+}
+
+static void on_suspect_revoked(int status, const etcd_result_t *res,
+                               void *data)
+{
+    mb_t *mb = data;
+    (void)res;
+    if (status != 0 && status != -ENOENT) {
+        mb->suspect_rev_done = 0; /* try those suspects again */
+        mb__reconcile_soon(mb);
+    }
+}
+
+/* Leader: revoke the lease of every newly suspected node, so its record
+ * (and any key it holds) vanishes now rather than after its TTL. A
+ * suspicion names an incarnation (lease); once that record is gone (or
+ * replaced by a new incarnation), the suspect key has done its job and
+ * is deleted. */
+void mb__handle_suspects(mb_t *mb)
+{
+    size_t plen = strlen(mb->suspect_prefix);
+    int64_t done = mb->suspect_rev_done;
+    for (size_t i = 0; i < mb->n_kvs; i++) {
+        const mb_kv_t *kv = &mb->kvs[i];
+        if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
+            continue;
+        char nkey[MB_KEY_MAX];
+        snprintf(nkey, sizeof(nkey), "%s%s", mb->nodes_prefix,
+                 kv->key + plen);
+        cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+        int64_t lease = 0;
+        etcd__json_i64(j, "lease", &lease);
+        cJSON_Delete(j);
+        mb_kv_t *node = mb__mirror_find(mb, nkey);
+        if (node == NULL || lease != node->lease) {
+            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+            continue;
+        }
+        if (kv->mod <= mb->suspect_rev_done)
+            continue; /* revoke already sent */
+        done = kv->mod > done ? kv->mod : done;
+        RD_INFO("mb %s: revoking suspect %s (lease %llx)", mb->me.node,
+                kv->key + plen, (unsigned long long)node->lease);
+        etcd_lease_revoke(mb->etcd, node->lease, on_suspect_revoked, mb);
+    }
+    mb->suspect_rev_done = done;
+}
+
+static void on_suspect_put(int status, const etcd_result_t *res,
+                           void *data)
+{
+    (void)res;
+    (void)data;
+    (void)status; /* etcd logged a failure; the lease still bounds it */
+}
+
+int mb_suspect(mb_t *mb, const char *node, const char *why)
+{
+    int64_t lease = 0;
+    for (size_t i = 0; i < mb->view.n_members; i++)
+        if (strcmp(mb->view.members[i].node, node) == 0)
+            lease = mb->view.members[i].lease;
+    if (!mb__holds_lease(mb->state) || lease == 0) {
+        RD_ERROR("mb %s: cannot suspect %s (state %s, %s)", mb->me.node,
+                 node, mb_state_name(mb->state),
+                 lease ? "known" : "not in the current view");
+        return ST_EINVAL;
+    }
+    char key[MB_KEY_MAX], ls[32];
+    snprintf(key, sizeof(key), "%s%s", mb->suspect_prefix, node);
+    snprintf(ls, sizeof(ls), "%lld", (long long)lease);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "by", mb->me.node);
+    cJSON_AddStringToObject(o, "why", why ? why : "");
+    cJSON_AddStringToObject(o, "lease", ls);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    RD_INFO("mb %s: suspects %s: %s", mb->me.node, node, why ? why : "");
+    int rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
+                             on_suspect_put, mb)
+                  : ST_ENOMEM;
+    free(json);
+    return rc;
+}
+
+static void on_reshape_put(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    (void)res;
+    if (status != 0)
+        RD_WARN("mb %s: reshape request not stored: %s", mb->me.node,
+                st_strerror(status));
+}
+
+int mb_request_view(mb_t *mb, const char *why)
+{
+    if (mb->state != MB_ACTIVE || mb->delivered_gen == 0) {
+        RD_ERROR("mb %s: cannot ask for a new view in state %s",
+                 mb->me.node, mb_state_name(mb->state));
+        return ST_EINVAL;
+    }
+    char key[MB_KEY_MAX], gen[32];
+    snprintf(key, sizeof(key), "%s%s", mb->reshape_prefix, mb->me.node);
+    snprintf(gen, sizeof(gen), "%" PRIu64, mb->delivered_gen);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "gen", gen);
+    cJSON_AddStringToObject(o, "why", why ? why : "");
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    RD_INFO("mb %s: asks for a new generation of view %s: %s", mb->me.node,
+            gen, why ? why : "");
+    int rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
+                             on_reshape_put, mb)
+                  : ST_ENOMEM;
+    free(json);
+    return rc;
+}
