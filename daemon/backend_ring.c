@@ -20,344 +20,16 @@
  * applied twice; a failed endpoint is suspected at once, a deadline only
  * after the lease TTL. daemon/README.md ("The ring backend") says why.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend.h"
-#include "daemon/dmn.h"
-#include "membership/mb.h"
-#include "ring/ring.h"
-#include "transport/tp.h"
-
-typedef enum {
-    RB_WAITING = 0, /* no usable view: start, after a failure, fenced */
-    RB_SYNCING,     /* the ring thread builds the ring and resyncs */
-    RB_READY,       /* collectives run */
-    RB_LEAVING,     /* mb_leave in progress */
-    RB_LEFT,
-} rb_state_t;
+#include "daemon/backend_ring-int.h"
 
 static const char *const rb_state_names[] = {"waiting", "syncing", "ready",
                                              "leaving", "left"};
-
-typedef enum {
-    CMD_NONE = 0,
-    CMD_REBUILD,
-    CMD_AGREE,
-    CMD_ALLREDUCE,
-    CMD_BROADCAST,
-} cmd_kind_t;
-
-#define RB_MAX_NODES 4096
-#define RB_REBUILD_DEADLINE_MS 60000
-
-typedef struct {
-    char *node;
-    uint8_t *addr;
-    size_t addr_len;
-    int slots;
-    int64_t lease;
-    int joiner;          /* not in the previous view */
-} rb_member_t;
-
-/* A copy of an mb view that outlives on_view. */
-typedef struct {
-    uint64_t generation;
-    size_t n;
-    rb_member_t *m;
-    int my_index;
-    size_t n_joiners;
-} rb_view_t;
-
-typedef struct {
-    cmd_kind_t kind;
-    /* REBUILD */
-    const rb_view_t *view;
-    void *state;
-    size_t state_bytes;
-    uint64_t my_step;
-    uint32_t my_trainers;
-    uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
-    /* collectives */
-    void *buf;
-    size_t count;
-    kern_dtype_t dt;
-    kern_op_t op;
-    uint32_t root;
-    /* results */
-    int status;
-    uint32_t suspect; /* ring rank, when status is a peer failure */
-    uint64_t step_out;
-    int state_replaced;
-} rb_cmd_t;
-
-typedef struct {
-    dmn_backend_t base;
-    uv_loop_t *loop;
-    dmn_backend_cbs_t cbs;
-    ring_opts_t ring_opts;
-    int ttl_s;
-    mb_t *mb;
-    tp_t *tp;
-
-    /* The ring thread and its one command slot. */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    rb_cmd_t cmd;
-    int posted;       /* cmd waits for the ring thread */
-    int quit;
-    ring_t *ring;     /* guarded by mu: main may ring_abort() it */
-    ring_t *older;    /* ring thread only: the previous generation's ring,
-                         kept open one generation longer (see rt_rebuild) */
-    int abort_flag;   /* guarded by mu: abort the command in flight, also
-                         a ring it has not published yet */
-    uv_async_t async;
-    int busy;         /* main: a command is out */
-
-    /* Main loop state. */
-    rb_state_t state;
-    rb_view_t *cur;       /* the installed view */
-    rb_view_t *pending;   /* the next one */
-    dmn_view_t dview;
-    uint64_t step;        /* next step to run */
-    uint32_t local_trainers;
-    uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
-    uint32_t counts[RB_MAX_NODES];
-    dmn_done_cb op_cb, ready_cb, leave_cb;
-    void *op_arg, *ready_arg, *leave_arg;
-    int op_status;        /* a deferred completion */
-    int fenced;           /* lease lost, not re-registered yet */
-    int drain_requested;
-    uv_timer_t defer;
-    uv_timer_t suspect_timer;
-    char *quiet_node;     /* neighbour that went quiet (deadline) */
-    int open_handles;     /* counted down by close callbacks */
-} rb_t;
-
-
-/* ---- views ----------------------------------------------------------- */
-
-static void view_free(rb_view_t *v)
-{
-    if (v == NULL)
-        return;
-    for (size_t i = 0; i < v->n; i++) {
-        free(v->m[i].node);
-        free(v->m[i].addr);
-    }
-    free(v->m);
-    free(v);
-}
-
-static rb_view_t *view_copy(const mb_view_t *mv)
-{
-    rb_view_t *v = calloc(1, sizeof(*v));
-    if (v == NULL)
-        return NULL;
-    v->m = calloc(mv->n_members ? mv->n_members : 1, sizeof(rb_member_t));
-    if (v->m == NULL) {
-        free(v);
-        return NULL;
-    }
-    v->generation = mv->generation;
-    v->my_index = mv->my_index;
-    v->n_joiners = mv->n_joiners;
-    for (size_t i = 0; i < mv->n_members; i++, v->n++) {
-        const mb_member_t *s = &mv->members[i];
-        rb_member_t *d = &v->m[i];
-        d->node = strdup(s->node);
-        d->addr = malloc(s->addr_len ? s->addr_len : 1);
-        if (d->node == NULL || d->addr == NULL) {
-            v->n++;
-            view_free(v);
-            return NULL;
-        }
-        memcpy(d->addr, s->addr, s->addr_len);
-        d->addr_len = s->addr_len;
-        d->slots = s->slots;
-        d->lease = s->lease;
-        d->joiner = s->joiner;
-    }
-    return v;
-}
-
-/* ---- the ring thread ------------------------------------------------- */
-
-static void rt_set_ring(rb_t *b, ring_t *r)
-{
-    pthread_mutex_lock(&b->mu);
-    b->ring = r;
-    if (r != NULL && b->abort_flag)
-        ring_abort(r); /* asked for while ring_create ran */
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* Every node's trainer count, in ring order. */
-static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
-{
-    uint32_t n = (uint32_t)c->view->n;
-    memset(c->counts, 0, n * sizeof(uint32_t));
-    c->counts[c->view->my_index] = c->my_trainers;
-    return ring_allgather(b->ring, c->counts, sizeof(uint32_t));
-}
-
-/*
- * Build the ring of the new view, then agree on the step: one allreduce
- * MAX of {member<<62 | step<<20 | (0xfffff - index), -step, bytes, -bytes}
- * gives the source of the state (a member of the previous view if there
- * is one, the furthest step, the lowest index), the smallest step, and
- * whether every state has the same size.
- */
-static int rt_rebuild(rb_t *b, rb_cmd_t *c)
-{
-    /*
-     * The ring being replaced is closed one generation later, not now: a
-     * neighbour that has not seen the new view yet may still wait in a
-     * collective on it, and closing our endpoints would show it a failed
-     * endpoint naming us (a healthy node it would then suspect). Open,
-     * we are merely quiet until its own copy of the view aborts it.
-     */
-    ring_t *prev = b->ring;
-    rt_set_ring(b, NULL);
-    if (b->older != NULL) {
-        ring_abort(b->older); /* closes at once instead of flushing */
-        ring_destroy(b->older);
-    }
-    b->older = prev;
-
-    const rb_view_t *v = c->view;
-    const void **addrs = calloc(v->n, sizeof(*addrs));
-    size_t *lens = calloc(v->n, sizeof(*lens));
-    if (addrs == NULL || lens == NULL) {
-        free(addrs);
-        free(lens);
-        return ST_ENOMEM;
-    }
-    for (size_t i = 0; i < v->n; i++) {
-        addrs[i] = v->m[i].addr;
-        lens[i] = v->m[i].addr_len;
-    }
-    ring_view_t rv = {.generation = v->generation, .nranks = (uint32_t)v->n,
-                      .rank = (uint32_t)v->my_index, .addrs = addrs,
-                      .addr_lens = lens};
-    /* The members reach a new ring when their trainers reach a step
-     * start, seconds apart at worst: the first collective may wait long.
-     * A crash still ends it at once (endpoint error), a new view too. */
-    ring_opts_t first = b->ring_opts;
-    if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
-        first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    ring_t *r = NULL;
-    int rc = ring_create(b->tp, &rv, &first, &r);
-    free(addrs);
-    free(lens);
-    if (rc != 0)
-        return rc;
-    rt_set_ring(b, r);
-
-    /*
-     * Members that were in the previous view outrank joiners: a node
-     * evicted while stopped may have finished, alone, a step the others
-     * redid without it, and must never be the source of the job's state
-     * when it comes back. Among equals the furthest step wins, then the
-     * lowest index. Steps fit in 42 bits.
-     */
-    int member = !v->m[v->my_index].joiner;
-    int64_t key = (int64_t)(((uint64_t)member << 62) |
-                            ((c->my_step & ((1ull << 42) - 1)) << 20) |
-                            (0xfffffu - (uint32_t)v->my_index));
-    int64_t agree[4] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
-                        -(int64_t)c->state_bytes};
-    rc = ring_allreduce(r, agree, 4, KERN_I64, KERN_MAX);
-    if (rc != 0)
-        return rc;
-    ring_set_deadline(r, b->ring_opts.deadline_ms);
-    uint64_t max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
-    uint32_t source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
-    uint64_t min_step = (uint64_t)-agree[1];
-    if (agree[2] != -agree[3]) {
-        RD_ERROR("ring backend: state sizes differ across nodes (%lld vs "
-                 "%lld bytes): the trainers are not the same job",
-                 (long long)-agree[3], (long long)agree[2]);
-        return ST_ECONFIG;
-    }
-    c->step_out = max_step;
-    c->state_replaced = 0;
-    rc = rt_agree_counts(b, c);
-    if (rc != 0)
-        return rc;
-    if (agree[2] > 0 && (max_step != min_step || v->n_joiners > 0)) {
-        rc = ring_broadcast(r, c->state, c->state_bytes, source);
-        if (rc != 0)
-            return rc;
-        c->state_replaced = (uint32_t)v->my_index != source;
-        RD_INFO("ring backend: state (%zu bytes, step %llu) sent from "
-                "member %u to generation %llu", c->state_bytes,
-                (unsigned long long)max_step, source,
-                (unsigned long long)v->generation);
-    }
-    return 0;
-}
-
-static void rt_run(rb_t *b, rb_cmd_t *c)
-{
-    c->suspect = UINT32_MAX;
-    switch (c->kind) {
-    case CMD_REBUILD:
-        c->status = rt_rebuild(b, c);
-        break;
-    case CMD_AGREE:
-        c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
-        break;
-    case CMD_ALLREDUCE:
-        c->status = b->ring ? ring_allreduce(b->ring, c->buf, c->count,
-                                             c->dt, c->op)
-                            : ST_EABORTED;
-        break;
-    case CMD_BROADCAST:
-        c->status = b->ring ? ring_broadcast(b->ring, c->buf, c->count,
-                                             c->root)
-                            : ST_EABORTED;
-        break;
-    default:
-        c->status = ST_EINVAL;
-    }
-    if (c->status != 0 && b->ring != NULL &&
-        ring_suspect(b->ring, &c->suspect) == 0)
-        c->suspect = UINT32_MAX; /* no failure named */
-}
-
-static void *rt_main(void *arg)
-{
-    rb_t *b = arg;
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        while (!b->posted && !b->quit)
-            pthread_cond_wait(&b->cv, &b->mu);
-        if (b->quit)
-            break;
-        pthread_mutex_unlock(&b->mu);
-        rt_run(b, &b->cmd);
-        pthread_mutex_lock(&b->mu);
-        b->posted = 0;
-        uv_async_send(&b->async);
-    }
-    ring_t *r = b->ring;
-    b->ring = NULL;
-    pthread_mutex_unlock(&b->mu);
-    ring_t *both[2] = {r, b->older};
-    for (int i = 0; i < 2; i++) {
-        if (both[i] != NULL) {
-            ring_abort(both[i]); /* close at once, no flush */
-            ring_destroy(both[i]);
-        }
-    }
-    return NULL;
-}
 
 /* ---- main loop side ---------------------------------------------------- */
 
@@ -416,11 +88,11 @@ static void install_pending(rb_t *b)
                  "this build supports; waiting for another",
                  (unsigned long long)b->pending->generation, b->pending->n,
                  RB_MAX_NODES);
-        view_free(b->pending);
+        rb__view_free(b->pending);
         b->pending = NULL;
         return;
     }
-    view_free(b->cur);
+    rb__view_free(b->cur);
     b->cur = b->pending;
     b->pending = NULL;
     b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
@@ -591,7 +263,7 @@ static void on_async(uv_async_t *h)
 static void mb_on_view(const mb_view_t *mv, void *data)
 {
     rb_t *b = data;
-    rb_view_t *v = view_copy(mv);
+    rb_view_t *v = rb__view_copy(mv);
     if (v == NULL) {
         RD_ERROR("ring backend: out of memory copying view %llu",
                  (unsigned long long)mv->generation);
@@ -610,7 +282,7 @@ static void mb_on_view(const mb_view_t *mv, void *data)
      * start. A node still on an older view aborts when the newer one
      * reaches it, so all converge on the latest generation.
      */
-    view_free(b->pending);
+    rb__view_free(b->pending);
     b->pending = v;
     if (b->busy)
         abort_running(b);
@@ -787,8 +459,8 @@ static void rb_destroy(dmn_backend_t *be)
     pthread_join(b->thread, NULL); /* it destroys the ring */
     mb_destroy(b->mb);
     tp_destroy(b->tp);
-    view_free(b->cur);
-    view_free(b->pending);
+    rb__view_free(b->cur);
+    rb__view_free(b->pending);
     free(b->quiet_node);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
@@ -860,7 +532,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_timer_init(loop, &b->defer);
     uv_timer_init(loop, &b->suspect_timer);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
-    if (pthread_create(&b->thread, NULL, rt_main, b) != 0) {
+    if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
         mb_destroy(b->mb);
         tp_destroy(b->tp);
         pthread_cond_destroy(&b->cv);

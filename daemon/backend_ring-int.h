@@ -1,0 +1,127 @@
+/*
+ * backend_ring-int.h - internals of the ring backend shared by
+ * backend_ring.c (main loop side, membership, the backend ops) and
+ * backend_ring_thread.c (views and the ring thread).
+ */
+#ifndef RINGD_BACKEND_RING_INT_H
+#define RINGD_BACKEND_RING_INT_H
+
+#include <pthread.h>
+
+#include "daemon/backend.h"
+#include "daemon/dmn.h"
+#include "membership/mb.h"
+#include "ring/ring.h"
+#include "transport/tp.h"
+
+typedef enum {
+    RB_WAITING = 0, /* no usable view: start, after a failure, fenced */
+    RB_SYNCING,     /* the ring thread builds the ring and resyncs */
+    RB_READY,       /* collectives run */
+    RB_LEAVING,     /* mb_leave in progress */
+    RB_LEFT,
+} rb_state_t;
+
+
+typedef enum {
+    CMD_NONE = 0,
+    CMD_REBUILD,
+    CMD_AGREE,
+    CMD_ALLREDUCE,
+    CMD_BROADCAST,
+} cmd_kind_t;
+
+#define RB_MAX_NODES 4096
+#define RB_REBUILD_DEADLINE_MS 60000
+
+typedef struct {
+    char *node;
+    uint8_t *addr;
+    size_t addr_len;
+    int slots;
+    int64_t lease;
+    int joiner;          /* not in the previous view */
+} rb_member_t;
+
+/* A copy of an mb view that outlives on_view. */
+typedef struct {
+    uint64_t generation;
+    size_t n;
+    rb_member_t *m;
+    int my_index;
+    size_t n_joiners;
+} rb_view_t;
+
+typedef struct {
+    cmd_kind_t kind;
+    /* REBUILD */
+    const rb_view_t *view;
+    void *state;
+    size_t state_bytes;
+    uint64_t my_step;
+    uint32_t my_trainers;
+    uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
+    /* collectives */
+    void *buf;
+    size_t count;
+    kern_dtype_t dt;
+    kern_op_t op;
+    uint32_t root;
+    /* results */
+    int status;
+    uint32_t suspect; /* ring rank, when status is a peer failure */
+    uint64_t step_out;
+    int state_replaced;
+} rb_cmd_t;
+
+typedef struct {
+    dmn_backend_t base;
+    uv_loop_t *loop;
+    dmn_backend_cbs_t cbs;
+    ring_opts_t ring_opts;
+    int ttl_s;
+    mb_t *mb;
+    tp_t *tp;
+
+    /* The ring thread and its one command slot. */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rb_cmd_t cmd;
+    int posted;       /* cmd waits for the ring thread */
+    int quit;
+    ring_t *ring;     /* guarded by mu: main may ring_abort() it */
+    ring_t *older;    /* ring thread only: the previous generation's ring,
+                         kept open one generation longer (see rt_rebuild) */
+    int abort_flag;   /* guarded by mu: abort the command in flight, also
+                         a ring it has not published yet */
+    uv_async_t async;
+    int busy;         /* main: a command is out */
+
+    /* Main loop state. */
+    rb_state_t state;
+    rb_view_t *cur;       /* the installed view */
+    rb_view_t *pending;   /* the next one */
+    dmn_view_t dview;
+    uint64_t step;        /* next step to run */
+    uint32_t local_trainers;
+    uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
+    uint32_t counts[RB_MAX_NODES];
+    dmn_done_cb op_cb, ready_cb, leave_cb;
+    void *op_arg, *ready_arg, *leave_arg;
+    int op_status;        /* a deferred completion */
+    int fenced;           /* lease lost, not re-registered yet */
+    int drain_requested;
+    uv_timer_t defer;
+    uv_timer_t suspect_timer;
+    char *quiet_node;     /* neighbour that went quiet (deadline) */
+    int open_handles;     /* counted down by close callbacks */
+} rb_t;
+
+
+void rb__view_free(rb_view_t *v);
+rb_view_t *rb__view_copy(const mb_view_t *mv);
+/* The ring thread: runs posted commands until quit; destroys its rings. */
+void *rb__thread_main(void *arg);
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * backend_ring_thread.c - the ring backend's copies of views and its ring
+ * thread: REBUILD (a new ring, the step agreement, the state broadcast),
+ * AGREE (trainer counts) and the collectives, one command at a time.
+ * See backend_ring.c for the whole picture.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/backend_ring-int.h"
+
+/* ---- views ----------------------------------------------------------- */
+
+void rb__view_free(rb_view_t *v)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < v->n; i++) {
+        free(v->m[i].node);
+        free(v->m[i].addr);
+    }
+    free(v->m);
+    free(v);
+}
+
+rb_view_t *rb__view_copy(const mb_view_t *mv)
+{
+    rb_view_t *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return NULL;
+    v->m = calloc(mv->n_members ? mv->n_members : 1, sizeof(rb_member_t));
+    if (v->m == NULL) {
+        free(v);
+        return NULL;
+    }
+    v->generation = mv->generation;
+    v->my_index = mv->my_index;
+    v->n_joiners = mv->n_joiners;
+    for (size_t i = 0; i < mv->n_members; i++, v->n++) {
+        const mb_member_t *s = &mv->members[i];
+        rb_member_t *d = &v->m[i];
+        d->node = strdup(s->node);
+        d->addr = malloc(s->addr_len ? s->addr_len : 1);
+        if (d->node == NULL || d->addr == NULL) {
+            v->n++;
+            rb__view_free(v);
+            return NULL;
+        }
+        memcpy(d->addr, s->addr, s->addr_len);
+        d->addr_len = s->addr_len;
+        d->slots = s->slots;
+        d->lease = s->lease;
+        d->joiner = s->joiner;
+    }
+    return v;
+}
+
+/* ---- the ring thread ------------------------------------------------- */
+
+static void rt_set_ring(rb_t *b, ring_t *r)
+{
+    pthread_mutex_lock(&b->mu);
+    b->ring = r;
+    if (r != NULL && b->abort_flag)
+        ring_abort(r); /* asked for while ring_create ran */
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Every node's trainer count, in ring order. */
+static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
+{
+    uint32_t n = (uint32_t)c->view->n;
+    memset(c->counts, 0, n * sizeof(uint32_t));
+    c->counts[c->view->my_index] = c->my_trainers;
+    return ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+}
+
+/*
+ * Build the ring of the new view, then agree on the step: one allreduce
+ * MAX of {member<<62 | step<<20 | (0xfffff - index), -step, bytes, -bytes}
+ * gives the source of the state (a member of the previous view if there
+ * is one, the furthest step, the lowest index), the smallest step, and
+ * whether every state has the same size.
+ */
+static int rt_rebuild(rb_t *b, rb_cmd_t *c)
+{
+    /*
+     * The ring being replaced is closed one generation later, not now: a
+     * neighbour that has not seen the new view yet may still wait in a
+     * collective on it, and closing our endpoints would show it a failed
+     * endpoint naming us (a healthy node it would then suspect). Open,
+     * we are merely quiet until its own copy of the view aborts it.
+     */
+    ring_t *prev = b->ring;
+    rt_set_ring(b, NULL);
+    if (b->older != NULL) {
+        ring_abort(b->older); /* closes at once instead of flushing */
+        ring_destroy(b->older);
+    }
+    b->older = prev;
+
+    const rb_view_t *v = c->view;
+    const void **addrs = calloc(v->n, sizeof(*addrs));
+    size_t *lens = calloc(v->n, sizeof(*lens));
+    if (addrs == NULL || lens == NULL) {
+        free(addrs);
+        free(lens);
+        return ST_ENOMEM;
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        addrs[i] = v->m[i].addr;
+        lens[i] = v->m[i].addr_len;
+    }
+    ring_view_t rv = {.generation = v->generation, .nranks = (uint32_t)v->n,
+                      .rank = (uint32_t)v->my_index, .addrs = addrs,
+                      .addr_lens = lens};
+    /* The members reach a new ring when their trainers reach a step
+     * start, seconds apart at worst: the first collective may wait long.
+     * A crash still ends it at once (endpoint error), a new view too. */
+    ring_opts_t first = b->ring_opts;
+    if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
+        first.deadline_ms = RB_REBUILD_DEADLINE_MS;
+    ring_t *r = NULL;
+    int rc = ring_create(b->tp, &rv, &first, &r);
+    free(addrs);
+    free(lens);
+    if (rc != 0)
+        return rc;
+    rt_set_ring(b, r);
+
+    /*
+     * Members that were in the previous view outrank joiners: a node
+     * evicted while stopped may have finished, alone, a step the others
+     * redid without it, and must never be the source of the job's state
+     * when it comes back. Among equals the furthest step wins, then the
+     * lowest index. Steps fit in 42 bits.
+     */
+    int member = !v->m[v->my_index].joiner;
+    int64_t key = (int64_t)(((uint64_t)member << 62) |
+                            ((c->my_step & ((1ull << 42) - 1)) << 20) |
+                            (0xfffffu - (uint32_t)v->my_index));
+    int64_t agree[4] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
+                        -(int64_t)c->state_bytes};
+    rc = ring_allreduce(r, agree, 4, KERN_I64, KERN_MAX);
+    if (rc != 0)
+        return rc;
+    ring_set_deadline(r, b->ring_opts.deadline_ms);
+    uint64_t max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
+    uint32_t source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
+    uint64_t min_step = (uint64_t)-agree[1];
+    if (agree[2] != -agree[3]) {
+        RD_ERROR("ring backend: state sizes differ across nodes (%lld vs "
+                 "%lld bytes): the trainers are not the same job",
+                 (long long)-agree[3], (long long)agree[2]);
+        return ST_ECONFIG;
+    }
+    c->step_out = max_step;
+    c->state_replaced = 0;
+    rc = rt_agree_counts(b, c);
+    if (rc != 0)
+        return rc;
+    if (agree[2] > 0 && (max_step != min_step || v->n_joiners > 0)) {
+        rc = ring_broadcast(r, c->state, c->state_bytes, source);
+        if (rc != 0)
+            return rc;
+        c->state_replaced = (uint32_t)v->my_index != source;
+        RD_INFO("ring backend: state (%zu bytes, step %llu) sent from "
+                "member %u to generation %llu", c->state_bytes,
+                (unsigned long long)max_step, source,
+                (unsigned long long)v->generation);
+    }
+    return 0;
+}
+
+static void rt_run(rb_t *b, rb_cmd_t *c)
+{
+    c->suspect = UINT32_MAX;
+    switch (c->kind) {
+    case CMD_REBUILD:
+        c->status = rt_rebuild(b, c);
+        break;
+    case CMD_AGREE:
+        c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
+        break;
+    case CMD_ALLREDUCE:
+        c->status = b->ring ? ring_allreduce(b->ring, c->buf, c->count,
+                                             c->dt, c->op)
+                            : ST_EABORTED;
+        break;
+    case CMD_BROADCAST:
+        c->status = b->ring ? ring_broadcast(b->ring, c->buf, c->count,
+                                             c->root)
+                            : ST_EABORTED;
+        break;
+    default:
+        c->status = ST_EINVAL;
+    }
+    if (c->status != 0 && b->ring != NULL &&
+        ring_suspect(b->ring, &c->suspect) == 0)
+        c->suspect = UINT32_MAX; /* no failure named */
+}
+
+void *rb__thread_main(void *arg)
+{
+    rb_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        while (!b->posted && !b->quit)
+            pthread_cond_wait(&b->cv, &b->mu);
+        if (b->quit)
+            break;
+        pthread_mutex_unlock(&b->mu);
+        rt_run(b, &b->cmd);
+        pthread_mutex_lock(&b->mu);
+        b->posted = 0;
+        uv_async_send(&b->async);
+    }
+    ring_t *r = b->ring;
+    b->ring = NULL;
+    pthread_mutex_unlock(&b->mu);
+    ring_t *both[2] = {r, b->older};
+    for (int i = 0; i < 2; i++) {
+        if (both[i] != NULL) {
+            ring_abort(both[i]); /* close at once, no flush */
+            ring_destroy(both[i]);
+        }
+    }
+    return NULL;
+}
