@@ -84,6 +84,17 @@ typedef struct {
      * member furthest ahead send its state to the others). */
     void (*set_step)(dmn_backend_t *be, uint64_t step);
     /*
+     * May be NULL. A local trainer vanished without BYE. in_step: it had
+     * begun the step in progress, whose collectives the other nodes then
+     * wait for this node to finish (it cannot: the step is redone);
+     * remaining: trainers still connected here. A ring backend makes the
+     * loss a job-wide event: a new generation of the view when in_step
+     * and trainers remain, and, with none left, it steps out of the job
+     * until a trainer comes back (at its next ready()).
+     */
+    void (*trainer_lost)(dmn_backend_t *be, int in_step,
+                         uint32_t remaining);
+    /*
      * In-place allreduce of buf (count elements of dt) across nodes, op
      * being SUM, PROD, MIN or MAX: the daemon turns AVG into SUM and
      * divides by global_trainers itself, once, after completion.

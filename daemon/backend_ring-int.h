@@ -111,6 +111,12 @@ typedef struct {
     void *op_arg, *ready_arg, *leave_arg;
     int op_status;        /* a deferred completion */
     int fenced;           /* lease lost, not re-registered yet */
+    int standby;          /* no local trainer: out of the job until one
+                             comes back (step_out) */
+    int mb_left;          /* standby and mb_leave finished */
+    mb_config_t mc;       /* to register again after a standby */
+    mb_callbacks_t mcb;
+    uv_timer_t rejoin;
     int drain_requested;
     uv_timer_t defer;
     uv_timer_t suspect_timer;

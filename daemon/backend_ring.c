@@ -113,7 +113,7 @@ static void install_pending(rb_t *b)
 static void advance(rb_t *b)
 {
     if (b->busy || b->ready_cb == NULL || b->state == RB_LEAVING ||
-        b->state == RB_LEFT)
+        b->state == RB_LEFT || b->standby)
         return;
     if (b->pending != NULL) {
         install_pending(b);
@@ -315,14 +315,107 @@ static void mb_on_drain(void *data)
         b->cbs.on_drain(b->cbs.arg);
 }
 
+static void maybe_rejoin(rb_t *b);
+
 static void mb_on_left(int status, void *data)
 {
     rb_t *b = data;
+    if (b->standby && b->leave_cb == NULL) {
+        b->mb_left = 1;
+        maybe_rejoin(b);
+        return;
+    }
     rb_enter(b, RB_LEFT);
     dmn_done_cb cb = b->leave_cb;
     b->leave_cb = NULL;
     if (cb != NULL)
         cb(b->leave_arg, status);
+}
+
+/* ---- a local trainer lost ------------------------------------------------ */
+
+/* Register again, as a new member, once a trainer waits at a step start.
+ * From a timer: mb_destroy may not run inside an mb callback. */
+static void on_rejoin(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    if (!b->standby || !b->mb_left || b->ready_cb == NULL ||
+        b->state == RB_LEAVING || b->state == RB_LEFT)
+        return;
+    mb_t *mb = NULL;
+    int rc = mb_create(b->loop, &b->mc, &b->mcb, b, &mb);
+    if (rc == 0)
+        rc = mb_start(mb);
+    if (rc != 0) {
+        RD_ERROR("ring backend: cannot register again: %s; retrying",
+                 st_strerror(rc));
+        mb_destroy(mb);
+        uv_timer_start(&b->rejoin, on_rejoin, 1000, 0);
+        return;
+    }
+    mb_destroy(b->mb);
+    b->mb = mb;
+    b->standby = b->mb_left = 0;
+    RD_INFO("ring backend: a trainer is back: registering again");
+}
+
+static void maybe_rejoin(rb_t *b)
+{
+    if (b->standby && b->mb_left && b->ready_cb != NULL)
+        uv_timer_start(&b->rejoin, on_rejoin, 0, 0);
+}
+
+/*
+ * No trainer left here: this node cannot take part in any collective, and
+ * every other node would wait for it. It leaves the job (a clean leave:
+ * the view without it comes at once) and registers again as a new member
+ * when a trainer is back; it then gets the job's state like any joiner.
+ */
+static void step_out(rb_t *b)
+{
+    RD_WARN("ring backend: no trainer left on this node: leaving the job "
+            "until one connects");
+    b->standby = 1;
+    if (b->busy)
+        abort_running(b);
+    rb_enter(b, RB_WAITING);
+    rb__view_free(b->pending);
+    b->pending = NULL;
+    if (mb_leave(b->mb) != 0)
+        b->mb_left = 1;
+}
+
+/*
+ * A trainer that had begun the step died: this node cannot finish the
+ * step, and the others wait for it in a collective (its daemon is
+ * healthy: no endpoint fails, no lease expires). Ask for a new
+ * generation of the view; every node aborts the old ring, redoes the
+ * step and agrees on the state again (the same path as any view change),
+ * so no step is lost or applied twice. A trainer lost between steps
+ * needs nothing: the trainer counts are agreed at every step start.
+ */
+static void rb_trainer_lost(dmn_backend_t *be, int in_step,
+                            uint32_t remaining)
+{
+    rb_t *b = (rb_t *)be;
+    if (b->state == RB_LEAVING || b->state == RB_LEFT || b->standby)
+        return;
+    if (remaining == 0) {
+        step_out(b);
+        return;
+    }
+    if (!in_step || b->pending != NULL || b->cur == NULL)
+        return; /* a view already on its way aborts everyone anyway */
+    RD_WARN("ring backend: a trainer died during step %llu: asking for a "
+            "new generation of view %llu so that every node redoes it",
+            (unsigned long long)b->step,
+            (unsigned long long)b->cur->generation);
+    if (mb_request_view(b->mb, "a local trainer died mid-step") != 0)
+        return; /* not in a view: the one that takes us in comes anyway */
+    if (b->busy)
+        abort_running(b);
+    if (b->state == RB_READY)
+        rb_enter(b, RB_WAITING);
 }
 
 /* ---- backend ops ------------------------------------------------------- */
@@ -356,6 +449,7 @@ static int rb_ready(dmn_backend_t *be, dmn_done_cb cb, void *arg)
         b->ready_cb = cb;
         b->ready_arg = arg;
     }
+    maybe_rejoin(b);
     advance(b); /* a step start: pending views and joins go now */
     return 0;
 }
@@ -418,9 +512,15 @@ static void rb_step_end(dmn_backend_t *be, uint64_t step)
 static int rb_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
+    if (b->standby && b->mb_left) {
+        rb_enter(b, RB_LEFT); /* already out of the job */
+        return 1;
+    }
     b->leave_cb = cb;
     b->leave_arg = arg;
     rb_enter(b, RB_LEAVING);
+    if (b->standby)
+        return 0; /* the standby's mb_leave finishes it (mb_on_left) */
     int rc = mb_leave(b->mb);
     if (rc != 0) {
         b->leave_cb = NULL;
@@ -440,7 +540,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(rb_t *b)
 {
-    b->open_handles = 3;
+    b->open_handles = 4;
+    uv_close((uv_handle_t *)&b->rejoin, on_handle_closed);
     uv_close((uv_handle_t *)&b->async, on_handle_closed);
     uv_close((uv_handle_t *)&b->defer, on_handle_closed);
     uv_close((uv_handle_t *)&b->suspect_timer, on_handle_closed);
@@ -473,6 +574,7 @@ static const dmn_backend_ops_t rb_ops = {
     .ready = rb_ready,
     .get_view = rb_get_view,
     .set_step = rb_set_step,
+    .trainer_lost = rb_trainer_lost,
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,
@@ -523,6 +625,8 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     mc.addr_len = addr_len;
     mb_callbacks_t mcb = {.on_view = mb_on_view, .on_fenced = mb_on_fenced,
                           .on_drain = mb_on_drain, .on_left = mb_on_left};
+    b->mc = mc;   /* its strings live in cfg and tp, as long as we do */
+    b->mcb = mcb;
     rc = mb_create(loop, &mc, &mcb, b, &b->mb);
     if (rc != 0)
         goto err_tp;
@@ -531,7 +635,9 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_async_init(loop, &b->async, on_async);
     uv_timer_init(loop, &b->defer);
     uv_timer_init(loop, &b->suspect_timer);
+    uv_timer_init(loop, &b->rejoin);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
+    b->rejoin.data = b;
     if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
         mb_destroy(b->mb);
         tp_destroy(b->tp);

@@ -503,6 +503,7 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
                     dmn__step_state_name(d->state));
         }
     }
+    int in_step = c->active, counted = c->member || c->waiting_begin;
     if (c->active) {
         c->active = 0;
         if (d->state == DMN_STEP_RUNNING)
@@ -512,6 +513,14 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     }
     c->posted = 0;
     c->waiting_begin = 0;
+    c->member = 0;
+    if (counted && !c->bye && d->state != DMN_STEP_DRAINED &&
+        d->be->ops->trainer_lost != NULL) {
+        uint32_t remaining = 0;
+        for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+            remaining += o != c && (o->member || o->waiting_begin);
+        d->be->ops->trainer_lost(d->be, in_step, remaining);
+    }
     if (d->state == DMN_STEP_DRAINED) {
         check_done(d);
         return;

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ typedef struct {
     uint64_t seed;
     const char *hash_log, *save, *data, *name;
     int no_daemon, cpu_only;
+    long crash_at;   /* fault injection: SIGKILL itself in this step */
 } opts_t;
 
 typedef struct {
@@ -417,13 +419,15 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --target-acc X    exit 3 if the final test accuracy is below X\n"
 "  --no-daemon       train alone without ringd (the reference)\n"
 "  --cpu             never use the GPU\n"
-"  --name NAME       name shown in the daemon's log\n");
+"  --name NAME       name shown in the daemon's log\n"
+"  --crash-at-step S fault injection for tests: SIGKILL itself once step S\n"
+"                    has begun, before its collectives\n");
 }
 
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
-                  NULL, 0, 0};
+                  NULL, 0, 0, -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -463,6 +467,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->data = v;
         } else if (strcmp(a, "--name") == 0) {
             o->name = v;
+        } else if (strcmp(a, "--crash-at-step") == 0) {
+            o->crash_at = strtol(v, &end, 10);
         } else {
             fprintf(stderr, "trainer: unknown option '%s'\n", a);
             return -1;
@@ -595,6 +601,8 @@ static int train(trainer_t *t)
         if ((long)v.step >= o->steps)
             return 0;
         long s = (long)v.step;
+        if (s == o->crash_at && t->c != NULL)
+            raise(SIGKILL); /* mid-step: the daemon counts us in it */
         if (gradients(&t->dense, &t->m, &t->g, &t->sc, t->data, s, o->batch,
                       v.rank, v.world, o, t->stats) != 0)
             return -1;

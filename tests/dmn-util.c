@@ -20,15 +20,19 @@
 /* What to clean at exit: this test process only (each test is forked). */
 static pid_t tracked[32];
 static int ntracked;
-static char *dirs[4];
+static char *dirs[16];
 static int ndirs;
 
 static void cleanup(void)
 {
     for (int i = 0; i < ntracked; i++)
         th_kill(tracked[i]);
-    for (int i = 0; i < ndirs; i++)
-        th_rmtree(dirs[i]);
+    for (int i = 0; i < ndirs; i++) {
+        if (getenv("RINGD_TEST_KEEP") != NULL)
+            fprintf(stderr, "kept %s\n", dirs[i]);
+        else
+            th_rmtree(dirs[i]);
+    }
 }
 
 void td_track(pid_t pid)
@@ -45,7 +49,7 @@ void td_init(td_daemon_t *t, const char *name)
     td_track(0);
     t->dir = th_mkdtemp(name);
     ASSERT(t->dir != NULL);
-    if (ndirs < 4)
+    if (ndirs < 16)
         dirs[ndirs++] = t->dir;
     snprintf(t->sock, sizeof(t->sock), "%s/ringd.sock", t->dir);
     snprintf(t->log, sizeof(t->log), "%s/ringd.log", t->dir);

@@ -11,7 +11,9 @@
  * anything else (a signal, a timeout) fails. The closing line is
  * "N passed, N failed, N skipped" and the runner exits non-zero on any
  * failure. RINGD_TEST_TIMEOUT (seconds, default 300) bounds each test; a test
- * that runs past it is killed with its whole process group.
+ * that runs past it is killed with its whole process group. A test cleans
+ * up at exit (atexit): RINGD_TEST_KEEP=1 keeps the daemons' directories
+ * (logs, hash logs) and prints where they are.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -73,7 +75,7 @@ static int run_one(const test_entry_t *t, double timeout_s, char *why,
         int rc = t->fn();
         fflush(stdout);
         fflush(stderr);
-        _exit(rc);
+        exit(rc); /* atexit handlers clean up what the test made */
     }
     setpgid(pid, pid);
 

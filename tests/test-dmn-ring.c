@@ -34,6 +34,8 @@ static void cluster_env(void)
 }
 
 static const char *ckpt_dir; /* when set, nodes checkpoint there */
+static const char *deadline; /* when set, --ring-deadline-ms */
+static const char *crash_at; /* when set, trainers kill themselves there */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -48,12 +50,17 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
-                           NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int k = 12;
     if (ckpt_dir != NULL) {
-        flags[12] = "--ckpt-dir";
-        flags[13] = ckpt_dir;
-        flags[14] = "--ckpt-interval";
-        flags[15] = "50";
+        flags[k++] = "--ckpt-dir";
+        flags[k++] = ckpt_dir;
+        flags[k++] = "--ckpt-interval";
+        flags[k++] = "50";
+    }
+    if (deadline != NULL) {
+        flags[k++] = "--ring-deadline-ms";
+        flags[k++] = deadline;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
@@ -67,7 +74,9 @@ static pid_t trainer(cluster_t *c, int i, int k, const char *steps)
     snprintf(lg, sizeof(lg), "t%d.log", k);
     const char *args[] = {"--steps", steps, "--hash-log",
                           td_path(&c->d[i], hl), "--save",
-                          td_path(&c->d[i], sv), "--log-every", "20", NULL};
+                          td_path(&c->d[i], sv), "--log-every", "20",
+                          crash_at ? "--crash-at-step" : NULL, crash_at,
+                          NULL};
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }
 
@@ -220,5 +229,76 @@ TEST_IMPL(dmn_ring_ckpt_restart)
     th_rmtree(dir);
     free(dir);
     ckpt_dir = NULL;
+    return fx_done();
+}
+
+/*
+ * Trainers die, daemons stay. n0 runs 2 trainers, n1 and n2 one each, and
+ * the ring deadline is longer than the test may run, so only the daemons'
+ * own handling can keep the job going:
+ *  - one of n0's trainers is SIGKILLed mid-step: n0 asks for a new
+ *    generation of the view, every node redoes the step, and the job goes
+ *    on with 3 trainers;
+ *  - n1's only trainer is SIGKILLed: n1 leaves the job (the others go on
+ *    with 2 trainers), and when a new trainer connects it registers again
+ *    and its trainer gets the job's state.
+ * Every step runs somewhere and the survivors end bitwise identical.
+ */
+TEST_IMPL(dmn_ring_trainer_lost)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    deadline = "600000";
+    node_init(&c, 0, "2", "3");
+    node_init(&c, 1, "1", "3");
+    node_init(&c, 2, "1", "3");
+    deadline = NULL;
+    const char *steps = "1500";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    crash_at = "100";
+    c.trainer[0][1] = trainer(&c, 0, 1, steps);
+    crash_at = "400";
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    crash_at = NULL;
+    c.trainer[2][0] = trainer(&c, 2, 0, steps);
+    const char *h00 = td_path(&c.d[0], "h0");
+
+    /* n0's second trainer dies in step 100, after step_begin. */
+    ASSERT_NE(td_exit_code(c.trainer[0][1], 60000), 0);
+    ASSERT_OK(td_wait_file(h00, "world 3", 60000));
+    ASSERT(td_file_has(c.d[0].log, "asking for a new generation"));
+
+    /* n1's only trainer dies in step 400. */
+    ASSERT_NE(td_exit_code(c.trainer[1][0], 60000), 0);
+    ASSERT_OK(td_wait_file(h00, "world 2", 60000));
+    ASSERT_OK(td_wait_file(c.d[1].log, "leaving the job until one connects",
+                           10000));
+    c.trainer[1][1] = trainer(&c, 1, 1, steps);
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h1"), "world 3", 60000));
+    ASSERT(td_file_has(c.d[1].log, "registering again"));
+
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 1, 1, c.trainer[1][1]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+    ASSERT(td_file_has(td_path(&c.d[1], "t1.log"), "restored"));
+
+    static td_hashes_t h0, h2, h1;
+    td_read_hashes(h00, &h0);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    td_read_hashes(td_path(&c.d[1], "h1"), &h1);
+    for (int s = 0; s < 1500; s++)
+        ASSERT_MSG(h0.have[s] || h2.have[s], "step %d ran nowhere", s);
+    ASSERT_GE(td_same_hashes(&h0, &h2), 1490);
+    ASSERT_GT(td_same_hashes(&h0, &h1), 0);
+    ASSERT_EQ(h0.hash[1499], h2.hash[1499]);
+    ASSERT_EQ(h0.hash[1499], h1.hash[1499]);
+    ASSERT_EQ(h0.world[1499], 3);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[2], "p0")),
+              0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p1")),
+              0);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
