@@ -2,6 +2,7 @@
 # chaos/chaos.sh - seeded fault injection through a real training job.
 #
 #   chaos/chaos.sh [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep]
+#                  [--kinds a,b,c] [--plan]
 #
 # Starts etcd and NODES (default 4) nodes, each a ringd daemon with one C
 # trainer, as network namespaces on a private bridge (chaos/netns.sh) or,
@@ -17,7 +18,10 @@
 # and only the robust faults (daemon kill, hang, scale up). Everything it
 # starts is killed by pid and removed on every exit path.
 #
-# Environment: BUILD (default build), CHAOS_NETNS=0 to force loopback.
+# --kinds a,b,c (or CHAOS_KINDS) restricts the plan to those fault kinds.
+#
+# Environment: BUILD (default build), CHAOS_NETNS=0 to force loopback,
+# CHAOS_KINDS (as --kinds; the option wins).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -28,8 +32,13 @@ NODES=4
 QUICK=0
 KEEP=0
 PLAN_ONLY=0
+KINDS_OPT=${CHAOS_KINDS:-}
+ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
+           slow_link scale_up scale_down etcd_kill disk_full job_restart)
 usage() {
-    echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" >&2
+    echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
+         "[--kinds a,b,c]" >&2
+    echo "  kinds: ${ALL_KINDS[*]}" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -40,6 +49,8 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --keep) KEEP=1; shift ;;
     --plan) PLAN_ONLY=1; shift ;;
+    --kinds) KINDS_OPT=${2:-}; shift 2 || usage ;;
+    --kinds=*) KINDS_OPT=${1#--kinds=}; shift ;;
     -h|--help) usage ;;
     *) usage ;;
     esac
@@ -50,10 +61,25 @@ done
     { echo "chaos: FAULTS must be 0..200" >&2; exit 2; }
 [[ "$NODES" =~ ^[0-9]+$ && "$NODES" -ge 2 && "$NODES" -le 8 ]] ||
     { echo "chaos: NODES must be 2..8" >&2; exit 2; }
+# --kinds: a comma-separated subset of ALL_KINDS (each once, in the order
+# given; the seeded draw then picks among them).
+SEL_KINDS=()
+if [ -n "$KINDS_OPT" ]; then
+    IFS=, read -r -a _ks <<<"$KINDS_OPT"
+    for k in "${_ks[@]}"; do
+        [ -n "$k" ] || continue
+        [[ " ${ALL_KINDS[*]} " == *" $k "* ]] ||
+            { echo "chaos: unknown fault kind '$k' (kinds: ${ALL_KINDS[*]})" >&2; exit 2; }
+        [[ " ${SEL_KINDS[*]:-} " == *" $k "* ]] || SEL_KINDS+=("$k")
+    done
+    [ ${#SEL_KINDS[@]} -gt 0 ] || { echo "chaos: --kinds: no kind given" >&2; exit 2; }
+fi
 
+KINDS_ARG=
+[ ${#SEL_KINDS[@]} -gt 0 ] && KINDS_ARG=" --kinds $(IFS=,; echo "${SEL_KINDS[*]}")"
 echo "chaos: seed=$SEED faults=$FAULTS nodes=$NODES quick=$QUICK" \
      "(replay: chaos/chaos.sh -s $SEED -f $FAULTS -n $NODES$(
-     [ $QUICK = 1 ] && echo ' --quick'))"
+     [ $QUICK = 1 ] && echo ' --quick')$KINDS_ARG)"
 
 # The job runs at some hundreds of steps a second here and keeps going
 # through most faults, so faults are paced by time (one after the previous
@@ -112,18 +138,15 @@ rnd() { # rnd N: 0..N-1 in REPLY
     REPLY=$(( (RNG >> 8) % $1 ))
 }
 
-for f in "$B/ringd" "$B/ringctl" "$B/examples/trainer"; do
-    [ -x "$f" ] || die "$f is missing: run make first"
-done
-command -v etcd >/dev/null || die "etcd not found: run make deps"
 T0=$(now_ms)
 
 # ---- fault plan ------------------------------------------------------------
-if [ "$QUICK" = 1 ]; then
+if [ ${#SEL_KINDS[@]} -gt 0 ]; then
+    KINDS=("${SEL_KINDS[@]}")
+elif [ "$QUICK" = 1 ]; then
     KINDS=(kill_daemon hang_daemon scale_up)
 else
-    KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
-           slow_link scale_up scale_down etcd_kill disk_full job_restart)
+    KINDS=("${ALL_KINDS[@]}")
 fi
 PLAN=()
 for i in $(seq 1 "$FAULTS"); do
@@ -143,6 +166,10 @@ for i in $(seq 1 "$FAULTS"); do
 done
 echo "chaos: plan: ${PLAN[*]%%:*}"
 [ "$PLAN_ONLY" = 1 ] && exit 0
+for f in "$B/ringd" "$B/ringctl" "$B/examples/trainer"; do
+    [ -x "$f" ] || die "$f is missing: run make first"
+done
+command -v etcd >/dev/null || die "etcd not found: run make deps"
 
 # ---- hosts -----------------------------------------------------------------
 if [ "${CHAOS_NETNS:-1}" != 0 ] && [ "$(id -u)" = 0 ] &&
@@ -530,7 +557,7 @@ echo
 echo "chaos report: seed $SEED, $NODES nodes, $STEPS steps," \
      "$(( (END_MS - T0) / 1000 )) s, $([ $NETNS = 1 ] && echo namespaces || echo loopback)"
 printf '  %-13s %8s %9s %10s %8s %8s  %s\n' kind injected recovered median_ms p95_ms max_ms skipped
-for kind in kill_daemon kill_trainer hang_daemon link_down packet_loss slow_link scale_up scale_down etcd_kill disk_full job_restart; do
+for kind in "${ALL_KINDS[@]}"; do
     [ -n "${INJ[$kind]:-}${SKIP[$kind]:-}" ] || continue
     read -r med p95 mx < <(stats "${TIMES[$kind]:-}")
     printf '  %-13s %8s %9s %10s %8s %8s  %s\n' "$kind" "${INJ[$kind]:-0}" \
