@@ -214,6 +214,16 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
     void *arg = b->op_arg;
     b->op_cb = NULL;
     int status = c->status;
+    if (status == 0 && !mb_lease_valid(b->mb)) {
+        /* Stopped past our lease (SIGSTOP, a frozen VM): the others may
+         * have evicted us and redone this step without us. Finishing it
+         * here would apply a step the job does not have; redo it after
+         * rejoining instead (the fence timer is about to fire). */
+        RD_WARN("ring backend: a collective finished after this node's "
+                "lease ran out: dropped, the step is redone");
+        b->fenced = 1;
+        status = ST_EFENCED;
+    }
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
         if (b->pending == NULL)

@@ -86,6 +86,7 @@ struct mb {
     int ka_inflight;
     unsigned ka_gen;
     uint64_t ka_sent_ms;
+    uint64_t fence_at_ms;    /* loop time the lease may have run out */
     long retry_ms;
     int campaign_inflight, view_inflight, view_again;
     int64_t suspect_rev_done;

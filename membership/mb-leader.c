@@ -259,6 +259,16 @@ int mb_suspect(mb_t *mb, const char *node, const char *why)
                              on_suspect_put, mb)
                   : ST_ENOMEM;
     free(json);
+    /* A suspected leader cannot act on it: it would keep its lease (and
+     * leadership) until the TTL runs out. Revoke that incarnation's lease
+     * here; its records go at once and a new leader is elected. */
+    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
+    if (rc == 0 && lk != NULL && lk->lease == lease &&
+        strcmp(lk->val, node) == 0) {
+        RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
+                mb->me.node, node, (unsigned long long)lease);
+        etcd_lease_revoke(mb->etcd, lease, on_suspect_revoked, mb);
+    }
     return rc;
 }
 

@@ -127,6 +127,7 @@ static void arm_fence(mb_t *mb, uint64_t sent_ms, int64_t ttl_s)
 {
     uint64_t deadline = sent_ms + (uint64_t)ttl_s * 1000;
     uint64_t now = uv_now(mb->loop);
+    mb->fence_at_ms = deadline;
     uv_timer_start(&mb->fence_timer, on_fence_timer,
                    deadline > now ? deadline - now : 0, 0);
 }
@@ -608,6 +609,14 @@ int mb_leave(mb_t *mb)
 mb_state_t mb_state(const mb_t *mb)
 {
     return mb->state;
+}
+
+int mb_lease_valid(mb_t *mb)
+{
+    if (!mb__holds_lease(mb->state) || mb->lease == 0)
+        return 0;
+    uv_update_time(mb->loop); /* after a stop, the cached time is old */
+    return uv_now(mb->loop) < mb->fence_at_ms;
 }
 
 int mb_is_leader(const mb_t *mb)

@@ -151,6 +151,14 @@ void mb_set_step(mb_t *mb, uint64_t step);
  * node). Asynchronous: on_left reports the end. */
 int mb_leave(mb_t *mb);
 
+/*
+ * 1 while this node holds a lease that cannot have expired yet, judged
+ * on the clock now (not the loop's cached time): a node that was stopped
+ * past its lease may run callbacks from before the fence timer fires,
+ * and must not act on results the others may have excluded it from.
+ */
+int mb_lease_valid(mb_t *mb);
+
 mb_state_t mb_state(const mb_t *mb);
 int mb_is_leader(const mb_t *mb);
 /* The lease of the current registration (0 when none). */

@@ -426,6 +426,33 @@ TEST_IMPL(mb_suspect)
     return fx_done();
 }
 
+/* A dead leader cannot act on a suspicion of itself: the reporter
+ * revokes its lease, so the view without it comes long before its TTL
+ * (30 s here, longer than the wait) and another member leads. */
+TEST_IMPL(mb_suspect_leader)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 30, 3);
+    start_member(&m[1], "n2", "h", 30, 3);
+    start_member(&m[2], "n3", "h", 30, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    ASSERT(leader >= 0);
+    int reporter = (leader + 1) % 3, other = (leader + 2) % 3;
+    member_t *rest[] = {&m[reporter], &m[other]};
+    stop_member(&m[leader]); /* dead: it revokes nothing */
+    ASSERT_OK(mb_suspect(m[reporter].mb, m[leader].name, "endpoint reset"));
+    wait_gen(rest, 2, 2, 5000);
+    for (int i = 0; i < 2; i++)
+        ASSERT(strstr(rest[i]->lists[1], m[leader].name) == NULL);
+    int nl = leader_index(m, 3);
+    ASSERT(nl == reporter || nl == other);
+    teardown(m, 3);
+    return fx_done();
+}
+
 static int no_reshape_keys(void *arg)
 {
     (void)arg;
