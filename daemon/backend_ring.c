@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "daemon/backend.h"
+#include "daemon/backend_ring-int.h"
 #include "daemon/dmn.h"
 #include "membership/mb.h"
 #include "ring/ring.h"
@@ -56,24 +57,6 @@ typedef enum {
 #define RB_REBUILD_DEADLINE_MS 60000
 
 typedef struct {
-    char *node;
-    uint8_t *addr;
-    size_t addr_len;
-    int slots;
-    int64_t lease;
-    int joiner;          /* not in the previous view */
-} rb_member_t;
-
-/* A copy of an mb view that outlives on_view. */
-typedef struct {
-    uint64_t generation;
-    size_t n;
-    rb_member_t *m;
-    int my_index;
-    size_t n_joiners;
-} rb_view_t;
-
-typedef struct {
     cmd_kind_t kind;
     /* REBUILD */
     const rb_view_t *view;
@@ -82,6 +65,7 @@ typedef struct {
     uint64_t my_step;
     uint32_t my_trainers;
     uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
+    int ckpt_req, ckpt_out; /* checkpoint asked for: here, by anyone */
     /* collectives */
     void *buf;
     size_t count;
@@ -126,6 +110,8 @@ typedef struct {
     dmn_view_t dview;
     uint64_t step;        /* next step to run */
     uint32_t local_trainers;
+    int ckpt_req;         /* a trainer here asked for a checkpoint */
+    dmn_rbck_t *ckpt;     /* checkpoint records in etcd */
     uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
     uint32_t counts[RB_MAX_NODES];
     dmn_done_cb op_cb, ready_cb, leave_cb;
@@ -140,52 +126,6 @@ typedef struct {
 } rb_t;
 
 
-/* ---- views ----------------------------------------------------------- */
-
-static void view_free(rb_view_t *v)
-{
-    if (v == NULL)
-        return;
-    for (size_t i = 0; i < v->n; i++) {
-        free(v->m[i].node);
-        free(v->m[i].addr);
-    }
-    free(v->m);
-    free(v);
-}
-
-static rb_view_t *view_copy(const mb_view_t *mv)
-{
-    rb_view_t *v = calloc(1, sizeof(*v));
-    if (v == NULL)
-        return NULL;
-    v->m = calloc(mv->n_members ? mv->n_members : 1, sizeof(rb_member_t));
-    if (v->m == NULL) {
-        free(v);
-        return NULL;
-    }
-    v->generation = mv->generation;
-    v->my_index = mv->my_index;
-    v->n_joiners = mv->n_joiners;
-    for (size_t i = 0; i < mv->n_members; i++, v->n++) {
-        const mb_member_t *s = &mv->members[i];
-        rb_member_t *d = &v->m[i];
-        d->node = strdup(s->node);
-        d->addr = malloc(s->addr_len ? s->addr_len : 1);
-        if (d->node == NULL || d->addr == NULL) {
-            v->n++;
-            view_free(v);
-            return NULL;
-        }
-        memcpy(d->addr, s->addr, s->addr_len);
-        d->addr_len = s->addr_len;
-        d->slots = s->slots;
-        d->lease = s->lease;
-        d->joiner = s->joiner;
-    }
-    return v;
-}
-
 /* ---- the ring thread ------------------------------------------------- */
 
 static void rt_set_ring(rb_t *b, ring_t *r)
@@ -197,13 +137,21 @@ static void rt_set_ring(rb_t *b, ring_t *r)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Every node's trainer count, in ring order. */
+/* Every node's trainer count, in ring order; the top bit carries "a
+ * checkpoint was asked for here", so every node learns it at this step. */
+#define RB_CKPT_BIT 0x80000000u
 static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 {
     uint32_t n = (uint32_t)c->view->n;
     memset(c->counts, 0, n * sizeof(uint32_t));
-    c->counts[c->view->my_index] = c->my_trainers;
-    return ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+    c->counts[c->view->my_index] =
+        c->my_trainers | (c->ckpt_req ? RB_CKPT_BIT : 0);
+    int rc = ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        c->ckpt_out |= (c->counts[i] & RB_CKPT_BIT) != 0;
+        c->counts[i] &= ~RB_CKPT_BIT;
+    }
+    return rc;
 }
 
 /*
@@ -416,16 +364,17 @@ static void install_pending(rb_t *b)
                  "this build supports; waiting for another",
                  (unsigned long long)b->pending->generation, b->pending->n,
                  RB_MAX_NODES);
-        view_free(b->pending);
+        dmn__rb_view_free(b->pending);
         b->pending = NULL;
         return;
     }
-    view_free(b->cur);
+    dmn__rb_view_free(b->cur);
     b->cur = b->pending;
     b->pending = NULL;
     b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
                         .my_step = b->step, .counts = b->counts,
-                        .my_trainers = b->local_trainers};
+                        .my_trainers = b->local_trainers,
+                        .ckpt_req = b->ckpt_req};
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
     rb_enter(b, RB_SYNCING);
@@ -448,7 +397,8 @@ static void advance(rb_t *b)
     } else if (b->state == RB_READY && b->agreed_step != b->step + 1) {
         b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
                             .counts = b->counts,
-                            .my_trainers = b->local_trainers};
+                            .my_trainers = b->local_trainers,
+                            .ckpt_req = b->ckpt_req};
         post_cmd(b);
     }
     /* else WAITING: the next view brings us back here */
@@ -525,6 +475,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
     b->agreed_step = b->step + 1;
     mb_set_step(b->mb, b->step);
     fill_dview(b);
+    b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     b->dview.restored = c->state_replaced;
     uv_timer_stop(&b->suspect_timer);
     free(b->quiet_node);
@@ -564,6 +515,7 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
     }
     b->agreed_step = b->step + 1;
     fill_dview(b);
+    b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     ready_fire(b, 0);
 }
 
@@ -591,7 +543,7 @@ static void on_async(uv_async_t *h)
 static void mb_on_view(const mb_view_t *mv, void *data)
 {
     rb_t *b = data;
-    rb_view_t *v = view_copy(mv);
+    rb_view_t *v = dmn__rb_view_copy(mv);
     if (v == NULL) {
         RD_ERROR("ring backend: out of memory copying view %llu",
                  (unsigned long long)mv->generation);
@@ -610,7 +562,7 @@ static void mb_on_view(const mb_view_t *mv, void *data)
      * start. A node still on an older view aborts when the newer one
      * reaches it, so all converge on the latest generation.
      */
-    view_free(b->pending);
+    dmn__rb_view_free(b->pending);
     b->pending = v;
     if (b->busy)
         abort_running(b);
@@ -741,6 +693,21 @@ static void rb_step_end(dmn_backend_t *be, uint64_t step)
     b->step = step + 1;
     b->dview.step = b->step;
     mb_set_step(b->mb, b->step);
+    if (b->dview.ckpt_requested) /* its end took the checkpoint */
+        b->ckpt_req = 0;
+    b->dview.ckpt_requested = 0;
+}
+
+static void rb_request_ckpt(dmn_backend_t *be)
+{
+    ((rb_t *)be)->ckpt_req = 1;
+}
+
+static int rb_ckpt_report(dmn_backend_t *be, const dmn_ckpt_files_t *f,
+                          dmn_done_cb cb, void *arg)
+{
+    rb_t *b = (rb_t *)be;
+    return dmn__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
 }
 
 static int rb_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
@@ -786,9 +753,10 @@ static void rb_destroy(dmn_backend_t *be)
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->thread, NULL); /* it destroys the ring */
     mb_destroy(b->mb);
+    dmn__rbck_destroy(b->ckpt); /* after its etcd client */
     tp_destroy(b->tp);
-    view_free(b->cur);
-    view_free(b->pending);
+    dmn__rb_view_free(b->cur);
+    dmn__rb_view_free(b->pending);
     free(b->quiet_node);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
@@ -804,6 +772,8 @@ static const dmn_backend_ops_t rb_ops = {
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,
+    .request_ckpt = rb_request_ckpt,
+    .ckpt_report = rb_ckpt_report,
     .leave = rb_leave,
     .destroy = rb_destroy,
 };
@@ -854,6 +824,11 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = mb_create(loop, &mc, &mcb, b, &b->mb);
     if (rc != 0)
         goto err_tp;
+    rc = dmn__rbck_create(cfg->job, cfg->node_id, &b->ckpt);
+    if (rc != 0) {
+        mb_destroy(b->mb);
+        goto err_tp;
+    }
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     uv_async_init(loop, &b->async, on_async);
@@ -862,6 +837,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     b->async.data = b->defer.data = b->suspect_timer.data = b;
     if (pthread_create(&b->thread, NULL, rt_main, b) != 0) {
         mb_destroy(b->mb);
+        dmn__rbck_destroy(b->ckpt);
         tp_destroy(b->tp);
         pthread_cond_destroy(&b->cv);
         pthread_mutex_destroy(&b->mu);
