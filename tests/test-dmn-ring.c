@@ -253,8 +253,10 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     snprintf(hl, sizeof(hl), "%s", td_path(&c.d[0], "h0"));
     snprintf(sv, sizeof(sv), "%s", td_path(&c.d[0], "p0"));
     snprintf(lg, sizeof(lg), "%s", td_path(&c.d[0], "t0.log"));
+    /* The same collectives as trainer() (--log-every 20), plus the
+     * request. */
     const char *args[] = {"--steps", "30", "--hash-log", hl, "--save", sv,
-                          "--ckpt-at", "7", NULL};
+                          "--log-every", "20", "--ckpt-at", "7", NULL};
     c.trainer[0][0] = td_trainer(&c.d[0], args, lg);
     c.trainer[1][0] = trainer(&c, 1, 0, "30");
     for (int i = 0; i < 2; i++)
