@@ -3,14 +3,14 @@
 #
 # Runs the demo trainer (examples/trainer, 1 trainer, --standalone ringd)
 # for STEPS steps without checkpoints and with --ckpt-interval K, REPS
-# times each, alternating, and prints the best wall time of each and the
+# times each, alternating, and prints the median wall time of each and the
 # overhead. Last line: ckpt_overhead_pct=<x> (K=<k>).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 STEPS=${STEPS:-2000}
 K=${K:-50}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 T=$(mktemp -d /tmp/ringd-ckbench.XXXXXX)
 DP=
 cleanup() { [ -n "$DP" ] && kill -9 "$DP" 2>/dev/null; rm -rf "$T"; }
@@ -32,13 +32,18 @@ run() { # $1: extra daemon flags; prints milliseconds
     echo $((t1 - t0))
 }
 
-best_off=999999999 best_on=999999999
+# Alternating runs, and the median of each: the machine is shared and a
+# single best or mean is at the mercy of one noisy run.
+offs=() ons=()
 for _ in $(seq "$REPS"); do
-    a=$(run "") ; [ "$a" -lt "$best_off" ] && best_off=$a
-    b=$(run "--ckpt-dir $T/ck --ckpt-interval $K") ; [ "$b" -lt "$best_on" ] && best_on=$b
+    offs+=("$(run "")")
+    ons+=("$(run "--ckpt-dir $T/ck --ckpt-interval $K")")
 done
-echo "mode	steps	ms"
-echo "no_ckpt	$STEPS	$best_off"
-echo "ckpt_every_$K	$STEPS	$best_on"
-awk -v a="$best_off" -v b="$best_on" -v k="$K" \
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END {
+    print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+med_off=$(median "${offs[@]}") med_on=$(median "${ons[@]}")
+echo "mode	steps	median_ms	runs_ms"
+echo "no_ckpt	$STEPS	$med_off	${offs[*]}"
+echo "ckpt_every_$K	$STEPS	$med_on	${ons[*]}"
+awk -v a="$med_off" -v b="$med_on" -v k="$K" \
     'BEGIN { printf "ckpt_overhead_pct=%.1f (K=%d)\n", (b - a) * 100 / a, k }'

@@ -21,8 +21,15 @@
  * thread, which is what the daemon's one checkpoint worker does). The last
  * line: ckpt: stall_ms_per_GiB=... overhead_pct=... delta_ratio=...
  * shuffle_ratio=... zstd_ratio=... (overhead_pct is the training slowdown
- * with checkpoints every K steps, measured with the demo trainer when one
- * is given with -t; "n/a" otherwise).
+ * with checkpoints every K steps, measured by bench/ckpt-overhead.sh and
+ * passed in with -o; "n/a" otherwise).
+ *
+ * Real weights: -a A -b B name two raw f32 parameter files of the demo
+ * trainer (examples/trainer --dump P --dump-every 1: B a few real SGD
+ * steps after A). Then rows real_* encode B (and B against A for the
+ * delta) at their own size (tiling them up to 1 GiB would let zstd match
+ * the copies and overstate every ratio), and the last line's ratios are
+ * those of the real weights.
  */
 #include <math.h>
 #include <stdio.h>
@@ -116,13 +123,69 @@ static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
     return written;
 }
 
+static float *load(const char *path, size_t *bytes_p)
+{
+    FILE *f = fopen(path, "rb");
+    float *p = NULL;
+    long n = -1;
+    if (f != NULL && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 &&
+        n % 4 == 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (p = malloc((size_t)n)) != NULL &&
+        fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    *bytes_p = n > 0 ? (size_t)n : 0;
+    return p;
+}
+
+/* The four modes on the trainer's real weights: ratio[] gets theirs. */
+static int real_rows(const char *fa, const char *fb, const char *root,
+                     uint32_t nshards, double *ratio)
+{
+    static const mode_t_ modes[] = {
+        {"real_shuffle_zstd", 0, 4, 0},
+        {"real_delta_shuffle_zstd", 0, 4, 1},
+        {"real_zstd", 0, 1, 0},
+        {"real_gzip-6", 1, 1, 0},
+    };
+    size_t na, nb;
+    float *a = load(fa, &na), *b = load(fb, &nb);
+    if (a == NULL || b == NULL || na != nb) {
+        fprintf(stderr, "ckpt: cannot read two f32 files of one size: %s "
+                "%s\n", fa, fb);
+        return 1;
+    }
+    for (int i = 0; i < 4; i++) {
+        double t0 = now_s();
+        size_t out = encode_all(&modes[i], root, (uint64_t)(20 + i), b, a,
+                                nb, nshards);
+        double t1 = now_s();
+        ratio[i] = (double)nb / (double)out;
+        printf("%s\t-\t%.1f\t%.0f\t%.3f\n", modes[i].name, (t1 - t0) * 1e3,
+               (double)nb / 1e6 / (t1 - t0), ratio[i]);
+        ckpt_store_retain(root, 0);
+    }
+    printf("# real_*: %zu bytes of demo-trainer weights (%s), delta "
+           "against %s\n", nb, fb, fa);
+    free(a);
+    free(b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     size_t mib = 1024;
     uint32_t nshards = 4;
     int ksteps = 3, c;
-    while ((c = getopt(argc, argv, "s:n:k:l:t:h")) != -1) {
+    const char *fa = NULL, *fb = NULL, *overhead = "n/a";
+    while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:o:h")) != -1) {
         switch (c) {
+        case 'a': fa = optarg; break;
+        case 'b': fb = optarg; break;
+        case 'o': overhead = optarg; break;
         case 'l': zlevel = atoi(optarg); break;
         case 't': zthreads = atoi(optarg); break;
         case 's': mib = (size_t)atol(optarg); break;
@@ -189,11 +252,14 @@ int main(int argc, char **argv)
         fflush(stdout);
         ckpt_store_retain(root, 0);
     }
+    if (fa != NULL && fb != NULL && real_rows(fa, fb, root, nshards, ratio))
+        return 1;
     th_rmtree(root);
     free(root);
-    printf("ckpt: stall_ms_per_GiB=%.1f overhead_pct=n/a delta_ratio=%.3f "
+    printf("ckpt: stall_ms_per_GiB=%.1f overhead_pct=%s delta_ratio=%.3f "
            "shuffle_ratio=%.3f zstd_ratio=%.3f\n",
-           stall_best * 1024.0 / (double)mib, ratio[1], ratio[0], ratio[2]);
+           stall_best * 1024.0 / (double)mib, overhead, ratio[1], ratio[0],
+           ratio[2]);
     free(w0);
     free(w1);
     free(stage);

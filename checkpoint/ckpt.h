@@ -167,6 +167,23 @@ int ckpt_store_retain(const char *root, unsigned keep);
  */
 int ckpt_store_restore(const char *root, void *state, size_t cap,
                        uint64_t *step_p, unsigned *repaired_p);
+/* What ckpt_store_check found for one shard. */
+typedef enum {
+    CKPT_COPY_OK = 0,          /* primary and replica both good */
+    CKPT_COPY_REPLICA_BAD,     /* primary good, replica not */
+    CKPT_COPY_REPAIRED,        /* primary bad: a restore reads the replica */
+    CKPT_COPY_BAD,             /* neither copy: not restorable */
+} ckpt_copy_state_t;
+
+/*
+ * Check both copies of every shard of m (a manifest from etcd or the
+ * store) against it, decoding fully (delta shards through their bases,
+ * whose manifests come from the store). states[m->nshards] gets one
+ * verdict per shard. Returns 0 if the checkpoint is restorable (no shard
+ * CKPT_COPY_BAD), else ST_ECORRUPT.
+ */
+int ckpt_store_check(const char *root, const ckpt_manifest_t *m,
+                     ckpt_copy_state_t *states);
 /* Verify every shard of one step (both copies); 0 if all good. */
 int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
 

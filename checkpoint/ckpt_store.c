@@ -145,6 +145,70 @@ int ckpt_store_list(const char *root, uint64_t **steps_p, size_t *n_p)
     return list_steps(root, 1, steps_p, n_p);
 }
 
+static int restore_shard(const char *root, const ckpt_manifest_t *m,
+                         uint32_t i, void *dst, int depth,
+                         int *from_replica_p);
+
+/* The decoded base of delta shard i (malloc'd), or NULL for a full one. */
+static int decode_base(const char *root, const ckpt_manifest_t *m,
+                       uint32_t i, int depth, void **base_p)
+{
+    const ckpt_manifest_shard_t *s = &m->shards[i];
+    *base_p = NULL;
+    if (!(s->flags & CKPT_F_DELTA))
+        return 0;
+    ckpt_manifest_t *bm = NULL;
+    int rc = ckpt_store_load_manifest(root, s->base_step, &bm);
+    if (rc == 0 && (bm->nshards != m->nshards ||
+                    bm->shards[i].offset != s->offset ||
+                    bm->shards[i].size != s->size))
+        rc = ST_ECORRUPT; /* a delta needs the same layout */
+    void *base = rc == 0 ? malloc(s->size ? s->size : 1) : NULL;
+    int dummy;
+    if (rc == 0 && base == NULL)
+        rc = ST_ENOMEM;
+    if (rc == 0)
+        rc = restore_shard(root, bm, i, base, depth + 1, &dummy);
+    ckpt_manifest_free(bm);
+    if (rc != 0) {
+        free(base);
+        return rc;
+    }
+    *base_p = base;
+    return 0;
+}
+
+/* Decode one copy (primary or replica) of shard i into dst and check it
+ * is the shard the manifest lists. */
+static int read_copy(const char *root, const ckpt_manifest_t *m, uint32_t i,
+                     int replica, const void *base, void *dst)
+{
+    const ckpt_manifest_shard_t *s = &m->shards[i];
+    char dir[PATH_MAX], name[64], path[PATH_MAX + 64];
+    int r = ckpt_store_step_dir(root, m->step, dir, sizeof(dir));
+    if (r != 0)
+        return r;
+    shard_name(name, sizeof(name), i, replica);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    void *file;
+    size_t len;
+    ckpt_shard_info_t info;
+    r = ckpt_read_file(path, 128 + ZSTD_compressBound(s->size), &file,
+                       &len);
+    if (r == 0) {
+        r = ckpt_shard_decode(file, len, base, dst, s->size, &info);
+        free(file);
+    }
+    if (r == 0 && (info.step != m->step || info.offset != s->offset ||
+                   info.raw_size != s->size ||
+                   info.raw_xxh64 != s->raw_xxh64))
+        r = ST_ECORRUPT; /* a valid shard, but not the one listed */
+    if (r != 0)
+        RD_WARN("checkpoint: step %" PRIu64 " %s unusable: %s", m->step,
+                name, st_strerror(r));
+    return r;
+}
+
 /*
  * Decode shard i of step into dst (size bytes), from the primary file or
  * else the replica; a delta shard first decodes its base (recursively).
@@ -154,56 +218,41 @@ static int restore_shard(const char *root, const ckpt_manifest_t *m,
                          uint32_t i, void *dst, int depth,
                          int *from_replica_p)
 {
-    const ckpt_manifest_shard_t *s = &m->shards[i];
     if (depth > MAX_CHAIN)
         return ST_ECORRUPT;
-    void *base = NULL;
-    if (s->flags & CKPT_F_DELTA) {
-        ckpt_manifest_t *bm = NULL;
-        int brc = ckpt_store_load_manifest(root, s->base_step, &bm);
-        if (brc == 0 && (bm->nshards != m->nshards ||
-                         bm->shards[i].offset != s->offset ||
-                         bm->shards[i].size != s->size))
-            brc = ST_ECORRUPT; /* a delta needs the same layout */
-        base = brc == 0 ? malloc(s->size ? s->size : 1) : NULL;
-        int dummy;
-        if (brc == 0 && base != NULL)
-            brc = restore_shard(root, bm, i, base, depth + 1, &dummy);
-        ckpt_manifest_free(bm);
-        if (brc != 0 || base == NULL) {
-            free(base);
-            return brc ? brc : ST_ENOMEM;
-        }
-    }
-    char dir[PATH_MAX];
-    int rc = ckpt_store_step_dir(root, m->step, dir, sizeof(dir));
-    for (int replica = 0; rc == 0 && replica < 2; replica++) {
-        char name[64], path[PATH_MAX + 64];
-        shard_name(name, sizeof(name), i, replica);
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        void *file;
-        size_t len;
-        int r = ckpt_read_file(path, 128 + ZSTD_compressBound(s->size),
-                               &file, &len);
-        ckpt_shard_info_t info;
-        if (r == 0) {
-            r = ckpt_shard_decode(file, len, base, dst, s->size, &info);
-            free(file);
-        }
-        if (r == 0 && (info.step != m->step || info.offset != s->offset ||
-                       info.raw_size != s->size ||
-                       info.raw_xxh64 != s->raw_xxh64))
-            r = ST_ECORRUPT; /* a valid shard, but not the one listed */
-        if (r == 0) {
+    void *base;
+    int rc = decode_base(root, m, i, depth, &base);
+    if (rc != 0)
+        return rc;
+    for (int replica = 0; replica < 2; replica++) {
+        if (read_copy(root, m, i, replica, base, dst) == 0) {
             *from_replica_p = replica;
             free(base);
             return 0;
         }
-        RD_WARN("checkpoint: step %" PRIu64 " %s unusable: %s", m->step,
-                name, st_strerror(r));
     }
     free(base);
-    return rc ? rc : ST_ECORRUPT;
+    return ST_ECORRUPT;
+}
+
+int ckpt_store_check(const char *root, const ckpt_manifest_t *m,
+                     ckpt_copy_state_t *states)
+{
+    int bad = 0;
+    for (uint32_t i = 0; i < m->nshards; i++) {
+        void *base = NULL, *buf = malloc(m->shards[i].size ? m->shards[i].size
+                                                           : 1);
+        int ok[2] = {0, 0};
+        if (buf != NULL && decode_base(root, m, i, 0, &base) == 0)
+            for (int replica = 0; replica < 2; replica++)
+                ok[replica] = read_copy(root, m, i, replica, base, buf) == 0;
+        free(base);
+        free(buf);
+        states[i] = ok[0] ? (ok[1] ? CKPT_COPY_OK : CKPT_COPY_REPLICA_BAD)
+                          : (ok[1] ? CKPT_COPY_REPAIRED : CKPT_COPY_BAD);
+        bad += !ok[0] && !ok[1];
+    }
+    return bad ? ST_ECORRUPT : 0;
 }
 
 int ckpt_store_restore(const char *root, void *state, size_t cap,

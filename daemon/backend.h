@@ -41,6 +41,7 @@
 
 #include <uv.h>
 
+#include "checkpoint/ckpt.h"
 #include "kernels/kern.h"
 
 typedef struct {
@@ -52,7 +53,17 @@ typedef struct {
     uint32_t rank_offset;     /* global rank of this node's first trainer */
     uint32_t restored;        /* on_view only: the backend replaced the
                                  state region (get_state) with the job's */
+    uint32_t ckpt_requested;  /* some node of the job asked for a
+                                 checkpoint (ringd_checkpoint): every node
+                                 takes one at the end of this step */
 } dmn_view_t;
+
+/* This node's two files of one checkpoint, written and durable. */
+typedef struct {
+    ckpt_shard_info_t primary; /* shard r, r = the node's rank then */
+    ckpt_shard_info_t replica; /* shard r-1 (mod n) */
+    unsigned keep;             /* retention: newest complete to keep */
+} dmn_ckpt_files_t;
 
 typedef struct dmn_backend dmn_backend_t;
 
@@ -116,6 +127,24 @@ typedef struct {
      * call cb when gone. No collective is in flight when it is called.
      */
     int (*leave)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
+    /*
+     * A trainer of this node asked for a checkpoint (ringd_checkpoint).
+     * The backend sets ckpt_requested in the view of the next step that
+     * starts, on every node of the job alike (a ring backend carries the
+     * flag in the per-step agreement), until a step with it completes.
+     */
+    void (*request_ckpt)(dmn_backend_t *be);
+    /*
+     * May be NULL (solo: the shared directory's MANIFEST.json is the only
+     * record). This node's two files of a checkpoint are durable: record
+     * them where every node sees them and, once every shard has its two
+     * copies, write the job's manifest and apply retention (f->keep).
+     * cb(arg, 1): this call completed the checkpoint; cb(arg, 0): not
+     * complete yet, or another node completed it; cb(arg, < 0): an error
+     * (logged). f is copied.
+     */
+    int (*ckpt_report)(dmn_backend_t *be, const dmn_ckpt_files_t *f,
+                       dmn_done_cb cb, void *arg);
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
     void (*destroy)(dmn_backend_t *be);

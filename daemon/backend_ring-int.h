@@ -1,7 +1,8 @@
 /*
  * backend_ring-int.h - internals of the ring backend shared by
- * backend_ring.c (main loop side, membership, the backend ops) and
- * backend_ring_thread.c (views and the ring thread).
+ * backend_ring.c (main loop side, membership, the backend ops),
+ * backend_ring_thread.c (views and the ring thread) and
+ * backend_ring_ckpt.c (checkpoint records in etcd).
  */
 #ifndef RINGD_BACKEND_RING_INT_H
 #define RINGD_BACKEND_RING_INT_H
@@ -10,6 +11,7 @@
 
 #include "daemon/backend.h"
 #include "daemon/dmn.h"
+#include "membership/etcd.h"
 #include "membership/mb.h"
 #include "ring/ring.h"
 #include "transport/tp.h"
@@ -61,6 +63,7 @@ typedef struct {
     uint64_t my_step;
     uint32_t my_trainers;
     uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
+    int ckpt_req, ckpt_out; /* checkpoint asked for: here, by anyone */
     /* collectives */
     void *buf;
     size_t count;
@@ -105,6 +108,8 @@ typedef struct {
     dmn_view_t dview;
     uint64_t step;        /* next step to run */
     uint32_t local_trainers;
+    int ckpt_req;         /* a trainer here asked for a checkpoint */
+    struct dmn_rbck *ckpt; /* checkpoint records in etcd */
     uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
     uint32_t counts[RB_MAX_NODES];
     dmn_done_cb op_cb, ready_cb, leave_cb;
@@ -125,9 +130,20 @@ typedef struct {
 } rb_t;
 
 
+/* Every node's trainer count's top bit in the per-step allgather carries
+ * "a checkpoint was asked for here". */
+#define RB_CKPT_BIT 0x80000000u
+
 void rb__view_free(rb_view_t *v);
 rb_view_t *rb__view_copy(const mb_view_t *mv);
 /* The ring thread: runs posted commands until quit; destroys its rings. */
 void *rb__thread_main(void *arg);
+
+/* backend_ring_ckpt.c: checkpoint records and manifests in etcd. */
+typedef struct dmn_rbck dmn_rbck_t;
+int dmn__rbck_create(const char *job, const char *node, dmn_rbck_t **k_p);
+void dmn__rbck_destroy(dmn_rbck_t *k);
+int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
+                     dmn_done_cb cb, void *arg);
 
 #endif

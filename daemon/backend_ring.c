@@ -97,7 +97,8 @@ static void install_pending(rb_t *b)
     b->pending = NULL;
     b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
                         .my_step = b->step, .counts = b->counts,
-                        .my_trainers = b->local_trainers};
+                        .my_trainers = b->local_trainers,
+                        .ckpt_req = b->ckpt_req};
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
     rb_enter(b, RB_SYNCING);
@@ -120,7 +121,8 @@ static void advance(rb_t *b)
     } else if (b->state == RB_READY && b->agreed_step != b->step + 1) {
         b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
                             .counts = b->counts,
-                            .my_trainers = b->local_trainers};
+                            .my_trainers = b->local_trainers,
+                            .ckpt_req = b->ckpt_req};
         post_cmd(b);
     }
     /* else WAITING: the next view brings us back here */
@@ -197,6 +199,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
     b->agreed_step = b->step + 1;
     mb_set_step(b->mb, b->step);
     fill_dview(b);
+    b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     b->dview.restored = c->state_replaced;
     uv_timer_stop(&b->suspect_timer);
     free(b->quiet_node);
@@ -246,6 +249,7 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
     }
     b->agreed_step = b->step + 1;
     fill_dview(b);
+    b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     ready_fire(b, 0);
 }
 
@@ -517,6 +521,21 @@ static void rb_step_end(dmn_backend_t *be, uint64_t step)
     b->step = step + 1;
     b->dview.step = b->step;
     mb_set_step(b->mb, b->step);
+    if (b->dview.ckpt_requested) /* its end took the checkpoint */
+        b->ckpt_req = 0;
+    b->dview.ckpt_requested = 0;
+}
+
+static void rb_request_ckpt(dmn_backend_t *be)
+{
+    ((rb_t *)be)->ckpt_req = 1;
+}
+
+static int rb_ckpt_report(dmn_backend_t *be, const dmn_ckpt_files_t *f,
+                          dmn_done_cb cb, void *arg)
+{
+    rb_t *b = (rb_t *)be;
+    return dmn__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
 }
 
 static int rb_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
@@ -569,6 +588,7 @@ static void rb_destroy(dmn_backend_t *be)
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->thread, NULL); /* it destroys the ring */
     mb_destroy(b->mb);
+    dmn__rbck_destroy(b->ckpt); /* after its etcd client */
     tp_destroy(b->tp);
     rb__view_free(b->cur);
     rb__view_free(b->pending);
@@ -588,6 +608,8 @@ static const dmn_backend_ops_t rb_ops = {
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,
+    .request_ckpt = rb_request_ckpt,
+    .ckpt_report = rb_ckpt_report,
     .leave = rb_leave,
     .destroy = rb_destroy,
 };
@@ -640,6 +662,11 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = mb_create(loop, &mc, &mcb, b, &b->mb);
     if (rc != 0)
         goto err_tp;
+    rc = dmn__rbck_create(cfg->job, cfg->node_id, &b->ckpt);
+    if (rc != 0) {
+        mb_destroy(b->mb);
+        goto err_tp;
+    }
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     uv_async_init(loop, &b->async, on_async);
@@ -650,6 +677,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     b->rejoin.data = b;
     if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
         mb_destroy(b->mb);
+        dmn__rbck_destroy(b->ckpt);
         tp_destroy(b->tp);
         pthread_cond_destroy(&b->cv);
         pthread_mutex_destroy(&b->mu);

@@ -69,13 +69,20 @@ static void rt_set_ring(rb_t *b, ring_t *r)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Every node's trainer count, in ring order. */
+/* Every node's trainer count, in ring order; the top bit carries "a
+ * checkpoint was asked for here", so every node learns it at this step. */
 static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 {
     uint32_t n = (uint32_t)c->view->n;
     memset(c->counts, 0, n * sizeof(uint32_t));
-    c->counts[c->view->my_index] = c->my_trainers;
-    return ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+    c->counts[c->view->my_index] =
+        c->my_trainers | (c->ckpt_req ? RB_CKPT_BIT : 0);
+    int rc = ring_allgather(b->ring, c->counts, sizeof(uint32_t));
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        c->ckpt_out |= (c->counts[i] & RB_CKPT_BIT) != 0;
+        c->counts[i] &= ~RB_CKPT_BIT;
+    }
+    return rc;
 }
 
 /*

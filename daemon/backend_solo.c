@@ -30,6 +30,8 @@ typedef struct {
     int done_status;
     uint64_t reshape_at[SOLO_MAX_RESHAPES];
     int nreshape;
+    int ckpt_req;          /* a checkpoint was asked for */
+    int ckpt_in_step;      /* ... and the current step's view says so */
 } solo_t;
 
 static void solo_set_local_trainers(dmn_backend_t *be, uint32_t n)
@@ -49,7 +51,17 @@ static void solo_set_step(dmn_backend_t *be, uint64_t step)
 
 static void solo_get_view(dmn_backend_t *be, dmn_view_t *view_p)
 {
-    *view_p = ((solo_t *)be)->view;
+    solo_t *s = (solo_t *)be;
+    *view_p = s->view;
+    view_p->ckpt_requested = (uint32_t)s->ckpt_req;
+    s->ckpt_in_step = s->ckpt_req;
+}
+
+/* Kept until a step whose view carried it completes: a step broken and
+ * redone still ends with the checkpoint. */
+static void solo_request_ckpt(dmn_backend_t *be)
+{
+    ((solo_t *)be)->ckpt_req = 1;
 }
 
 static void solo_fire(uv_timer_t *t)
@@ -115,7 +127,11 @@ static int solo_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
 
 static void solo_step_end(dmn_backend_t *be, uint64_t step)
 {
-    ((solo_t *)be)->view.step = step + 1;
+    solo_t *s = (solo_t *)be;
+    s->view.step = step + 1;
+    if (s->ckpt_in_step)
+        s->ckpt_req = 0; /* this step's end takes the checkpoint */
+    s->ckpt_in_step = 0;
 }
 
 static int solo_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
@@ -143,6 +159,7 @@ static const dmn_backend_ops_t solo_ops = {
     .allreduce = solo_allreduce,
     .broadcast = solo_broadcast,
     .step_end = solo_step_end,
+    .request_ckpt = solo_request_ckpt,
     .leave = solo_leave,
     .destroy = solo_destroy,
 };
@@ -155,6 +172,7 @@ static const dmn_backend_ops_t fake_ops = {
     .allreduce = solo_allreduce,
     .broadcast = solo_broadcast,
     .step_end = solo_step_end,
+    .request_ckpt = solo_request_ckpt,
     .leave = solo_leave,
     .destroy = solo_destroy,
 };

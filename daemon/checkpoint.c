@@ -11,13 +11,21 @@
  * needed, at the price of compressing 2/N of the state instead of 1/N.
  * The only stall on the training path is the two snapshot copies.
  *
- * When both of this node's files are written, the node looks for the
- * step's 2N files in the checkpoint directory and, if all are there,
- * writes the manifest (every node that completes the set writes the same
- * manifest, atomically, so it does not matter who is first) and applies
- * retention. That completes checkpoints whose directory all nodes share
- * (one machine, or a shared file system); per-node directories would need
- * the manifest in etcd, which is not written yet.
+ * When both of this node's files are written, two records may complete
+ * the checkpoint:
+ *  - the job's, through the backend (ckpt_report: the ring backend puts
+ *    the node's two shard headers in etcd, and the node that sees every
+ *    shard with its two copies writes the manifest key); this works
+ *    whatever the directories are, one per node or shared;
+ *  - the directory's: if the step's 2N files are all in this node's
+ *    directory (one machine, a shared file system), MANIFEST.json, which
+ *    restore reads. Every node that completes the set writes the same
+ *    manifest, atomically, so it does not matter who is first.
+ * Both apply retention (the same CKPT_KEEP newest).
+ *
+ * On request (ringd_checkpoint): the backend carries the request into the
+ * view of the next step that starts on every node, and every node takes
+ * the checkpoint when that step ends, so all of them hold the same step.
  *
  * Restore: at the node's first step start, with its trainers' state
  * registered, the newest checkpoint whose shards verify (repaired from
@@ -47,6 +55,7 @@ static void on_written(dmn_t *d, int which, int status,
     pthread_mutex_lock(&d->ckpt_mu);
     d->ckpt_done_step[which] = info->step;
     d->ckpt_done_status[which] = status;
+    d->ckpt_done_info[which] = *info;
     pthread_mutex_unlock(&d->ckpt_mu);
     uv_async_send(&d->ckpt_async);
 }
@@ -131,12 +140,30 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
                 st_strerror(rc));
         return;
     }
-    d->stats.ckpt_taken++;
-    RD_INFO("checkpoint of step %" PRIu64 " complete (%u shards, 2 copies "
-            "each)", step, n);
+    /* With a job-wide record, that one counts the checkpoint. */
+    if (d->be->ops->ckpt_report == NULL) {
+        d->stats.ckpt_taken++;
+        RD_INFO("checkpoint of step %" PRIu64 " complete (%u shards, 2 "
+                "copies each)", step, n);
+    } else {
+        RD_DEBUG("checkpoint of step %" PRIu64 ": MANIFEST.json written",
+                 step);
+    }
     int removed = ckpt_store_retain(d->ckpt_root, CKPT_KEEP);
     if (removed > 0)
         RD_DEBUG("checkpoint retention removed %d old steps", removed);
+}
+
+static void on_reported(void *arg, int status)
+{
+    dmn_t *d = arg;
+    if (status == 1) {
+        d->stats.ckpt_taken++;
+        RD_INFO("checkpoint of step %" PRIu64 " complete (every shard has "
+                "2 copies; manifest in etcd)", d->ckpt_reported_step);
+    } else if (status < 0) {
+        d->stats.ckpt_failed++;
+    }
 }
 
 static void on_ckpt_async(uv_async_t *h)
@@ -145,6 +172,9 @@ static void on_ckpt_async(uv_async_t *h)
     pthread_mutex_lock(&d->ckpt_mu);
     uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
     int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
+    dmn_ckpt_files_t f = {.primary = d->ckpt_done_info[0],
+                          .replica = d->ckpt_done_info[1],
+                          .keep = CKPT_KEEP};
     pthread_mutex_unlock(&d->ckpt_mu);
     uint64_t want = d->ckpt_pending_step;
     if (want == 0 || s0 != want || s1 != want)
@@ -156,6 +186,15 @@ static void on_ckpt_async(uv_async_t *h)
                 "on and older checkpoints stay", want,
                 st_strerror(r0 ? r0 : r1));
         return;
+    }
+    if (d->be->ops->ckpt_report != NULL) {
+        d->ckpt_reported_step = want;
+        int rc = d->be->ops->ckpt_report(d->be, &f, on_reported, d);
+        if (rc != 0) {
+            d->stats.ckpt_failed++;
+            RD_WARN("checkpoint of step %" PRIu64 " not recorded: %s", want,
+                    st_strerror(rc));
+        }
     }
     try_complete(d, want, d->ckpt_pending_n);
 }
@@ -210,7 +249,9 @@ void dmn__ckpt_stop(dmn_t *d)
 /* Step `step` is about to start and every trainer ended the one before. */
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
 {
-    if (d->ckw[0] == NULL || step == 0 || step % d->cfg->ckpt_interval != 0)
+    /* d->view is still the view of the step that just ended. */
+    if (d->ckw[0] == NULL || step == 0 ||
+        (step % d->cfg->ckpt_interval != 0 && !d->view.ckpt_requested))
         return;
     void *state;
     size_t bytes;
@@ -240,6 +281,26 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     } else {
         d->stats.ckpt_failed++;
     }
+}
+
+/*
+ * The request is acknowledged at once; the checkpoint is taken at the end
+ * of the next step that starts (every node of the job must take the same
+ * step, and they agree on it at a step start).
+ */
+void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq)
+{
+    d->stats.ckpt_requests++;
+    if (d->ckw[0] == NULL || d->be->ops->request_ckpt == NULL) {
+        RD_INFO("client %u asked for a checkpoint, but checkpoints are "
+                "off (--ckpt-interval 0)", c->id);
+        dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_ENOTSUP);
+        return;
+    }
+    d->be->ops->request_ckpt(d->be);
+    RD_INFO("client %u asked for a checkpoint: taken at the end of the "
+            "next step", c->id);
+    dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_OK);
 }
 
 int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p)

@@ -141,8 +141,10 @@ struct dmn {
     int ckpt_mu_init;
     uint64_t ckpt_done_step[2]; /* guarded by ckpt_mu */
     int ckpt_done_status[2];
+    ckpt_shard_info_t ckpt_done_info[2];
     uint64_t ckpt_pending_step; /* submitted, not completed; 0: none */
     uint32_t ckpt_pending_n;
+    uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
     int restore_checked;
 
     dmn_stats_t stats;
@@ -186,6 +188,8 @@ int dmn__ckpt_start(dmn_t *d);
 void dmn__ckpt_stop(dmn_t *d);
 /* Step `step` is about to start; every trainer ended the one before. */
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
+/* A CKPT request from a trainer: replies to it. */
+void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* Restore the newest usable checkpoint into the state region: 0 and its
  * step, -ENOENT when there is none (or no state yet), or an error. */
 int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);

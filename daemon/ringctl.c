@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint/ckpt.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "daemon/proto.h"
@@ -31,6 +32,7 @@ typedef struct {
     const char *socket;
     const char *etcd;
     const char *job;
+    const char *ckpt_dir;
     int json;
 } ctl_opts_t;
 
@@ -672,6 +674,87 @@ out_destroy:
     return rc;
 }
 
+/* The manifest of step from etcd (--etcd given) or from the directory. */
+static int verify_manifest(const ctl_opts_t *o, const char *root,
+                           unsigned long long step, ckpt_manifest_t **m_p)
+{
+    if (o->etcd == NULL || o->etcd[0] == '\0') {
+        int rc = ckpt_store_load_manifest(root, step, m_p);
+        if (rc != 0)
+            fprintf(stderr, "ringctl: no manifest of step %llu under %s: "
+                    "%s\n", step, root, st_strerror(rc));
+        return rc ? EXIT_DOWN : 0;
+    }
+    ctl_etcd_t c;
+    ctl_reply_t r;
+    char key[CTL_KEY_MAX];
+    snprintf(key, sizeof(key), "/ringd/%s/ckpt/%llu", o->job, step);
+    int rc = ctl_open(o, &c);
+    if (rc != 0)
+        return rc;
+    rc = ctl_get(&c, key, 0, &r);
+    if (rc == 0 && r.n_kvs != 1) {
+        fprintf(stderr, "ringctl: no checkpoint of step %llu in etcd (%s)\n",
+                step, key);
+        rc = EXIT_DOWN;
+    } else if (rc == 0 && ckpt_manifest_from_json(r.kvs[0].value,
+                                                  r.kvs[0].value_len,
+                                                  m_p) != 0) {
+        fprintf(stderr, "ringctl: %s is not a valid manifest\n", key);
+        rc = EXIT_DOWN;
+    }
+    if (rc == 0 && (*m_p)->step != step) {
+        fprintf(stderr, "ringctl: %s names step %llu\n", key,
+                (unsigned long long)(*m_p)->step);
+        ckpt_manifest_free(*m_p);
+        rc = EXIT_DOWN;
+    }
+    if (r.done)
+        ctl_reply_free(&r);
+    etcd_destroy(c.etcd);
+    return rc;
+}
+
+/* Decode both copies of every shard of one checkpoint: restorable? */
+static int cmd_verify(const ctl_opts_t *o, char **argv)
+{
+    char *end;
+    errno = 0;
+    unsigned long long step = strtoull(argv[1], &end, 10);
+    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
+        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
+        return EXIT_USAGE;
+    }
+    char root[4096];
+    const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
+    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
+    ckpt_manifest_t *m = NULL;
+    int rc = verify_manifest(o, root, step, &m);
+    if (rc != 0)
+        return rc;
+    static const char *const verdict[] = {
+        "ok", "ok (replica bad)", "repaired-from-replica", "bad"};
+    ckpt_copy_state_t *st = calloc(m->nshards, sizeof(*st));
+    if (st == NULL) {
+        ckpt_manifest_free(m);
+        return EXIT_DOWN;
+    }
+    rc = ckpt_store_check(root, m, st);
+    unsigned repaired = 0;
+    for (uint32_t i = 0; i < m->nshards; i++) {
+        printf("shard %u  %s\n", i, verdict[st[i]]);
+        repaired += st[i] == CKPT_COPY_REPAIRED;
+    }
+    if (rc == 0)
+        printf("step %llu: restorable (%u shards, %u from replicas)\n",
+               step, m->nshards, repaired);
+    else
+        printf("step %llu: NOT restorable\n", step);
+    free(st);
+    ckpt_manifest_free(m);
+    return rc == 0 ? EXIT_OK : EXIT_DOWN;
+}
+
 static const ctl_cmd_t cmds[] = {
     {"status", "", 0, 0, cmd_status,
      "state of the local daemon: step, view, trainers, collectives"},
@@ -683,6 +766,8 @@ static const ctl_cmd_t cmds[] = {
      "ask NODE to leave the job at the next step boundary (etcd)"},
     {"checkpoints", "", 0, 1, cmd_checkpoints,
      "checkpoint records of the job (etcd)"},
+    {"verify", " STEP", 1, 0, cmd_verify,
+     "check both copies of every shard of a checkpoint (--ckpt-dir)"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -708,18 +793,23 @@ static void usage(FILE *out)
 "                 $RINGD_ETCD); required by members, view, drain,\n"
 "                 checkpoints\n"
 "  --job NAME     the job (default $RINGD_JOB); required with --etcd\n"
+"  --ckpt-dir DIR checkpoint directory for verify (default\n"
+"                 /var/lib/ringd/ckpt); the job's files are in DIR/JOB\n"
+"                 (DIR/standalone without --job); verify reads the\n"
+"                 manifest from etcd with --etcd, else from DIR\n"
 "  --json         machine-readable output (status, members, view,\n"
 "                 checkpoints)\n"
 "  -h, --help     this help\n"
 "\n"
 "Exit status: 0 ok; 1 failure (daemon or etcd unreachable, a bad reply,\n"
-"drain of a node that is not registered); 2 usage error.\n");
+"drain of a node that is not registered, a checkpoint not restorable);\n"
+"2 usage error.\n");
 }
 
 int main(int argc, char **argv)
 {
     ctl_opts_t o = {getenv("RINGD_SOCKET"), getenv("RINGD_ETCD"),
-                    getenv("RINGD_JOB"), 0};
+                    getenv("RINGD_JOB"), "/var/lib/ringd/ckpt", 0};
     if (o.socket == NULL || o.socket[0] == '\0')
         o.socket = RINGD_DEFAULT_SOCKET;
     /* The etcd client logs each endpoint that fails over; an operator
@@ -740,6 +830,8 @@ int main(int argc, char **argv)
             o.etcd = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--job") == 0) {
             o.job = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--ckpt-dir") == 0) {
+            o.ckpt_dir = argv[++i];
         } else {
             fprintf(stderr, "ringctl: unknown option or missing value: "
                     "'%s' (see --help)\n", a);

@@ -226,10 +226,7 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
     case PROTO_T_STEP_BEGIN: dmn__step_begin(c->d, c, h->seq); break;
     case PROTO_T_COLL: on_coll(c, h->seq, (const void *)body); break;
     case PROTO_T_STEP_END: dmn__step_end(c->d, c, h->seq); break;
-    case PROTO_T_CKPT:
-        c->d->stats.ckpt_requests++;
-        dmn__reply_status(c, PROTO_T_CKPT, h->seq, RINGD_ENOTSUP);
-        break;
+    case PROTO_T_CKPT: dmn__ckpt_request(c->d, c, h->seq); break;
     case PROTO_T_STATUS: on_status(c, h->seq); break;
     case PROTO_T_BYE: c->bye = 1; break;
     default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;

@@ -47,6 +47,9 @@ typedef struct {
     const char *hash_log, *save, *data, *name;
     int no_daemon, cpu_only;
     long crash_at;   /* fault injection: SIGKILL itself in this step */
+    long ckpt_at;          /* ask for a checkpoint after this step; -1 */
+    long dump_every;       /* --dump: parameters every N steps; 0 */
+    const char *dump;
 } opts_t;
 
 typedef struct {
@@ -421,13 +424,16 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --cpu             never use the GPU\n"
 "  --name NAME       name shown in the daemon's log\n"
 "  --crash-at-step S fault injection for tests: SIGKILL itself once step S\n"
-"                    has begun, before its collectives\n");
+"                    has begun, before its collectives\n"
+"  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
+"  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
+"  --dump-every N    ... after every N-th step (default 0: never)\n");
 }
 
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
-                  NULL, 0, 0, -1};
+                  NULL, 0, 0, -1, -1, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -469,6 +475,12 @@ static int parse(opts_t *o, int argc, char **argv)
             o->name = v;
         } else if (strcmp(a, "--crash-at-step") == 0) {
             o->crash_at = strtol(v, &end, 10);
+        } else if (strcmp(a, "--ckpt-at") == 0) {
+            o->ckpt_at = strtol(v, &end, 10);
+        } else if (strcmp(a, "--dump-every") == 0) {
+            o->dump_every = strtol(v, &end, 10);
+        } else if (strcmp(a, "--dump") == 0) {
+            o->dump = v;
         } else {
             fprintf(stderr, "trainer: unknown option '%s'\n", a);
             return -1;
@@ -480,7 +492,8 @@ static int parse(opts_t *o, int argc, char **argv)
         i += used;
     }
     if (o->steps < 0 || o->batch < 1 || o->batch > 65536 || o->hidden < 1 ||
-        o->hidden > 4096 || o->log_every < 1 || !(o->lr > 0)) {
+        o->hidden > 4096 || o->log_every < 1 || !(o->lr > 0) ||
+        o->dump_every < 0) {
         fprintf(stderr, "trainer: value out of range (see --help)\n");
         return -1;
     }
@@ -568,6 +581,22 @@ static int collective(trainer_t *t, float *p, long n, ringd_op_t op)
     return rc == 0 ? 0 : -1;
 }
 
+/* The parameters after `steps` steps, raw f32, to <dump>.<steps>: real
+ * weights for the checkpoint benchmark's delta ratio. */
+static int dump_params(const trainer_t *t, long steps)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.%ld", t->o.dump, steps);
+    FILE *f = fopen(path, "wb");
+    size_t n = (size_t)t->nparams;
+    int ok = f != NULL && fwrite(t->params, sizeof(float), n, f) == n;
+    if (f != NULL && fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        fprintf(stderr, "trainer: %s: %s\n", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
 /* Returns 0 after the last step, 2 when the daemon drains, -1 on error. */
 static int train(trainer_t *t)
 {
@@ -621,6 +650,14 @@ static int train(trainer_t *t)
                     ringd_last_error(t->c));
             continue; /* step_begin reconnects */
         }
+        if (t->c != NULL && s == o->ckpt_at) {
+            int crc = ringd_checkpoint(t->c);
+            printf("checkpoint requested after step %ld: %s\n", s,
+                   ringd_strerror(crc));
+        }
+        if (o->dump != NULL && o->dump_every > 0 &&
+            (s + 1) % o->dump_every == 0 && dump_params(t, s + 1) != 0)
+            return -1;
         if (t->hash_log != NULL) {
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);

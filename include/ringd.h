@@ -184,8 +184,13 @@ int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
  * RINGD_EDISCONNECTED. */
 int ringd_step_end(ringd_client_t *c);
 
-/* Ask for a checkpoint of the state region at the next step boundary.
- * Returns RINGD_ENOTSUP until the daemon has a checkpoint store. */
+/*
+ * Ask for a checkpoint of the state region. Returns at once: RINGD_OK
+ * (taken, on every node of the job, at the end of the next step that
+ * starts), RINGD_ENOTSUP when the daemon runs with checkpoints off
+ * (--ckpt-interval 0). A checkpoint still being written makes it skipped
+ * (counted in ringd_checkpoints_skipped_total), like a periodic one.
+ */
 int ringd_checkpoint(ringd_client_t *c);
 
 /*

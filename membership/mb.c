@@ -629,6 +629,11 @@ int64_t mb_lease(const mb_t *mb)
     return mb->lease;
 }
 
+etcd_t *mb_etcd(mb_t *mb)
+{
+    return mb->etcd;
+}
+
 static void mb_close_cb(uv_handle_t *h)
 {
     mb_t *mb = h->data;

@@ -163,6 +163,10 @@ mb_state_t mb_state(const mb_t *mb);
 int mb_is_leader(const mb_t *mb);
 /* The lease of the current registration (0 when none). */
 int64_t mb_lease(const mb_t *mb);
+/* The etcd client membership uses, for other keys of the job on the same
+ * loop (checkpoint records). Owned by mb: gone after mb_destroy, which
+ * drops its requests without calling their callbacks. */
+etcd_t *mb_etcd(mb_t *mb);
 
 /*
  * Free everything; does not deregister (the lease expires after its TTL,

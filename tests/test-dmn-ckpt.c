@@ -92,3 +92,55 @@ TEST_IMPL(dmn_ckpt_whole_job_restart)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * ringd_checkpoint(): a request after step 4 is carried into the view of
+ * step 5, whose end (boundary 6) takes the checkpoint, though the
+ * interval is far away; it restores like any other. With checkpoints off
+ * the request is refused with RINGD_ENOTSUP and training goes on.
+ */
+TEST_IMPL(dmn_ckpt_on_request)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-ckpt-req");
+    const char *ck = td_path(&t, "ck");
+    char ckdir[512];
+    snprintf(ckdir, sizeof(ckdir), "%s", ck);
+    const char *flags[] = {"--ckpt-dir", ckdir, "--ckpt-interval", "100000",
+                           NULL};
+    ASSERT_OK(td_start(&t, flags));
+    const char *args[] = {"--steps", "12", "--ckpt-at", "4", NULL};
+    char lg[512];
+    snprintf(lg, sizeof(lg), "%s", td_path(&t, "t.log"));
+    int rc = td_exit_code(td_trainer(&t, args, lg), 60000);
+    if (rc != 0)
+        td_dump(lg);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(lg, "checkpoint requested after step 4: success"));
+    if (td_wait_file(t.log, "checkpoint of step 6 complete", 10000) != 0) {
+        td_dump(t.log);
+        TEST_FAIL_("no checkpoint of step 6");
+    }
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    char root[600];
+    snprintf(root, sizeof(root), "%s/standalone", ckdir);
+    uint64_t *steps;
+    size_t n;
+    ASSERT_OK(ckpt_store_list(root, &steps, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(steps[0], 6);
+    free(steps);
+    unsigned bad = 1;
+    ASSERT_OK(ckpt_store_verify(root, 6, &bad));
+    ASSERT_EQ(bad, 0);
+
+    /* Checkpoints off: refused, training unaffected. */
+    td_daemon_t off;
+    td_init(&off, "dmn-ckpt-off");
+    ASSERT_OK(td_start(&off, NULL));
+    snprintf(lg, sizeof(lg), "%s", td_path(&off, "t.log"));
+    ASSERT_EQ(td_exit_code(td_trainer(&off, args, lg), 60000), 0);
+    ASSERT(td_file_has(lg, "checkpoint requested after step 4: not "));
+    ASSERT_EQ(td_stop(&off, 30000), 0);
+    return 0;
+}

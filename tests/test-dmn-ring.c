@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
@@ -36,6 +37,8 @@ static void cluster_env(void)
 static const char *ckpt_dir; /* when set, nodes checkpoint there */
 static const char *deadline; /* when set, --ring-deadline-ms */
 static const char *crash_at; /* when set, trainers kill themselves there */
+static const char *ckpt_interval = "50";
+static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -51,12 +54,15 @@ static void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
+        snprintf(dirs[i], sizeof(dirs[i]), "%s%s%s", ckpt_dir,
+                 ckpt_per_node ? "/" : "", ckpt_per_node ? ids[i] : "");
         flags[k++] = "--ckpt-dir";
-        flags[k++] = ckpt_dir;
+        flags[k++] = dirs[i];
         flags[k++] = "--ckpt-interval";
-        flags[k++] = "50";
+        flags[k++] = ckpt_interval;
     }
     if (deadline != NULL) {
         flags[k++] = "--ring-deadline-ms";
@@ -304,5 +310,84 @@ TEST_IMPL(dmn_ring_trainer_lost)
               0);
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * Every node has its own checkpoint directory, so no node ever sees the
+ * whole set of files: the manifest can only come from etcd. One trainer
+ * asks for a checkpoint after step 7 (ringd_checkpoint); the request
+ * travels with the step-8 agreement, so both nodes write step 9, and the
+ * manifest key appears once both shards have their two copies; the
+ * directories hold no MANIFEST.json.
+ */
+TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    char *dir = th_mkdtemp("dmn-ring-ckm");
+    ASSERT(dir != NULL);
+    ckpt_dir = dir;
+    ckpt_interval = "100000";
+    ckpt_per_node = 1;
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    char hl[600], sv[600], lg[600];
+    snprintf(hl, sizeof(hl), "%s", td_path(&c.d[0], "h0"));
+    snprintf(sv, sizeof(sv), "%s", td_path(&c.d[0], "p0"));
+    snprintf(lg, sizeof(lg), "%s", td_path(&c.d[0], "t0.log"));
+    /* The same collectives as trainer() (--log-every 20), plus the
+     * request. */
+    const char *args[] = {"--steps", "30", "--hash-log", hl, "--save", sv,
+                          "--log-every", "20", "--ckpt-at", "7", NULL};
+    c.trainer[0][0] = td_trainer(&c.d[0], args, lg);
+    c.trainer[1][0] = trainer(&c, 1, 0, "30");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(lg, "checkpoint requested after step 7: success"));
+    int done = td_wait_file(c.d[0].log, "checkpoint of step 9 complete",
+                            10000) == 0 ||
+               td_wait_file(c.d[1].log, "checkpoint of step 9 complete",
+                            1000) == 0;
+    if (!done) {
+        td_dump(c.d[0].log);
+        td_dump(c.d[1].log);
+    }
+    ASSERT(done);
+    /* Exactly one checkpoint: the interval never came. */
+    ASSERT(!td_file_has(c.d[0].log, "checkpoint of step 10 ") &&
+           !td_file_has(c.d[1].log, "checkpoint of step 10 "));
+    for (int i = 0; i < 2; i++) {
+        char m[700];
+        snprintf(m, sizeof(m), "%s/n%d/ringtest/step-%020d/MANIFEST.json",
+                 dir, i, 9);
+        ASSERT(!td_file_has(m, "step"));
+    }
+    char out[600];
+    snprintf(out, sizeof(out), "%s", td_path(&c.d[0], "ctl.out"));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    char *const argv[] = {path, "--etcd", c.etcd.url, "--job", "ringtest",
+                          "--json", "checkpoints", NULL};
+    int st = -1;
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    if (!td_file_has(out, "{\"step\":9,") ||
+        td_file_has(out, "ckpt-parts"))
+        td_dump(out);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT(td_file_has(out, "{\"step\":9,"));
+    ASSERT(!td_file_has(out, "\"step\":10"));
+    ASSERT(td_file_has(out, "\"member\":\"n0\""));
+    ASSERT(td_file_has(out, "\"member\":\"n1\""));
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    th_rmtree(dir);
+    free(dir);
+    ckpt_dir = NULL;
+    ckpt_per_node = 0;
+    ckpt_interval = "50";
     return fx_done();
 }

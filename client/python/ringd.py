@@ -218,6 +218,8 @@ class Client:
         self._check(_lib.ringd_step_end(self._c), "ringd_step_end")
 
     def checkpoint(self):
+        """Ask for a checkpoint, taken on every node at the end of the next
+        step that starts; raises (RINGD_ENOTSUP) if checkpoints are off."""
         self._check(_lib.ringd_checkpoint(self._c), "ringd_checkpoint")
 
     def reconnect(self):
