@@ -167,6 +167,14 @@ int ckpt_store_retain(const char *root, unsigned keep);
  */
 int ckpt_store_restore(const char *root, void *state, size_t cap,
                        uint64_t *step_p, unsigned *repaired_p);
+/*
+ * Decode shard i of m into dst (m->shards[i].size bytes) from this store:
+ * the primary file, else the replica (*from_replica_p = 1; may be NULL);
+ * a delta shard first decodes its base. -ENOENT-like failures are normal
+ * for a node that holds only some shards (per-node directories).
+ */
+int ckpt_store_read_shard(const char *root, const ckpt_manifest_t *m,
+                          uint32_t i, void *dst, int *from_replica_p);
 /* What ckpt_store_check found for one shard. */
 typedef enum {
     CKPT_COPY_OK = 0,          /* primary and replica both good */

@@ -149,6 +149,51 @@ static int restore_shard(const char *root, const ckpt_manifest_t *m,
                          uint32_t i, void *dst, int depth,
                          int *from_replica_p);
 
+/*
+ * Decode shard i of `step` into dst (size bytes at offset) trusting only
+ * the files: for a delta base whose checkpoint never completed (a node
+ * skipped that step under back pressure), so no manifest names it. Each
+ * file is self-checked (header, zstd frame, raw xxh64) and must be shard
+ * i of the same layout.
+ */
+static int decode_by_header(const char *root, uint64_t step, uint32_t i,
+                            uint64_t offset, uint64_t size, void *dst,
+                            int depth)
+{
+    char dir[PATH_MAX], name[64], path[PATH_MAX + 64];
+    if (depth > MAX_CHAIN ||
+        ckpt_store_step_dir(root, step, dir, sizeof(dir)) != 0)
+        return ST_ECORRUPT;
+    for (int replica = 0; replica < 2; replica++) {
+        shard_name(name, sizeof(name), i, replica);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        void *file, *base = NULL;
+        size_t len;
+        ckpt_shard_info_t info;
+        if (ckpt_read_file(path, 128 + ZSTD_compressBound(size), &file,
+                           &len) != 0)
+            continue;
+        int rc = ckpt_shard_peek(file, len, &info);
+        if (rc == 0 && (info.step != step || info.shard != i ||
+                        info.offset != offset || info.raw_size != size))
+            rc = ST_ECORRUPT;
+        if (rc == 0 && (info.flags & CKPT_F_DELTA)) {
+            base = malloc(size ? size : 1);
+            rc = base == NULL ? ST_ENOMEM
+                              : decode_by_header(root, info.base_step, i,
+                                                 offset, size, base,
+                                                 depth + 1);
+        }
+        if (rc == 0)
+            rc = ckpt_shard_decode(file, len, base, dst, size, &info);
+        free(base);
+        free(file);
+        if (rc == 0)
+            return 0;
+    }
+    return ST_ECORRUPT;
+}
+
 /* The decoded base of delta shard i (malloc'd), or NULL for a full one. */
 static int decode_base(const char *root, const ckpt_manifest_t *m,
                        uint32_t i, int depth, void **base_p)
@@ -159,6 +204,19 @@ static int decode_base(const char *root, const ckpt_manifest_t *m,
         return 0;
     ckpt_manifest_t *bm = NULL;
     int rc = ckpt_store_load_manifest(root, s->base_step, &bm);
+    if (rc != 0) {
+        void *base = malloc(s->size ? s->size : 1);
+        rc = base == NULL ? ST_ENOMEM
+                          : decode_by_header(root, s->base_step, i,
+                                             s->offset, s->size, base,
+                                             depth + 1);
+        if (rc != 0) {
+            free(base);
+            return rc;
+        }
+        *base_p = base;
+        return 0;
+    }
     if (rc == 0 && (bm->nshards != m->nshards ||
                     bm->shards[i].offset != s->offset ||
                     bm->shards[i].size != s->size))
@@ -203,7 +261,9 @@ static int read_copy(const char *root, const ckpt_manifest_t *m, uint32_t i,
                    info.raw_size != s->size ||
                    info.raw_xxh64 != s->raw_xxh64))
         r = ST_ECORRUPT; /* a valid shard, but not the one listed */
-    if (r != 0)
+    if (r == -ENOENT) /* normal with per-node directories */
+        RD_DEBUG("checkpoint: step %" PRIu64 " %s not here", m->step, name);
+    else if (r != 0)
         RD_WARN("checkpoint: step %" PRIu64 " %s unusable: %s", m->step,
                 name, st_strerror(r));
     return r;
@@ -233,6 +293,16 @@ static int restore_shard(const char *root, const ckpt_manifest_t *m,
     }
     free(base);
     return ST_ECORRUPT;
+}
+
+int ckpt_store_read_shard(const char *root, const ckpt_manifest_t *m,
+                          uint32_t i, void *dst, int *from_replica_p)
+{
+    int dummy;
+    if (i >= m->nshards)
+        return ST_EINVAL;
+    return restore_shard(root, m, i, dst, 0,
+                         from_replica_p ? from_replica_p : &dummy);
 }
 
 int ckpt_store_check(const char *root, const ckpt_manifest_t *m,
@@ -268,6 +338,13 @@ int ckpt_store_restore(const char *root, void *state, size_t cap,
         RD_INFO("checkpoint: no complete checkpoint under %s", root);
         return -ENOENT;
     }
+    /* Decode into scratch and copy only a whole checkpoint: a step that
+     * fails half-way must not leave part of it in the caller's state. */
+    char *out = malloc(cap ? cap : 1);
+    if (out == NULL) {
+        free(steps);
+        return ST_ENOMEM;
+    }
     for (size_t k = 0; k < n; k++) {
         ckpt_manifest_t *m;
         if (ckpt_store_load_manifest(root, steps[k], &m) != 0)
@@ -283,13 +360,15 @@ int ckpt_store_restore(const char *root, void *state, size_t cap,
         int ok = 1;
         for (uint32_t i = 0; ok && i < m->nshards; i++) {
             int from_replica = 0;
-            if (restore_shard(root, m, i, (char *)state + m->shards[i].offset,
-                              0, &from_replica) != 0)
+            if (restore_shard(root, m, i, out + m->shards[i].offset, 0,
+                              &from_replica) != 0)
                 ok = 0;
             repaired += (unsigned)from_replica;
         }
         ckpt_manifest_free(m);
         if (ok) {
+            memcpy(state, out, cap);
+            free(out);
             *step_p = steps[k];
             if (repaired_p)
                 *repaired_p = repaired;
@@ -301,8 +380,9 @@ int ckpt_store_restore(const char *root, void *state, size_t cap,
         RD_WARN("checkpoint: step %" PRIu64 " is not restorable; trying "
                 "an older one", steps[k]);
     }
+    free(out);
     free(steps);
-    RD_ERROR("checkpoint: no usable checkpoint under %s", root);
+    RD_WARN("checkpoint: no usable checkpoint under %s", root);
     return ST_ECORRUPT;
 }
 
@@ -362,6 +442,40 @@ static int rm_entry(const char *p, const struct stat *sb, int flag,
 }
 
 /* Mark in keep[] (parallel to steps[]) every base step m depends on. */
+/* Keep the bases of an incomplete step's delta files (found from their
+ * headers): a later complete step may be a delta against it. */
+static void mark_bases_hdr(const char *root, uint64_t step,
+                           const uint64_t *steps, size_t n, char *keep,
+                           int depth)
+{
+    char dir[PATH_MAX];
+    if (depth >= MAX_CHAIN ||
+        ckpt_store_step_dir(root, step, dir, sizeof(dir)) != 0)
+        return;
+    DIR *dp = opendir(dir);
+    if (dp == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dp)) != NULL) {
+        char path[PATH_MAX + 256];
+        ckpt_shard_info_t info;
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 5, ".rckp") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (ckpt_shard_peek_file(path, &info) != 0 ||
+            !(info.flags & CKPT_F_DELTA))
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            if (steps[k] != info.base_step || keep[k])
+                continue;
+            keep[k] = 1;
+            mark_bases_hdr(root, steps[k], steps, n, keep, depth + 1);
+        }
+    }
+    closedir(dp);
+}
+
 static void mark_bases(const char *root, const ckpt_manifest_t *m,
                        const uint64_t *steps, size_t n, char *keep, int depth)
 {
@@ -376,6 +490,8 @@ static void mark_bases(const char *root, const ckpt_manifest_t *m,
             if (ckpt_store_load_manifest(root, steps[k], &bm) == 0) {
                 mark_bases(root, bm, steps, n, keep, depth + 1);
                 ckpt_manifest_free(bm);
+            } else {
+                mark_bases_hdr(root, steps[k], steps, n, keep, depth + 1);
             }
         }
     }

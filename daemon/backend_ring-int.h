@@ -64,6 +64,7 @@ typedef struct {
     uint32_t my_trainers;
     uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
     int ckpt_req, ckpt_out; /* checkpoint asked for: here, by anyone */
+    const char *ckpt_root;  /* REBUILD: restore from the nodes' stores */
     /* collectives */
     void *buf;
     size_t count;
@@ -109,6 +110,7 @@ typedef struct {
     uint64_t step;        /* next step to run */
     uint32_t local_trainers;
     int ckpt_req;         /* a trainer here asked for a checkpoint */
+    char *ckpt_root;      /* this node's store (NULL: checkpoints off) */
     struct dmn_rbck *ckpt; /* checkpoint records in etcd */
     uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
     uint32_t counts[RB_MAX_NODES];
@@ -134,6 +136,22 @@ typedef struct {
  * "a checkpoint was asked for here". */
 #define RB_CKPT_BIT 0x80000000u
 
+/*
+ * backend_ring_restore.c, on the ring thread during a REBUILD in which no
+ * member has any state ahead of step 0 (the whole job started again):
+ * restore the newest checkpoint whose every shard some member holds.
+ * my_newest: this node's newest complete step + 1 (0: none); agreed: the
+ * MAX over the ring. Returns 0 with *step_p set (restored), 1 when there
+ * was nothing usable (the state is unchanged everywhere), or an error of
+ * the ring.
+ */
+int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
+                     void *state, size_t bytes, uint64_t agreed,
+                     uint64_t *step_p);
+/* This node's newest complete checkpoint step + 1 below `below` (0: none;
+ * below 0: no bound). */
+uint64_t rb__newest_local(const char *root, uint64_t below);
+
 void rb__view_free(rb_view_t *v);
 rb_view_t *rb__view_copy(const mb_view_t *mv);
 /* The ring thread: runs posted commands until quit; destroys its rings. */
@@ -141,7 +159,9 @@ void *rb__thread_main(void *arg);
 
 /* backend_ring_ckpt.c: checkpoint records and manifests in etcd. */
 typedef struct dmn_rbck dmn_rbck_t;
-int dmn__rbck_create(const char *job, const char *node, dmn_rbck_t **k_p);
+/* root: this node's checkpoint store, or NULL (checkpoints off). */
+int dmn__rbck_create(const char *job, const char *node, const char *root,
+                     dmn_rbck_t **k_p);
 void dmn__rbck_destroy(dmn_rbck_t *k);
 int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
                      dmn_done_cb cb, void *arg);

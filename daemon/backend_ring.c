@@ -98,7 +98,8 @@ static void install_pending(rb_t *b)
     b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
                         .my_step = b->step, .counts = b->counts,
                         .my_trainers = b->local_trainers,
-                        .ckpt_req = b->ckpt_req};
+                        .ckpt_req = b->ckpt_req,
+                        .ckpt_root = b->ckpt_root};
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
     rb_enter(b, RB_SYNCING);
@@ -589,6 +590,7 @@ static void rb_destroy(dmn_backend_t *be)
     pthread_join(b->thread, NULL); /* it destroys the ring */
     mb_destroy(b->mb);
     dmn__rbck_destroy(b->ckpt); /* after its etcd client */
+    free(b->ckpt_root);
     tp_destroy(b->tp);
     rb__view_free(b->cur);
     rb__view_free(b->pending);
@@ -662,7 +664,10 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = mb_create(loop, &mc, &mcb, b, &b->mb);
     if (rc != 0)
         goto err_tp;
-    rc = dmn__rbck_create(cfg->job, cfg->node_id, &b->ckpt);
+    if (cfg->ckpt_interval > 0 &&
+        asprintf(&b->ckpt_root, "%s/%s", cfg->ckpt_dir, cfg->job) < 0)
+        b->ckpt_root = NULL; /* no restore through the ring, no sync */
+    rc = dmn__rbck_create(cfg->job, cfg->node_id, b->ckpt_root, &b->ckpt);
     if (rc != 0) {
         mb_destroy(b->mb);
         goto err_tp;
@@ -678,6 +683,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
         mb_destroy(b->mb);
         dmn__rbck_destroy(b->ckpt);
+        free(b->ckpt_root);
         tp_destroy(b->tp);
         pthread_cond_destroy(&b->cv);
         pthread_mutex_destroy(&b->mu);
@@ -696,6 +702,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     return 0;
 
 err_tp:
+    free(b->ckpt_root);
     tp_destroy(b->tp);
 err_free:
     free(b);

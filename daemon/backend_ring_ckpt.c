@@ -27,9 +27,11 @@
  * `keep` newest manifests, delete the records of older steps.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -51,6 +53,7 @@ typedef struct rbck_req {
 
 struct dmn_rbck {
     char *node;
+    char *root;                 /* this node's store; NULL: no sync */
     char prefix[RBCK_KEY_MAX];  /* /ringd/J/ckpt */
     rbck_req_t *reqs;           /* in flight: freed by destroy */
 };
@@ -90,20 +93,29 @@ static void req_free(rbck_req_t *r)
     free(r);
 }
 
-/* Tell the daemon and forget the request. */
+static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep);
+
+/* Tell the daemon and forget the request; a finished report also copies
+ * the job's manifests into this node's store. */
 static void req_done(rbck_req_t *r, int status)
 {
     dmn_done_cb cb = r->cb;
     void *arg = r->arg;
+    if (cb != NULL && r->k->root != NULL)
+        sync_manifests(r->k, r->etcd, r->f.keep);
     req_free(r);
     if (cb != NULL)
         cb(arg, status);
 }
 
-int dmn__rbck_create(const char *job, const char *node, dmn_rbck_t **k_p)
+int dmn__rbck_create(const char *job, const char *node, const char *root,
+                     dmn_rbck_t **k_p)
 {
     dmn_rbck_t *k = calloc(1, sizeof(*k));
-    if (k == NULL || (k->node = strdup(node)) == NULL) {
+    if (k == NULL || (k->node = strdup(node)) == NULL ||
+        (root != NULL && (k->root = strdup(root)) == NULL)) {
+        if (k != NULL)
+            free(k->node);
         free(k);
         return ST_ENOMEM;
     }
@@ -119,6 +131,7 @@ void dmn__rbck_destroy(dmn_rbck_t *k)
     while (k->reqs != NULL)
         req_free(k->reqs);
     free(k->node);
+    free(k->root);
     free(k);
 }
 
@@ -478,4 +491,69 @@ int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
         RD_WARN("checkpoint report: etcd put failed: %s", st_strerror(rc));
     }
     return rc;
+}
+
+/* ---- local copies of the manifests ------------------------------------
+ *
+ * With per-node directories no node sees every file, so none writes a
+ * MANIFEST.json by itself; yet its store needs them: retention keeps the
+ * newest complete steps (and their delta bases), a delta shard is decoded
+ * through its base's manifest, and a restore offers the steps it has.
+ * After each report the node copies every manifest in etcd whose step
+ * directory it holds and which it has no copy of (the newest one arrives
+ * with the next report; a restore passes it around the ring), then
+ * applies retention to its own store.
+ */
+static void on_manifests(int status, const etcd_result_t *res, void *data)
+{
+    rbck_req_t *r = data;
+    dmn_rbck_t *k = r->k;
+    unsigned keep = r->f.keep;
+    req_free(r);
+    if (status != 0) {
+        RD_DEBUG("checkpoint: cannot list manifests: %s",
+                 st_strerror(status));
+        return;
+    }
+    char mpre[RBCK_KEY_MAX + 8];
+    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
+    size_t ml = strlen(mpre);
+    for (size_t i = 0; i < res->n_kvs; i++) {
+        const etcd_kv_t *kv = &res->kvs[i];
+        uint64_t step;
+        char dir[PATH_MAX], path[PATH_MAX + 32];
+        if (strncmp(kv->key, mpre, ml) != 0 ||
+            parse_step(kv->key + ml, '\0', &step) != 0 ||
+            ckpt_store_step_dir(k->root, step, dir, sizeof(dir)) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/MANIFEST.json", dir);
+        struct stat st;
+        if (stat(dir, &st) != 0 || stat(path, &st) == 0)
+            continue; /* not ours, or already there */
+        ckpt_manifest_t *m = NULL;
+        if (ckpt_manifest_from_json(kv->value, kv->value_len, &m) != 0 ||
+            m->step != step) {
+            RD_WARN("checkpoint: ignoring a bad manifest at %s", kv->key);
+            ckpt_manifest_free(m);
+            continue;
+        }
+        if (ckpt_store_put_manifest(k->root, m) == 0)
+            RD_DEBUG("checkpoint: step %" PRIu64 " manifest copied from "
+                     "etcd", step);
+        ckpt_manifest_free(m);
+    }
+    if (keep > 0)
+        ckpt_store_retain(k->root, keep);
+}
+
+static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep)
+{
+    rbck_req_t *r = req_new(k, etcd);
+    if (r == NULL)
+        return;
+    r->f.keep = keep;
+    char mpre[RBCK_KEY_MAX + 8];
+    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
+    if (etcd_get(etcd, mpre, 1, on_manifests, r) != 0)
+        req_free(r);
 }

@@ -149,9 +149,14 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     int64_t key = (int64_t)(((uint64_t)member << 62) |
                             ((c->my_step & ((1ull << 42) - 1)) << 20) |
                             (0xfffffu - (uint32_t)v->my_index));
-    int64_t agree[4] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
-                        -(int64_t)c->state_bytes};
-    rc = ring_allreduce(r, agree, 4, KERN_I64, KERN_MAX);
+    /* [4]: the newest complete checkpoint this node holds + 1, for a job
+     * that starts again with its state in per-node stores. */
+    uint64_t newest = c->my_step == 0 ? rb__newest_local(c->ckpt_root,
+                                                         UINT64_MAX)
+                                      : 0;
+    int64_t agree[5] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
+                        -(int64_t)c->state_bytes, (int64_t)newest};
+    rc = ring_allreduce(r, agree, 5, KERN_I64, KERN_MAX);
     if (rc != 0)
         return rc;
     ring_set_deadline(r, b->ring_opts.deadline_ms);
@@ -166,10 +171,24 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     }
     c->step_out = max_step;
     c->state_replaced = 0;
+    int restored = 0;
+    if (max_step == 0 && agree[4] > 0 && agree[2] > 0) {
+        uint64_t step;
+        rc = rb__ring_restore(r, v, c->ckpt_root, c->state, c->state_bytes,
+                              (uint64_t)agree[4], &step);
+        if (rc < 0)
+            return rc;
+        restored = rc == 0;
+        if (restored) {
+            c->step_out = step;
+            c->state_replaced = 1;
+        }
+    }
     rc = rt_agree_counts(b, c);
     if (rc != 0)
         return rc;
-    if (agree[2] > 0 && (max_step != min_step || v->n_joiners > 0)) {
+    if (agree[2] > 0 && !restored &&
+        (max_step != min_step || v->n_joiners > 0)) {
         rc = ring_broadcast(r, c->state, c->state_bytes, source);
         if (rc != 0)
             return rc;

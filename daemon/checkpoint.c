@@ -319,6 +319,10 @@ int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p)
         RD_INFO("job state restored from the checkpoint of step %" PRIu64
                 " (%u shard%s from replicas)", *step_p, repaired,
                 repaired == 1 ? "" : "s");
+    else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL)
+        RD_INFO("no checkpoint this node can restore alone under %s: the "
+                "nodes restore one together if their stores hold it",
+                d->ckpt_root);
     else if (rc != -ENOENT)
         RD_ERROR("no usable checkpoint under %s: starting from the "
                  "trainers' initial state", d->ckpt_root);

@@ -5,6 +5,7 @@ LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
             daemon/config.c daemon/backend.c \
             daemon/backend_solo.c daemon/backend_ring.c \
             daemon/backend_ring_thread.c daemon/backend_ring_ckpt.c \
+            daemon/backend_ring_restore.c \
             daemon/checkpoint.c
 # ringctl talks to etcd itself (membership/etcd.h, cJSON): it needs the
 # libraries membership/module.mk adds, named here so the order of the
