@@ -102,6 +102,7 @@ TEST_IMPL(mb_view_rule)
     ASSERT_EQ(back.members[1].lease, 11);
     ASSERT_EQ(back.members[1].addr_len, 2);
     ASSERT(memcmp(back.members[1].addr, "ad", 2) == 0);
+    mb__view_free(&back);
     free(json);
     const char *bad[] = {"", "[]", "{\"generation\":0}",
                          "{\"generation\":1,\"step\":0,\"members\":[{}],"
