@@ -16,30 +16,46 @@ rd_free_port() {
 }
 
 # Start etcd named $1 on loopback (and the bridge, with namespaces), wait
-# for /health (bounded). Sets EP, ETCD_PID and ETCD_URL (the address the
-# nodes use).
+# for /health (bounded). Sets EP, ETCD_CMD (the command line, for a
+# restart), ETCD_PID and ETCD_URL (the address the nodes use).
 rd_start_etcd() {
     local name=$1 listen
     EP=$(rd_free_port)
     listen="http://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:$EP"
-    etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen" \
-        --advertise-client-urls "http://127.0.0.1:$EP" \
-        --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-        --initial-cluster "$name=http://127.0.0.1:$((EP + 1))" \
-        --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
+    ETCD_CMD=(etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen"
+        --advertise-client-urls "http://127.0.0.1:$EP"
+        --listen-peer-urls "http://127.0.0.1:$((EP + 1))"
+        --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))"
+        --initial-cluster "$name=http://127.0.0.1:$((EP + 1))"
+        --log-level warn --logger zap)
+    "${ETCD_CMD[@]}" >"$T/etcd.log" 2>&1 &
     ETCD_PID=$!
     PIDS+=("$ETCD_PID")
-    for _ in $(seq 200); do
-        curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true &&
-            break
-        sleep 0.05
-    done
-    curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
-        die "etcd did not come up (see $T/etcd.log)"
+    rd_wait_etcd 10 || die "etcd did not come up (see $T/etcd.log)"
     ETCD_URL="http://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+    return 0
+}
+
+# Wait up to $1 seconds for etcd's /health on port EP: 0 once healthy.
+rd_wait_etcd() {
+    local deadline=$(( $(date +%s%3N) + $1 * 1000 ))
+    while [ "$(date +%s%3N)" -lt "$deadline" ]; do
+        curl -fs -m 1 "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true &&
+            return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# Start etcd again with the same command line (same data dir and ports)
+# after $1 seconds, in the background: ETCD_PID is then etcd's own pid
+# (the subshell execs it). The caller waits with rd_wait_etcd.
+rd_restart_etcd() {
+    ( sleep "$1"; exec "${ETCD_CMD[@]}" ) >>"$T/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    PIDS+=("$ETCD_PID")
     return 0
 }
 
