@@ -303,6 +303,7 @@ first_after() {
 CRASH_NOTES=()
 RESTARTS=()   # per job_restart: "kill_ms ckpt_step last_step old slots:new slots"
 CKPT_BAD=()   # checkpoint violations
+MARKS=()      # "step kind" per injected fault, for the plot
 DF_FREED=     # the step at which the last disk_full freed the space
 # A live node's process that exited on its own is a crash: it is recorded
 # (the run fails) and the node carries on: a trainer is restarted on its
@@ -436,6 +437,7 @@ for f in "${PLAN[@]}"; do
     pick "$r"; v=$REPLY
     pre=$(max_step); fms=$(now_ms)
     NFAULTS=$((NFAULTS + 1)); INJ[$kind]=$(( ${INJ[$kind]:-0} + 1 ))
+    MARKS+=("$pre $kind")
     case "$kind" in
     kill_daemon)
         log "fault $kind: SIGKILL node$v's daemon (step $pre)"
@@ -796,6 +798,49 @@ for a in $ACCS; do
         FAIL+=("final accuracy $a is not within $TOL of the reference $REF_ACC")
 done
 
+# ---- loss plot ---------------------------------------------------------------------------
+# Loss against step (the hash logs' last field: each trainer's share's
+# mean loss, averaged over every line of a bin of steps), with the faults
+# marked where they were injected; PNG in T, copied to OUTDIR.
+OUTDIR=${CHAOS_OUT:-$B/chaos}
+PLOT=
+PLOT_NOTE=
+plot_loss() {
+    if ! command -v gnuplot >/dev/null; then
+        PLOT_NOTE="no loss plot: gnuplot is not installed (make deps installs gnuplot-nox)"
+        return
+    fi
+    local bin=$(( STEPS / 500 > 1 ? STEPS / 500 : 1 )) m i=0
+    cat "$T"/hash-*.log 2>/dev/null | awk -v b="$bin" '$1 == "step" && $13 == "loss" {
+            k = int($2 / b); s[k] += $14; n[k]++ }
+        END { for (k in s) print k * b + b / 2, s[k] / n[k] }' | sort -n >"$T/loss.dat"
+    if [ ! -s "$T/loss.dat" ]; then
+        PLOT_NOTE="no loss plot: no loss in the hash logs"; return
+    fi
+    : >"$T/marks.dat"
+    for m in "${MARKS[@]}"; do i=$((i + 1)); echo "$m $i" >>"$T/marks.dat"; done
+    gnuplot >"$T/gnuplot.log" 2>&1 <<GP
+set terminal pngcairo size 1200,600 noenhanced font ",10"
+set output "$T/loss.png"
+set title "chaos seed $SEED: loss against step ($NODES nodes, $STEPS steps; the faults where they were injected)"
+set xlabel "step"
+set ylabel "training loss (mean over $bin-step bins, all trainers)"
+set logscale y
+set xrange [0:$STEPS]
+set grid
+set key top right
+plot "$T/loss.dat" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "loss", \
+     "$T/marks.dat" using 1:(0):(0):(1e9) with vectors nohead dt 2 lc rgb "#d62728" title "fault", \
+     "$T/marks.dat" using 1:(1):2 with labels rotate by 90 left offset 0.6,0 tc rgb "#d62728" notitle
+GP
+    if [ -s "$T/loss.png" ] && mkdir -p "$OUTDIR" && cp "$T/loss.png" "$OUTDIR/chaos-$SEED-loss.png"; then
+        PLOT="$OUTDIR/chaos-$SEED-loss.png"
+    else
+        PLOT_NOTE="no loss plot: gnuplot failed ($(tail -1 "$T/gnuplot.log"))"
+    fi
+}
+plot_loss
+
 # ---- report --------------------------------------------------------------------------
 stats() { # median p95 max of the numbers in $1
     echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 }
@@ -803,7 +848,7 @@ stats() { # median p95 max of the numbers in $1
               m = v[int((NR + 1) / 2)]; p = v[int(NR * 0.95 + 0.999)]; if (p == "") p = v[NR]
               print m, p, v[NR] }'
 }
-echo
+{
 echo "chaos report: seed $SEED, $NODES nodes, $STEPS steps," \
      "$(( (END_MS - T0) / 1000 )) s, $([ $NETNS = 1 ] && echo namespaces || echo loopback)"
 printf '  %-13s %8s %9s %10s %8s %8s  %s\n' kind injected recovered median_ms p95_ms max_ms skipped
@@ -831,6 +876,8 @@ if [ "$STALE" != 0 ]; then
          "rejoined; a daemon gap, see chaos/README.md; CHAOS_STRICT=1 fails on it):"
     sed 's/^/    /' "$T/stale.txt"
 fi
+[ -n "$PLOT" ] && echo "  loss plot: $PLOT (report: $OUTDIR/chaos-$SEED.txt)"
+[ -n "$PLOT_NOTE" ] && echo "  $PLOT_NOTE"
 for m in "${FAIL[@]}"; do echo "  VIOLATION: $m"; done
 [ ${#FAIL[@]} = 0 ] && echo "  all checks passed"
 if [ "$KEEP" = 1 ]; then echo "  logs: $T (kept)"
@@ -842,4 +889,8 @@ REPORTED=1
 echo "chaos: faults=$NFAULTS recovered=$NREC lost_steps=$LOST" \
      "duplicated_steps=$DUP hangs=$HANGS kill_recovery_median_ms=$KMED" \
      "hang_recovery_max_ms=$HMAX"
+} >"$T/report.txt"
+echo
+cat "$T/report.txt"
+mkdir -p "$OUTDIR" 2>/dev/null && cp "$T/report.txt" "$OUTDIR/chaos-$SEED.txt" 2>/dev/null
 [ ${#FAIL[@]} = 0 ]
