@@ -2,7 +2,7 @@
 # chaos/chaos.sh - seeded fault injection through a real training job.
 #
 #   chaos/chaos.sh [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep]
-#                  [--kinds a,b,c] [--plan]
+#                  [--kinds a,b,c] [--plan] [--etcd3]
 #
 # Starts etcd and NODES (default 4) nodes, each a ringd daemon with one C
 # trainer, as network namespaces on a private bridge (chaos/netns.sh) or,
@@ -19,6 +19,7 @@
 # starts is killed by pid and removed on every exit path.
 #
 # --kinds a,b,c (or CHAOS_KINDS) restricts the plan to those fault kinds.
+# --etcd3 (or CHAOS_ETCD3=1): a 3-member etcd cluster, etcd_kill kills one.
 #
 # Environment: BUILD (default build), CHAOS_NETNS=0 to force loopback,
 # CHAOS_KINDS (as --kinds; the option wins).
@@ -33,11 +34,12 @@ QUICK=0
 KEEP=0
 PLAN_ONLY=0
 KINDS_OPT=${CHAOS_KINDS:-}
+ETCD3=${CHAOS_ETCD3:-0}
 ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
            slow_link scale_up scale_down etcd_kill disk_full job_restart)
 usage() {
     echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
-         "[--kinds a,b,c]" >&2
+         "[--kinds a,b,c] [--etcd3]" >&2
     echo "  kinds: ${ALL_KINDS[*]}" >&2
     exit 2
 }
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --plan) PLAN_ONLY=1; shift ;;
     --kinds) KINDS_OPT=${2:-}; shift 2 || usage ;;
     --kinds=*) KINDS_OPT=${1#--kinds=}; shift ;;
+    --etcd3) ETCD3=1; shift ;;
     -h|--help) usage ;;
     *) usage ;;
     esac
@@ -79,7 +82,7 @@ KINDS_ARG=
 [ ${#SEL_KINDS[@]} -gt 0 ] && KINDS_ARG=" --kinds $(IFS=,; echo "${SEL_KINDS[*]}")"
 echo "chaos: seed=$SEED faults=$FAULTS nodes=$NODES quick=$QUICK" \
      "(replay: chaos/chaos.sh -s $SEED -f $FAULTS -n $NODES$(
-     [ $QUICK = 1 ] && echo ' --quick')$KINDS_ARG)"
+     [ $QUICK = 1 ] && echo ' --quick')$KINDS_ARG$([ "$ETCD3" = 1 ] && echo ' --etcd3'))"
 
 # The job runs at some hundreds of steps a second here and keeps going
 # through most faults, so faults are paced by time (one after the previous
@@ -245,7 +248,14 @@ REF_ACC=$(sed -n 's/^final: test_accuracy \([0-9.]*\).*/\1/p' "$T/reference.log"
 echo "chaos: reference (one process, $STEPS steps): test_accuracy $REF_ACC"
 
 # ---- etcd --------------------------------------------------------------------
-rd_start_etcd chaos
+ETCD_PIDS=()
+if [ "$ETCD3" = 1 ]; then
+    rd_start_etcd3 chaos
+    echo "chaos: etcd: 3 members, client ports ${EPS[*]}"
+else
+    rd_start_etcd chaos
+    ETCD_PIDS=("$ETCD_PID")
+fi
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
@@ -567,13 +577,25 @@ for f in "${PLAN[@]}"; do
         # is down) but a daemon that cannot renew its lease fences itself
         # after the TTL, so the measure is the longest time without any
         # completed step, from the kill until a step after etcd's return.
-        log "fault $kind: SIGKILL etcd (pid $ETCD_PID), restarted on its data dir 3 s later (step $pre)"
         f0=$(cat "$T"/ringd-*.log | grep -c -- '-> FENCED')
-        ETCD_OLD+=("$ETCD_PID")
-        { kill -9 "$ETCD_PID"; wait "$ETCD_PID"; } 2>/dev/null
-        rd_restart_etcd 3
-        rd_wait_etcd 30 ||
-            die "etcd did not come back within 30 s of etcd_kill (see $T/etcd.log)"
+        if [ "$ETCD3" = 1 ]; then
+            m=$(( r % 3 )); ep=${ETCD_PIDS[m]}
+            log "fault $kind: SIGKILL etcd member $m of 3 (pid $ep), restarted on its data dir 3 s later (step $pre)"
+            ETCD_OLD+=("$ep")
+            { kill -9 "$ep"; wait "$ep"; } 2>/dev/null
+            rd_restart_etcd_member chaos "$m" 3
+            [ "$m" = 0 ] && ETCD_PID=${ETCD_PIDS[0]}
+            rd_wait_etcd 30 "${EPS[m]}" ||
+                die "etcd member $m did not come back within 30 s of etcd_kill (see $T/etcd-$m.log)"
+        else
+            log "fault $kind: SIGKILL etcd (pid $ETCD_PID), restarted on its data dir 3 s later (step $pre)"
+            ETCD_OLD+=("$ETCD_PID")
+            { kill -9 "$ETCD_PID"; wait "$ETCD_PID"; } 2>/dev/null
+            rd_restart_etcd 3
+            ETCD_PIDS=("$ETCD_PID")
+            rd_wait_etcd 30 ||
+                die "etcd did not come back within 30 s of etcd_kill (see $T/etcd.log)"
+        fi
         back=$(now_ms)
         log "  etcd healthy again $((back - fms)) ms after the kill"
         s0=$(( $(max_step) + 2 )); res=; deadline=$(( $(date +%s) + RECOVER_S ))
@@ -705,7 +727,7 @@ CRASHES=${#CRASH_NOTES[@]}
 [ "${FAIL_EARLY:-0}" = 0 ] || FAIL+=("faults skipped because the job neared its end")
 # Exit statuses: every process the harness started, except etcd.
 for p in "${PIDS[@]}"; do
-    [[ " $ETCD_PID ${ETCD_OLD[*]} " == *" $p "* ]] && continue
+    [[ " ${ETCD_PIDS[*]} ${ETCD_OLD[*]} " == *" $p "* ]] && continue
     if kill -0 "$p" 2>/dev/null; then
         FAIL+=("${ROLE[$p]} (pid $p) still running at the end"); CRASHES=$((CRASHES + 1))
         kill -9 "$p" 2>/dev/null
@@ -720,7 +742,8 @@ for p in "${PIDS[@]}"; do
     *) FAIL+=("${ROLE[$p]} (pid $p): exit status $rc ($want expected)"); CRASHES=$((CRASHES + 1)) ;;
     esac
 done
-kill -TERM "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null
+for p in "${ETCD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${ETCD_PIDS[@]}"; do wait "$p" 2>/dev/null; done
 if [ "$NETNS" = 1 ]; then
     for k in $(seq 1 "$MAXSLOT"); do
         left=$(ip netns pids "${PREFIX}h$k" 2>/dev/null | tr '\n' ' ')
