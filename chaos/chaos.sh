@@ -341,10 +341,13 @@ check_alive() {
                 done
                 start_node 1; log "  node$REPLY started as node$k's replacement"
             fi
-            return
+            return 1
         done
     done
+    return 0
 }
+# Every crash so far (check_alive handles one per call; bounded).
+check_all_alive() { local i; for i in 1 2 3 4 5 6 7 8; do check_alive && return 0; done; }
 declare -A STATUS
 wait_step() {  # wait_step S TIMEOUT_S: until some trainer logged step S
     local deadline=$(( $(date +%s) + $2 ))
@@ -417,6 +420,7 @@ for f in "${PLAN[@]}"; do
     kind=${f%%:*}; r=${f#*:}
     # Some quiet time after the last recovery, and enough steps left.
     sleep "$(awk -v m=$SETTLE_MS 'BEGIN { print m / 1000 }')"
+    check_all_alive
     if [ $(( STEPS - $(max_step) )) -lt "$PER" ]; then
         skip "$kind" "job near its end"
         log "fault $kind: skipped: fewer than $PER steps left (raise CHAOS_STEPS_PER_FAULT)"
@@ -525,15 +529,28 @@ for f in "${PLAN[@]}"; do
         # and is started again on the same hosts, with fresh node ids
         # (the dead ones' keys linger in etcd until their leases expire);
         # it must resume from the newest complete checkpoint.
-        c=$(newest_ckpt); old=("${LIVE[@]}")
-        log "fault $kind: SIGKILL every daemon and trainer ($(nodes "${old[@]}"); step $pre," \
-            "newest complete checkpoint: step $c)"
+        old=("${LIVE[@]}")
         for k in "${old[@]}"; do kill -9 "${DPID[$k]}" "${TPID[$k]}" 2>/dev/null; done
         for k in "${old[@]}"; do
             for p in "${DPID[$k]}" "${TPID[$k]}"; do
-                [ -n "${STATUS[$p]:-}" ] || kill_reap "$p"
+                if [ -z "${STATUS[$p]:-}" ]; then
+                    # One that had died on its own before is a crash.
+                    wait "$p" 2>/dev/null; STATUS[$p]=$?
+                    if [ "${STATUS[$p]}" = 137 ]; then
+                        EXPECT[$p]=killed
+                    else
+                        EXPECT[$p]=crashed
+                        CRASH_NOTES+=("${ROLE[$p]} (pid $p) had exited with status ${STATUS[$p]} before the job_restart")
+                    fi
+                fi
             done
         done
+        # Nothing writes checkpoints now: the newest complete one is final.
+        c=$(newest_ckpt)
+        # What the restart will restore from, kept for a post-mortem.
+        cp -a "$CKJOB" "$T/ckpt-at-restart.$NFAULTS" 2>/dev/null
+        log "fault $kind: SIGKILLed every daemon and trainer ($(nodes "${old[@]}"); step $pre," \
+            "newest complete checkpoint: step $c)"
         kpre=$(max_step); LIVE=(); new=()
         for k in "${old[@]}"; do start_node "${#old[@]}" "${HOSTOF[$k]}"; new+=("$REPLY"); done
         log "  restarted as $(nodes "${new[@]}") on the same hosts (last step before the kill: $kpre)"
@@ -756,9 +773,18 @@ fi
 # generation's is an evicted replica that completed a step the job then
 # redid without it (stale); differing hashes within one generation are
 # duplicated (or divergently applied) steps.
+# A job_restart's killed incarnation: its lines from the resume step on
+# were redone by the restarted job (compared above where the world size
+# is the same), so they are left out here.
+declare -A CUT
+for r in "${RESTARTS[@]}"; do
+    read -r _ rc _ rslots <<<"$r"
+    for k in ${rslots%%:*}; do CUT[$k]=$(( rc < 0 ? 0 : rc )); done
+done
 read -r LOST DUP STALE MAXS < <(
     for f in "$T"/hash-*.log; do
-        [ -f "$f" ] && awk -v f="${f##*/}" '$1 == "step" { h[$2] = $10; g[$2] = $4 }
+        k=${f##*/hash-}; k=${k%.log}
+        [ -f "$f" ] && awk -v f="${f##*/}" -v cut="${CUT[$k]:-}" '$1 == "step" && (cut == "" || $2 < cut + 0) { h[$2] = $10; g[$2] = $4 }
             END { for (s in h) print s, h[s], g[s], f }' "$f"
     done | sort -k1,1n -k3,3n | awk -v n="$STEPS" -v det="$T/stale.txt" '
         { s = $1; if (!(s in top) || $3 > top[s]) { top[s] = $3; th[s] = "" }
@@ -882,7 +908,9 @@ for kind in "${ALL_KINDS[@]}"; do
         "${REC[$kind]:-0}" "$med" "$p95" "$mx" "${SKIP[$kind]:-}"
 done
 echo "  (time: from the fault to the first step completed on another node" \
-     "that was not in flight at the fault, from the hash logs' t_ms)"
+     "that was not in flight at the fault, from the hash logs' t_ms;" \
+     "job_restart: to the restarted job's first step; etcd_kill: the" \
+     "longest time without a step until one after etcd's return)"
 [ -n "${NEEDED_RESTART:-}" ] && echo "  kill_trainer: $NEEDED_RESTART of ${INJ[kill_trainer]}" \
     "made no progress in 20 s without the node's trainer (counted as hangs," \
     "not recovered); with a new trainer the job resumed after:${RESTART_MS:- never} ms"
