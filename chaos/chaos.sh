@@ -328,9 +328,12 @@ check_alive() {
             who=${ROLE[$p]%% *}
             [ "$(max_step)" -ge $((STEPS - 1)) ] && [ "$who" = trainer ] && [ $rc = 0 ] && continue
             EXPECT[$p]=crashed
+            # Its last words: an assertion or error line if there is
+            # one (a backtrace ends with a rule), else the last line.
+            f="$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log"
             CRASH_NOTES+=("${ROLE[$p]} (pid $p) exited with status $rc unprompted: $(
-                grep -v '^step\|^data\|^gemm\|^joined\|^collective' \
-                "$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log" | tail -1)")
+                { grep -E 'Assertion|Segmentation fault| error \[' "$f" | tail -1 | grep . ||
+                  grep -v '^step\|^data\|^gemm\|^joined\|^collective' "$f" | tail -1; } | cut -c1-200)")
             log "CRASH: ${CRASH_NOTES[-1]}"
             if [ "$who" = trainer ] && kill -0 "${DPID[$k]}" 2>/dev/null; then
                 start_trainer "$k"; log "  node$k's trainer restarted"
