@@ -319,7 +319,7 @@ DF_FREED=     # the step at which the last disk_full freed the space
 # (the run fails) and the node carries on: a trainer is restarted on its
 # daemon, a node whose daemon died is replaced by a fresh one.
 check_alive() {
-    local k p rc who
+    local k p rc who lf
     for k in "${LIVE[@]}"; do
         for p in "${DPID[$k]}" "${TPID[$k]}"; do
             kill -0 "$p" 2>/dev/null && continue
@@ -330,10 +330,10 @@ check_alive() {
             EXPECT[$p]=crashed
             # Its last words: an assertion or error line if there is
             # one (a backtrace ends with a rule), else the last line.
-            f="$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log"
+            lf="$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log"
             CRASH_NOTES+=("${ROLE[$p]} (pid $p) exited with status $rc unprompted: $(
-                { grep -E 'Assertion|Segmentation fault| error \[' "$f" | tail -1 | grep . ||
-                  grep -v '^step\|^data\|^gemm\|^joined\|^collective' "$f" | tail -1; } | cut -c1-200)")
+                { grep -E 'Assertion|Segmentation fault| error \[' "$lf" | tail -1 | grep . ||
+                  grep -v '^step\|^data\|^gemm\|^joined\|^collective' "$lf" | tail -1; } | cut -c1-200)")
             log "CRASH: ${CRASH_NOTES[-1]}"
             if [ "$who" = trainer ] && kill -0 "${DPID[$k]}" 2>/dev/null; then
                 start_trainer "$k"; log "  node$k's trainer restarted"
@@ -810,7 +810,7 @@ read -r LOST DUP STALE MAXS < <(
 # step number and the world size).
 REPLAYED=0; REPLAY_BAD=0; REPLAY_OTHERW=0; RESTART_LINES=()
 for r in "${RESTARTS[@]}"; do
-    read -r rms rc rpre rslots <<<"$r"
+    read -r _ rc rpre rslots <<<"$r"
     ro=${rslots%%:*}; rn=${rslots#*:}
     want=$(( rc < 0 ? 0 : rc ))
     of=(); nf=()

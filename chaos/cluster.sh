@@ -66,7 +66,7 @@ rd_restart_etcd() {
 # client URLs, comma-separated: the nodes fail over in order), and EP /
 # ETCD_PID as member 0's.
 rd_etcd_member() { # rd_etcd_member NAME I: ETCD_CMD for member I
-    local name=$1 i=$2 cluster= j listen
+    local name=$1 i=$2 cluster='' j listen
     for j in 0 1 2; do
         cluster+="${cluster:+,}$name-$j=http://127.0.0.1:$((EPS[j] + 1))"
     done
