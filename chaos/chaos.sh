@@ -600,7 +600,11 @@ for f in "${PLAN[@]}"; do
         f0=$(cat "$T"/ringd-*.log | grep -c -- '-> FENCED')
         if [ "$ETCD3" = 1 ]; then
             m=$(( r % 3 )); ep=${ETCD_PIDS[m]}
-            log "fault $kind: SIGKILL etcd member $m of 3 (pid $ep), restarted on its data dir 3 s later (step $pre)"
+            # Is it the raft leader? (member_id == leader in its status)
+            role=$(curl -fs -m 1 -X POST "http://127.0.0.1:${EPS[m]}/v3/maintenance/status" -d '{}' 2>/dev/null |
+                sed -n 's/.*"member_id":"\([0-9]*\)".*"leader":"\([0-9]*\)".*/\1 \2/p' |
+                awk '{ print ($1 == $2 ? "the leader" : "a follower") }')
+            log "fault $kind: SIGKILL etcd member $m of 3 (${role:-role unknown}, pid $ep), restarted on its data dir 3 s later (step $pre)"
             ETCD_OLD+=("$ep")
             { kill -9 "$ep"; wait "$ep"; } 2>/dev/null
             rd_restart_etcd_member chaos "$m" 3
@@ -920,7 +924,7 @@ echo "  (time: from the fault to the first step completed on another node" \
 for m in "${RESTART_LINES[@]}"; do echo "  $m"; done
 [ -n "$CKPT_LINE" ] && echo "  checkpoints: $CKPT_LINE"
 [ -n "${ETCD_FENCED:-}" ] && echo "  etcd_kill: daemons fenced themselves (lease not renewed within" \
-    "the TTL while etcd was down), per kill:$ETCD_FENCED; training stopped until etcd was back"
+    "the TTL), per kill that fenced any:$ETCD_FENCED (the row above: the longest time without a step)"
 echo "  final accuracy: ${ACCS:-none}(reference $REF_ACC, tolerance $TOL)"
 echo "  steps: reached $((MAXS + 1)) of $STEPS; lost $LOST; hash mismatches $DUP;" \
      "unexpected exits $CRASHES"
