@@ -114,8 +114,11 @@ demo: deps
 # defaults to a random one, which chaos.sh prints for a replay.
 SEED ?=
 FAULTS ?= 10
+KINDS ?=
+ETCD3 ?=
 chaos: all
-	BUILD=$(BUILD) chaos/chaos.sh $(if $(SEED),-s $(SEED)) -f $(FAULTS)
+	BUILD=$(BUILD) chaos/chaos.sh $(if $(SEED),-s $(SEED)) -f $(FAULTS) \
+	    $(if $(KINDS),--kinds $(KINDS)) $(if $(filter 1,$(ETCD3)),--etcd3)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \

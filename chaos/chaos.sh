@@ -689,10 +689,13 @@ done
 # right at the restored step; sets VSTEP and VHASH (the restored
 # parameters' hash), empty on failure (the reason in $T/verify-*.log).
 # When `ringctl verify STEP` exists, this is the one place to switch.
+# verify_ckpt STEP [ROOT]: ROOT (default the job's checkpoint directory)
+# is what the standalone daemon sees.
 verify_ckpt() {
     local vd="$T/verify" sock="$T/verify.sock" dp tp
     VSTEP=; VHASH=
-    mkdir -p "$vd" && ln -sfn "$CKJOB" "$vd/standalone" || return 0
+    rm -rf "$vd" "$sock"
+    mkdir -p "$vd" && ln -sfn "${2:-$CKJOB}" "$vd/standalone" || return 0
     UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --standalone \
         --socket "$sock" --trainers 1 --metrics off --ckpt-interval 100000000 \
         --ckpt-dir "$vd" >"$T/verify-ringd.log" 2>&1 &
@@ -739,6 +742,32 @@ if [ "$CKPT_EVERY" != 0 ]; then
         if [ -n "$DF_FREED" ] && [ "$CSTEP" -le "$DF_FREED" ]; then
             CKPT_BAD+=("no checkpoint completed after the disk was freed at step $DF_FREED (newest: $CSTEP)")
         fi
+    fi
+    # Every complete checkpoint must restore, not only the newest: each
+    # one with only the steps up to it in view (a delta needs its bases).
+    # A complete one that does not restore is a WARNING (a checkpoint
+    # gap, see chaos/README.md), a violation with CHAOS_STRICT=1.
+    NOTRESTORE=(); NALL=0
+    for st in $(ckpt_steps); do
+        [ "$st" = "$CSTEP" ] && continue
+        NALL=$((NALL + 1))
+        vr="$T/vroot-$st"; mkdir -p "$vr"
+        for d in "$CKJOB"/step-*; do
+            ds=${d##*/step-}; [ $((10#$ds)) -le "$st" ] && ln -s "$d" "$vr/"
+        done
+        verify_ckpt "$st" "$vr"
+        WANT=$(cat "$T"/hash-*.log | awk -v s=$((st - 1)) '$1 == "step" && $2 == s { print $10 }' | sort -u | tr '\n' ' ')
+        if [ "${VSTEP:-}" != "$st" ] || [[ " $WANT " != *" ${VHASH:-x} "* ]]; then
+            NOTRESTORE+=("step $st (restored: ${VSTEP:-nothing}$(grep -o 'step [0-9]* is not restorable' "$T/verify-ringd.log" | head -1 | sed 's/^/; /'))")
+        fi
+        rm -rf "$vr"
+    done
+    if [ ${#NOTRESTORE[@]} = 0 ]; then
+        CKPT_LINE="$CKPT_LINE; the $NALL older complete ones restore too"
+    else
+        CKPT_LINE="$CKPT_LINE; WARNING: ${#NOTRESTORE[@]} of the $NALL older complete ones do not restore: ${NOTRESTORE[*]}"
+        [ "${CHAOS_STRICT:-0}" = 0 ] ||
+            CKPT_BAD+=("${#NOTRESTORE[@]} complete checkpoints do not restore: ${NOTRESTORE[*]}")
     fi
     CKPT_LINE="$CKPT_LINE; $CKPT_FAILS checkpoint write failures logged"
 fi
