@@ -747,10 +747,10 @@ if [ "$CKPT_EVERY" != 0 ]; then
     # one with only the steps up to it in view (a delta needs its bases).
     # A complete one that does not restore is a WARNING (a checkpoint
     # gap, see chaos/README.md), a violation with CHAOS_STRICT=1.
-    # (The 8 newest: retention normally leaves 3-6; bounded for runs
+    # (The 8 newest, none with --quick: retention normally leaves 3-6; bounded for runs
     # with a short CHAOS_CKPT_INTERVAL, which can leave hundreds.)
     NOTRESTORE=(); NALL=0
-    for st in $(ckpt_steps | grep -vx "$CSTEP" | tail -8); do
+    for st in $(ckpt_steps | grep -vx "$CSTEP" | tail -$([ "$QUICK" = 1 ] && echo 0 || echo 8)); do
         NALL=$((NALL + 1))
         vr="$T/vroot-$st"; mkdir -p "$vr"
         for d in "$CKJOB"/step-*; do
@@ -763,7 +763,9 @@ if [ "$CKPT_EVERY" != 0 ]; then
         fi
         rm -rf "$vr"
     done
-    if [ ${#NOTRESTORE[@]} = 0 ]; then
+    if [ "$NALL" = 0 ]; then
+        :
+    elif [ ${#NOTRESTORE[@]} = 0 ]; then
         CKPT_LINE="$CKPT_LINE; the $NALL older complete ones restore too"
     else
         CKPT_LINE="$CKPT_LINE; WARNING: ${#NOTRESTORE[@]} of the $NALL older complete ones do not restore: ${NOTRESTORE[*]}"
