@@ -56,7 +56,7 @@ LIBS := -lm -ldl
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
-    iproute2 iptables iputils-ping
+    iproute2 iptables iputils-ping gnuplot-nox
 
 include $(sort $(wildcard */module.mk))
 
@@ -114,8 +114,11 @@ demo: deps
 # defaults to a random one, which chaos.sh prints for a replay.
 SEED ?=
 FAULTS ?= 10
+KINDS ?=
+ETCD3 ?=
 chaos: all
-	BUILD=$(BUILD) chaos/chaos.sh $(if $(SEED),-s $(SEED)) -f $(FAULTS)
+	BUILD=$(BUILD) chaos/chaos.sh $(if $(SEED),-s $(SEED)) -f $(FAULTS) \
+	    $(if $(KINDS),--kinds $(KINDS)) $(if $(filter 1,$(ETCD3)),--etcd3)
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \

@@ -2,7 +2,7 @@
 # chaos/chaos.sh - seeded fault injection through a real training job.
 #
 #   chaos/chaos.sh [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep]
-#                  [--kinds a,b,c] [--plan]
+#                  [--kinds a,b,c] [--plan] [--etcd3]
 #
 # Starts etcd and NODES (default 4) nodes, each a ringd daemon with one C
 # trainer, as network namespaces on a private bridge (chaos/netns.sh) or,
@@ -19,6 +19,7 @@
 # starts is killed by pid and removed on every exit path.
 #
 # --kinds a,b,c (or CHAOS_KINDS) restricts the plan to those fault kinds.
+# --etcd3 (or CHAOS_ETCD3=1): a 3-member etcd cluster, etcd_kill kills one.
 #
 # Environment: BUILD (default build), CHAOS_NETNS=0 to force loopback,
 # CHAOS_KINDS (as --kinds; the option wins).
@@ -33,11 +34,12 @@ QUICK=0
 KEEP=0
 PLAN_ONLY=0
 KINDS_OPT=${CHAOS_KINDS:-}
+ETCD3=${CHAOS_ETCD3:-0}
 ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
            slow_link scale_up scale_down etcd_kill disk_full job_restart)
 usage() {
     echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
-         "[--kinds a,b,c]" >&2
+         "[--kinds a,b,c] [--etcd3]" >&2
     echo "  kinds: ${ALL_KINDS[*]}" >&2
     exit 2
 }
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --plan) PLAN_ONLY=1; shift ;;
     --kinds) KINDS_OPT=${2:-}; shift 2 || usage ;;
     --kinds=*) KINDS_OPT=${1#--kinds=}; shift ;;
+    --etcd3) ETCD3=1; shift ;;
     -h|--help) usage ;;
     *) usage ;;
     esac
@@ -79,7 +82,7 @@ KINDS_ARG=
 [ ${#SEL_KINDS[@]} -gt 0 ] && KINDS_ARG=" --kinds $(IFS=,; echo "${SEL_KINDS[*]}")"
 echo "chaos: seed=$SEED faults=$FAULTS nodes=$NODES quick=$QUICK" \
      "(replay: chaos/chaos.sh -s $SEED -f $FAULTS -n $NODES$(
-     [ $QUICK = 1 ] && echo ' --quick')$KINDS_ARG)"
+     [ $QUICK = 1 ] && echo ' --quick')$KINDS_ARG$([ "$ETCD3" = 1 ] && echo ' --etcd3'))"
 
 # The job runs at some hundreds of steps a second here and keeps going
 # through most faults, so faults are paced by time (one after the previous
@@ -91,6 +94,12 @@ STEPS=$(( FAULTS * PER + 2000 ))
 SETTLE_MS=1500        # quiet time after a recovery before the next fault
 RECOVER_S=60          # no step within this long after a fault: a hang
 TOL=0.02              # final accuracy vs the reference run
+# Checkpoints every CKPT_EVERY steps into CKDIR, shared by all the nodes
+# (one machine): job_restart resumes from them, disk_full fills their
+# file system, and the newest one is restored and verified at the end.
+CKPT_EVERY=${CHAOS_CKPT_INTERVAL:-250}
+[[ "$CKPT_EVERY" =~ ^[0-9]+$ ]] || { echo "chaos: CHAOS_CKPT_INTERVAL must be a number" >&2; exit 2; }
+CKPT_TMPFS_SIZE=${CHAOS_CKPT_TMPFS:-16m}
 
 T=$(mktemp -d /tmp/ringd-chaos.XXXXXX)
 PREFIX="ch$$"
@@ -101,6 +110,10 @@ PIDS=()
 NETNS=0
 SUBNET=
 declare -A ROLE EXPECT   # pid -> "daemon k"/"trainer k"; pid -> expected end
+declare -A HOSTOF        # slot -> host (namespace PREFIXh<host>)
+CKDIR=                   # the checkpoint directory (set once T exists)
+CKPT_MOUNTED=0           # a tmpfs of ours is mounted on CKDIR
+ETCD_OLD=()              # etcd pids killed by etcd_kill
 IPT_NS=()                # namespaces with an iptables rule of ours
 QDISC_DEV=()             # bridge-side veths with a qdisc of ours
 LINK_DOWN=()             # veths we set down
@@ -114,6 +127,12 @@ cleanup() {
     for d in "${QDISC_DEV[@]}"; do tc qdisc del dev "$d" root 2>/dev/null; done
     for d in "${LINK_DOWN[@]}"; do ip link set "$d" up 2>/dev/null; done
     [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" "$MAXSLOT"
+    if [ "$CKPT_MOUNTED" = 1 ]; then
+        rm -f "$CKDIR/fill"
+        [ "$KEEP" = 1 ] && cp -a "$CKDIR" "$T/ckpt.kept" 2>/dev/null
+        umount "$CKDIR" 2>/dev/null || umount -l "$CKDIR" 2>/dev/null
+        CKPT_MOUNTED=0
+    fi
     if [ "$KEEP" = 1 ]; then
         [ "${REPORTED:-0}" = 1 ] || echo "chaos: kept $T"
     else
@@ -185,6 +204,43 @@ else
          "on loopback: link-down, packet-loss and slow-link faults are skipped"
 fi
 
+# ---- the checkpoint directory ---------------------------------------------------
+# On a small tmpfs of its own when the plan fills it (disk_full), else a
+# plain directory in T.
+CKDIR="$T/ckpt"
+mkdir -p "$CKDIR"
+CKPT_NOTE=
+if [ "$CKPT_EVERY" = 0 ]; then
+    CKPT_NOTE="checkpoints off (CHAOS_CKPT_INTERVAL=0)"
+elif [[ " ${PLAN[*]%%:*} " == *" disk_full "* ]]; then
+    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size="$CKPT_TMPFS_SIZE",mode=0755 \
+            chaos-ckpt "$CKDIR" 2>"$T/mount.err"; then
+        CKPT_MOUNTED=1
+    else
+        CKPT_NOTE="no tmpfs for the checkpoints (root needed): $(cat "$T/mount.err")"
+    fi
+fi
+[ "$CKPT_EVERY" != 0 ] && echo "chaos: checkpoints every $CKPT_EVERY steps in" \
+    "$CKDIR$([ $CKPT_MOUNTED = 1 ] && echo " (a tmpfs of $CKPT_TMPFS_SIZE)")"
+CKPT_ARGS=()
+[ "$CKPT_EVERY" != 0 ] && CKPT_ARGS=(--ckpt-interval "$CKPT_EVERY" --ckpt-dir "$CKDIR")
+CKJOB="$CKDIR/chaos"    # where the daemons of job "chaos" put them
+# Complete checkpoints (a MANIFEST.json in their step directory), by step.
+ckpt_steps() {
+    local d
+    for d in "$CKJOB"/step-*/MANIFEST.json; do
+        [ -f "$d" ] || continue
+        d=${d%/MANIFEST.json}; d=${d##*/step-}
+        echo $((10#$d))
+    done | sort -n
+}
+newest_ckpt() { local s; s=$(ckpt_steps | tail -1); echo "${s:--1}"; }
+# Checkpoint write failures the daemons logged so far.
+ckpt_failures() {
+    cat "$T"/ringd-*.log 2>/dev/null |
+        grep -c 'checkpoint of step [0-9]* \(failed\|not completed\)'
+}
+
 # ---- reference run -----------------------------------------------------------
 "$B/examples/trainer" --no-daemon --cpu --steps "$STEPS" --log-every "$STEPS" \
     >"$T/reference.log" 2>&1 || die "the reference run failed"
@@ -192,31 +248,45 @@ REF_ACC=$(sed -n 's/^final: test_accuracy \([0-9.]*\).*/\1/p' "$T/reference.log"
 echo "chaos: reference (one process, $STEPS steps): test_accuracy $REF_ACC"
 
 # ---- etcd --------------------------------------------------------------------
-rd_start_etcd chaos
+ETCD_PIDS=()
+if [ "$ETCD3" = 1 ]; then
+    rd_start_etcd3 chaos
+    echo "chaos: etcd: 3 members, client ports ${EPS[*]}"
+else
+    rd_start_etcd chaos
+    ETCD_PIDS=("$ETCD_PID")
+fi
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
 LIVE=()        # slots whose daemon and trainer are meant to be running
-NEXT=1         # next fresh slot
+NEXT=1         # next fresh slot (node id node<slot>)
+NEXTHOST=1     # next fresh host (namespace); a job restart reuses its hosts
 start_trainer() {
     local k=$1
-    rd_host_cmd "$k"
+    rd_host_cmd "${HOSTOF[$k]}"
     "${HOST_CMD[@]}" "$B/examples/trainer" --socket "$T/node$k.sock" --cpu \
         --steps "$STEPS" --log-every $((STEPS / 4)) \
         --hash-log "$T/hash-$k.log" >>"$T/trainer-$k.log" 2>&1 &
     TPID[$k]=$!; PIDS+=($!); ROLE[$!]="trainer node$k"; EXPECT[$!]=ok
 }
-start_node() {  # start_node MIN_NODES: a fresh slot, returns it in REPLY
-    local k=$NEXT min=$1 dev=lo
-    [ "$k" -le "$MAXSLOT" ] || die "out of node slots"
-    NEXT=$((NEXT + 1))
+# start_node MIN_NODES [HOST]: a fresh slot (node id), on a fresh host
+# unless HOST is given; returns the slot in REPLY.
+start_node() {
+    local k=$NEXT min=$1 dev=lo h=${2:-}
+    if [ -z "$h" ]; then
+        h=$NEXTHOST
+        [ "$h" -le "$MAXSLOT" ] || die "out of hosts"
+        NEXTHOST=$((NEXTHOST + 1))
+    fi
+    NEXT=$((NEXT + 1)); HOSTOF[$k]=$h
     [ "$NETNS" = 1 ] && dev=eth0
-    rd_host_cmd "$k"
+    rd_host_cmd "$h"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
         UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job chaos \
-        --node-id "node$k" --host "host$k" --socket "$T/node$k.sock" \
+        --node-id "node$k" --host "host$h" --socket "$T/node$k.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
-        >"$T/ringd-$k.log" 2>&1 &
+        "${CKPT_ARGS[@]}" >"$T/ringd-$k.log" 2>&1 &
     DPID[$k]=$!; PIDS+=($!); ROLE[$!]="daemon node$k"; EXPECT[$!]=ok
     for _ in $(seq 250); do [ -S "$T/node$k.sock" ] && break; sleep 0.02; done
     [ -S "$T/node$k.sock" ] || die "node$k's daemon did not start:
@@ -225,6 +295,7 @@ $(tail -5 "$T/ringd-$k.log")"
     LIVE+=("$k")
     REPLY=$k
 }
+nodes() { local x o=; for x; do o+="${o:+,}node$x"; done; echo "$o"; }
 drop_live() { local k=$1 x n=(); for x in "${LIVE[@]}"; do [ "$x" = "$k" ] || n+=("$x"); done; LIVE=("${n[@]}"); }
 
 # The highest step any trainer logged so far (-1 when none).
@@ -240,11 +311,15 @@ first_after() {
     cat "${f[@]}" | awk -v s="$1" -v t="$3" '$1 == "step" && $2 >= s && $12 >= t { if (m == "" || $12 < m) { m = $12; st = $2 } } END { if (m != "") print st, m }'
 }
 CRASH_NOTES=()
+RESTARTS=()   # per job_restart: "kill_ms ckpt_step last_step old slots:new slots"
+CKPT_BAD=()   # checkpoint violations
+MARKS=()      # "step kind" per injected fault, for the plot
+DF_FREED=     # the step at which the last disk_full freed the space
 # A live node's process that exited on its own is a crash: it is recorded
 # (the run fails) and the node carries on: a trainer is restarted on its
 # daemon, a node whose daemon died is replaced by a fresh one.
 check_alive() {
-    local k p rc who
+    local k p rc who lf
     for k in "${LIVE[@]}"; do
         for p in "${DPID[$k]}" "${TPID[$k]}"; do
             kill -0 "$p" 2>/dev/null && continue
@@ -253,9 +328,12 @@ check_alive() {
             who=${ROLE[$p]%% *}
             [ "$(max_step)" -ge $((STEPS - 1)) ] && [ "$who" = trainer ] && [ $rc = 0 ] && continue
             EXPECT[$p]=crashed
+            # Its last words: an assertion or error line if there is
+            # one (a backtrace ends with a rule), else the last line.
+            lf="$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log"
             CRASH_NOTES+=("${ROLE[$p]} (pid $p) exited with status $rc unprompted: $(
-                grep -v '^step\|^data\|^gemm\|^joined\|^collective' \
-                "$T/$( [ "$who" = daemon ] && echo ringd || echo trainer)-$k.log" | tail -1)")
+                { grep -E 'Assertion|Segmentation fault| error \[' "$lf" | tail -1 | grep . ||
+                  grep -v '^step\|^data\|^gemm\|^joined\|^collective' "$lf" | tail -1; } | cut -c1-200)")
             log "CRASH: ${CRASH_NOTES[-1]}"
             if [ "$who" = trainer ] && kill -0 "${DPID[$k]}" 2>/dev/null; then
                 start_trainer "$k"; log "  node$k's trainer restarted"
@@ -266,10 +344,13 @@ check_alive() {
                 done
                 start_node 1; log "  node$REPLY started as node$k's replacement"
             fi
-            return
+            return 1
         done
     done
+    return 0
 }
+# Every crash so far (check_alive handles one per call; bounded).
+check_all_alive() { local i; for i in 1 2 3 4 5 6 7 8; do check_alive && return 0; done; }
 declare -A STATUS
 wait_step() {  # wait_step S TIMEOUT_S: until some trainer logged step S
     local deadline=$(( $(date +%s) + $2 ))
@@ -296,7 +377,7 @@ kill_reap() {
     EXPECT[$1]=killed
     { kill -9 "$1"; wait "$1"; STATUS[$1]=$?; } 2>/dev/null
 }
-veth() { echo "${PREFIX}v$1"; }
+veth() { echo "${PREFIX}v${HOSTOF[$1]}"; }   # veth SLOT: its host's link
 HELPERS=()
 # later MS CMD...: run CMD MS milliseconds after the fault, in the background
 # (so the recovery is measured while the fault lasts); `settle` waits for it.
@@ -342,6 +423,7 @@ for f in "${PLAN[@]}"; do
     kind=${f%%:*}; r=${f#*:}
     # Some quiet time after the last recovery, and enough steps left.
     sleep "$(awk -v m=$SETTLE_MS 'BEGIN { print m / 1000 }')"
+    check_all_alive
     if [ $(( STEPS - $(max_step) )) -lt "$PER" ]; then
         skip "$kind" "job near its end"
         log "fault $kind: skipped: fewer than $PER steps left (raise CHAOS_STEPS_PER_FAULT)"
@@ -353,9 +435,16 @@ for f in "${PLAN[@]}"; do
             skip "$kind" "no namespaces"
             log "fault $kind: skipped (no network namespaces)"; continue
         fi ;;
-    etcd_kill|disk_full|job_restart)
-        skip "$kind" "not implemented yet"
-        log "fault $kind: skipped (not implemented yet)"; continue ;;
+    job_restart)
+        if [ "$CKPT_EVERY" = 0 ]; then
+            skip "$kind" "checkpoints off"
+            log "fault $kind: skipped (checkpoints off)"; continue
+        fi ;;
+    disk_full)
+        if [ "$CKPT_MOUNTED" != 1 ]; then
+            skip "$kind" "${CKPT_NOTE:-no tmpfs}"
+            log "fault $kind: skipped (${CKPT_NOTE:-no tmpfs})"; continue
+        fi ;;
     scale_down)
         if [ ${#LIVE[@]} -le 2 ]; then
             skip "$kind" "2 nodes left"
@@ -365,6 +454,7 @@ for f in "${PLAN[@]}"; do
     pick "$r"; v=$REPLY
     pre=$(max_step); fms=$(now_ms)
     NFAULTS=$((NFAULTS + 1)); INJ[$kind]=$(( ${INJ[$kind]:-0} + 1 ))
+    MARKS+=("$pre $kind")
     case "$kind" in
     kill_daemon)
         log "fault $kind: SIGKILL node$v's daemon (step $pre)"
@@ -421,7 +511,7 @@ for f in "${PLAN[@]}"; do
         settle; LIVE+=("$v"); log "  $(veth "$v") up"
         ;;
     packet_loss)
-        ns="${PREFIX}h$v"; IPT_NS+=("$ns")
+        ns="${PREFIX}h${HOSTOF[$v]}"; IPT_NS+=("$ns")
         log "fault $kind: 30% packet loss in and out of node$v for 4 s (step $pre)"
         ip netns exec "$ns" iptables -I INPUT -m statistic --mode random --probability 0.3 -j DROP
         ip netns exec "$ns" iptables -I OUTPUT -m statistic --mode random --probability 0.3 -j DROP
@@ -436,6 +526,119 @@ for f in "${PLAN[@]}"; do
         later 4000 tc qdisc del dev "$d" root
         record "$kind" "$fms" "$v" "$pre"
         settle; log "  $d's qdisc removed"
+        ;;
+    job_restart)
+        # The whole job dies at once (a scheduler kills the allocation)
+        # and is started again on the same hosts, with fresh node ids
+        # (the dead ones' keys linger in etcd until their leases expire);
+        # it must resume from the newest complete checkpoint.
+        old=("${LIVE[@]}")
+        for k in "${old[@]}"; do kill -9 "${DPID[$k]}" "${TPID[$k]}" 2>/dev/null; done
+        for k in "${old[@]}"; do
+            for p in "${DPID[$k]}" "${TPID[$k]}"; do
+                if [ -z "${STATUS[$p]:-}" ]; then
+                    # One that had died on its own before is a crash.
+                    wait "$p" 2>/dev/null; STATUS[$p]=$?
+                    if [ "${STATUS[$p]}" = 137 ]; then
+                        EXPECT[$p]=killed
+                    else
+                        EXPECT[$p]=crashed
+                        CRASH_NOTES+=("${ROLE[$p]} (pid $p) had exited with status ${STATUS[$p]} before the job_restart")
+                    fi
+                fi
+            done
+        done
+        # Nothing writes checkpoints now: the newest complete one is final.
+        c=$(newest_ckpt)
+        # What the restart will restore from, kept for a post-mortem.
+        cp -a "$CKJOB" "$T/ckpt-at-restart.$NFAULTS" 2>/dev/null
+        log "fault $kind: SIGKILLed every daemon and trainer ($(nodes "${old[@]}"); step $pre," \
+            "newest complete checkpoint: step $c)"
+        kpre=$(max_step); LIVE=(); new=()
+        for k in "${old[@]}"; do start_node "${#old[@]}" "${HOSTOF[$k]}"; new+=("$REPLY"); done
+        log "  restarted as $(nodes "${new[@]}") on the same hosts (last step before the kill: $kpre)"
+        RESTARTS+=("$fms $c $kpre ${old[*]}:${new[*]}")
+        record "$kind" "$fms" "" "$pre" "${new[*]}"
+        ;;
+    disk_full)
+        # Fill the checkpoint tmpfs for 4 s: checkpoints fail, training
+        # must not notice, and the complete ones must stay intact.
+        before=$(ckpt_steps | tr '\n' ' ')
+        sums="$T/ckpt-sums.$NFAULTS"
+        for st in $before; do
+            ( cd "$CKDIR" && md5sum "chaos/step-$(printf %020d "$st")"/* )
+        done >"$sums" 2>/dev/null
+        log "fault $kind: checkpoint file system ($CKPT_TMPFS_SIZE tmpfs) filled for 4 s" \
+            "(step $pre; complete checkpoints: ${before:-none})"
+        dd if=/dev/zero of="$CKDIR/fill" bs=64k status=none 2>/dev/null
+        log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "tmpfs: " $1 " used, " $2 " free" }')"
+        record "$kind" "$fms" "" "$pre"
+        # The fault lasts 4 s; before freeing the space (nothing can be
+        # completed or retired while it is full), the checkpoints that
+        # were complete before must be there, byte for byte.
+        sleep "$(awk -v t="$fms" -v n="$(now_ms)" 'BEGIN { x = (t + 4000 - n) / 1000; print (x > 0 ? x : 0) }')"
+        for st in $before; do
+            d="$CKJOB/step-$(printf %020d "$st")"
+            if [ ! -f "$d/MANIFEST.json" ]; then
+                CKPT_BAD+=("disk_full: the checkpoint of step $st is no longer complete")
+            elif ! ( cd "$CKDIR" && grep -F " chaos/step-$(printf %020d "$st")/" "$sums" |
+                     md5sum -c --quiet >/dev/null 2>&1 ); then
+                CKPT_BAD+=("disk_full: the checkpoint of step $st changed while the disk was full")
+            fi
+        done
+        rm -f "$CKDIR/fill"
+        DF_FREED=$(max_step)
+        log "  tmpfs freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
+            "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = 0 ] && echo intact || echo DAMAGED)"
+        ;;
+    etcd_kill)
+        # etcd is SIGKILLed and started again on its data dir 3 s later.
+        # The job may go on for a while (leases do not expire while etcd
+        # is down) but a daemon that cannot renew its lease fences itself
+        # after the TTL, so the measure is the longest time without any
+        # completed step, from the kill until a step after etcd's return.
+        f0=$(cat "$T"/ringd-*.log | grep -c -- '-> FENCED')
+        if [ "$ETCD3" = 1 ]; then
+            m=$(( r % 3 )); ep=${ETCD_PIDS[m]}
+            # Is it the raft leader? (member_id == leader in its status)
+            role=$(curl -fs -m 1 -X POST "http://127.0.0.1:${EPS[m]}/v3/maintenance/status" -d '{}' 2>/dev/null |
+                sed -n 's/.*"member_id":"\([0-9]*\)".*"leader":"\([0-9]*\)".*/\1 \2/p' |
+                awk '{ print ($1 == $2 ? "the leader" : "a follower") }')
+            log "fault $kind: SIGKILL etcd member $m of 3 (${role:-role unknown}, pid $ep), restarted on its data dir 3 s later (step $pre)"
+            ETCD_OLD+=("$ep")
+            { kill -9 "$ep"; wait "$ep"; } 2>/dev/null
+            rd_restart_etcd_member chaos "$m" 3
+            [ "$m" = 0 ] && ETCD_PID=${ETCD_PIDS[0]}
+            rd_wait_etcd 30 "${EPS[m]}" ||
+                die "etcd member $m did not come back within 30 s of etcd_kill (see $T/etcd-$m.log)"
+        else
+            log "fault $kind: SIGKILL etcd (pid $ETCD_PID), restarted on its data dir 3 s later (step $pre)"
+            ETCD_OLD+=("$ETCD_PID")
+            { kill -9 "$ETCD_PID"; wait "$ETCD_PID"; } 2>/dev/null
+            rd_restart_etcd 3
+            ETCD_PIDS=("$ETCD_PID")
+            rd_wait_etcd 30 ||
+                die "etcd did not come back within 30 s of etcd_kill (see $T/etcd.log)"
+        fi
+        back=$(now_ms)
+        log "  etcd healthy again $((back - fms)) ms after the kill"
+        s0=$(( $(max_step) + 2 )); res=; deadline=$(( $(date +%s) + RECOVER_S ))
+        while res=$(first_after "$s0" "${LIVE[*]}" "$back"); [ -z "$res" ]; do
+            [ "$(date +%s)" -lt "$deadline" ] || break
+            check_alive; sleep 0.05
+        done
+        fenced=$(( $(cat "$T"/ringd-*.log | grep -c -- '-> FENCED') - f0 ))
+        if [ -n "$res" ]; then
+            gap=$(cat "$T"/hash-*.log | awk -v a="$fms" -v b="${res#* }" '$1 == "step" && $12 >= a && $12 <= b { print $12 }' |
+                sort -n | awk -v a="$fms" 'BEGIN { p = a; g = 0 } { if ($1 - p > g) g = $1 - p; p = $1 } END { print g }')
+            NREC=$((NREC + 1)); REC[$kind]=$(( ${REC[$kind]:-0} + 1 ))
+            TIMES[$kind]="${TIMES[$kind]:-} $gap"
+            log "  $kind: recovered: step ${res% *} completed $(( ${res#* } - back )) ms after etcd was back;" \
+                "the longest time without a step was $gap ms; $fenced daemon(s) fenced themselves"
+            [ "$fenced" = 0 ] || ETCD_FENCED="${ETCD_FENCED:-} $fenced"
+        else
+            HANGS=$((HANGS + 1)); log "  $kind: HANG: no step within ${RECOVER_S}s of etcd's return"
+        fi
         ;;
     scale_up)
         start_node 1; n=$REPLY
@@ -479,14 +682,108 @@ for k in "${LIVE[@]}"; do
     for _ in $(seq 300); do kill -0 "${DPID[$k]}" 2>/dev/null || break; sleep 0.05; done
 done
 
+# ---- the newest checkpoint restores ----------------------------------------------
+# verify_ckpt STEP: restore the newest complete checkpoint (which must be
+# STEP's) the way a restarted job does, on a standalone ringd whose
+# checkpoint directory points at the job's, with a trainer that stops
+# right at the restored step; sets VSTEP and VHASH (the restored
+# parameters' hash), empty on failure (the reason in $T/verify-*.log).
+# When `ringctl verify STEP` exists, this is the one place to switch.
+# verify_ckpt STEP [ROOT]: ROOT (default the job's checkpoint directory)
+# is what the standalone daemon sees.
+verify_ckpt() {
+    local vd="$T/verify" sock="$T/verify.sock" dp tp
+    VSTEP=; VHASH=
+    rm -rf "$vd" "$sock"
+    mkdir -p "$vd" && ln -sfn "${2:-$CKJOB}" "$vd/standalone" || return 0
+    UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --standalone \
+        --socket "$sock" --trainers 1 --metrics off --ckpt-interval 100000000 \
+        --ckpt-dir "$vd" >"$T/verify-ringd.log" 2>&1 &
+    dp=$!; PIDS+=("$dp"); ROLE[$dp]="daemon verify"; EXPECT[$dp]=ok
+    for _ in $(seq 250); do [ -S "$sock" ] && break; sleep 0.02; done
+    if [ -S "$sock" ]; then
+        "$B/examples/trainer" --socket "$sock" --cpu --steps "$1" \
+            >"$T/verify-trainer.log" 2>&1 &
+        tp=$!; PIDS+=("$tp"); ROLE[$tp]="trainer verify"; EXPECT[$tp]=ok
+        for _ in $(seq 600); do kill -0 "$tp" 2>/dev/null || break; sleep 0.05; done
+        kill -0 "$tp" 2>/dev/null && kill_reap "$tp"
+        wait "$tp" 2>/dev/null; STATUS[$tp]=${STATUS[$tp]:-$?}
+    fi
+    kill -TERM "$dp" 2>/dev/null
+    for _ in $(seq 200); do kill -0 "$dp" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$dp" 2>/dev/null && kill_reap "$dp"
+    wait "$dp" 2>/dev/null; STATUS[$dp]=${STATUS[$dp]:-$?}
+    VSTEP=$(sed -n 's/^joined at step \([0-9]*\): parameters restored$/\1/p' \
+        "$T/verify-trainer.log" 2>/dev/null | head -1)
+    VHASH=$(sed -n 's/^final: test_accuracy [0-9.]* hash \([0-9a-f]*\)$/\1/p' \
+        "$T/verify-trainer.log" 2>/dev/null | head -1)
+}
+CKPT_LINE=
+if [ "$CKPT_EVERY" != 0 ]; then
+    CSTEP=$(newest_ckpt)
+    CKPT_FAILS=$(ckpt_failures)
+    if [ "$CSTEP" -lt 0 ]; then
+        CKPT_BAD+=("no complete checkpoint at the end of the job")
+        CKPT_LINE="none complete"
+    else
+        verify_ckpt "$CSTEP"
+        # The restored state must be the job's after step CSTEP-1 (any
+        # replica's, any generation's: the checkpoint's view may have
+        # been superseded afterwards).
+        WANT=$(cat "$T"/hash-*.log | awk -v s=$((CSTEP - 1)) '$1 == "step" && $2 == s { print $10 }' | sort -u | tr '\n' ' ')
+        CKPT_LINE="newest step $CSTEP"
+        if [ "${VSTEP:-}" != "$CSTEP" ]; then
+            CKPT_BAD+=("the newest checkpoint (step $CSTEP) did not restore on a standalone ringd (restored: ${VSTEP:-nothing}; see verify-*.log): $(grep -i 'checkpoint\|error' "$T/verify-ringd.log" | tail -1)")
+        elif [ -z "${VHASH:-}" ] || [[ " $WANT " != *" $VHASH "* ]]; then
+            CKPT_BAD+=("the checkpoint of step $CSTEP restored parameters with hash ${VHASH:-?}, not the job's after step $((CSTEP - 1)) (${WANT:-not logged})")
+        else
+            CKPT_LINE="$CKPT_LINE restored on a standalone ringd, parameters hash $VHASH = the job's after step $((CSTEP - 1))"
+        fi
+        if [ -n "$DF_FREED" ] && [ "$CSTEP" -le "$DF_FREED" ]; then
+            CKPT_BAD+=("no checkpoint completed after the disk was freed at step $DF_FREED (newest: $CSTEP)")
+        fi
+    fi
+    # Every complete checkpoint must restore, not only the newest: each
+    # one with only the steps up to it in view (a delta needs its bases).
+    # A complete one that does not restore is a WARNING (a checkpoint
+    # gap, see chaos/README.md), a violation with CHAOS_STRICT=1.
+    # (The 8 newest, none with --quick: retention normally leaves 3-6; bounded for runs
+    # with a short CHAOS_CKPT_INTERVAL, which can leave hundreds.)
+    NOTRESTORE=(); NALL=0
+    for st in $(ckpt_steps | grep -vx "$CSTEP" | tail -$([ "$QUICK" = 1 ] && echo 0 || echo 8)); do
+        NALL=$((NALL + 1))
+        vr="$T/vroot-$st"; mkdir -p "$vr"
+        for d in "$CKJOB"/step-*; do
+            ds=${d##*/step-}; [ $((10#$ds)) -le "$st" ] && ln -s "$d" "$vr/"
+        done
+        verify_ckpt "$st" "$vr"
+        WANT=$(cat "$T"/hash-*.log | awk -v s=$((st - 1)) '$1 == "step" && $2 == s { print $10 }' | sort -u | tr '\n' ' ')
+        if [ "${VSTEP:-}" != "$st" ] || [[ " $WANT " != *" ${VHASH:-x} "* ]]; then
+            NOTRESTORE+=("step $st (restored: ${VSTEP:-nothing}$(grep -o 'step [0-9]* is not restorable' "$T/verify-ringd.log" | head -1 | sed 's/^/; /'))")
+        fi
+        rm -rf "$vr"
+    done
+    if [ "$NALL" = 0 ]; then
+        :
+    elif [ ${#NOTRESTORE[@]} = 0 ]; then
+        CKPT_LINE="$CKPT_LINE; the $NALL older complete ones restore too"
+    else
+        CKPT_LINE="$CKPT_LINE; WARNING: ${#NOTRESTORE[@]} of the $NALL older complete ones do not restore: ${NOTRESTORE[*]}"
+        [ "${CHAOS_STRICT:-0}" = 0 ] ||
+            CKPT_BAD+=("${#NOTRESTORE[@]} complete checkpoints do not restore: ${NOTRESTORE[*]}")
+    fi
+    CKPT_LINE="$CKPT_LINE; $CKPT_FAILS checkpoint write failures logged"
+fi
+
 # ---- checks ------------------------------------------------------------------------
 FAIL=()
+for m in "${CKPT_BAD[@]}"; do FAIL+=("$m"); done
 for m in "${CRASH_NOTES[@]}"; do FAIL+=("$m"); done
 CRASHES=${#CRASH_NOTES[@]}
 [ "${FAIL_EARLY:-0}" = 0 ] || FAIL+=("faults skipped because the job neared its end")
 # Exit statuses: every process the harness started, except etcd.
 for p in "${PIDS[@]}"; do
-    [ "$p" = "$ETCD_PID" ] && continue
+    [[ " ${ETCD_PIDS[*]} ${ETCD_OLD[*]} " == *" $p "* ]] && continue
     if kill -0 "$p" 2>/dev/null; then
         FAIL+=("${ROLE[$p]} (pid $p) still running at the end"); CRASHES=$((CRASHES + 1))
         kill -9 "$p" 2>/dev/null
@@ -501,7 +798,8 @@ for p in "${PIDS[@]}"; do
     *) FAIL+=("${ROLE[$p]} (pid $p): exit status $rc ($want expected)"); CRASHES=$((CRASHES + 1)) ;;
     esac
 done
-kill -TERM "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null
+for p in "${ETCD_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${ETCD_PIDS[@]}"; do wait "$p" 2>/dev/null; done
 if [ "$NETNS" = 1 ]; then
     for k in $(seq 1 "$MAXSLOT"); do
         left=$(ip netns pids "${PREFIX}h$k" 2>/dev/null | tr '\n' ' ')
@@ -514,9 +812,18 @@ fi
 # generation's is an evicted replica that completed a step the job then
 # redid without it (stale); differing hashes within one generation are
 # duplicated (or divergently applied) steps.
+# A job_restart's killed incarnation: its lines from the resume step on
+# were redone by the restarted job (compared above where the world size
+# is the same), so they are left out here.
+declare -A CUT
+for r in "${RESTARTS[@]}"; do
+    read -r _ rc _ rslots <<<"$r"
+    for k in ${rslots%%:*}; do CUT[$k]=$(( rc < 0 ? 0 : rc )); done
+done
 read -r LOST DUP STALE MAXS < <(
     for f in "$T"/hash-*.log; do
-        [ -f "$f" ] && awk -v f="${f##*/}" '$1 == "step" { h[$2] = $10; g[$2] = $4 }
+        k=${f##*/hash-}; k=${k%.log}
+        [ -f "$f" ] && awk -v f="${f##*/}" -v cut="${CUT[$k]:-}" '$1 == "step" && (cut == "" || $2 < cut + 0) { h[$2] = $10; g[$2] = $4 }
             END { for (s in h) print s, h[s], g[s], f }' "$f"
     done | sort -k1,1n -k3,3n | awk -v n="$STEPS" -v det="$T/stale.txt" '
         { s = $1; if (!(s in top) || $3 > top[s]) { top[s] = $3; th[s] = "" }
@@ -531,6 +838,39 @@ read -r LOST DUP STALE MAXS < <(
               for (s = 0; s < n; s++) if (!(s in th)) lost++
               for (s in d) dup++
               print lost, dup, stale, (m == "" ? -1 : m) }')
+# Job restarts: the new incarnation's first step is the newest
+# checkpoint's (0 without one: nothing skipped, nothing older), and the
+# steps it redid (checkpoint step .. last step before the kill) have the
+# hashes they had before, where the world size is the same (the trainer
+# is deterministic: a step's result depends only on the parameters, the
+# step number and the world size).
+REPLAYED=0; REPLAY_BAD=0; REPLAY_OTHERW=0; RESTART_LINES=()
+for r in "${RESTARTS[@]}"; do
+    read -r _ rc rpre rslots <<<"$r"
+    ro=${rslots%%:*}; rn=${rslots#*:}
+    want=$(( rc < 0 ? 0 : rc ))
+    of=(); nf=()
+    for k in $ro; do [ -f "$T/hash-$k.log" ] && of+=("$T/hash-$k.log"); done
+    for k in $rn; do [ -f "$T/hash-$k.log" ] && nf+=("$T/hash-$k.log"); done
+    first=$( [ ${#nf[@]} -gt 0 ] && cat "${nf[@]}" | awk '$1 == "step" && (m == "" || $2 < m) { m = $2 } END { print m }')
+    if [ "${first:-}" != "$want" ]; then
+        FAIL+=("job_restart: the job resumed at step ${first:-never}, the newest complete checkpoint at the kill was step $rc")
+    fi
+    rst=$(cat "$T"/trainer-*.log 2>/dev/null | grep -c "^joined at step $want: parameters restored")
+    read -r cmp bad otherw < <( { [ ${#of[@]} -gt 0 ] && cat "${of[@]}" | sed 's/^/O /'
+                                  [ ${#nf[@]} -gt 0 ] && cat "${nf[@]}" | sed 's/^/N /'; } |
+        awk -v lo="$want" -v hi="$rpre" '$2 == "step" && $3 >= lo && $3 <= hi {
+              k = $1 SUBSEP $3
+              if (!(k in g) || $5 >= g[k]) { g[k] = $5; h[k] = $11; w[k] = $9 } }
+            END { for (s = lo; s <= hi; s++) { o = "O" SUBSEP s; n = "N" SUBSEP s
+                    if (!(o in h) || !(n in h)) continue
+                    if (w[o] != w[n]) { ow++; continue }
+                    c++; if (h[o] != h[n]) { b++; if (b <= 3) print "step " s ": " h[o] " before, " h[n] " after" > "/dev/stderr" } }
+                  print c + 0, b + 0, ow + 0 }' 2>>"$T/replay.txt")
+    REPLAYED=$((REPLAYED + cmp)); REPLAY_BAD=$((REPLAY_BAD + bad)); REPLAY_OTHERW=$((REPLAY_OTHERW + otherw))
+    RESTART_LINES+=("job_restart: checkpoint step $rc, last step before the kill $rpre; resumed at step ${first:-never} ($rst trainers restored); $cmp steps replayed with the same world size, $bad with another hash$( [ "$otherw" != 0 ] && echo ", $otherw not compared (other world size)")")
+done
+[ "$REPLAY_BAD" = 0 ] || FAIL+=("$REPLAY_BAD steps replayed after a job restart with another hash than before the kill (same world size): $(head -3 "$T/replay.txt" | tr '\n' ';')")
 [ "$MAXS" -ge $((STEPS - 1)) ] || FAIL+=("the job reached step $((MAXS + 1)), not $STEPS")
 [ "$LOST" = 0 ] || FAIL+=("$LOST steps logged by no trainer")
 [ "$STALE" = 0 ] || [ "${CHAOS_STRICT:-0}" = 0 ] ||
@@ -546,6 +886,49 @@ for a in $ACCS; do
         FAIL+=("final accuracy $a is not within $TOL of the reference $REF_ACC")
 done
 
+# ---- loss plot ---------------------------------------------------------------------------
+# Loss against step (the hash logs' last field: each trainer's share's
+# mean loss, averaged over every line of a bin of steps), with the faults
+# marked where they were injected; PNG in T, copied to OUTDIR.
+OUTDIR=${CHAOS_OUT:-$B/chaos}
+PLOT=
+PLOT_NOTE=
+plot_loss() {
+    if ! command -v gnuplot >/dev/null; then
+        PLOT_NOTE="no loss plot: gnuplot is not installed (make deps installs gnuplot-nox)"
+        return
+    fi
+    local bin=$(( STEPS / 500 > 1 ? STEPS / 500 : 1 )) m i=0
+    cat "$T"/hash-*.log 2>/dev/null | awk -v b="$bin" '$1 == "step" && $13 == "loss" {
+            k = int($2 / b); s[k] += $14; n[k]++ }
+        END { for (k in s) print k * b + b / 2, s[k] / n[k] }' | sort -n >"$T/loss.dat"
+    if [ ! -s "$T/loss.dat" ]; then
+        PLOT_NOTE="no loss plot: no loss in the hash logs"; return
+    fi
+    : >"$T/marks.dat"
+    for m in "${MARKS[@]}"; do i=$((i + 1)); echo "$m $i" >>"$T/marks.dat"; done
+    gnuplot >"$T/gnuplot.log" 2>&1 <<GP
+set terminal pngcairo size 1200,600 noenhanced font ",10"
+set output "$T/loss.png"
+set title "chaos seed $SEED: loss against step ($NODES nodes, $STEPS steps; the faults where they were injected)"
+set xlabel "step"
+set ylabel "training loss (mean over $bin-step bins, all trainers)"
+set logscale y
+set xrange [0:$STEPS]
+set grid
+set key top right
+plot "$T/loss.dat" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "loss", \
+     "$T/marks.dat" using 1:(0):(0):(1e9) with vectors nohead dt 2 lc rgb "#d62728" title "fault", \
+     "$T/marks.dat" using 1:(1):2 with labels rotate by 90 left offset 0.6,0 tc rgb "#d62728" notitle
+GP
+    if [ -s "$T/loss.png" ] && mkdir -p "$OUTDIR" && cp "$T/loss.png" "$OUTDIR/chaos-$SEED-loss.png"; then
+        PLOT="$OUTDIR/chaos-$SEED-loss.png"
+    else
+        PLOT_NOTE="no loss plot: gnuplot failed ($(tail -1 "$T/gnuplot.log"))"
+    fi
+}
+plot_loss
+
 # ---- report --------------------------------------------------------------------------
 stats() { # median p95 max of the numbers in $1
     echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 }
@@ -553,7 +936,7 @@ stats() { # median p95 max of the numbers in $1
               m = v[int((NR + 1) / 2)]; p = v[int(NR * 0.95 + 0.999)]; if (p == "") p = v[NR]
               print m, p, v[NR] }'
 }
-echo
+{
 echo "chaos report: seed $SEED, $NODES nodes, $STEPS steps," \
      "$(( (END_MS - T0) / 1000 )) s, $([ $NETNS = 1 ] && echo namespaces || echo loopback)"
 printf '  %-13s %8s %9s %10s %8s %8s  %s\n' kind injected recovered median_ms p95_ms max_ms skipped
@@ -564,10 +947,16 @@ for kind in "${ALL_KINDS[@]}"; do
         "${REC[$kind]:-0}" "$med" "$p95" "$mx" "${SKIP[$kind]:-}"
 done
 echo "  (time: from the fault to the first step completed on another node" \
-     "that was not in flight at the fault, from the hash logs' t_ms)"
+     "that was not in flight at the fault, from the hash logs' t_ms;" \
+     "job_restart: to the restarted job's first step; etcd_kill: the" \
+     "longest time without a step until one after etcd's return)"
 [ -n "${NEEDED_RESTART:-}" ] && echo "  kill_trainer: $NEEDED_RESTART of ${INJ[kill_trainer]}" \
     "made no progress in 20 s without the node's trainer (counted as hangs," \
     "not recovered); with a new trainer the job resumed after:${RESTART_MS:- never} ms"
+for m in "${RESTART_LINES[@]}"; do echo "  $m"; done
+[ -n "$CKPT_LINE" ] && echo "  checkpoints: $CKPT_LINE"
+[ -n "${ETCD_FENCED:-}" ] && echo "  etcd_kill: daemons fenced themselves (lease not renewed within" \
+    "the TTL), per kill that fenced any:$ETCD_FENCED (the row above: the longest time without a step)"
 echo "  final accuracy: ${ACCS:-none}(reference $REF_ACC, tolerance $TOL)"
 echo "  steps: reached $((MAXS + 1)) of $STEPS; lost $LOST; hash mismatches $DUP;" \
      "unexpected exits $CRASHES"
@@ -577,6 +966,8 @@ if [ "$STALE" != 0 ]; then
          "rejoined; a daemon gap, see chaos/README.md; CHAOS_STRICT=1 fails on it):"
     sed 's/^/    /' "$T/stale.txt"
 fi
+[ -n "$PLOT" ] && echo "  loss plot: $PLOT (report: $OUTDIR/chaos-$SEED.txt)"
+[ -n "$PLOT_NOTE" ] && echo "  $PLOT_NOTE"
 for m in "${FAIL[@]}"; do echo "  VIOLATION: $m"; done
 [ ${#FAIL[@]} = 0 ] && echo "  all checks passed"
 if [ "$KEEP" = 1 ]; then echo "  logs: $T (kept)"
@@ -588,4 +979,8 @@ REPORTED=1
 echo "chaos: faults=$NFAULTS recovered=$NREC lost_steps=$LOST" \
      "duplicated_steps=$DUP hangs=$HANGS kill_recovery_median_ms=$KMED" \
      "hang_recovery_max_ms=$HMAX"
+} >"$T/report.txt"
+echo
+cat "$T/report.txt"
+mkdir -p "$OUTDIR" 2>/dev/null && cp "$T/report.txt" "$OUTDIR/chaos-$SEED.txt" 2>/dev/null
 [ ${#FAIL[@]} = 0 ]

@@ -16,30 +16,105 @@ rd_free_port() {
 }
 
 # Start etcd named $1 on loopback (and the bridge, with namespaces), wait
-# for /health (bounded). Sets EP, ETCD_PID and ETCD_URL (the address the
-# nodes use).
+# for /health (bounded). Sets EP, ETCD_CMD (the command line, for a
+# restart), ETCD_PID and ETCD_URL (the address the nodes use).
 rd_start_etcd() {
     local name=$1 listen
     EP=$(rd_free_port)
     listen="http://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:$EP"
-    etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen" \
-        --advertise-client-urls "http://127.0.0.1:$EP" \
-        --listen-peer-urls "http://127.0.0.1:$((EP + 1))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))" \
-        --initial-cluster "$name=http://127.0.0.1:$((EP + 1))" \
-        --log-level warn --logger zap >"$T/etcd.log" 2>&1 &
+    ETCD_CMD=(etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen"
+        --advertise-client-urls "http://127.0.0.1:$EP"
+        --listen-peer-urls "http://127.0.0.1:$((EP + 1))"
+        --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))"
+        --initial-cluster "$name=http://127.0.0.1:$((EP + 1))"
+        --log-level warn --logger zap)
+    "${ETCD_CMD[@]}" >"$T/etcd.log" 2>&1 &
     ETCD_PID=$!
     PIDS+=("$ETCD_PID")
-    for _ in $(seq 200); do
-        curl -fs "http://127.0.0.1:$EP/health" 2>/dev/null | grep -q true &&
-            break
-        sleep 0.05
-    done
-    curl -fs "http://127.0.0.1:$EP/health" | grep -q true ||
-        die "etcd did not come up (see $T/etcd.log)"
+    rd_wait_etcd 10 || die "etcd did not come up (see $T/etcd.log)"
     ETCD_URL="http://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+    return 0
+}
+
+# Wait up to $1 seconds for etcd's /health on port $2 (default EP): 0 once
+# healthy (a member of a cluster is healthy once the cluster has a leader).
+rd_wait_etcd() {
+    local deadline=$(( $(date +%s%3N) + $1 * 1000 )) port=${2:-$EP}
+    while [ "$(date +%s%3N)" -lt "$deadline" ]; do
+        curl -fs -m 1 "http://127.0.0.1:$port/health" 2>/dev/null | grep -q true &&
+            return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# Start etcd again with the same command line (same data dir and ports)
+# after $1 seconds, in the background: ETCD_PID is then etcd's own pid
+# (the subshell execs it). The caller waits with rd_wait_etcd.
+rd_restart_etcd() {
+    ( sleep "$1"; exec "${ETCD_CMD[@]}" ) >>"$T/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    PIDS+=("$ETCD_PID")
+    return 0
+}
+
+# A 3-member etcd cluster named $1 ($1-0..2) on loopback, each member's
+# client port also on the bridge with namespaces. Sets EPS (the members'
+# client ports; peer port = client + 1), ETCD_PIDS, ETCD_URL (the three
+# client URLs, comma-separated: the nodes fail over in order), and EP /
+# ETCD_PID as member 0's.
+rd_etcd_member() { # rd_etcd_member NAME I: ETCD_CMD for member I
+    local name=$1 i=$2 cluster='' j listen
+    for j in 0 1 2; do
+        cluster+="${cluster:+,}$name-$j=http://127.0.0.1:$((EPS[j] + 1))"
+    done
+    listen="http://127.0.0.1:${EPS[i]}"
+    [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:${EPS[i]}"
+    ETCD_CMD=(etcd --name "$name-$i" --data-dir "$T/etcd-$i"
+        --listen-client-urls "$listen"
+        --advertise-client-urls "http://127.0.0.1:${EPS[i]}"
+        --listen-peer-urls "http://127.0.0.1:$((EPS[i] + 1))"
+        --initial-advertise-peer-urls "http://127.0.0.1:$((EPS[i] + 1))"
+        --initial-cluster "$cluster" --initial-cluster-state new
+        --initial-cluster-token "$name-$$" --log-level warn --logger zap)
+}
+rd_start_etcd3() {
+    local name=$1 i p j ok
+    EPS=()
+    while [ ${#EPS[@]} -lt 3 ]; do
+        p=$(rd_free_port); ok=1
+        for j in "${EPS[@]}"; do [ $((p - j)) -ge -1 ] && [ $((p - j)) -le 1 ] && ok=0; done
+        [ $ok = 1 ] && EPS+=("$p")
+    done
+    ETCD_PIDS=()
+    for i in 0 1 2; do
+        rd_etcd_member "$name" "$i"
+        "${ETCD_CMD[@]}" >"$T/etcd-$i.log" 2>&1 &
+        ETCD_PIDS[i]=$!
+        PIDS+=("$!")
+    done
+    for i in 0 1 2; do
+        rd_wait_etcd 20 "${EPS[i]}" ||
+            die "etcd member $i did not come up (see $T/etcd-$i.log)"
+    done
+    ETCD_URL=
+    for i in 0 1 2; do
+        ETCD_URL+="${ETCD_URL:+,}http://$([ "$NETNS" = 1 ] && echo "$SUBNET.1" || echo 127.0.0.1):${EPS[i]}"
+    done
+    EP=${EPS[0]}
+    ETCD_PID=${ETCD_PIDS[0]}
+    return 0
+}
+
+# Start member $2 of the 3-member cluster $1 again (same data dir and
+# ports) after $3 seconds, in the background; ETCD_PIDS[$2] is etcd's pid.
+rd_restart_etcd_member() {
+    rd_etcd_member "$1" "$2"
+    ( sleep "$3"; exec "${ETCD_CMD[@]}" ) >>"$T/etcd-$2.log" 2>&1 &
+    ETCD_PIDS[$2]=$!
+    PIDS+=("$!")
     return 0
 }
 

@@ -415,8 +415,9 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --hidden N        hidden units (default 64)\n"
 "  --seed N          parameter init and batch sampling seed (default 1)\n"
 "  --log-every N     print loss/accuracy every N steps (default 50)\n"
-"  --hash-log FILE   append 'step S gen G rank R world W hash H t_ms T' per\n"
-"                    step (T: wall clock, ms since the epoch)\n"
+"  --hash-log FILE   append 'step S gen G rank R world W hash H t_ms T loss L'\n"
+"                    per step (T: wall clock, ms since the epoch; L: the\n"
+"                    mean loss of this trainer's share of the batch)\n"
 "  --save FILE       write the final parameters (raw f32) to FILE\n"
 "  --data KIND       auto, digits or synthetic (default auto)\n"
 "  --target-acc X    exit 3 if the final test accuracy is below X\n"
@@ -635,6 +636,10 @@ static int train(trainer_t *t)
         if (gradients(&t->dense, &t->m, &t->g, &t->sc, t->data, s, o->batch,
                       v.rank, v.world, o, t->stats) != 0)
             return -1;
+        /* This trainer's shard's mean loss, before the SUM below. */
+        long rows = o->batch * (v.rank + 1) / v.world -
+                    o->batch * v.rank / v.world;
+        double shard_loss = rows > 0 ? t->stats[0] / (double)rows : 0;
         int log_now = (s + 1) % o->log_every == 0 || s + 1 == o->steps;
         int rc = collective(t, t->grads, t->nparams, RINGD_AVG);
         if (rc == 0 && log_now)
@@ -662,11 +667,12 @@ static int train(trainer_t *t)
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);
             fprintf(t->hash_log, "step %ld gen %llu rank %u world %u hash "
-                    "%016llx t_ms %lld\n", s,
+                    "%016llx t_ms %lld loss %.5f\n", s,
                     (unsigned long long)v.generation, v.rank, v.world,
                     (unsigned long long)fnv1a(t->params, (size_t)t->nparams *
                                                              sizeof(float)),
-                    (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+                    (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+                    shard_loss);
             fflush(t->hash_log);
         }
         if (log_now && v.rank == 0)

@@ -5,15 +5,19 @@ data-parallel through the ringd Python binding (client/python/ringd.py).
 Same data (scikit-learn's digits from Debian's python3-sklearn, else a
 deterministic synthetic set), same model (64 -> hidden ReLU -> 10), same
 step protocol: parameters in the state region, gradients averaged with
-allreduce, the step redone on ringd.Reshape. Batches are drawn with numpy's
+allreduce, the step redone on ringd.Reshape, ringd.Disconnected and
+ringd.Fenced (a fenced node's step_begin is retried every 100 ms, up to a
+minute, until the node is back in the job). Batches are drawn with numpy's
 generator seeded by (seed, step), so any world size computes the same
-global update. --hash-log writes a blake2b-64 of the parameters per step.
+global update. --hash-log writes a blake2b-64 of the parameters per step
+("step S gen G rank R world W hash H t_ms T loss L", as trainer.c).
 """
 import argparse
 import gzip
 import hashlib
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -123,6 +127,7 @@ def main():
     hlog = open(o.hash_log, "a") if o.hash_log else None
 
     step, rank, world, gen = 0, 0, 1, 1
+    fenced_tries = 0
     while True:
         if client:
             try:
@@ -130,6 +135,15 @@ def main():
             except ringd.Shutdown:
                 print("daemon drains: stopping", flush=True)
                 break
+            except ringd.Fenced:
+                # the node lost its lease: wait (up to a minute) for it
+                # to rejoin, as trainer.c does
+                fenced_tries += 1
+                if fenced_tries > 600:
+                    raise
+                time.sleep(0.1)
+                continue
+            fenced_tries = 0
             step, rank, world, gen = v.step, v.rank, v.world, v.generation
             if v.restored:
                 print("joined at step %d: parameters restored" % step)
@@ -143,16 +157,25 @@ def main():
         if client:
             try:
                 client.allreduce(grads, "avg")
-            except (ringd.Reshape, ringd.Disconnected) as e:
+            except (ringd.Reshape, ringd.Disconnected, ringd.Fenced) as e:
+                # fenced: step_begin waits until the node is back in the
+                # job (and its state restored)
                 print("collective: %s; redoing the step" % e, flush=True)
                 continue
         params -= np.float32(o.lr) * grads
         if client:
-            client.step_end()
+            try:
+                client.step_end()
+            except ringd.Error as e:
+                print("trainer.py: step_end: %s" % e, file=sys.stderr,
+                      flush=True)
+                continue  # step_begin reconnects
         if hlog:
             h = hashlib.blake2b(params.tobytes(), digest_size=8).hexdigest()
-            hlog.write("step %d gen %d rank %d world %d hash %s\n"
-                       % (step, gen, rank, world, h))
+            hlog.write("step %d gen %d rank %d world %d hash %s t_ms %d "
+                       "loss %.5f\n" % (step, gen, rank, world, h,
+                                        int(time.time() * 1000),
+                                        loss / max(hi - lo, 1)))
             hlog.flush()
         if (step + 1) % o.log_every == 0 and rank == 0:
             acc = (forward(p, x[NTRAIN:])[2].argmax(axis=1)

@@ -78,6 +78,11 @@ class Shutdown(Error):
     """The daemon drains: stop training."""
 
 
+class Fenced(Error):
+    """The node lost its etcd lease: redo the step; step_begin() raises
+    it again until the node is back in the job."""
+
+
 class _Opts(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32),
                 ("timeout_ms", ctypes.c_uint32),
@@ -160,7 +165,7 @@ class Client:
             return
         msg = "%s: %s" % (what, _lib.ringd_last_error(self._c).decode())
         cls = {ERESHAPE: Reshape, EDISCONNECTED: Disconnected,
-               ESHUTDOWN: Shutdown}.get(rc, Error)
+               ESHUTDOWN: Shutdown, EFENCED: Fenced}.get(rc, Error)
         raise cls(rc, msg)
 
     def buffer(self, shape, dtype=np.float32):
