@@ -5,12 +5,15 @@
  * See backend_ring.c for the whole picture.
  */
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/status.h"
 #include "daemon/backend_ring-int.h"
+
+#define RT_IDLE_MS 20 /* progress period of an idle ring thread */
 
 /* ---- views ----------------------------------------------------------- */
 
@@ -234,8 +237,30 @@ void *rb__thread_main(void *arg)
     rb_t *b = arg;
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->posted && !b->quit)
-            pthread_cond_wait(&b->cv, &b->mu);
+        /*
+         * Idle, the worker is still progressed every RT_IDLE_MS: open
+         * endpoints (the ring between steps, the replaced ring kept one
+         * generation) must answer their peers' wireup, flush and close
+         * messages. Left alone for seconds (a node fenced through an etcd
+         * outage), UCX 1.13's TCP transport timed such endpoints out and
+         * then aborted on an assertion when the peers reconnected.
+         */
+        while (!b->posted && !b->quit) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += RT_IDLE_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == 0 ||
+                b->posted || b->quit)
+                continue;
+            pthread_mutex_unlock(&b->mu);
+            while (tp_progress(b->tp) != 0)
+                ;
+            pthread_mutex_lock(&b->mu);
+        }
         if (b->quit)
             break;
         pthread_mutex_unlock(&b->mu);
