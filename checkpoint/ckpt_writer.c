@@ -9,8 +9,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "checkpoint/ckpt.h"
@@ -29,7 +31,7 @@ struct ckpt_writer {
 
     slot_state_t state;
     ckpt_shard_info_t info;     /* of the queued shard */
-    void *stage;                /* staging buffer, grown as needed */
+    void *stage;                /* ckpt_stage_alloc'd, grown as needed */
     size_t stage_cap;
     ckpt_writer_done_fn done;
     void *done_arg;
@@ -49,6 +51,87 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the snapshot ------------------------------------------------------
+ *
+ * Measured on the 2-core VM (bench/ckpt, checkpoint/README.md): the copy
+ * itself runs at memory speed, ~70-90 ms/GiB on one core; what made some
+ * snapshots cost seconds was faulting in a fresh staging buffer (the first
+ * checkpoint, ~1 s per 256 MiB in 4 KiB pages here). So the stage is
+ * faulted in when it is allocated, in huge pages where the kernel gives
+ * them, and a large copy is split with a helper thread.
+ */
+#define COPY_CHUNK (4u << 20)
+#define COPY_PARALLEL_MIN ((size_t)64 << 20)
+
+typedef struct {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+    atomic_size_t next; /* first byte not yet claimed */
+} copy_job_t;
+
+static void *copy_chunks(void *arg)
+{
+    copy_job_t *j = arg;
+    for (;;) {
+        size_t off = atomic_fetch_add(&j->next, COPY_CHUNK);
+        if (off >= j->n)
+            return NULL;
+        size_t len = j->n - off < COPY_CHUNK ? j->n - off : COPY_CHUNK;
+        memcpy(j->dst + off, j->src + off, len);
+    }
+}
+
+void ckpt_snapshot_copy(void *dst, const void *src, size_t n)
+{
+    if (n < COPY_PARALLEL_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    copy_job_t j = {.dst = dst, .src = src, .n = n};
+    atomic_init(&j.next, 0);
+    pthread_t helper;
+    int spawned = pthread_create(&helper, NULL, copy_chunks, &j) == 0;
+    copy_chunks(&j);
+    if (spawned)
+        pthread_join(helper, NULL);
+}
+
+void *ckpt_stage_alloc(size_t n)
+{
+    if (n == 0)
+        n = 1;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
+    memset(p, 0, n); /* fault every page in now, not in the snapshot */
+    return p;
+}
+
+void ckpt_stage_free(void *p, size_t n)
+{
+    if (p != NULL)
+        munmap(p, n ? n : 1);
+}
+
+/* Grow the stage to bytes (caller holds mu, slot IDLE). */
+static int stage_reserve(ckpt_writer_t *w, size_t bytes)
+{
+    if (w->stage_cap >= bytes && w->stage != NULL)
+        return 0;
+    void *p = ckpt_stage_alloc(bytes);
+    if (p == NULL)
+        return ST_ENOMEM;
+    ckpt_stage_free(w->stage, w->stage_cap);
+    w->stage = p;
+    w->stage_cap = bytes;
+    return 0;
 }
 
 /* Same shard of the same layout: the XOR delta lines up byte for byte. */
@@ -197,7 +280,7 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     pthread_join(w->thread, NULL); /* finishes what was queued first */
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    free(w->stage);
+    ckpt_stage_free(w->stage, w->stage_cap);
     free(w->base);
     free(w->root);
     free(w);
@@ -218,21 +301,18 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
         pthread_mutex_unlock(&w->mu);
         return ST_AGAIN;
     }
-    if (w->stage_cap < info->raw_size) {
-        void *p = realloc(w->stage, info->raw_size);
-        if (p == NULL) {
-            w->stats.skipped++;
-            pthread_mutex_unlock(&w->mu);
-            return ST_ENOMEM;
-        }
-        w->stage = p;
-        w->stage_cap = info->raw_size;
+    /* Normally a no-op: ckpt_writer_reserve() sized it in advance. When
+     * not, the allocation is part of the stall, and counted as such. */
+    uint64_t t0 = now_ns();
+    if (stage_reserve(w, info->raw_size) != 0) {
+        w->stats.skipped++;
+        pthread_mutex_unlock(&w->mu);
+        return ST_ENOMEM;
     }
     /* The snapshot: the one stall on the training path. The slot is IDLE
      * so the worker does not read stage now; holding the lock over the
      * copy only delays stats()/flush(), never the worker's writing. */
-    uint64_t t0 = now_ns();
-    memcpy(w->stage, bytes, info->raw_size);
+    ckpt_snapshot_copy(w->stage, bytes, info->raw_size);
     w->stats.last_stall_ns = now_ns() - t0;
     w->info = *info;
     w->done = done;
@@ -241,6 +321,16 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->state != SLOT_IDLE) /* the worker reads stage until IDLE */
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = stage_reserve(w, bytes);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p)
