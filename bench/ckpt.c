@@ -14,15 +14,16 @@
  *
  *   snapshot  MiB  median  min  max
  *
- * memcpy_1thread is the copy the writer used to make, ckpt_snapshot_copy
- * the one it makes now (a helper thread from 64 MiB), both into a staging
- * buffer already faulted in; first_copy_unfaulted is a copy into a fresh
- * malloc buffer (what the first checkpoint of the old writer paid) and
- * stage_alloc_prefault what ckpt_stage_alloc costs (ckpt_writer_reserve:
- * off the training path when called before the first checkpoint). The
- * last line's stall_ms_per_GiB is the median of ckpt_snapshot_copy at -s.
+ * stage_memcpy is the writer's copy into its stage (ckpt_stage_alloc:
+ * faulted in, huge pages asked for), malloc_memcpy the same into a malloc
+ * buffer faulted in by a memset (the old stage); first_copy_unfaulted is
+ * a copy into a fresh malloc buffer (what the first checkpoint of the old
+ * writer paid) and stage_alloc_prefault what ckpt_stage_alloc costs
+ * (ckpt_writer_reserve: off the training path when called before the
+ * first checkpoint). The last line's stall_ms_per_GiB is the median of
+ * stage_memcpy at -s.
  *
- * Then per mode: the snapshot (ckpt_snapshot_copy into a faulted stage),
+ * Then per mode: the snapshot (a memcpy into a faulted stage),
  * then encode -n shards (default 4, as 4 nodes would, here one after
  * another) and write them atomically under a temp dir.
  *
@@ -234,24 +235,25 @@ static double per_gib(double sec, size_t bytes)
 }
 
 /*
- * The snapshot alone, `reps` times at `bytes`: plain memcpy (one thread,
- * what the writer did before) and ckpt_snapshot_copy (what it does now),
- * alternating so both see the same machine, into a stage that is already
- * faulted in; plus the one-off costs: the first copy into a fresh malloc
- * buffer (the old writer's first checkpoint) and ckpt_stage_alloc (the
- * fault-in, done by ckpt_writer_reserve off the training path). Returns
- * the median of ckpt_snapshot_copy in ms per GiB.
+ * The snapshot alone, `reps` times at `bytes`: memcpy into a stage from
+ * ckpt_stage_alloc (faulted in, huge pages asked for: what the writer
+ * does) and into one from malloc faulted in by a memset (4 KiB pages
+ * unless THP is "always"), alternating so both see the same machine; plus
+ * the one-off costs: the first copy into a fresh malloc buffer (the old
+ * writer's first checkpoint) and ckpt_stage_alloc (the fault-in, done by
+ * ckpt_writer_reserve off the training path). Returns the median of the
+ * first in ms per GiB.
  */
 static double stall_rows(const void *src, size_t bytes, int reps)
 {
-    double one[32], two[32];
+    double st[32], ml[32]; /* ms/GiB: stage, malloc buffer */
     if (reps > 32)
         reps = 32;
     double t0 = now_s();
     unsigned char *stage = ckpt_stage_alloc(bytes);
     double t1 = now_s();
-    unsigned char *fresh = malloc(bytes);
-    if (stage == NULL || fresh == NULL) {
+    unsigned char *fresh = malloc(bytes), *plain = malloc(bytes);
+    if (stage == NULL || fresh == NULL || plain == NULL) {
         fprintf(stderr, "ckpt: cannot allocate the stall buffers\n");
         exit(1);
     }
@@ -260,29 +262,33 @@ static double stall_rows(const void *src, size_t bytes, int reps)
     __asm__ volatile("" : : "r"(fresh) : "memory"); /* keep the copy */
     double t3 = now_s();
     free(fresh);
+    memset(plain, 0, bytes);
+    __asm__ volatile("" : : "r"(plain) : "memory"); /* fault it in */
     for (int r = 0; r < reps; r++) {
         double a = now_s();
         memcpy(stage, src, bytes);
         double b = now_s();
-        ckpt_snapshot_copy(stage, src, bytes);
+        memcpy(plain, src, bytes);
+        __asm__ volatile("" : : "r"(plain) : "memory");
         double c = now_s();
-        one[r] = per_gib(b - a, bytes);
-        two[r] = per_gib(c - b, bytes);
+        st[r] = per_gib(b - a, bytes);
+        ml[r] = per_gib(c - b, bytes);
     }
-    qsort(one, (size_t)reps, sizeof(double), cmp_double);
-    qsort(two, (size_t)reps, sizeof(double), cmp_double);
+    free(plain);
+    qsort(st, (size_t)reps, sizeof(double), cmp_double);
+    qsort(ml, (size_t)reps, sizeof(double), cmp_double);
     size_t mib = bytes >> 20;
-    printf("memcpy_1thread\t%zu\t%.1f\t%.1f\t%.1f\n", mib, one[reps / 2],
-           one[0], one[reps - 1]);
-    printf("ckpt_snapshot_copy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, two[reps / 2],
-           two[0], two[reps - 1]);
+    printf("stage_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, st[reps / 2],
+           st[0], st[reps - 1]);
+    printf("malloc_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, ml[reps / 2],
+           ml[0], ml[reps - 1]);
     printf("first_copy_unfaulted\t%zu\t%.1f\t-\t-\n", mib,
            per_gib(t3 - t2, bytes));
     printf("stage_alloc_prefault\t%zu\t%.1f\t-\t-\n", mib,
            per_gib(t1 - t0, bytes));
     fflush(stdout);
     ckpt_stage_free(stage, bytes);
-    return two[reps / 2];
+    return st[reps / 2];
 }
 
 int main(int argc, char **argv)
@@ -356,7 +362,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NMODES; i++) {
         const float *src = modes[i].delta ? w1 : w0;
         double t0 = now_s();
-        ckpt_snapshot_copy(stage, src, bytes); /* the snapshot */
+        memcpy(stage, src, bytes); /* the snapshot, as the writer's */
         double t1 = now_s();
         size_t out = encode_all(&modes[i], root, (uint64_t)(10 + i), stage,
                                 w0, bytes, nshards);

@@ -124,14 +124,6 @@ void ckpt_bitshuffle(void *dst, const void *src, size_t n);
 void ckpt_bitunshuffle(void *dst, const void *src, size_t n);
 
 /*
- * The snapshot copy on the training path: memcpy, split between the
- * caller and one helper thread in 4 MiB chunks when n >= 64 MiB (the
- * caller takes chunks until none are left, so a descheduled helper costs
- * at most the chunk it holds). Falls back to one thread if the helper
- * cannot start.
- */
-void ckpt_snapshot_copy(void *dst, const void *src, size_t n);
-/*
  * A staging buffer of n bytes: anonymous memory, transparent huge pages
  * asked for (MADV_HUGEPAGE), every page faulted in now so a snapshot into
  * it never pays for page faults. NULL if out of memory. Free with

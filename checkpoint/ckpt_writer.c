@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,49 +55,14 @@ static uint64_t now_ns(void)
 /* ---- the snapshot ------------------------------------------------------
  *
  * Measured on the 2-core VM (bench/ckpt, checkpoint/README.md): the copy
- * itself runs at memory speed, ~70-90 ms/GiB on one core; what made some
- * snapshots cost seconds was faulting in a fresh staging buffer (the first
- * checkpoint, ~1 s per 256 MiB in 4 KiB pages here). So the stage is
- * faulted in when it is allocated, in huge pages where the kernel gives
- * them, and a large copy is split with a helper thread.
+ * itself runs at memory speed, ~65-110 ms/GiB on one core depending on
+ * the load; a copy split with a helper thread was no faster there (within
+ * the noise both ways), so it is one memcpy. What made snapshots cost
+ * seconds was faulting in a fresh staging buffer (the first checkpoint:
+ * 2-18 s per GiB in 4 KiB pages on that VM). So the stage is faulted in
+ * when it is allocated, in huge pages where the kernel gives them, and
+ * ckpt_writer_reserve() does that before the first checkpoint.
  */
-#define COPY_CHUNK (4u << 20)
-#define COPY_PARALLEL_MIN ((size_t)64 << 20)
-
-typedef struct {
-    unsigned char *dst;
-    const unsigned char *src;
-    size_t n;
-    atomic_size_t next; /* first byte not yet claimed */
-} copy_job_t;
-
-static void *copy_chunks(void *arg)
-{
-    copy_job_t *j = arg;
-    for (;;) {
-        size_t off = atomic_fetch_add(&j->next, COPY_CHUNK);
-        if (off >= j->n)
-            return NULL;
-        size_t len = j->n - off < COPY_CHUNK ? j->n - off : COPY_CHUNK;
-        memcpy(j->dst + off, j->src + off, len);
-    }
-}
-
-void ckpt_snapshot_copy(void *dst, const void *src, size_t n)
-{
-    if (n < COPY_PARALLEL_MIN) {
-        memcpy(dst, src, n);
-        return;
-    }
-    copy_job_t j = {.dst = dst, .src = src, .n = n};
-    atomic_init(&j.next, 0);
-    pthread_t helper;
-    int spawned = pthread_create(&helper, NULL, copy_chunks, &j) == 0;
-    copy_chunks(&j);
-    if (spawned)
-        pthread_join(helper, NULL);
-}
-
 void *ckpt_stage_alloc(size_t n)
 {
     if (n == 0)
@@ -312,7 +276,7 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     /* The snapshot: the one stall on the training path. The slot is IDLE
      * so the worker does not read stage now; holding the lock over the
      * copy only delays stats()/flush(), never the worker's writing. */
-    ckpt_snapshot_copy(w->stage, bytes, info->raw_size);
+    memcpy(w->stage, bytes, info->raw_size);
     w->stats.last_stall_ns = now_ns() - t0;
     w->info = *info;
     w->done = done;
