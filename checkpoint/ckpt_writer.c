@@ -98,7 +98,7 @@ static int stage_reserve(ckpt_writer_t *w, size_t bytes)
     return 0;
 }
 
-/* Same shard of the same layout: the XOR delta lines up byte for byte. */
+/* Same shard of the same layout: the delta lines up byte for byte. */
 static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
 {
     return w->opts.full_every > 0 && w->base_valid &&
