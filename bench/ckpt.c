@@ -112,6 +112,9 @@ static const mode_t_ modes[] = {
 #define NMODES ((int)(sizeof(modes) / sizeof(modes[0])))
 
 static int zthreads = 0, zlevel = 3;
+/* One encoder for every shard, as a writer keeps one: its buffers are
+ * faulted in once, not for every shard. */
+static ckpt_encoder_t *benc;
 
 static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
                          const float *state, const float *base, size_t bytes,
@@ -126,27 +129,30 @@ static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
                                   .nshards = nshards, .total_size = bytes};
         ckpt_shard_range(bytes, nshards, i, 4, &info.offset, &info.raw_size);
         const char *raw = (const char *)state + info.offset;
-        void *file = NULL;
+        void *zfile = NULL; /* gzip's, freed here */
+        const void *file = NULL;
         size_t len = 0;
         if (m->zlib) {
             uLongf cap = compressBound(info.raw_size);
-            file = malloc(cap);
-            if (file == NULL ||
-                compress2(file, &cap, (const Bytef *)raw, info.raw_size, 6) !=
-                    Z_OK) {
+            zfile = malloc(cap);
+            if (zfile == NULL ||
+                compress2(zfile, &cap, (const Bytef *)raw, info.raw_size,
+                          6) != Z_OK) {
                 fprintf(stderr, "ckpt: zlib failed\n");
                 exit(1);
             }
+            file = zfile;
             len = cap;
         } else {
             if (m->delta) {
                 info.flags = CKPT_F_DELTA;
                 info.base_step = step - 1;
             }
-            if (ckpt_shard_encode(&codec, &info, raw,
-                                  m->delta ? (const char *)base + info.offset
-                                           : NULL,
-                                  &file, &len) != 0) {
+            if (ckpt_encoder_encode(benc, &codec, &info, raw,
+                                    m->delta ? (const char *)base +
+                                                   info.offset
+                                             : NULL,
+                                    &file, &len) != 0) {
                 fprintf(stderr, "ckpt: encode failed\n");
                 exit(1);
             }
@@ -156,7 +162,7 @@ static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
             exit(1);
         }
         written += len;
-        free(file);
+        free(zfile);
     }
     return written;
 }
@@ -343,8 +349,8 @@ int main(int argc, char **argv)
     }
     free(g);
     char *root = th_mkdtemp("ringd-bench-ckpt");
-    if (root == NULL) {
-        fprintf(stderr, "ckpt: no temp dir\n");
+    if (root == NULL || ckpt_encoder_create(&benc) != 0) {
+        fprintf(stderr, "ckpt: no temp dir or encoder\n");
         return 1;
     }
 
@@ -388,5 +394,6 @@ int main(int argc, char **argv)
     free(w0);
     free(w1);
     ckpt_stage_free(stage, bytes);
+    ckpt_encoder_destroy(benc);
     return 0;
 }

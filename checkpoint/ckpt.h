@@ -85,6 +85,22 @@ int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
                       const void *raw, const void *base, void **file_p,
                       size_t *len_p);
 
+/*
+ * The same with the zstd context and the work and output buffers kept
+ * between calls (grow-only), so a writer does not allocate and fault in
+ * about three shards of fresh memory for every checkpoint. *file_p points
+ * into enc: valid until the next call or ckpt_encoder_destroy(), not to be
+ * freed. One encoder per thread. create: 0 or ST_ENOMEM; destroy accepts
+ * NULL.
+ */
+typedef struct ckpt_encoder ckpt_encoder_t;
+int ckpt_encoder_create(ckpt_encoder_t **enc_p);
+void ckpt_encoder_destroy(ckpt_encoder_t *enc);
+int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                        ckpt_shard_info_t *info, const void *raw,
+                        const void *base, const void **file_p,
+                        size_t *len_p);
+
 /* Validate the header of a file image (not the payload). */
 int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
 /* The same for a file on disk, reading only its header. */
@@ -241,8 +257,9 @@ int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
  *
  * Back pressure: at most one checkpoint is in flight. A submit while one is
  * still being written is skipped (ST_AGAIN, counted): training never waits
- * for a checkpoint and memory stays bounded at about four shards (staging,
- * the delta base, and the codec's two work buffers).
+ * for a checkpoint and memory stays bounded at about five shards (staging,
+ * the delta base, the encoder's two work buffers and its output), held
+ * from the first checkpoint on so later ones fault in no new memory.
  */
 typedef struct ckpt_writer ckpt_writer_t;
 

@@ -346,11 +346,58 @@ int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p)
     return 0;
 }
 
-int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
-                      const void *raw, const void *base, void **file_p,
-                      size_t *len_p)
+struct ckpt_encoder {
+    ZSTD_CCtx *cc;
+    unsigned char *work, *tmp, *out; /* delta, shuffle, file image */
+    size_t work_cap, tmp_cap, out_cap;
+};
+
+int ckpt_encoder_create(ckpt_encoder_t **enc_p)
 {
-    int rc = ST_ENOMEM;
+    ckpt_encoder_t *enc = calloc(1, sizeof(*enc));
+    if (enc == NULL)
+        return ST_ENOMEM;
+    enc->cc = ZSTD_createCCtx();
+    if (enc->cc == NULL) {
+        free(enc);
+        return ST_ENOMEM;
+    }
+    *enc_p = enc;
+    return 0;
+}
+
+void ckpt_encoder_destroy(ckpt_encoder_t *enc)
+{
+    if (enc == NULL)
+        return;
+    ZSTD_freeCCtx(enc->cc);
+    free(enc->work);
+    free(enc->tmp);
+    free(enc->out);
+    free(enc);
+}
+
+/* Grow-only: the contents need not survive. */
+static int grow(unsigned char **p, size_t *cap, size_t need)
+{
+    if (need == 0)
+        need = 1;
+    if (*cap >= need)
+        return 0;
+    unsigned char *q = malloc(need);
+    if (q == NULL)
+        return ST_ENOMEM;
+    free(*p);
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                        ckpt_shard_info_t *info, const void *raw,
+                        const void *base, const void **file_p,
+                        size_t *len_p)
+{
     size_t n = info->raw_size;
     if ((info->flags & CKPT_F_DELTA) && base == NULL)
         return ST_EINVAL;
@@ -365,59 +412,64 @@ int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
         info->flags |= CKPT_F_SHUFFLE;
     info->raw_xxh64 = XXH64(raw, n, 0);
 
-    unsigned char *work = malloc(n ? n : 1), *tmp = NULL, *out = NULL;
-    ZSTD_CCtx *cc = ZSTD_createCCtx();
-    if (work == NULL || cc == NULL)
-        goto err;
     const void *src = raw;
-    if (info->flags & CKPT_F_DELTA_SUB) {
-        ckpt_sub(work, raw, base, n);
-        src = work;
-    } else if (info->flags & CKPT_F_DELTA) {
-        ckpt_xor(work, raw, base, n);
-        src = work;
+    if (info->flags & CKPT_F_DELTA) {
+        if (grow(&enc->work, &enc->work_cap, n) != 0)
+            return ST_ENOMEM;
+        if (info->flags & CKPT_F_DELTA_SUB)
+            ckpt_sub(enc->work, raw, base, n);
+        else
+            ckpt_xor(enc->work, raw, base, n);
+        src = enc->work;
     }
     if (info->flags & (CKPT_F_SHUFFLE | CKPT_F_BITSHUFFLE)) {
-        tmp = malloc(n ? n : 1);
-        if (tmp == NULL)
-            goto err;
+        if (grow(&enc->tmp, &enc->tmp_cap, n) != 0)
+            return ST_ENOMEM;
         if (info->flags & CKPT_F_BITSHUFFLE)
-            ckpt_bitshuffle(tmp, src, n);
+            ckpt_bitshuffle(enc->tmp, src, n);
         else
-            ckpt_shuffle(tmp, src, n, info->elem_size);
-        src = tmp;
+            ckpt_shuffle(enc->tmp, src, n, info->elem_size);
+        src = enc->tmp;
     }
     size_t bound = ZSTD_compressBound(n);
-    out = malloc(HDR_SIZE + bound);
-    if (out == NULL)
-        goto err;
+    if (grow(&enc->out, &enc->out_cap, HDR_SIZE + bound) != 0)
+        return ST_ENOMEM;
+    ZSTD_CCtx *cc = enc->cc;
+    ZSTD_CCtx_reset(cc, ZSTD_reset_session_and_parameters);
     ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel,
                            codec->level ? codec->level : 3);
     ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
     ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 1);
     if (codec->threads > 0)
         ZSTD_CCtx_setParameter(cc, ZSTD_c_nbWorkers, codec->threads);
-    size_t z = ZSTD_compress2(cc, out + HDR_SIZE, bound, src, n);
+    size_t z = ZSTD_compress2(cc, enc->out + HDR_SIZE, bound, src, n);
     if (ZSTD_isError(z)) {
         RD_ERROR("checkpoint: zstd compression failed: %s",
                  ZSTD_getErrorName(z));
-        rc = ST_EINVAL;
-        goto err;
+        return ST_EINVAL;
     }
     info->comp_size = z;
-    hdr_write(out, info);
-    free(work);
-    free(tmp);
-    ZSTD_freeCCtx(cc);
-    *file_p = out;
+    hdr_write(enc->out, info);
+    *file_p = enc->out;
     *len_p = HDR_SIZE + z;
     return 0;
+}
 
-err:
-    free(out);
-    free(tmp);
-    free(work);
-    ZSTD_freeCCtx(cc);
+int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
+                      const void *raw, const void *base, void **file_p,
+                      size_t *len_p)
+{
+    ckpt_encoder_t *enc;
+    const void *file;
+    int rc = ckpt_encoder_create(&enc);
+    if (rc != 0)
+        return rc;
+    rc = ckpt_encoder_encode(enc, codec, info, raw, base, &file, len_p);
+    if (rc == 0) {
+        *file_p = enc->out; /* handed over to the caller */
+        enc->out = NULL;
+    }
+    ckpt_encoder_destroy(enc);
     return rc;
 }
 

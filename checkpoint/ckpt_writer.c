@@ -35,7 +35,8 @@ struct ckpt_writer {
     ckpt_writer_done_fn done;
     void *done_arg;
 
-    /* Worker-only: the base for deltas. */
+    /* Worker-only: the encoder's buffers and the base for deltas. */
+    ckpt_encoder_t *enc;
     void *base;
     size_t base_cap;
     ckpt_shard_info_t base_info; /* valid when base_valid */
@@ -138,10 +139,10 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     int delta = can_delta(w, in);
     in->flags = delta ? CKPT_F_DELTA : 0;
     in->base_step = delta ? w->base_info.step : 0;
-    void *file = NULL;
+    const void *file = NULL;
     size_t len = 0;
-    int rc = ckpt_shard_encode(&w->opts.codec, in, w->stage,
-                               delta ? w->base : NULL, &file, &len);
+    int rc = ckpt_encoder_encode(w->enc, &w->opts.codec, in, w->stage,
+                                 delta ? w->base : NULL, &file, &len);
     if (rc == 0)
         rc = ckpt_store_put(w->root, in->step, in->shard, w->opts.replica,
                             file, len);
@@ -153,7 +154,6 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     if (w->done)
         w->done(w->done_arg, rc, in, rc == 0 ? file : NULL,
                 rc == 0 ? len : 0);
-    free(file);
 
     pthread_mutex_lock(&w->mu);
     if (rc == 0) {
@@ -209,6 +209,8 @@ int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
         free(w);
         return rc;
     }
+    if (ckpt_encoder_create(&w->enc) != 0)
+        goto err_root;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
@@ -219,6 +221,8 @@ int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
 err_sync:
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    ckpt_encoder_destroy(w->enc);
+err_root:
     free(w->root);
 err_free:
     free(w);
@@ -245,6 +249,7 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     ckpt_stage_free(w->stage, w->stage_cap);
+    ckpt_encoder_destroy(w->enc);
     free(w->base);
     free(w->root);
     free(w);
