@@ -56,11 +56,11 @@ static uint64_t now_ns(void)
 /* ---- the snapshot ------------------------------------------------------
  *
  * Measured on the 2-core VM (bench/ckpt, checkpoint/README.md): the copy
- * itself runs at memory speed, ~65-110 ms/GiB on one core depending on
+ * itself runs at memory speed, ~70-170 ms/GiB on one core depending on
  * the load; a copy split with a helper thread was no faster there (within
  * the noise both ways), so it is one memcpy. What made snapshots cost
  * seconds was faulting in a fresh staging buffer (the first checkpoint:
- * 2-18 s per GiB in 4 KiB pages on that VM). So the stage is faulted in
+ * 4-17 s per GiB in 4 KiB pages on that VM). So the stage is faulted in
  * when it is allocated, in huge pages where the kernel gives them, and
  * ckpt_writer_reserve() does that before the first checkpoint.
  */
