@@ -7,16 +7,36 @@
  * before them: w -= lr * g with lr 1e-3 and g ~ N(0, 0.02^2), an update of
  * about 1e-3 of each weight per step, the update-to-weight ratio usually
  * seen in healthy training (the demo trainer's own steps replace this
- * model once it checkpoints through the daemon). Each row: snapshot (the
- * memcpy into a staging buffer: the only stall on the training path), then
- * encode -n shards (default 4, as 4 nodes would, here one after another)
- * and write them atomically under a temp dir.
+ * model once it checkpoints through the daemon).
+ *
+ * First the snapshot alone (the only stall on the training path), at 256
+ * MiB and at -s, -r times each (default 7), alternating, as ms per GiB:
+ *
+ *   snapshot  MiB  median  min  max
+ *
+ * stage_memcpy is the writer's copy into its stage (ckpt_stage_alloc:
+ * faulted in, huge pages asked for), malloc_memcpy the same into a malloc
+ * buffer faulted in by a memset (the old stage); first_copy_unfaulted is
+ * a copy into a fresh malloc buffer (what the first checkpoint of the old
+ * writer paid) and stage_alloc_prefault what ckpt_stage_alloc costs
+ * (ckpt_writer_reserve: off the training path when called before the
+ * first checkpoint). The last line's stall_ms_per_GiB is the median of
+ * stage_memcpy at -s.
+ *
+ * Then per mode: the snapshot (a memcpy into a faulted stage),
+ * then encode -n shards (default 4, as 4 nodes would, here one after
+ * another) and write them atomically under a temp dir.
  *
  *   mode  stall_ms  total_ms  MBps  ratio
  *
  * total_ms runs from the snapshot to the last fsync; MBps is state bytes
  * per total second; ratio is state bytes over bytes written. gzip -6 is
- * zlib's deflate at level 6 (what gzip -6 runs), for comparison. The last
+ * zlib's deflate at level 6 (what gzip -6 runs), for comparison. The first
+ * four rows are the issue's; delta_shuffle_zstd is what the daemon writes
+ * (the arithmetic delta, CKPT_F_DELTA_SUB); xor_delta_shuffle_zstd is the
+ * first format's XOR delta, the *bitshuffle* rows the bit-plane shuffle.
+ * A "# delta/zstd" note gives the delta ratio over plain zstd's (the goal
+ * is 2x), and one the speed of the two shuffles alone.
  * -l sets the zstd level (3), -t zstd's worker threads (0: the calling
  * thread, which is what the daemon's one checkpoint worker does). The last
  * line: ckpt: stall_ms_per_GiB=... overhead_pct=... delta_ratio=...
@@ -25,11 +45,12 @@
  * passed in with -o; "n/a" otherwise).
  *
  * Real weights: -a A -b B name two raw f32 parameter files of the demo
- * trainer (examples/trainer --dump P --dump-every 1: B a few real SGD
- * steps after A). Then rows real_* encode B (and B against A for the
- * delta) at their own size (tiling them up to 1 GiB would let zstd match
- * the copies and overstate every ratio), and the last line's ratios are
- * those of the real weights.
+ * trainer (examples/trainer --no-daemon --hidden 1024 --dump P
+ * --dump-every 1: B a few real SGD steps after A); -b may be repeated (up
+ * to 8, e.g. 1, 3, 10 and 50 steps after A). Then rows real_* encode B
+ * (and B against A for the deltas) at their own size (tiling them up to 1
+ * GiB would let zstd match the copies and overstate every ratio), and the
+ * last line's ratios are those of the last -b.
  */
 #include <math.h>
 #include <stdio.h>
@@ -72,43 +93,66 @@ typedef struct {
     int zlib;          /* deflate instead of zstd */
     uint32_t elem;     /* shuffle element size */
     int delta;
+    int xor_delta;     /* the first format's XOR delta */
+    int bitshuffle;
 } mode_t_;
 
+/* The issue's four rows first (ratio[] of the last line), then the
+ * alternatives measured against them. delta_shuffle_zstd is what the
+ * daemon writes: the arithmetic delta. */
+static const mode_t_ modes[] = {
+    {"shuffle_zstd", 0, 4, 0, 0, 0},
+    {"delta_shuffle_zstd", 0, 4, 1, 0, 0},
+    {"zstd", 0, 1, 0, 0, 0},
+    {"gzip-6", 1, 1, 0, 0, 0},
+    {"xor_delta_shuffle_zstd", 0, 4, 1, 1, 0},
+    {"delta_bitshuffle_zstd", 0, 4, 1, 0, 1},
+    {"bitshuffle_zstd", 0, 4, 0, 0, 1},
+};
+#define NMODES ((int)(sizeof(modes) / sizeof(modes[0])))
+
 static int zthreads = 0, zlevel = 3;
+/* One encoder for every shard, as a writer keeps one: its buffers are
+ * faulted in once, not for every shard. */
+static ckpt_encoder_t *benc;
 
 static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
                          const float *state, const float *base, size_t bytes,
                          uint32_t nshards)
 {
     ckpt_codec_t codec = {.level = zlevel, .threads = zthreads,
-                          .elem_size = m->elem};
+                          .elem_size = m->elem, .xor_delta = m->xor_delta,
+                          .bitshuffle = m->bitshuffle};
     size_t written = 0;
     for (uint32_t i = 0; i < nshards; i++) {
         ckpt_shard_info_t info = {.step = step, .shard = i,
                                   .nshards = nshards, .total_size = bytes};
         ckpt_shard_range(bytes, nshards, i, 4, &info.offset, &info.raw_size);
         const char *raw = (const char *)state + info.offset;
-        void *file = NULL;
+        void *zfile = NULL; /* gzip's, freed here */
+        const void *file = NULL;
         size_t len = 0;
         if (m->zlib) {
             uLongf cap = compressBound(info.raw_size);
-            file = malloc(cap);
-            if (file == NULL ||
-                compress2(file, &cap, (const Bytef *)raw, info.raw_size, 6) !=
-                    Z_OK) {
+            zfile = malloc(cap);
+            if (zfile == NULL ||
+                compress2(zfile, &cap, (const Bytef *)raw, info.raw_size,
+                          6) != Z_OK) {
                 fprintf(stderr, "ckpt: zlib failed\n");
                 exit(1);
             }
+            file = zfile;
             len = cap;
         } else {
             if (m->delta) {
                 info.flags = CKPT_F_DELTA;
                 info.base_step = step - 1;
             }
-            if (ckpt_shard_encode(&codec, &info, raw,
-                                  m->delta ? (const char *)base + info.offset
-                                           : NULL,
-                                  &file, &len) != 0) {
+            if (ckpt_encoder_encode(benc, &codec, &info, raw,
+                                    m->delta ? (const char *)base +
+                                                   info.offset
+                                             : NULL,
+                                    &file, &len) != 0) {
                 fprintf(stderr, "ckpt: encode failed\n");
                 exit(1);
             }
@@ -118,7 +162,7 @@ static size_t encode_all(const mode_t_ *m, const char *root, uint64_t step,
             exit(1);
         }
         written += len;
-        free(file);
+        free(zfile);
     }
     return written;
 }
@@ -141,16 +185,10 @@ static float *load(const char *path, size_t *bytes_p)
     return p;
 }
 
-/* The four modes on the trainer's real weights: ratio[] gets theirs. */
+/* Every mode on the trainer's real weights: ratio[] gets theirs. */
 static int real_rows(const char *fa, const char *fb, const char *root,
                      uint32_t nshards, double *ratio)
 {
-    static const mode_t_ modes[] = {
-        {"real_shuffle_zstd", 0, 4, 0},
-        {"real_delta_shuffle_zstd", 0, 4, 1},
-        {"real_zstd", 0, 1, 0},
-        {"real_gzip-6", 1, 1, 0},
-    };
     size_t na, nb;
     float *a = load(fa, &na), *b = load(fb, &nb);
     if (a == NULL || b == NULL || na != nb) {
@@ -158,33 +196,124 @@ static int real_rows(const char *fa, const char *fb, const char *root,
                 "%s\n", fa, fb);
         return 1;
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NMODES; i++) {
         double t0 = now_s();
         size_t out = encode_all(&modes[i], root, (uint64_t)(20 + i), b, a,
                                 nb, nshards);
         double t1 = now_s();
         ratio[i] = (double)nb / (double)out;
-        printf("%s\t-\t%.1f\t%.0f\t%.3f\n", modes[i].name, (t1 - t0) * 1e3,
-               (double)nb / 1e6 / (t1 - t0), ratio[i]);
+        printf("real_%s\t-\t%.1f\t%.0f\t%.3f\n", modes[i].name,
+               (t1 - t0) * 1e3, (double)nb / 1e6 / (t1 - t0), ratio[i]);
         ckpt_store_retain(root, 0);
     }
     printf("# real_*: %zu bytes of demo-trainer weights (%s), delta "
-           "against %s\n", nb, fb, fa);
+           "against %s; delta/zstd %.2fx (xor %.2fx, bitshuffle %.2fx)\n",
+           nb, fb, fa, ratio[1] / ratio[2], ratio[4] / ratio[2],
+           ratio[5] / ratio[2]);
     free(a);
     free(b);
     return 0;
+}
+
+/* Throughput of the two shuffles alone (one thread, MB/s). */
+static void shuffle_speed(const void *src, void *dst, size_t bytes)
+{
+    double t0 = now_s();
+    ckpt_shuffle(dst, src, bytes, 4);
+    double t1 = now_s();
+    ckpt_bitshuffle(dst, src, bytes);
+    double t2 = now_s();
+    printf("# shuffle speed: byte-shuffle %.0f MB/s, bit-shuffle %.0f MB/s "
+           "(scalar 8x8 transposes)\n", (double)bytes / 1e6 / (t1 - t0),
+           (double)bytes / 1e6 / (t2 - t1));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ms per GiB of a copy of `bytes` that took `sec`. */
+static double per_gib(double sec, size_t bytes)
+{
+    return sec * 1e3 * (double)(1u << 30) / (double)bytes;
+}
+
+/*
+ * The snapshot alone, `reps` times at `bytes`: memcpy into a stage from
+ * ckpt_stage_alloc (faulted in, huge pages asked for: what the writer
+ * does) and into one from malloc faulted in by a memset (4 KiB pages
+ * unless THP is "always"), alternating so both see the same machine; plus
+ * the one-off costs: the first copy into a fresh malloc buffer (the old
+ * writer's first checkpoint) and ckpt_stage_alloc (the fault-in, done by
+ * ckpt_writer_reserve off the training path). Returns the median of the
+ * first in ms per GiB.
+ */
+static double stall_rows(const void *src, size_t bytes, int reps)
+{
+    double st[32], ml[32]; /* ms/GiB: stage, malloc buffer */
+    if (reps > 32)
+        reps = 32;
+    double t0 = now_s();
+    unsigned char *stage = ckpt_stage_alloc(bytes);
+    double t1 = now_s();
+    unsigned char *fresh = malloc(bytes), *plain = malloc(bytes);
+    if (stage == NULL || fresh == NULL || plain == NULL) {
+        fprintf(stderr, "ckpt: cannot allocate the stall buffers\n");
+        exit(1);
+    }
+    double t2 = now_s();
+    memcpy(fresh, src, bytes);
+    __asm__ volatile("" : : "r"(fresh) : "memory"); /* keep the copy */
+    double t3 = now_s();
+    free(fresh);
+    memset(plain, 0, bytes);
+    __asm__ volatile("" : : "r"(plain) : "memory"); /* fault it in */
+    for (int r = 0; r < reps; r++) {
+        double a = now_s();
+        memcpy(stage, src, bytes);
+        double b = now_s();
+        memcpy(plain, src, bytes);
+        __asm__ volatile("" : : "r"(plain) : "memory");
+        double c = now_s();
+        st[r] = per_gib(b - a, bytes);
+        ml[r] = per_gib(c - b, bytes);
+    }
+    free(plain);
+    qsort(st, (size_t)reps, sizeof(double), cmp_double);
+    qsort(ml, (size_t)reps, sizeof(double), cmp_double);
+    size_t mib = bytes >> 20;
+    printf("stage_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, st[reps / 2],
+           st[0], st[reps - 1]);
+    printf("malloc_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, ml[reps / 2],
+           ml[0], ml[reps - 1]);
+    printf("first_copy_unfaulted\t%zu\t%.1f\t-\t-\n", mib,
+           per_gib(t3 - t2, bytes));
+    printf("stage_alloc_prefault\t%zu\t%.1f\t-\t-\n", mib,
+           per_gib(t1 - t0, bytes));
+    fflush(stdout);
+    ckpt_stage_free(stage, bytes);
+    return st[reps / 2];
 }
 
 int main(int argc, char **argv)
 {
     size_t mib = 1024;
     uint32_t nshards = 4;
-    int ksteps = 3, c;
-    const char *fa = NULL, *fb = NULL, *overhead = "n/a";
-    while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:o:h")) != -1) {
+    int ksteps = 3, reps = 7, nb = 0, c;
+    const char *fa = NULL, *fb[8], *overhead = "n/a";
+    while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:o:r:h")) != -1) {
         switch (c) {
         case 'a': fa = optarg; break;
-        case 'b': fb = optarg; break;
+        case 'b':
+            if (nb == 8) {
+                fprintf(stderr, "ckpt: at most 8 -b\n");
+                return 2;
+            }
+            fb[nb++] = optarg;
+            break;
+        case 'r': reps = atoi(optarg); break;
         case 'o': overhead = optarg; break;
         case 'l': zlevel = atoi(optarg); break;
         case 't': zthreads = atoi(optarg); break;
@@ -193,17 +322,20 @@ int main(int argc, char **argv)
         case 'k': ksteps = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: %s [-s MiB] [-n shards] [-k steps] "
-                    "[-l zstd level] [-t zstd threads]\n", argv[0]);
+                    "[-l zstd level] [-t zstd threads] [-r reps] "
+                    "[-a A -b B [-b B2]...] [-o overhead]\n", argv[0]);
             return c == 'h' ? 0 : 2;
         }
     }
-    if (mib == 0 || nshards == 0 || ksteps < 1) {
-        fprintf(stderr, "ckpt: -s, -n and -k must be positive\n");
+    if (mib == 0 || nshards == 0 || ksteps < 1 || reps < 1 ||
+        (nb > 0 && fa == NULL)) {
+        fprintf(stderr, "ckpt: -s, -n, -k and -r must be positive, -b "
+                "needs -a\n");
         return 2;
     }
     size_t bytes = mib << 20, n = bytes / 4;
-    float *w0 = malloc(bytes), *w1 = malloc(bytes), *stage = malloc(bytes);
-    float *g = malloc(bytes);
+    float *w0 = malloc(bytes), *w1 = malloc(bytes), *g = malloc(bytes);
+    float *stage = ckpt_stage_alloc(bytes); /* as ckpt_writer_reserve */
     if (!w0 || !w1 || !stage || !g) {
         fprintf(stderr, "ckpt: cannot allocate 4 x %zu MiB\n", mib);
         return 1;
@@ -216,52 +348,52 @@ int main(int argc, char **argv)
             w1[i] -= 1e-3f * g[i];
     }
     free(g);
-    memset(stage, 0, bytes); /* fault the staging pages in, as a daemon
-                                that keeps its staging buffer would */
     char *root = th_mkdtemp("ringd-bench-ckpt");
-    if (root == NULL) {
-        fprintf(stderr, "ckpt: no temp dir\n");
+    if (root == NULL || ckpt_encoder_create(&benc) != 0) {
+        fprintf(stderr, "ckpt: no temp dir or encoder\n");
         return 1;
     }
 
-    static const mode_t_ modes[] = {
-        {"shuffle_zstd", 0, 4, 0},
-        {"delta_shuffle_zstd", 0, 4, 1},
-        {"zstd", 0, 1, 0},
-        {"gzip-6", 1, 1, 0},
-    };
-    double ratio[4], stall_best = 1e30;
+    double ratio[NMODES];
+    printf("# snapshot copies, ms per GiB over %d runs each (median, min, "
+           "max)\n", reps);
+    printf("snapshot\tMiB\tmedian\tmin\tmax\n");
+    if (bytes > ((size_t)256 << 20))
+        stall_rows(w0, (size_t)256 << 20, reps);
+    double stall = stall_rows(w0, bytes, reps);
     printf("# ckpt: %zu MiB f32 state, N(0,0.02^2), %u shards, zstd level "
            "%d, %d worker threads, delta after %d SGD steps\n", mib,
            nshards, zlevel, zthreads, ksteps);
     printf("mode\tstall_ms\ttotal_ms\tMBps\tratio\n");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NMODES; i++) {
         const float *src = modes[i].delta ? w1 : w0;
         double t0 = now_s();
-        memcpy(stage, src, bytes); /* the snapshot */
+        memcpy(stage, src, bytes); /* the snapshot, as the writer's */
         double t1 = now_s();
         size_t out = encode_all(&modes[i], root, (uint64_t)(10 + i), stage,
                                 w0, bytes, nshards);
         double t2 = now_s();
         ratio[i] = (double)bytes / (double)out;
-        double stall = (t1 - t0) * 1e3;
-        if (stall < stall_best)
-            stall_best = stall;
-        printf("%s\t%.1f\t%.0f\t%.0f\t%.3f\n", modes[i].name, stall,
+        printf("%s\t%.1f\t%.0f\t%.0f\t%.3f\n", modes[i].name,
+               (t1 - t0) * 1e3,
                (t2 - t0) * 1e3, (double)bytes / 1e6 / (t2 - t0), ratio[i]);
         fflush(stdout);
         ckpt_store_retain(root, 0);
     }
-    if (fa != NULL && fb != NULL && real_rows(fa, fb, root, nshards, ratio))
-        return 1;
+    printf("# delta/zstd %.2fx (xor %.2fx, bitshuffle %.2fx)\n",
+           ratio[1] / ratio[2], ratio[4] / ratio[2], ratio[5] / ratio[2]);
+    shuffle_speed(w1, stage, bytes);
+    for (int i = 0; i < nb; i++)
+        if (real_rows(fa, fb[i], root, nshards, ratio))
+            return 1;
     th_rmtree(root);
     free(root);
     printf("ckpt: stall_ms_per_GiB=%.1f overhead_pct=%s delta_ratio=%.3f "
            "shuffle_ratio=%.3f zstd_ratio=%.3f\n",
-           stall_best * 1024.0 / (double)mib, overhead, ratio[1], ratio[0],
-           ratio[2]);
+           stall, overhead, ratio[1], ratio[0], ratio[2]);
     free(w0);
     free(w1);
-    free(stage);
+    ckpt_stage_free(stage, bytes);
+    ckpt_encoder_destroy(benc);
     return 0;
 }

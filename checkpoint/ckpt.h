@@ -5,8 +5,14 @@
  * node r encodes only shard r of it. A shard file is a fixed header
  * followed by one zstd frame:
  *
- *   raw shard --(XOR with the base checkpoint's shard, if delta)-->
- *             --(byte-shuffle by element size)--> zstd (frame checksum)
+ *   raw shard --(delta against the base checkpoint's shard, if delta)-->
+ *             --(byte- or bit-shuffle by element size)--> zstd (checksum)
+ *
+ * The delta is the zigzag-coded integer difference of the 32-bit words
+ * (CKPT_F_DELTA | CKPT_F_DELTA_SUB, elem_size 4, the default) or, in
+ * files of the first format and for other element sizes, their XOR
+ * (CKPT_F_DELTA alone). Flags name the transforms, so every file written
+ * since the first format still decodes; an unknown flag is rejected.
  *
  * The header carries the step, generation, shard index, sizes, the xxh64
  * of the raw (decoded) shard and its own xxh64, so a reader can tell a
@@ -29,14 +35,24 @@
 #define CKPT_FORMAT_VERSION 1
 
 enum {
-    CKPT_F_DELTA = 1u << 0,   /* XOR against the shard of base_step */
-    CKPT_F_SHUFFLE = 1u << 1, /* bytes grouped by position in an element */
+    CKPT_F_DELTA = 1u << 0,      /* against the shard of base_step: XOR, */
+    CKPT_F_SHUFFLE = 1u << 1,    /* bytes grouped by position in an element */
+    CKPT_F_DELTA_SUB = 1u << 2,  /* ... or zigzag(new - base) per u32 word */
+    CKPT_F_BITSHUFFLE = 1u << 3, /* bit planes instead of byte-shuffle */
+    CKPT_F_ALL = 0xf,            /* every flag a reader understands */
 };
+
+/* Elements per bit-shuffle block (CKPT_F_BITSHUFFLE): 32 KiB of f32. */
+#define CKPT_BITSHUFFLE_BLOCK 8192
 
 typedef struct {
     int level;           /* zstd level (default 3) */
     int threads;         /* zstd worker threads, 0 = in the caller */
     uint32_t elem_size;  /* shuffle unit: 4 for f32 state, 1 = no shuffle */
+    int xor_delta;       /* 1: XOR deltas (the first format); 0: the
+                            arithmetic delta where elem_size is 4 */
+    int bitshuffle;      /* 1: bit-shuffle where elem_size is 4 (measured
+                            worse than byte-shuffle on weights: off) */
 } ckpt_codec_t;
 
 /* What a shard file says about itself (all validated on read). */
@@ -69,6 +85,22 @@ int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
                       const void *raw, const void *base, void **file_p,
                       size_t *len_p);
 
+/*
+ * The same with the zstd context and the work and output buffers kept
+ * between calls (grow-only), so a writer does not allocate and fault in
+ * about three shards of fresh memory for every checkpoint. *file_p points
+ * into enc: valid until the next call or ckpt_encoder_destroy(), not to be
+ * freed. One encoder per thread. create: 0 or ST_ENOMEM; destroy accepts
+ * NULL.
+ */
+typedef struct ckpt_encoder ckpt_encoder_t;
+int ckpt_encoder_create(ckpt_encoder_t **enc_p);
+void ckpt_encoder_destroy(ckpt_encoder_t *enc);
+int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                        ckpt_shard_info_t *info, const void *raw,
+                        const void *base, const void **file_p,
+                        size_t *len_p);
+
 /* Validate the header of a file image (not the payload). */
 int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
 /* The same for a file on disk, reading only its header. */
@@ -89,6 +121,32 @@ void ckpt_shuffle(void *dst, const void *src, size_t n, uint32_t elem);
 void ckpt_unshuffle(void *dst, const void *src, size_t n, uint32_t elem);
 /* dst[i] = a[i] ^ b[i] (dst may be a or b). */
 void ckpt_xor(void *dst, const void *a, const void *b, size_t n);
+/*
+ * The arithmetic delta of n bytes as native 32-bit words: dst = zigzag(a -
+ * b) word by word (a small change has zero high bytes even when it
+ * carries across a mantissa boundary, unlike a XOR); the n % 4 tail bytes
+ * are XORed. ckpt_sub_undo: dst = b + unzigzag(d). dst may be a (or d).
+ */
+void ckpt_sub(void *dst, const void *a, const void *b, size_t n);
+void ckpt_sub_undo(void *dst, const void *d, const void *b, size_t n);
+/*
+ * Bit-shuffle n bytes of 32-bit elements: in blocks of
+ * CKPT_BITSHUFFLE_BLOCK elements (the last one shorter), bit-plane p of
+ * the block holds bit p of every element, 8 elements a byte. The elements
+ * past the last multiple of 8 and the n % 4 tail bytes are copied as is.
+ * dst and src must not overlap.
+ */
+void ckpt_bitshuffle(void *dst, const void *src, size_t n);
+void ckpt_bitunshuffle(void *dst, const void *src, size_t n);
+
+/*
+ * A staging buffer of n bytes: anonymous memory, transparent huge pages
+ * asked for (MADV_HUGEPAGE), every page faulted in now so a snapshot into
+ * it never pays for page faults. NULL if out of memory. Free with
+ * ckpt_stage_free(p, n) (NULL is ok).
+ */
+void *ckpt_stage_alloc(size_t n);
+void ckpt_stage_free(void *p, size_t n);
 
 /* ---- files ---------------------------------------------------------- */
 
@@ -207,8 +265,9 @@ int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
  *
  * Back pressure: at most one checkpoint is in flight. A submit while one is
  * still being written is skipped (ST_AGAIN, counted): training never waits
- * for a checkpoint and memory stays bounded at about four shards (staging,
- * the delta base, and the codec's two work buffers).
+ * for a checkpoint and memory stays bounded at about five shards (staging,
+ * the delta base, the encoder's two work buffers and its output), held
+ * from the first checkpoint on so later ones fault in no new memory.
  */
 typedef struct ckpt_writer ckpt_writer_t;
 
@@ -249,6 +308,13 @@ void ckpt_writer_destroy(ckpt_writer_t *w);
 int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
                        const void *bytes, ckpt_writer_done_fn done,
                        void *arg);
+/*
+ * Size the staging buffer for shards up to bytes now (allocated and
+ * faulted in), so the first snapshot does not pay for page faults: call
+ * it when the state size is known, before the first submit. 0 or
+ * ST_ENOMEM; with one in flight it waits for it.
+ */
+int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes);
 /* Block until nothing is in flight (tests, drain, shutdown). */
 void ckpt_writer_flush(ckpt_writer_t *w);
 void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p);

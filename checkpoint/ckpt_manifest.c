@@ -130,7 +130,8 @@ static int parse_shards(const cJSON *arr, ckpt_manifest_t *m)
             get_u64(o, "base_step", &s->base_step) ||
             get_u32(o, "owner", m->nshards - 1, &s->owner) ||
             get_u32(o, "replica", m->nshards - 1, &s->replica) ||
-            get_u32(o, "flags", 3, &s->flags) || !cJSON_IsString(mem))
+            get_u32(o, "flags", CKPT_F_ALL, &s->flags) ||
+            !cJSON_IsString(mem))
             return ST_EPROTO;
         if (s->offset != expect || s->size > m->total_size - s->offset)
             return ST_EPROTO; /* shards must tile the state in order */

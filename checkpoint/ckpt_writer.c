@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "checkpoint/ckpt.h"
@@ -29,12 +30,13 @@ struct ckpt_writer {
 
     slot_state_t state;
     ckpt_shard_info_t info;     /* of the queued shard */
-    void *stage;                /* staging buffer, grown as needed */
+    void *stage;                /* ckpt_stage_alloc'd, grown as needed */
     size_t stage_cap;
     ckpt_writer_done_fn done;
     void *done_arg;
 
-    /* Worker-only: the base for deltas. */
+    /* Worker-only: the encoder's buffers and the base for deltas. */
+    ckpt_encoder_t *enc;
     void *base;
     size_t base_cap;
     ckpt_shard_info_t base_info; /* valid when base_valid */
@@ -51,7 +53,53 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Same shard of the same layout: the XOR delta lines up byte for byte. */
+/* ---- the snapshot ------------------------------------------------------
+ *
+ * Measured on the 2-core VM (bench/ckpt, checkpoint/README.md): the copy
+ * itself runs at memory speed, ~70-170 ms/GiB on one core depending on
+ * the load; a copy split with a helper thread was no faster there (within
+ * the noise both ways), so it is one memcpy. What made snapshots cost
+ * seconds was faulting in a fresh staging buffer (the first checkpoint:
+ * 4-17 s per GiB in 4 KiB pages on that VM). So the stage is faulted in
+ * when it is allocated, in huge pages where the kernel gives them, and
+ * ckpt_writer_reserve() does that before the first checkpoint.
+ */
+void *ckpt_stage_alloc(size_t n)
+{
+    if (n == 0)
+        n = 1;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE); /* a hint: fine if refused */
+#endif
+    memset(p, 0, n); /* fault every page in now, not in the snapshot */
+    return p;
+}
+
+void ckpt_stage_free(void *p, size_t n)
+{
+    if (p != NULL)
+        munmap(p, n ? n : 1);
+}
+
+/* Grow the stage to bytes (caller holds mu, slot IDLE). */
+static int stage_reserve(ckpt_writer_t *w, size_t bytes)
+{
+    if (w->stage_cap >= bytes && w->stage != NULL)
+        return 0;
+    void *p = ckpt_stage_alloc(bytes);
+    if (p == NULL)
+        return ST_ENOMEM;
+    ckpt_stage_free(w->stage, w->stage_cap);
+    w->stage = p;
+    w->stage_cap = bytes;
+    return 0;
+}
+
+/* Same shard of the same layout: the delta lines up byte for byte. */
 static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
 {
     return w->opts.full_every > 0 && w->base_valid &&
@@ -91,10 +139,10 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     int delta = can_delta(w, in);
     in->flags = delta ? CKPT_F_DELTA : 0;
     in->base_step = delta ? w->base_info.step : 0;
-    void *file = NULL;
+    const void *file = NULL;
     size_t len = 0;
-    int rc = ckpt_shard_encode(&w->opts.codec, in, w->stage,
-                               delta ? w->base : NULL, &file, &len);
+    int rc = ckpt_encoder_encode(w->enc, &w->opts.codec, in, w->stage,
+                                 delta ? w->base : NULL, &file, &len);
     if (rc == 0)
         rc = ckpt_store_put(w->root, in->step, in->shard, w->opts.replica,
                             file, len);
@@ -106,7 +154,6 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     if (w->done)
         w->done(w->done_arg, rc, in, rc == 0 ? file : NULL,
                 rc == 0 ? len : 0);
-    free(file);
 
     pthread_mutex_lock(&w->mu);
     if (rc == 0) {
@@ -162,6 +209,8 @@ int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
         free(w);
         return rc;
     }
+    if (ckpt_encoder_create(&w->enc) != 0)
+        goto err_root;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
@@ -172,6 +221,8 @@ int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
 err_sync:
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    ckpt_encoder_destroy(w->enc);
+err_root:
     free(w->root);
 err_free:
     free(w);
@@ -197,7 +248,8 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     pthread_join(w->thread, NULL); /* finishes what was queued first */
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    free(w->stage);
+    ckpt_stage_free(w->stage, w->stage_cap);
+    ckpt_encoder_destroy(w->enc);
     free(w->base);
     free(w->root);
     free(w);
@@ -218,20 +270,17 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
         pthread_mutex_unlock(&w->mu);
         return ST_AGAIN;
     }
-    if (w->stage_cap < info->raw_size) {
-        void *p = realloc(w->stage, info->raw_size);
-        if (p == NULL) {
-            w->stats.skipped++;
-            pthread_mutex_unlock(&w->mu);
-            return ST_ENOMEM;
-        }
-        w->stage = p;
-        w->stage_cap = info->raw_size;
+    /* Normally a no-op: ckpt_writer_reserve() sized it in advance. When
+     * not, the allocation is part of the stall, and counted as such. */
+    uint64_t t0 = now_ns();
+    if (stage_reserve(w, info->raw_size) != 0) {
+        w->stats.skipped++;
+        pthread_mutex_unlock(&w->mu);
+        return ST_ENOMEM;
     }
     /* The snapshot: the one stall on the training path. The slot is IDLE
      * so the worker does not read stage now; holding the lock over the
      * copy only delays stats()/flush(), never the worker's writing. */
-    uint64_t t0 = now_ns();
     memcpy(w->stage, bytes, info->raw_size);
     w->stats.last_stall_ns = now_ns() - t0;
     w->info = *info;
@@ -241,6 +290,16 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->state != SLOT_IDLE) /* the worker reads stage until IDLE */
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = stage_reserve(w, bytes);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p)
