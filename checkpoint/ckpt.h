@@ -315,6 +315,9 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
  * ST_ENOMEM; with one in flight it waits for it.
  */
 int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes);
+/* 1 while a shard is queued or being written (a submit would skip). Only
+ * the submitting thread makes it busy, so 0 stays true for it. */
+int ckpt_writer_busy(ckpt_writer_t *w);
 /* Block until nothing is in flight (tests, drain, shutdown). */
 void ckpt_writer_flush(ckpt_writer_t *w);
 void ckpt_writer_stats(ckpt_writer_t *w, ckpt_writer_stats_t *stats_p);

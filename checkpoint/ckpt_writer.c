@@ -292,6 +292,14 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     return 0;
 }
 
+int ckpt_writer_busy(ckpt_writer_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int busy = w->state != SLOT_IDLE;
+    pthread_mutex_unlock(&w->mu);
+    return busy;
+}
+
 int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes)
 {
     pthread_mutex_lock(&w->mu);

@@ -247,6 +247,23 @@ void dmn__ckpt_stop(dmn_t *d)
 }
 
 /* Step `step` is about to start and every trainer ended the one before. */
+void dmn__ckpt_prepare(dmn_t *d)
+{
+    void *state;
+    size_t bytes;
+    if (d->ckw[0] == NULL)
+        return;
+    dmn__step_get_state(d, &state, &bytes);
+    uint32_t n = d->view.node_count ? d->view.node_count : 1;
+    size_t need = state == NULL ? 0 : bytes / n + 64; /* aligned ranges */
+    if (need <= d->ckpt_reserved)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (ckpt_writer_reserve(d->ckw[i], need) != 0)
+            return; /* the first snapshot allocates, as before */
+    d->ckpt_reserved = need;
+}
+
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
 {
     /* d->view is still the view of the step that just ended. */
@@ -261,6 +278,14 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     uint32_t n = d->view.node_count ? d->view.node_count : 1;
     uint32_t r = d->view.node_rank % n;
     uint32_t shard[2] = {r, (r + n - 1) % n};
+    /* Both files or neither: a writer that took step S while the other
+     * skipped it would report S later, and the pair would never match. */
+    if (ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1])) {
+        d->stats.ckpt_skipped++;
+        RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
+                "is still being written", step);
+        return;
+    }
     int rc[2];
     for (int i = 0; i < 2; i++) {
         ckpt_shard_info_t in = {.step = step,

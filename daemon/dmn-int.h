@@ -145,6 +145,7 @@ struct dmn {
     uint64_t ckpt_pending_step; /* submitted, not completed; 0: none */
     uint32_t ckpt_pending_n;
     uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
+    size_t ckpt_reserved;        /* staging bytes the writers hold */
     int restore_checked;
 
     dmn_stats_t stats;
@@ -188,6 +189,9 @@ int dmn__ckpt_start(dmn_t *d);
 void dmn__ckpt_stop(dmn_t *d);
 /* Step `step` is about to start; every trainer ended the one before. */
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
+/* At a step start, the view known: size the writers' staging buffers for
+ * this node's shards now, off the snapshot's path. */
+void dmn__ckpt_prepare(dmn_t *d);
 /* A CKPT request from a trainer: replies to it. */
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* Restore the newest usable checkpoint into the state region: 0 and its

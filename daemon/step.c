@@ -271,6 +271,7 @@ static void try_start(dmn_t *d)
         d->stats.view_changes++;
     d->last_generation = d->view.generation;
     d->step = d->view.step;
+    dmn__ckpt_prepare(d);
     d->any_redo = 0;
     d->ended = 0;
     step_set_state(d, DMN_STEP_RUNNING);
