@@ -35,6 +35,8 @@ typedef enum {
 
 #define RB_MAX_NODES 4096
 #define RB_REBUILD_DEADLINE_MS 60000
+#define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
+#define RB_RETRY_MS 250         /* ... this often, for 10 s */
 
 typedef struct {
     char *node;
@@ -124,6 +126,8 @@ typedef struct {
     mb_config_t mc;       /* to register again after a standby */
     mb_callbacks_t mcb;
     uv_timer_t rejoin;
+    uv_timer_t retry;     /* a REBUILD that failed here, tried again */
+    int retries;
     int drain_requested;
     uv_timer_t defer;
     uv_timer_t suspect_timer;

@@ -80,6 +80,8 @@ static void fill_dview(rb_t *b)
                             .rank_offset = offset};
 }
 
+static void post_rebuild(rb_t *b);
+
 /* Install the pending view and have the ring thread build and resync. */
 static void install_pending(rb_t *b)
 {
@@ -95,6 +97,13 @@ static void install_pending(rb_t *b)
     rb__view_free(b->cur);
     b->cur = b->pending;
     b->pending = NULL;
+    b->retries = 0;
+    post_rebuild(b);
+}
+
+/* Have the ring thread build the ring of the installed view and resync. */
+static void post_rebuild(rb_t *b)
+{
     b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
                         .my_step = b->step, .counts = b->counts,
                         .my_trainers = b->local_trainers,
@@ -186,6 +195,24 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
     }
 }
 
+/*
+ * A REBUILD that failed here without naming a peer (an endpoint could not
+ * be created: a link just back up, "Destination is unreachable") is tried
+ * again: the other members wait for this node in the new ring's first
+ * collective, and would otherwise wait out its deadline (60 s).
+ */
+static void on_retry(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    if (b->state != RB_WAITING || b->busy || b->pending != NULL ||
+        b->cur == NULL || b->fenced || b->standby || b->ready_cb == NULL)
+        return;
+    RD_INFO("ring backend: building generation %llu again (try %d)",
+            (unsigned long long)b->cur->generation, b->retries + 1);
+    b->retries++;
+    post_rebuild(b);
+}
+
 static void on_rebuilt(rb_t *b, rb_cmd_t *c)
 {
     if (c->status != 0) {
@@ -194,6 +221,9 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
                 st_strerror(c->status));
         handle_peer_failure(b, c->status, c->suspect);
         rb_enter(b, RB_WAITING);
+        if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
+            c->view == b->cur && b->retries < RB_REBUILD_RETRIES)
+            uv_timer_start(&b->retry, on_retry, RB_RETRY_MS, 0);
         return;
     }
     b->step = c->step_out;
@@ -570,7 +600,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(rb_t *b)
 {
-    b->open_handles = 4;
+    b->open_handles = 5;
+    uv_close((uv_handle_t *)&b->retry, on_handle_closed);
     uv_close((uv_handle_t *)&b->rejoin, on_handle_closed);
     uv_close((uv_handle_t *)&b->async, on_handle_closed);
     uv_close((uv_handle_t *)&b->defer, on_handle_closed);
@@ -678,8 +709,9 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_timer_init(loop, &b->defer);
     uv_timer_init(loop, &b->suspect_timer);
     uv_timer_init(loop, &b->rejoin);
+    uv_timer_init(loop, &b->retry);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
-    b->rejoin.data = b;
+    b->rejoin.data = b->retry.data = b;
     if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
         mb_destroy(b->mb);
         dmn__rbck_destroy(b->ckpt);
