@@ -563,7 +563,7 @@ for f in "${PLAN[@]}"; do
     disk_full)
         # Fill the checkpoint tmpfs for 4 s: checkpoints fail, training
         # must not notice, and the complete ones must stay intact.
-        before=$(ckpt_steps | tr '\n' ' ')
+        before=$(ckpt_steps | tr '\n' ' ') blast=$(newest_ckpt)
         sums="$T/ckpt-sums.$NFAULTS"
         for st in $before; do
             ( cd "$CKDIR" && md5sum "chaos/step-$(printf %020d "$st")"/* )
@@ -577,9 +577,14 @@ for f in "${PLAN[@]}"; do
         # completed or retired while it is full), the checkpoints that
         # were complete before must be there, byte for byte.
         sleep "$(awk -v t="$fms" -v n="$(now_ms)" 'BEGIN { x = (t + 4000 - n) / 1000; print (x > 0 ? x : 0) }')"
+        # Retention may retire an old one once a newer checkpoint completed
+        # (a write can still fit while dd fills the disk): only then may
+        # one be gone.
+        nb=${#CKPT_BAD[@]}
         for st in $before; do
             d="$CKJOB/step-$(printf %020d "$st")"
             if [ ! -f "$d/MANIFEST.json" ]; then
+                [ "$(newest_ckpt)" -gt "$blast" ] ||
                 CKPT_BAD+=("disk_full: the checkpoint of step $st is no longer complete")
             elif ! ( cd "$CKDIR" && grep -F " chaos/step-$(printf %020d "$st")/" "$sums" |
                      md5sum -c --quiet >/dev/null 2>&1 ); then
@@ -589,7 +594,7 @@ for f in "${PLAN[@]}"; do
         rm -f "$CKDIR/fill"
         DF_FREED=$(max_step)
         log "  tmpfs freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
-            "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = 0 ] && echo intact || echo DAMAGED)"
+            "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = "$nb" ] && echo intact || echo DAMAGED)"
         ;;
     etcd_kill)
         # etcd is SIGKILLed and started again on its data dir 3 s later.
@@ -682,98 +687,9 @@ for k in "${LIVE[@]}"; do
     for _ in $(seq 300); do kill -0 "${DPID[$k]}" 2>/dev/null || break; sleep 0.05; done
 done
 
-# ---- the newest checkpoint restores ----------------------------------------------
-# verify_ckpt STEP: restore the newest complete checkpoint (which must be
-# STEP's) the way a restarted job does, on a standalone ringd whose
-# checkpoint directory points at the job's, with a trainer that stops
-# right at the restored step; sets VSTEP and VHASH (the restored
-# parameters' hash), empty on failure (the reason in $T/verify-*.log).
-# When `ringctl verify STEP` exists, this is the one place to switch.
-# verify_ckpt STEP [ROOT]: ROOT (default the job's checkpoint directory)
-# is what the standalone daemon sees.
-verify_ckpt() {
-    local vd="$T/verify" sock="$T/verify.sock" dp tp
-    VSTEP=; VHASH=
-    rm -rf "$vd" "$sock"
-    mkdir -p "$vd" && ln -sfn "${2:-$CKJOB}" "$vd/standalone" || return 0
-    UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --standalone \
-        --socket "$sock" --trainers 1 --metrics off --ckpt-interval 100000000 \
-        --ckpt-dir "$vd" >"$T/verify-ringd.log" 2>&1 &
-    dp=$!; PIDS+=("$dp"); ROLE[$dp]="daemon verify"; EXPECT[$dp]=ok
-    for _ in $(seq 250); do [ -S "$sock" ] && break; sleep 0.02; done
-    if [ -S "$sock" ]; then
-        "$B/examples/trainer" --socket "$sock" --cpu --steps "$1" \
-            >"$T/verify-trainer.log" 2>&1 &
-        tp=$!; PIDS+=("$tp"); ROLE[$tp]="trainer verify"; EXPECT[$tp]=ok
-        for _ in $(seq 600); do kill -0 "$tp" 2>/dev/null || break; sleep 0.05; done
-        kill -0 "$tp" 2>/dev/null && kill_reap "$tp"
-        wait "$tp" 2>/dev/null; STATUS[$tp]=${STATUS[$tp]:-$?}
-    fi
-    kill -TERM "$dp" 2>/dev/null
-    for _ in $(seq 200); do kill -0 "$dp" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$dp" 2>/dev/null && kill_reap "$dp"
-    wait "$dp" 2>/dev/null; STATUS[$dp]=${STATUS[$dp]:-$?}
-    VSTEP=$(sed -n 's/^joined at step \([0-9]*\): parameters restored$/\1/p' \
-        "$T/verify-trainer.log" 2>/dev/null | head -1)
-    VHASH=$(sed -n 's/^final: test_accuracy [0-9.]* hash \([0-9a-f]*\)$/\1/p' \
-        "$T/verify-trainer.log" 2>/dev/null | head -1)
-}
-CKPT_LINE=
-if [ "$CKPT_EVERY" != 0 ]; then
-    CSTEP=$(newest_ckpt)
-    CKPT_FAILS=$(ckpt_failures)
-    if [ "$CSTEP" -lt 0 ]; then
-        CKPT_BAD+=("no complete checkpoint at the end of the job")
-        CKPT_LINE="none complete"
-    else
-        verify_ckpt "$CSTEP"
-        # The restored state must be the job's after step CSTEP-1 (any
-        # replica's, any generation's: the checkpoint's view may have
-        # been superseded afterwards).
-        WANT=$(cat "$T"/hash-*.log | awk -v s=$((CSTEP - 1)) '$1 == "step" && $2 == s { print $10 }' | sort -u | tr '\n' ' ')
-        CKPT_LINE="newest step $CSTEP"
-        if [ "${VSTEP:-}" != "$CSTEP" ]; then
-            CKPT_BAD+=("the newest checkpoint (step $CSTEP) did not restore on a standalone ringd (restored: ${VSTEP:-nothing}; see verify-*.log): $(grep -i 'checkpoint\|error' "$T/verify-ringd.log" | tail -1)")
-        elif [ -z "${VHASH:-}" ] || [[ " $WANT " != *" $VHASH "* ]]; then
-            CKPT_BAD+=("the checkpoint of step $CSTEP restored parameters with hash ${VHASH:-?}, not the job's after step $((CSTEP - 1)) (${WANT:-not logged})")
-        else
-            CKPT_LINE="$CKPT_LINE restored on a standalone ringd, parameters hash $VHASH = the job's after step $((CSTEP - 1))"
-        fi
-        if [ -n "$DF_FREED" ] && [ "$CSTEP" -le "$DF_FREED" ]; then
-            CKPT_BAD+=("no checkpoint completed after the disk was freed at step $DF_FREED (newest: $CSTEP)")
-        fi
-    fi
-    # Every complete checkpoint must restore, not only the newest: each
-    # one with only the steps up to it in view (a delta needs its bases).
-    # A complete one that does not restore is a WARNING (a checkpoint
-    # gap, see chaos/README.md), a violation with CHAOS_STRICT=1.
-    # (The 8 newest, none with --quick: retention normally leaves 3-6; bounded for runs
-    # with a short CHAOS_CKPT_INTERVAL, which can leave hundreds.)
-    NOTRESTORE=(); NALL=0
-    for st in $(ckpt_steps | grep -vx "$CSTEP" | tail -$([ "$QUICK" = 1 ] && echo 0 || echo 8)); do
-        NALL=$((NALL + 1))
-        vr="$T/vroot-$st"; mkdir -p "$vr"
-        for d in "$CKJOB"/step-*; do
-            ds=${d##*/step-}; [ $((10#$ds)) -le "$st" ] && ln -s "$d" "$vr/"
-        done
-        verify_ckpt "$st" "$vr"
-        WANT=$(cat "$T"/hash-*.log | awk -v s=$((st - 1)) '$1 == "step" && $2 == s { print $10 }' | sort -u | tr '\n' ' ')
-        if [ "${VSTEP:-}" != "$st" ] || [[ " $WANT " != *" ${VHASH:-x} "* ]]; then
-            NOTRESTORE+=("step $st (restored: ${VSTEP:-nothing}$(grep -o 'step [0-9]* is not restorable' "$T/verify-ringd.log" | head -1 | sed 's/^/; /'))")
-        fi
-        rm -rf "$vr"
-    done
-    if [ "$NALL" = 0 ]; then
-        :
-    elif [ ${#NOTRESTORE[@]} = 0 ]; then
-        CKPT_LINE="$CKPT_LINE; the $NALL older complete ones restore too"
-    else
-        CKPT_LINE="$CKPT_LINE; WARNING: ${#NOTRESTORE[@]} of the $NALL older complete ones do not restore: ${NOTRESTORE[*]}"
-        [ "${CHAOS_STRICT:-0}" = 0 ] ||
-            CKPT_BAD+=("${#NOTRESTORE[@]} complete checkpoints do not restore: ${NOTRESTORE[*]}")
-    fi
-    CKPT_LINE="$CKPT_LINE; $CKPT_FAILS checkpoint write failures logged"
-fi
+# ---- the newest checkpoint restores (chaos/ckpt-check.sh) --------------------------
+# shellcheck source=ckpt-check.sh disable=SC1091
+. chaos/ckpt-check.sh
 
 # ---- checks ------------------------------------------------------------------------
 FAIL=()
@@ -886,48 +802,9 @@ for a in $ACCS; do
         FAIL+=("final accuracy $a is not within $TOL of the reference $REF_ACC")
 done
 
-# ---- loss plot ---------------------------------------------------------------------------
-# Loss against step (the hash logs' last field: each trainer's share's
-# mean loss, averaged over every line of a bin of steps), with the faults
-# marked where they were injected; PNG in T, copied to OUTDIR.
-OUTDIR=${CHAOS_OUT:-$B/chaos}
-PLOT=
-PLOT_NOTE=
-plot_loss() {
-    if ! command -v gnuplot >/dev/null; then
-        PLOT_NOTE="no loss plot: gnuplot is not installed (make deps installs gnuplot-nox)"
-        return
-    fi
-    local bin=$(( STEPS / 500 > 1 ? STEPS / 500 : 1 )) m i=0
-    cat "$T"/hash-*.log 2>/dev/null | awk -v b="$bin" '$1 == "step" && $13 == "loss" {
-            k = int($2 / b); s[k] += $14; n[k]++ }
-        END { for (k in s) print k * b + b / 2, s[k] / n[k] }' | sort -n >"$T/loss.dat"
-    if [ ! -s "$T/loss.dat" ]; then
-        PLOT_NOTE="no loss plot: no loss in the hash logs"; return
-    fi
-    : >"$T/marks.dat"
-    for m in "${MARKS[@]}"; do i=$((i + 1)); echo "$m $i" >>"$T/marks.dat"; done
-    gnuplot >"$T/gnuplot.log" 2>&1 <<GP
-set terminal pngcairo size 1200,600 noenhanced font ",10"
-set output "$T/loss.png"
-set title "chaos seed $SEED: loss against step ($NODES nodes, $STEPS steps; the faults where they were injected)"
-set xlabel "step"
-set ylabel "training loss (mean over $bin-step bins, all trainers)"
-set logscale y
-set xrange [0:$STEPS]
-set grid
-set key top right
-plot "$T/loss.dat" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "loss", \
-     "$T/marks.dat" using 1:(0):(0):(1e9) with vectors nohead dt 2 lc rgb "#d62728" title "fault", \
-     "$T/marks.dat" using 1:(1):2 with labels rotate by 90 left offset 0.6,0 tc rgb "#d62728" notitle
-GP
-    if [ -s "$T/loss.png" ] && mkdir -p "$OUTDIR" && cp "$T/loss.png" "$OUTDIR/chaos-$SEED-loss.png"; then
-        PLOT="$OUTDIR/chaos-$SEED-loss.png"
-    else
-        PLOT_NOTE="no loss plot: gnuplot failed ($(tail -1 "$T/gnuplot.log"))"
-    fi
-}
-plot_loss
+# ---- loss plot (chaos/plot.sh) ------------------------------------------------------
+# shellcheck source=plot.sh disable=SC1091
+. chaos/plot.sh
 
 # ---- report --------------------------------------------------------------------------
 stats() { # median p95 max of the numbers in $1
