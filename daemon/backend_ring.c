@@ -222,7 +222,8 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         handle_peer_failure(b, c->status, c->suspect);
         rb_enter(b, RB_WAITING);
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
-            c->view == b->cur && b->retries < RB_REBUILD_RETRIES)
+            c->status != ST_ECONFIG && c->view == b->cur &&
+            b->retries < RB_REBUILD_RETRIES)
             uv_timer_start(&b->retry, on_retry, RB_RETRY_MS, 0);
         return;
     }
@@ -385,7 +386,8 @@ static void on_rejoin(uv_timer_t *t)
 {
     rb_t *b = t->data;
     if (!b->standby || !b->mb_left || b->ready_cb == NULL ||
-        b->state == RB_LEAVING || b->state == RB_LEFT)
+        b->local_trainers == 0 || b->state == RB_LEAVING ||
+        b->state == RB_LEFT)
         return;
     mb_t *mb = NULL;
     int rc = mb_create(b->loop, &b->mc, &b->mcb, b, &mb);
@@ -406,7 +408,8 @@ static void on_rejoin(uv_timer_t *t)
 
 static void maybe_rejoin(rb_t *b)
 {
-    if (b->standby && b->mb_left && b->ready_cb != NULL)
+    if (b->standby && b->mb_left && b->ready_cb != NULL &&
+        b->local_trainers > 0)
         uv_timer_start(&b->rejoin, on_rejoin, 0, 0);
 }
 
@@ -421,6 +424,9 @@ static void step_out(rb_t *b)
     RD_WARN("ring backend: no trainer left on this node: leaving the job "
             "until one connects");
     b->standby = 1;
+    /* The daemon may still wait in ready() for the trainer that died:
+     * only a step start with trainers (set_local_trainers > 0) rejoins. */
+    b->local_trainers = 0;
     if (b->busy)
         abort_running(b);
     rb_enter(b, RB_WAITING);
