@@ -47,6 +47,7 @@ typedef struct {
     const char *hash_log, *save, *data, *name;
     int no_daemon, cpu_only;
     long crash_at;   /* fault injection: SIGKILL itself in this step */
+    long stop_after; /* fault injection: SIGSTOP itself after this step */
     long ckpt_at;          /* ask for a checkpoint after this step; -1 */
     long dump_every;       /* --dump: parameters every N steps; 0 */
     const char *dump;
@@ -426,6 +427,8 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --name NAME       name shown in the daemon's log\n"
 "  --crash-at-step S fault injection for tests: SIGKILL itself once step S\n"
 "                    has begun, before its collectives\n"
+"  --stop-after-step S  fault injection for tests: SIGSTOP itself after\n"
+"                    step S, before the next step_begin\n"
 "  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
 "  --dump-every N    ... after every N-th step (default 0: never)\n");
@@ -434,7 +437,7 @@ RINGD_DEFAULT_SOCKET ")\n"
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
-                  NULL, 0, 0, -1, -1, 0, NULL};
+                  NULL, 0, 0, -1, -1, -1, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -476,6 +479,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->name = v;
         } else if (strcmp(a, "--crash-at-step") == 0) {
             o->crash_at = strtol(v, &end, 10);
+        } else if (strcmp(a, "--stop-after-step") == 0) {
+            o->stop_after = strtol(v, &end, 10);
         } else if (strcmp(a, "--ckpt-at") == 0) {
             o->ckpt_at = strtol(v, &end, 10);
         } else if (strcmp(a, "--dump-every") == 0) {
@@ -675,6 +680,8 @@ static int train(trainer_t *t)
                     shard_loss);
             fflush(t->hash_log);
         }
+        if (s == o->stop_after && t->c != NULL)
+            raise(SIGSTOP); /* between steps: a test resumes it */
         if (log_now && v.rank == 0)
             printf("step %5ld  world %u  loss %.4f  batch_acc %.3f  "
                    "test_acc %.4f\n", s + 1, v.world,

@@ -37,6 +37,7 @@ static void cluster_env(void)
 static const char *ckpt_dir; /* when set, nodes checkpoint there */
 static const char *deadline; /* when set, --ring-deadline-ms */
 static const char *crash_at; /* when set, trainers kill themselves there */
+static const char *stop_after; /* when set, trainers stop themselves */
 static const char *ckpt_interval = "50";
 static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
 
@@ -82,7 +83,12 @@ static pid_t trainer(cluster_t *c, int i, int k, const char *steps)
                           td_path(&c->d[i], hl), "--save",
                           td_path(&c->d[i], sv), "--log-every", "20",
                           crash_at ? "--crash-at-step" : NULL, crash_at,
-                          NULL};
+                          NULL, NULL, NULL};
+    if (stop_after != NULL) {
+        int at = crash_at ? 10 : 8;
+        args[at] = "--stop-after-step";
+        args[at + 1] = stop_after;
+    }
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }
 
@@ -486,5 +492,69 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
     free(dir);
     ckpt_dir = NULL;
     ckpt_per_node = 0;
+    return fx_done();
+}
+
+/* 1 once process pid sleeps in poll(2) (x86-64 syscall 7): the trainer
+ * waiting for its step_begin reply. */
+static int in_poll(pid_t pid)
+{
+    char path[64], buf[64] = "";
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    int ok = fgets(buf, sizeof(buf), f) != NULL && strncmp(buf, "7 ", 2) == 0;
+    fclose(f);
+    return ok;
+}
+
+/*
+ * A node's only trainer dies while it waits in step_begin for the step's
+ * agreement (the other node's trainer is stopped between steps): the node
+ * steps out of the job and must not register again before a trainer is
+ * back (it once did at once, with no state, and every REBUILD then failed
+ * on the state size: the job stopped). The other node goes on alone, a
+ * new trainer brings the node back, both end identical.
+ */
+TEST_IMPL(dmn_ring_trainer_lost_waiting)
+{
+#if !defined(__x86_64__)
+    return TEST_SKIP; /* in_poll knows x86-64 syscall numbers */
+#endif
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "1", "2");
+    node_init(&c, 1, "1", "2");
+    c.trainer[0][0] = trainer(&c, 0, 0, "1500");
+    stop_after = "100";
+    c.trainer[1][0] = trainer(&c, 1, 0, "1500");
+    stop_after = NULL;
+    int st;
+    ASSERT_EQ(waitpid(c.trainer[1][0], &st, WUNTRACED), c.trainer[1][0]);
+    ASSERT(WIFSTOPPED(st));
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "step 100 ", 30000));
+    int waiting = 0;
+    for (int i = 0; i < 1000 && !waiting; i++)
+        if (!(waiting = in_poll(c.trainer[0][0])))
+            (void)td_wait_file(c.d[0].log, "no such line", 10);
+    ASSERT_MSG(waiting, "n0's trainer never waited in step_begin");
+    th_kill(c.trainer[0][0]);
+    ASSERT_OK(td_wait_file(c.d[0].log, "leaving the job until one connects",
+                           10000));
+    kill(c.trainer[1][0], SIGCONT);
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 1", 30000));
+    ASSERT(!td_file_has(c.d[0].log, "registering again"));
+    c.trainer[0][1] = trainer(&c, 0, 1, "1500");
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h1"), "world 2", 30000));
+    expect_exit0(&c, 0, 1, c.trainer[0][1]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    ASSERT(!td_file_has(c.d[0].log, "state sizes differ"));
+    ASSERT(!td_file_has(c.d[1].log, "state sizes differ"));
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p1"), td_path(&c.d[1], "p0")),
+              0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
