@@ -78,6 +78,19 @@ const char *td_path(const td_daemon_t *t, const char *name)
     return b;
 }
 
+int td_poll(int (*pred)(void *), void *arg, int timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (;;) {
+        if (pred(arg))
+            return 0;
+        if (th_now_ms() >= deadline)
+            return -1;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms)
 {
     int64_t deadline = th_now_ms() + timeout_ms;

@@ -42,6 +42,9 @@ pid_t td_trainer(td_daemon_t *t, const char *const *args, const char *log);
 int td_exit_code(pid_t pid, int timeout_ms);
 /* Wait until the file at path contains needle; 0 or -1 on timeout. */
 int td_wait_file(const char *path, const char *needle, int timeout_ms);
+/* Poll pred(arg) every 10 ms until it returns non-zero (0) or timeout_ms
+ * passes (-1): for conditions no file or descriptor announces. */
+int td_poll(int (*pred)(void *), void *arg, int timeout_ms);
 int td_file_has(const char *path, const char *needle);
 /* Read a whole file (caller frees); NULL if absent. */
 char *td_read(const char *path, size_t *len_p);

@@ -411,6 +411,17 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     return fx_done();
 }
 
+/* Two complete checkpoints logged by the nodes of c (so one is a delta;
+ * a busy machine may skip some steps' checkpoints under back pressure). */
+static int two_ckpts_complete(void *arg)
+{
+    cluster_t *c = arg;
+    int found = 0;
+    for (int i = 0; i < c->n; i++)
+        found += td_count(c->d[i].log, "complete (every shard has 2");
+    return found >= 2;
+}
+
 /*
  * The whole job restarts with per-node checkpoint directories: no node can
  * restore alone (it holds 2 of the 3 shards' files), so the nodes restore
@@ -432,17 +443,8 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
         node_init(&c, i, "1", "3");
     for (int i = 0; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    /* Two complete checkpoints (so one is a delta; a busy machine may
-     * skip some steps' checkpoints under back pressure). */
-    int found = 0;
-    for (int t = 0; t < 600 && found < 2; t++) {
-        found = 0;
-        for (int i = 0; i < 3; i++)
-            found += td_count(c.d[i].log, "complete (every shard has 2");
-        if (found < 2)
-            (void)td_wait_file(c.d[0].log, "no such line", 100);
-    }
-    ASSERT_MSG(found >= 2, "no two checkpoints completed");
+    ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
+               "no two checkpoints completed");
     for (int i = 0; i < 3; i++) {
         th_kill(c.trainer[i][0]);
         th_kill(c.d[i].pid);
@@ -497,10 +499,10 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
 
 /* 1 once process pid sleeps in poll(2) (x86-64 syscall 7): the trainer
  * waiting for its step_begin reply. */
-static int in_poll(pid_t pid)
+static int in_poll(void *pid_p)
 {
     char path[64], buf[64] = "";
-    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+    snprintf(path, sizeof(path), "/proc/%d/syscall", (int)*(pid_t *)pid_p);
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return 0;
@@ -535,11 +537,8 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     ASSERT_EQ(waitpid(c.trainer[1][0], &st, WUNTRACED), c.trainer[1][0]);
     ASSERT(WIFSTOPPED(st));
     ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "step 100 ", 30000));
-    int waiting = 0;
-    for (int i = 0; i < 1000 && !waiting; i++)
-        if (!(waiting = in_poll(c.trainer[0][0])))
-            (void)td_wait_file(c.d[0].log, "no such line", 10);
-    ASSERT_MSG(waiting, "n0's trainer never waited in step_begin");
+    ASSERT_MSG(td_poll(in_poll, &c.trainer[0][0], 10000) == 0,
+               "n0's trainer never waited in step_begin");
     th_kill(c.trainer[0][0]);
     ASSERT_OK(td_wait_file(c.d[0].log, "leaving the job until one connects",
                            10000));
