@@ -513,6 +513,8 @@ static void on_manifests(int status, const etcd_result_t *res, void *data)
     if (status != 0) {
         RD_DEBUG("checkpoint: cannot list manifests: %s",
                  st_strerror(status));
+        if (keep > 0) /* etcd down: the store is still ours to trim */
+            ckpt_store_retain(k->root, keep);
         return;
     }
     char mpre[RBCK_KEY_MAX + 8];

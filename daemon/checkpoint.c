@@ -149,6 +149,10 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
         RD_DEBUG("checkpoint of step %" PRIu64 ": MANIFEST.json written",
                  step);
     }
+    /* A ring backend applies retention after its report (it also copies
+     * manifests from etcd first): once per checkpoint is enough. */
+    if (d->be->ops->ckpt_report != NULL)
+        return;
     int removed = ckpt_store_retain(d->ckpt_root, CKPT_KEEP);
     if (removed > 0)
         RD_DEBUG("checkpoint retention removed %d old steps", removed);
@@ -299,12 +303,10 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     if (rc[0] == 0 && rc[1] == 0) {
         d->ckpt_pending_step = step;
         d->ckpt_pending_n = n;
-    } else if (rc[0] == ST_AGAIN || rc[1] == ST_AGAIN) {
-        d->stats.ckpt_skipped++;
-        RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
-                "is still being written", step);
-    } else {
+    } else { /* both were idle: only a failure (ST_ENOMEM) gets here */
         d->stats.ckpt_failed++;
+        RD_WARN("checkpoint of step %" PRIu64 " not taken: %s", step,
+                st_strerror(rc[0] ? rc[0] : rc[1]));
     }
 }
 
