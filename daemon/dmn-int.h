@@ -98,6 +98,15 @@ struct dmn {
     uv_poll_t listen_poll;
     int listening;
     dmn_conn_t *conns;     /* in connection order: local rank order */
+    uint32_t nconns;
+    /* accept() out of descriptors or memory: paused, retried with backoff
+     * (server.c), logged rate-limited. */
+    uv_timer_t accept_timer;
+    uint32_t accept_backoff_ms; /* 0: accepting normally */
+    uint64_t accept_failures;
+    uint64_t accept_log_ms;
+    uint64_t refused_over_cap;  /* closed at once: max-clients reached */
+    uint64_t cap_log_ms;
     uint32_t next_conn_id;
 
     /* Metrics HTTP server (metrics.c). */
