@@ -14,7 +14,7 @@
 #include "checkpoint/ckpt.h"
 #include "daemon/backend.h"
 #include "daemon/dmn.h"
-#include "daemon/proto.h"
+#include "proto/proto.h"
 
 typedef struct {
     void *addr;           /* NULL: slot unused */

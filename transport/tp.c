@@ -9,18 +9,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
 #define TP_CLOSE_TIMEOUT_NS 1000000000LL
 #define TP_DRAIN_SCRATCH (64 * 1024)
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 int tp__status(ucs_status_t s)
 {
@@ -226,11 +220,11 @@ void tp_peer_close(tp_peer_t *peer, int force)
     peer->closing = 1;
     void *req = ucp_ep_close_nbx(peer->ep, &cp);
     peer_unlink(peer);
-    int64_t deadline = now_ns() + TP_CLOSE_TIMEOUT_NS;
+    int64_t deadline = rd_now_ns() + TP_CLOSE_TIMEOUT_NS;
     while (UCS_PTR_IS_PTR(req) &&
            ucp_request_check_status(req) == UCS_INPROGRESS) {
         ucp_worker_progress(tp->worker);
-        if (now_ns() > deadline) {
+        if (rd_now_ns() > deadline) {
             RD_WARN("endpoint close timed out; finishing in background");
             ucp_request_free(req);
             peer->next = tp->zombies;
