@@ -471,11 +471,13 @@ int tp_wait(tp_t *tp, int timeout_ms)
     if (rc != 0)
         return rc == ST_AGAIN ? 0 : rc;
     struct pollfd pfd = {.fd = tp->efd, .events = POLLIN};
-    if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+    int n = poll(&pfd, 1, timeout_ms);
+    if (n < 0 && errno != EINTR) {
         RD_ERROR("poll on worker efd: %s", strerror(errno));
         return -errno;
     }
-    return 0;
+    /* Not an error: the caller's loop decides what a quiet spell means. */
+    return n == 0 ? ST_ETIMEDOUT : 0;
 }
 
 void tp_signal(tp_t *tp)
