@@ -56,7 +56,7 @@ LIBS := -lm -ldl
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
-    iproute2 iptables iputils-ping gnuplot-nox
+    iproute2 iptables iputils-ping gnuplot-nox prometheus
 
 include $(sort $(wildcard */module.mk))
 
