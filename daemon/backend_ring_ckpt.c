@@ -35,6 +35,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "daemon/backend_ring-int.h"
@@ -137,41 +138,14 @@ void dmn__rbck_destroy(dmn_rbck_t *k)
 
 /* ---- records ------------------------------------------------------- */
 
-static int add_u64(cJSON *o, const char *name, uint64_t v)
-{
-    char buf[24];
-    snprintf(buf, sizeof(buf), "%" PRIu64, v);
-    return cJSON_AddStringToObject(o, name, buf) ? 0 : ST_ENOMEM;
-}
-
-static int get_u64(const cJSON *o, const char *name, uint64_t *v)
-{
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-    char *end;
-    if (!cJSON_IsString(f) || f->valuestring[0] < '0' ||
-        f->valuestring[0] > '9')
-        return ST_EPROTO;
-    *v = strtoull(f->valuestring, &end, 10);
-    return *end == '\0' ? 0 : ST_EPROTO;
-}
-
-static int get_u32(const cJSON *o, const char *name, uint32_t *v)
-{
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(f) || f->valuedouble < 0 ||
-        f->valuedouble > 4294967295.0)
-        return ST_EPROTO;
-    *v = (uint32_t)f->valuedouble;
-    return 0;
-}
-
 static cJSON *shard_json(const ckpt_shard_info_t *in)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL || cJSON_AddNumberToObject(o, "shard", in->shard) == NULL ||
-        add_u64(o, "offset", in->offset) || add_u64(o, "size", in->raw_size) ||
-        add_u64(o, "xxh64", in->raw_xxh64) ||
-        add_u64(o, "base_step", in->base_step) ||
+        rd_json_add_u64(o, "offset", in->offset) ||
+        rd_json_add_u64(o, "size", in->raw_size) ||
+        rd_json_add_u64(o, "xxh64", in->raw_xxh64) ||
+        rd_json_add_u64(o, "base_step", in->base_step) ||
         cJSON_AddNumberToObject(o, "flags", in->flags) == NULL) {
         cJSON_Delete(o);
         return NULL;
@@ -181,12 +155,13 @@ static cJSON *shard_json(const ckpt_shard_info_t *in)
 
 static int shard_parse(const cJSON *o, ckpt_shard_info_t *in)
 {
-    if (!cJSON_IsObject(o) || get_u32(o, "shard", &in->shard) ||
-        get_u64(o, "offset", &in->offset) ||
-        get_u64(o, "size", &in->raw_size) ||
-        get_u64(o, "xxh64", &in->raw_xxh64) ||
-        get_u64(o, "base_step", &in->base_step) ||
-        get_u32(o, "flags", &in->flags))
+    if (!cJSON_IsObject(o) ||
+        rd_json_u32(o, "shard", UINT32_MAX, &in->shard) ||
+        rd_json_u64(o, "offset", &in->offset) ||
+        rd_json_u64(o, "size", &in->raw_size) ||
+        rd_json_u64(o, "xxh64", &in->raw_xxh64) ||
+        rd_json_u64(o, "base_step", &in->base_step) ||
+        rd_json_u32(o, "flags", UINT32_MAX, &in->flags))
         return ST_EPROTO;
     return 0;
 }
@@ -199,9 +174,9 @@ static char *record_json(const dmn_rbck_t *k, const dmn_ckpt_files_t *f)
     char *s = NULL;
     if (o != NULL && ps != NULL && rs != NULL &&
         cJSON_AddStringToObject(o, "node", k->node) != NULL &&
-        add_u64(o, "step", p->step) == 0 &&
-        add_u64(o, "generation", p->generation) == 0 &&
-        add_u64(o, "total_size", p->total_size) == 0 &&
+        rd_json_add_u64(o, "step", p->step) == 0 &&
+        rd_json_add_u64(o, "generation", p->generation) == 0 &&
+        rd_json_add_u64(o, "total_size", p->total_size) == 0 &&
         cJSON_AddNumberToObject(o, "nshards", p->nshards) != NULL &&
         cJSON_AddNumberToObject(o, "elem_size", p->elem_size) != NULL) {
         cJSON_AddItemToObject(o, "primary", ps);
@@ -221,11 +196,11 @@ static int record_parse(const etcd_kv_t *kv, rbck_rec_t *rec)
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(o, "node");
     int rc = ST_EPROTO;
     if (cJSON_IsObject(o) && cJSON_IsString(node) &&
-        get_u64(o, "step", &rec->step) == 0 &&
-        get_u64(o, "generation", &rec->generation) == 0 &&
-        get_u64(o, "total_size", &rec->total_size) == 0 &&
-        get_u32(o, "nshards", &rec->nshards) == 0 &&
-        get_u32(o, "elem_size", &rec->elem_size) == 0 &&
+        rd_json_u64(o, "step", &rec->step) == 0 &&
+        rd_json_u64(o, "generation", &rec->generation) == 0 &&
+        rd_json_u64(o, "total_size", &rec->total_size) == 0 &&
+        rd_json_u32(o, "nshards", UINT32_MAX, &rec->nshards) == 0 &&
+        rd_json_u32(o, "elem_size", UINT32_MAX, &rec->elem_size) == 0 &&
         shard_parse(cJSON_GetObjectItemCaseSensitive(o, "primary"),
                     &rec->primary) == 0 &&
         shard_parse(cJSON_GetObjectItemCaseSensitive(o, "replica"),

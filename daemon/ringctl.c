@@ -23,7 +23,7 @@
 #include "checkpoint/ckpt.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/proto.h"
+#include "proto/proto.h"
 #include "membership/etcd.h"
 
 enum { EXIT_OK = 0, EXIT_DOWN = 1, EXIT_USAGE = 2 };

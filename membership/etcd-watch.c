@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -196,10 +197,10 @@ static int watch_line(etcd_watch_t *w, const char *line, size_t len)
     }
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(res, "header");
     const cJSON *evs = cJSON_GetObjectItemCaseSensitive(res, "events");
-    if (!cJSON_IsObject(h) || etcd__json_i64(h, "revision", &rev) != 0 ||
+    if (!cJSON_IsObject(h) || rd_json_i64(h, "revision", &rev) != 0 ||
         etcd__json_bool(res, "canceled", &canceled) != 0 ||
         etcd__json_bool(res, "created", &created) != 0 ||
-        etcd__json_i64(res, "compact_revision", &compact) != 0) {
+        rd_json_i64(res, "compact_revision", &compact) != 0) {
         RD_ERROR("etcd watch: malformed result: %.200s", line);
         goto out;
     }

@@ -713,7 +713,7 @@ int etcd_run(etcd_t *e, const int *done, long timeout_ms)
 
 static void add_b64(cJSON *o, const char *name, const void *p, size_t n)
 {
-    char *s = etcd__b64_dup(p, n);
+    char *s = etcd_b64_dup(p, n);
     if (s != NULL)
         cJSON_AddStringToObject(o, name, s);
     else

@@ -219,5 +219,7 @@ void etcd_stats(const etcd_t *etcd, etcd_stats_t *stats_p);
 #define ETCD_B64_ENC_LEN(n) ((((n) + 2) / 3) * 4 + 1)
 void etcd_b64_encode(const void *in, size_t n, char *out);
 long etcd_b64_decode(const char *in, size_t len, void *out);
+/* A malloc'ed NUL-ended encoding of in; NULL when out of memory. */
+char *etcd_b64_dup(const void *in, size_t n);
 
 #endif /* RINGD_ETCD_H */

@@ -21,9 +21,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "membership/etcd-int.h"
 
 /* The live set: every node record in the mirror (a record exists exactly
  * as long as its lease). Returns the count; members are owned copies. */
@@ -68,7 +68,7 @@ static int reshape_wanted(mb_t *mb)
             continue;
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
         int64_t gen = -1;
-        if (etcd__json_i64(j, "gen", &gen) != 0)
+        if (rd_json_i64(j, "gen", &gen) != 0)
             gen = -1;
         cJSON_Delete(j);
         int member = 0;
@@ -208,7 +208,7 @@ void mb__handle_suspects(mb_t *mb)
                  kv->key + plen);
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
         int64_t lease = 0;
-        etcd__json_i64(j, "lease", &lease);
+        rd_json_i64(j, "lease", &lease);
         cJSON_Delete(j);
         mb_kv_t *node = mb__mirror_find(mb, nkey);
         if (node == NULL || lease != node->lease) {

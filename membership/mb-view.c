@@ -9,9 +9,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "membership/etcd-int.h"
 
 void mb__member_free(mb_member_t *m)
 {
@@ -48,7 +48,7 @@ void mb__view_free(mb__view_t *v)
 
 static void add_member_fields(cJSON *o, const mb_member_t *m)
 {
-    char *b64 = etcd__b64_dup(m->addr, m->addr_len);
+    char *b64 = etcd_b64_dup(m->addr, m->addr_len);
     char lease[32];
     snprintf(lease, sizeof(lease), "%lld", (long long)m->lease);
     cJSON_AddStringToObject(o, "host", m->host);
@@ -80,7 +80,7 @@ static int parse_member_fields(const cJSON *o, const char *node,
     if (!cJSON_IsString(host) || !cJSON_IsString(addr) ||
         !cJSON_IsNumber(slots) || node == NULL)
         return ST_EPROTO;
-    if (etcd__json_i64(o, "lease", &m->lease) != 0)
+    if (rd_json_i64(o, "lease", &m->lease) != 0)
         return ST_EPROTO;
     size_t alen = strlen(addr->valuestring);
     uint8_t *buf = malloc(alen / 4 * 3 + 3);

@@ -21,7 +21,6 @@
 
 #include "common/log.h"
 #include "common/status.h"
-#include "membership/etcd-int.h"
 
 
 static void transition(mb_t *mb, mb_event_t ev, const char *why);

@@ -105,6 +105,45 @@ TEST_IMPL(tp_send_recv)
     return 0;
 }
 
+/* What the bench's "auto" rows stand on: with UCX_TLS unset, UCX would
+ * use shared memory between two workers on one host, but the daemon's
+ * PEER error mode leaves it only tcp, and tp_peer_lanes says so. */
+TEST_IMPL(tp_peer_lanes_peer_mode)
+{
+    env_setup();
+    unsetenv("UCX_TLS");
+    setenv("RINGD_TP_ERR_MODE", "peer", 1);
+    tp_t *a, *b;
+    ASSERT_OK(tp_create(NULL, &a));
+    ASSERT_OK(tp_create(NULL, &b));
+    ASSERT_EQ(tp_err_mode_none(a), 0);
+    const void *addr;
+    size_t len;
+    tp_address(b, &addr, &len);
+    tp_peer_t *p;
+    ASSERT_OK(tp_peer_connect(a, addr, len, NULL, NULL, &p));
+    char src[64] = "lanes", dst[64];
+    int done = 0;
+    tp_req_t rs = {.cb = done_cb, .data = &done};
+    tp_req_t rr = {.cb = done_cb, .data = &done};
+    uint64_t tag = tp_tag_make(1, 0, 1, 0);
+    ASSERT_OK(tp_recv(b, dst, sizeof dst, tag, UINT64_MAX, NULL, &rr));
+    ASSERT_OK(tp_send(p, src, sizeof src, tag, NULL, &rs));
+    pump(a, b, &done, 2);
+    char lanes[256];
+    ASSERT_OK(tp_peer_lanes(p, lanes, sizeof lanes));
+    ASSERT_MSG(strcmp(lanes, "tcp/lo") == 0, "lanes '%s', want tcp/lo",
+               lanes);
+    /* A short buffer truncates, never overflows. */
+    char tiny[4];
+    ASSERT_OK(tp_peer_lanes(p, tiny, sizeof tiny));
+    ASSERT_STR_EQ(tiny, "tcp");
+    tp_peer_close(p, 1);
+    tp_destroy(a);
+    tp_destroy(b);
+    return 0;
+}
+
 TEST_IMPL(tp_cancel)
 {
     env_setup();
