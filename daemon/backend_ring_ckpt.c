@@ -6,10 +6,10 @@
  * of shard r-1) into its own directory, so no node can see from its disk
  * that the set is complete; etcd is the one place all of them see.
  *
- *   /ringd/J/ckpt-parts/<020 step>/<05 r>   node r's two shard headers,
- *                                           put once both files are durable
- *   /ringd/J/ckpt/<step>                    the manifest (ckpt_manifest_t
- *                                           JSON), put if absent
+ *   MB_KEY_CKPT_PART (step, r)   node r's two shard headers, put once
+ *                                both files are durable
+ *   MB_KEY_CKPT (step)           the manifest (ckpt_manifest_t JSON), put
+ *                                if absent
  *
  * A node puts its record, then reads every record of the step. When all
  * n are there, each shard has its primary (from node i) and its replica
@@ -40,8 +40,6 @@
 #include "common/status.h"
 #include "daemon/backend_ring-int.h"
 
-#define RBCK_KEY_MAX 512
-
 typedef struct rbck_req {
     struct rbck_req *next, *prev;
     dmn_rbck_t *k;
@@ -55,7 +53,7 @@ typedef struct rbck_req {
 struct dmn_rbck {
     char *node;
     char *root;                 /* this node's store; NULL: no sync */
-    char prefix[RBCK_KEY_MAX];  /* /ringd/J/ckpt */
+    char *job;                  /* the records' keys are mb_key()'s */
     rbck_req_t *reqs;           /* in flight: freed by destroy */
 };
 
@@ -114,13 +112,15 @@ int dmn__rbck_create(const char *job, const char *node, const char *root,
 {
     dmn_rbck_t *k = calloc(1, sizeof(*k));
     if (k == NULL || (k->node = strdup(node)) == NULL ||
+        (k->job = strdup(job)) == NULL ||
         (root != NULL && (k->root = strdup(root)) == NULL)) {
-        if (k != NULL)
+        if (k != NULL) {
             free(k->node);
+            free(k->job);
+        }
         free(k);
         return ST_ENOMEM;
     }
-    snprintf(k->prefix, sizeof(k->prefix), "/ringd/%s/ckpt", job);
     *k_p = k;
     return 0;
 }
@@ -132,6 +132,7 @@ void dmn__rbck_destroy(dmn_rbck_t *k)
     while (k->reqs != NULL)
         req_free(k->reqs);
     free(k->node);
+    free(k->job);
     free(k->root);
     free(k);
 }
@@ -295,8 +296,8 @@ static int parse_step(const char *s, char stop, uint64_t *step_p)
     return *end == stop ? 0 : -1;
 }
 
-/* Every key under <prefix>: keep the `keep` newest manifests; drop older
- * manifests and the records of steps older than `step`. */
+/* Every key under MB_KEY_CKPT_ALL: keep the `keep` newest manifests;
+ * drop older manifests and the records of steps older than `step`. */
 static void on_listed(int status, const etcd_result_t *res, void *data)
 {
     rbck_req_t *r = data;
@@ -310,9 +311,10 @@ static void on_listed(int status, const etcd_result_t *res, void *data)
                 st_strerror(status));
         return;
     }
-    char mpre[RBCK_KEY_MAX + 8], ppre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
-    snprintf(ppre, sizeof(ppre), "%s-parts/", k->prefix);
+    char mpre[MB_KEY_MAX], ppre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) ||
+        mb_key(ppre, sizeof(ppre), k->job, MB_KEY_CKPT_PARTS, NULL, 0, 0))
+        return;
     size_t ml = strlen(mpre), pl = strlen(ppre), nm = 0;
     uint64_t *steps = calloc(res->n_kvs + 1, sizeof(*steps));
     if (steps == NULL)
@@ -329,9 +331,10 @@ static void on_listed(int status, const etcd_result_t *res, void *data)
     }
     qsort(steps, nm, sizeof(*steps), cmp_desc);
     for (size_t i = keep; i < nm; i++) {
-        char key[RBCK_KEY_MAX + 32];
-        snprintf(key, sizeof(key), "%s%" PRIu64, mpre, steps[i]);
-        delete_key(k, etcd, key);
+        char key[MB_KEY_MAX];
+        if (mb_key(key, sizeof(key), k->job, MB_KEY_CKPT, NULL, steps[i],
+                   0) == 0)
+            delete_key(k, etcd, key);
     }
     free(steps);
 }
@@ -342,7 +345,9 @@ static void retain(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f)
     if (r == NULL)
         return;
     r->f = *f;
-    if (etcd_get(etcd, k->prefix, 1, on_listed, r) != 0)
+    char all[MB_KEY_MAX];
+    if (mb_key(all, sizeof(all), k->job, MB_KEY_CKPT_ALL, NULL, 0, 0) ||
+        etcd_get(etcd, all, 1, on_listed, r) != 0)
         req_free(r);
 }
 
@@ -405,10 +410,13 @@ static void on_records(int status, const etcd_result_t *res, void *data)
         req_done(r, rc > 0 ? 0 : rc); /* 1: others still writing */
         return;
     }
-    char key[RBCK_KEY_MAX + 32], parts[RBCK_KEY_MAX + 40];
-    snprintf(key, sizeof(key), "%s/%" PRIu64, r->k->prefix, step);
-    snprintf(parts, sizeof(parts), "%s-parts/%020" PRIu64 "/",
-             r->k->prefix, step);
+    char key[MB_KEY_MAX], parts[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), r->k->job, MB_KEY_CKPT, NULL, step, 0) ||
+        mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
+               NULL, step, 0)) {
+        req_done(r, ST_EINVAL);
+        return;
+    }
     etcd_cmp_t cmp = {.key = key, .target = ETCD_CMP_CREATE,
                       .result = ETCD_CMP_EQUAL, .number = 0};
     etcd_op_t ops[2] = {
@@ -431,10 +439,11 @@ static void on_put(int status, const etcd_result_t *res, void *data)
         req_done(r, status);
         return;
     }
-    char parts[RBCK_KEY_MAX + 40];
-    snprintf(parts, sizeof(parts), "%s-parts/%020" PRIu64 "/",
-             r->k->prefix, r->f.primary.step);
-    int rc = etcd_get(r->etcd, parts, 1, on_records, r);
+    char parts[MB_KEY_MAX];
+    int rc = mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
+                    NULL, r->f.primary.step, 0);
+    if (rc == 0)
+        rc = etcd_get(r->etcd, parts, 1, on_records, r);
     if (rc != 0)
         req_done(r, rc);
 }
@@ -456,10 +465,11 @@ int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
     r->f = *f;
     r->cb = cb;
     r->arg = arg;
-    char key[RBCK_KEY_MAX + 64];
-    snprintf(key, sizeof(key), "%s-parts/%020" PRIu64 "/%05u", k->prefix,
-             f->primary.step, f->primary.shard);
-    int rc = etcd_put(etcd, key, val, strlen(val), 0, on_put, r);
+    char key[MB_KEY_MAX];
+    int rc = mb_key(key, sizeof(key), k->job, MB_KEY_CKPT_PART, NULL,
+                    f->primary.step, f->primary.shard);
+    if (rc == 0)
+        rc = etcd_put(etcd, key, val, strlen(val), 0, on_put, r);
     free(val);
     if (rc != 0) {
         req_free(r);
@@ -492,8 +502,9 @@ static void on_manifests(int status, const etcd_result_t *res, void *data)
             ckpt_store_retain(k->root, keep);
         return;
     }
-    char mpre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
+    char mpre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) != 0)
+        return;
     size_t ml = strlen(mpre);
     for (size_t i = 0; i < res->n_kvs; i++) {
         const etcd_kv_t *kv = &res->kvs[i];
@@ -529,8 +540,8 @@ static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep)
     if (r == NULL)
         return;
     r->f.keep = keep;
-    char mpre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
-    if (etcd_get(etcd, mpre, 1, on_manifests, r) != 0)
+    char mpre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) ||
+        etcd_get(etcd, mpre, 1, on_manifests, r) != 0)
         req_free(r);
 }
