@@ -62,6 +62,10 @@ typedef enum {
     DMN_STEP_DRAINED,      /* shutting down: no more steps */
 } dmn_step_state_t;
 
+/* Upper bounds (seconds) of the recovery histogram's finite buckets. */
+#define DMN_RECOVERY_BUCKETS 10
+extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
+
 typedef struct {
     uint64_t collectives;
     uint64_t coll_bytes;
@@ -73,6 +77,8 @@ typedef struct {
     uint64_t steps;
     uint64_t recoveries;
     double recovery_seconds_sum;
+    /* Recoveries per histogram bucket of metrics.c (not cumulative). */
+    uint64_t recovery_hist[DMN_RECOVERY_BUCKETS];
     double last_recovery_seconds;
     uint64_t trainers_joined;
     uint64_t trainers_lost;
@@ -98,6 +104,15 @@ struct dmn {
     uv_poll_t listen_poll;
     int listening;
     dmn_conn_t *conns;     /* in connection order: local rank order */
+    uint32_t nconns;
+    /* accept() out of descriptors or memory: paused, retried with backoff
+     * (server.c), logged rate-limited. */
+    uv_timer_t accept_timer;
+    uint32_t accept_backoff_ms; /* 0: accepting normally */
+    uint64_t accept_failures;
+    uint64_t accept_log_ms;
+    uint64_t refused_over_cap;  /* closed at once: max-clients reached */
+    uint64_t cap_log_ms;
     uint32_t next_conn_id;
 
     /* Metrics HTTP server (metrics.c). */
@@ -201,6 +216,8 @@ int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);
 void dmn__metrics_stop(dmn_t *d);
+/* Count one recovery of s seconds in the recovery histogram. */
+void dmn__metrics_observe_recovery(dmn_t *d, double s);
 
 uint64_t dmn__now_ms(void);
 /* Close callback for handles embedded in dmn_t (data = d). */

@@ -193,6 +193,7 @@ static void maybe_close(dmn_t *d)
             d->stats.recoveries++;
             d->stats.recovery_seconds_sum += s;
             d->stats.last_recovery_seconds = s;
+            dmn__metrics_observe_recovery(d, s);
             d->break_ms = 0;
         }
         d->step++;
