@@ -1,12 +1,9 @@
-# daemon/: the ringd daemon (local API server, step machine, backends,
-# metrics, config). The daemon objects also go into the core
-# library so that tests can drive the config parser in-process.
+# daemon/: the ringd daemon (local API server, step machine, metrics,
+# config, checkpoint orchestration); the job engine is job/. The daemon
+# objects also go into the core library so that tests can drive the
+# config parser in-process.
 LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
-            daemon/config.c daemon/backend.c \
-            daemon/backend_solo.c daemon/backend_ring.c \
-            daemon/backend_ring_thread.c daemon/backend_ring_ckpt.c \
-            daemon/backend_ring_restore.c \
-            daemon/checkpoint.c
+            daemon/config.c daemon/checkpoint.c
 PKGS += libuv libsystemd libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringd
 TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c

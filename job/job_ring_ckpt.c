@@ -1,5 +1,5 @@
 /*
- * backend_ring_ckpt.c - checkpoint records of the ring backend in etcd.
+ * job_ring_ckpt.c - checkpoint records of the ring backend in etcd.
  *
  * The issue's rule: the manifest goes to etcd only once every shard has
  * two copies. Each node writes its own two files (shard r and the replica
@@ -38,19 +38,19 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
+#include "job/job_ring-int.h"
 
 typedef struct rbck_req {
     struct rbck_req *next, *prev;
-    dmn_rbck_t *k;
+    job_rbck_t *k;
     etcd_t *etcd;
-    dmn_ckpt_files_t f;
-    dmn_done_cb cb;
+    job_ckpt_files_t f;
+    job_done_cb cb;
     void *arg;
     char *manifest;  /* JSON, while the txn is out */
 } rbck_req_t;
 
-struct dmn_rbck {
+struct job_rbck {
     char *node;
     char *root;                 /* this node's store; NULL: no sync */
     char *job;                  /* the records' keys are mb_key()'s */
@@ -66,7 +66,7 @@ typedef struct {
     ckpt_shard_info_t primary, replica;
 } rbck_rec_t;
 
-static rbck_req_t *req_new(dmn_rbck_t *k, etcd_t *etcd)
+static rbck_req_t *req_new(job_rbck_t *k, etcd_t *etcd)
 {
     rbck_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -92,13 +92,13 @@ static void req_free(rbck_req_t *r)
     free(r);
 }
 
-static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep);
+static void sync_manifests(job_rbck_t *k, etcd_t *etcd, unsigned keep);
 
 /* Tell the daemon and forget the request; a finished report also copies
  * the job's manifests into this node's store. */
 static void req_done(rbck_req_t *r, int status)
 {
-    dmn_done_cb cb = r->cb;
+    job_done_cb cb = r->cb;
     void *arg = r->arg;
     if (cb != NULL && r->k->root != NULL)
         sync_manifests(r->k, r->etcd, r->f.keep);
@@ -107,10 +107,10 @@ static void req_done(rbck_req_t *r, int status)
         cb(arg, status);
 }
 
-int dmn__rbck_create(const char *job, const char *node, const char *root,
-                     dmn_rbck_t **k_p)
+int job__rbck_create(const char *job, const char *node, const char *root,
+                     job_rbck_t **k_p)
 {
-    dmn_rbck_t *k = calloc(1, sizeof(*k));
+    job_rbck_t *k = calloc(1, sizeof(*k));
     if (k == NULL || (k->node = strdup(node)) == NULL ||
         (k->job = strdup(job)) == NULL ||
         (root != NULL && (k->root = strdup(root)) == NULL)) {
@@ -125,7 +125,7 @@ int dmn__rbck_create(const char *job, const char *node, const char *root,
     return 0;
 }
 
-void dmn__rbck_destroy(dmn_rbck_t *k)
+void job__rbck_destroy(job_rbck_t *k)
 {
     if (k == NULL)
         return;
@@ -167,7 +167,7 @@ static int shard_parse(const cJSON *o, ckpt_shard_info_t *in)
     return 0;
 }
 
-static char *record_json(const dmn_rbck_t *k, const dmn_ckpt_files_t *f)
+static char *record_json(const job_rbck_t *k, const job_ckpt_files_t *f)
 {
     const ckpt_shard_info_t *p = &f->primary;
     cJSON *o = cJSON_CreateObject();
@@ -273,7 +273,7 @@ static void on_deleted(int status, const etcd_result_t *res, void *data)
     req_free(r);
 }
 
-static void delete_key(dmn_rbck_t *k, etcd_t *etcd, const char *key)
+static void delete_key(job_rbck_t *k, etcd_t *etcd, const char *key)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r != NULL && etcd_delete(etcd, key, 0, on_deleted, r) != 0)
@@ -301,7 +301,7 @@ static int parse_step(const char *s, char stop, uint64_t *step_p)
 static void on_listed(int status, const etcd_result_t *res, void *data)
 {
     rbck_req_t *r = data;
-    dmn_rbck_t *k = r->k;
+    job_rbck_t *k = r->k;
     etcd_t *etcd = r->etcd;
     uint64_t step = r->f.primary.step;
     unsigned keep = r->f.keep;
@@ -339,7 +339,7 @@ static void on_listed(int status, const etcd_result_t *res, void *data)
     free(steps);
 }
 
-static void retain(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f)
+static void retain(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r == NULL)
@@ -448,8 +448,8 @@ static void on_put(int status, const etcd_result_t *res, void *data)
         req_done(r, rc);
 }
 
-int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
-                     dmn_done_cb cb, void *arg)
+int job__rbck_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
+                     job_done_cb cb, void *arg)
 {
     if (f->primary.nshards == 0 || f->primary.step != f->replica.step) {
         RD_ERROR("checkpoint report: inconsistent shards");
@@ -492,7 +492,7 @@ int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
 static void on_manifests(int status, const etcd_result_t *res, void *data)
 {
     rbck_req_t *r = data;
-    dmn_rbck_t *k = r->k;
+    job_rbck_t *k = r->k;
     unsigned keep = r->f.keep;
     req_free(r);
     if (status != 0) {
@@ -534,7 +534,7 @@ static void on_manifests(int status, const etcd_result_t *res, void *data)
         ckpt_store_retain(k->root, keep);
 }
 
-static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep)
+static void sync_manifests(job_rbck_t *k, etcd_t *etcd, unsigned keep)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r == NULL)
