@@ -88,7 +88,8 @@ static void install_pending(rb_t *b)
     if (b->pending->n_members > RB_MAX_NODES) {
         RD_ERROR("ring backend: view %llu has %zu nodes, more than the %d "
                  "this build supports; waiting for another",
-                 (unsigned long long)b->pending->generation, b->pending->n_members,
+                 (unsigned long long)b->pending->generation,
+                 b->pending->n_members,
                  RB_MAX_NODES);
         mb_view_free(b->pending);
         b->pending = NULL;
@@ -316,7 +317,8 @@ static void mb_on_view(const mb_view_t *mv, void *data)
         return;
     }
     RD_INFO("ring backend: view %llu: %zu member%s, me #%d, %zu joiner%s",
-            (unsigned long long)v->generation, v->n_members, v->n_members == 1 ? "" : "s",
+            (unsigned long long)v->generation, v->n_members,
+            v->n_members == 1 ? "" : "s",
             v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
     b->fenced = 0;
     /*

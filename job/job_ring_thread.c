@@ -78,7 +78,8 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
         addrs[i] = v->members[i].addr;
         lens[i] = v->members[i].addr_len;
     }
-    ring_view_t rv = {.generation = v->generation, .nranks = (uint32_t)v->n_members,
+    ring_view_t rv = {.generation = v->generation,
+                      .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
                       .addr_lens = lens};
     /* The members reach a new ring when their trainers reach a step
