@@ -34,6 +34,19 @@ typedef struct {
 static const cfg_key_t keys[] = {
     {"etcd", K_STR, F(etcd), 0, 0, "URLS",
      "etcd endpoints, comma-separated (http://10.0.0.1:2379,...)"},
+    {"etcd-ca", K_STR, F(etcd_ca), 0, 0, "FILE",
+     "CA bundle that signed etcd's certificate, for https:// endpoints "
+     "(default: the system's CAs)"},
+    {"etcd-cert", K_STR, F(etcd_cert), 0, 0, "FILE",
+     "client certificate for etcd (with --etcd-key), when etcd checks "
+     "client certificates"},
+    {"etcd-key", K_STR, F(etcd_key), 0, 0, "FILE",
+     "the client certificate's private key"},
+    {"etcd-user", K_STR, F(etcd_user), 0, 0, "NAME",
+     "etcd user for password authentication (with --etcd-password-file)"},
+    {"etcd-password-file", K_STR, F(etcd_password_file), 0, 0, "FILE",
+     "file whose first line is the etcd user's password (mode 0600 or "
+     "0640: a password is never given on the command line)"},
     {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
@@ -305,6 +318,45 @@ static int parse_flags(dmn_config_t *cfg, int argc, char **argv, int apply,
     return 0;
 }
 
+/* A file the daemon will need later, checked now so that a typo is a
+ * start-up error (exit 2), not a node that never joins. */
+static int check_readable(const char *key, const char *path, FILE *err)
+{
+    struct stat st;
+    if (path == NULL)
+        return 0;
+    if (access(path, R_OK) != 0 || stat(path, &st) != 0) {
+        fprintf(err, "ringd: cannot read %s file %s: %s\n", key, path,
+                strerror(errno));
+        return ST_ECONFIG;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(err, "ringd: %s file %s is not a regular file\n", key,
+                path);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
+static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
+{
+    if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL)) {
+        fprintf(err, "ringd: --etcd-cert and --etcd-key go together\n");
+        return ST_ECONFIG;
+    }
+    if ((cfg->etcd_user == NULL) != (cfg->etcd_password_file == NULL)) {
+        fprintf(err, "ringd: --etcd-user and --etcd-password-file go "
+                "together\n");
+        return ST_ECONFIG;
+    }
+    if (check_readable("etcd-ca", cfg->etcd_ca, err) != 0 ||
+        check_readable("etcd-cert", cfg->etcd_cert, err) != 0 ||
+        check_readable("etcd-key", cfg->etcd_key, err) != 0 ||
+        check_readable("etcd-password", cfg->etcd_password_file, err) != 0)
+        return ST_ECONFIG;
+    return 0;
+}
+
 static int validate(dmn_config_t *cfg, FILE *err)
 {
     rd_log_level_t lvl;
@@ -329,7 +381,7 @@ static int validate(dmn_config_t *cfg, FILE *err)
         }
         set_str(&cfg->backend, "ring");
     }
-    return 0;
+    return validate_etcd_security(cfg, err);
 }
 
 int dmn_config_load(dmn_config_t *cfg, int argc, char **argv, FILE *err)

@@ -21,6 +21,11 @@
 typedef struct dmn_config {
     char *config_path;      /* NULL: DMN_DEFAULT_CONFIG if it exists */
     char *etcd;             /* comma-separated endpoints */
+    char *etcd_ca;          /* etcd TLS: CA bundle (NULL: the system's) */
+    char *etcd_cert;        /* etcd TLS client certificate and key */
+    char *etcd_key;
+    char *etcd_user;        /* etcd auth user, with its password file */
+    char *etcd_password_file;
     char *job;
     char *node_id;          /* default: hostname */
     char *host;             /* ring grouping; default: hostname */
