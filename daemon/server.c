@@ -86,7 +86,7 @@ void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
 
 static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
 {
-    if (c->hello) {
+    if (c->cstate != DMN_CONN_NEW) {
         bad_msg(c, seq, RINGD_ESTATE, "second HELLO");
         return;
     }
@@ -94,7 +94,7 @@ static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
         bad_msg(c, seq, RINGD_EVERSION, "client API version differs");
         return;
     }
-    c->hello = 1;
+    dmn__conn_set_state(c, DMN_CONN_IDLE);
     c->pid = (pid_t)h->pid;
     memcpy(c->name, h->name, sizeof(c->name));
     c->name[sizeof(c->name) - 1] = '\0';
@@ -153,7 +153,7 @@ static void on_state_set(dmn_conn_t *c, uint32_t seq,
         return;
     }
     c->state = *s;
-    c->has_state = 1;
+    c->flags |= DMN_CONN_F_HAS_STATE;
     dmn__reply_status(c, PROTO_T_STATE_SET, seq, 0);
 }
 
@@ -202,11 +202,12 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
                      int fd)
 {
     uint32_t type = h->type;
-    if (type != PROTO_T_HELLO && !c->hello) {
+    if (type != PROTO_T_HELLO && c->cstate == DMN_CONN_NEW) {
         bad_msg(c, h->seq, RINGD_ESTATE, "request before HELLO");
         goto out;
     }
-    if (type != PROTO_T_BYE && (c->waiting_begin || c->posted)) {
+    if (type != PROTO_T_BYE && (c->cstate == DMN_CONN_WAITING ||
+                                c->cstate == DMN_CONN_POSTED)) {
         bad_msg(c, h->seq, RINGD_ESTATE,
                 "new request while one is pending");
         goto out;
@@ -228,7 +229,7 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
     case PROTO_T_STEP_END: dmn__step_end(c->d, c, h->seq); break;
     case PROTO_T_CKPT: dmn__ckpt_request(c->d, c, h->seq); break;
     case PROTO_T_STATUS: on_status(c, h->seq); break;
-    case PROTO_T_BYE: c->bye = 1; break;
+    case PROTO_T_BYE: c->flags |= DMN_CONN_F_BYE; break;
     default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;
     }
 out:
@@ -326,7 +327,7 @@ static void on_accept(uv_poll_t *p, int status, int events);
 static void on_accept_resume(uv_timer_t *t)
 {
     dmn_t *d = t->data;
-    if (d->listening)
+    if (d->flags & DMN_F_LISTENING)
         uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
 }
 
@@ -481,7 +482,7 @@ int dmn__server_start(dmn_t *d)
     d->listen_poll.data = d;
     uv_timer_init(d->loop, &d->accept_timer);
     d->accept_timer.data = d;
-    d->listening = 1;
+    d->flags |= DMN_F_LISTENING;
     uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
     RD_INFO("listening on %s", path);
     return 0;
@@ -499,11 +500,11 @@ void dmn__server_stop(dmn_t *d)
 {
     /* We close these ourselves: not trainers lost. */
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        c->bye = 1;
+        c->flags |= DMN_CONN_F_BYE;
     while (d->conns != NULL)
         conn_close(d->conns);
-    if (d->listening) {
-        d->listening = 0;
+    if (d->flags & DMN_F_LISTENING) {
+        d->flags &= ~DMN_F_LISTENING;
         unlink(d->cfg->socket_path);
         d->open_handles += 2;
         uv_close((uv_handle_t *)&d->accept_timer, dmn__handle_closed);
