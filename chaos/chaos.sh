@@ -310,6 +310,20 @@ first_after() {
     [ ${#f[@]} -gt 0 ] || return 0
     cat "${f[@]}" | awk -v s="$1" -v t="$3" '$1 == "step" && $2 >= s && $12 >= t { if (m == "" || $12 < m) { m = $12; st = $2 } } END { if (m != "") print st, m }'
 }
+# The newest view generation in any hash log line stamped at or before
+# $1 (ms): the generation the job was in when a fault struck.
+gen_at() {
+    cat "$T"/hash-*.log 2>/dev/null | awk -v t="$1" 'BEGIN { g = 0 }
+        $1 == "step" && $12 <= t && $4 > g { g = $4 } END { print g }'
+}
+# First step of a generation above $1 logged by a node in "$2" (slots)
+# with t_ms >= $3: prints "step t_ms gen" or nothing.
+first_newgen() {
+    local f=() k
+    for k in $2; do [ -f "$T/hash-$k.log" ] && f+=("$T/hash-$k.log"); done
+    [ ${#f[@]} -gt 0 ] || return 0
+    cat "${f[@]}" | awk -v g="$1" -v t="$3" '$1 == "step" && $4 > g && $12 >= t { if (m == "" || $12 < m) { m = $12; st = $2; sg = $4 } } END { if (m != "") print st, m, sg }'
+}
 CRASH_NOTES=()
 RESTARTS=()   # per job_restart: "kill_ms ckpt_step last_step old slots:new slots"
 CKPT_BAD=()   # checkpoint violations
@@ -392,17 +406,28 @@ pick() { # pick R: a live slot from the seeded draw
     REPLY=${LIVE[$(( $1 % ${#LIVE[@]} ))]}
 }
 record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
-    local kind=$1 fms=$2 victim=$3 pre=$4 others=() k res
+    local kind=$1 fms=$2 victim=$3 pre=$4 others=() k res g0=
     for k in "${LIVE[@]}"; do [ "$k" = "$victim" ] || others+=("$k"); done
     # The step reached once the fault is in place: the next one may have
     # been in flight (and its log line not yet written), the one after
     # that had to get through the fault.
     pre=$(( $(max_step) + 1 ))
+    # A fault that takes a member out of the job (kill, hang, partition,
+    # drain) is over when the job completes a step in a later view
+    # generation than any step logged before it: a step logged after the
+    # fault in the old generation was reduced with the victim's data.
+    case "$kind" in
+    kill_daemon|kill_trainer|hang_daemon|link_down|scale_down) g0=$(gen_at "$fms") ;;
+    esac
     # A joiner: the time until it completes a step of its own.
-    [ -n "${5:-}" ] && { others=("$5"); pre=-2; }
+    [ -n "${5:-}" ] && { others=("$5"); pre=-2; g0=; }
     local deadline=$(( $(date +%s) + ${WITHIN:-$RECOVER_S} ))
     while :; do
-        res=$(first_after $((pre + 2)) "${others[*]}" "$fms")
+        if [ -n "$g0" ]; then
+            res=$(first_newgen "$g0" "${others[*]}" "$fms")
+        else
+            res=$(first_after $((pre + 2)) "${others[*]}" "$fms")
+        fi
         [ -n "$res" ] && break
         if [ "$(date +%s)" -ge "$deadline" ]; then
             [ -n "${WITHIN:-}" ] && return 2
@@ -413,10 +438,13 @@ record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
         check_alive
         sleep 0.05
     done
-    local ms=$(( ${res#* } - fms ))
+    local rstep rms rgen
+    read -r rstep rms rgen <<<"$res"
+    local ms=$(( rms - fms ))
     NREC=$((NREC + 1)); REC[$kind]=$(( ${REC[$kind]:-0} + 1 ))
     TIMES[$kind]="${TIMES[$kind]:-} $ms"
-    log "  $kind: recovered: step ${res% *} completed ${ms} ms after the fault"
+    log "  $kind: recovered: step $rstep completed ${ms} ms after the fault$(
+        [ -n "$g0" ] && echo " (generation $rgen; $g0 at the fault)")"
 }
 
 for f in "${PLAN[@]}"; do
@@ -824,7 +852,9 @@ for kind in "${ALL_KINDS[@]}"; do
         "${REC[$kind]:-0}" "$med" "$p95" "$mx" "${SKIP[$kind]:-}"
 done
 echo "  (time: from the fault to the first step completed on another node" \
-     "that was not in flight at the fault, from the hash logs' t_ms;" \
+     "in a later view generation than any step logged before the fault" \
+     "(kill, hang, link_down, scale_down), or for the others the first" \
+     "one that was not in flight at the fault, from the hash logs' t_ms;" \
      "job_restart: to the restarted job's first step; etcd_kill: the" \
      "longest time without a step until one after etcd's return)"
 [ -n "${NEEDED_RESTART:-}" ] && echo "  kill_trainer: $NEEDED_RESTART of ${INJ[kill_trainer]}" \
