@@ -124,11 +124,36 @@ IPT_NS=()                # namespaces with an iptables rule of ours
 QDISC_DEV=()             # bridge-side veths with a qdisc of ours
 LINK_DOWN=()             # veths we set down
 
+# Our children still running, from bash's own job table, into RUNNING
+# (" pid pid "). Not kill -0: a run forks tens of thousands of processes
+# (pid_max is 32768 here), so the pid of one that exited may already be
+# another process's, possibly not even ours. No fork: a builtin into a file.
+running_snapshot() {
+    local run=()
+    jobs -rp >"$T/running" 2>/dev/null
+    mapfile -t run <"$T/running" 2>/dev/null
+    RUNNING=" ${run[*]} "
+}
+is_running() { [[ "$RUNNING" == *" $1 "* ]]; }
+# Record the exit status of every started process that has exited, while
+# bash still knows it (it forgets a status once the pid is reused by a new
+# child of ours). Uses the last running_snapshot.
+reap_exited() {
+    local p
+    for p in "${PIDS[@]}"; do
+        [ -n "${STATUS[$p]:-}" ] || is_running "$p" && continue
+        wait "$p" 2>/dev/null; STATUS[$p]=$?; REAPED[$p]=1
+    done
+}
+
 cleanup() {
     local p
-    for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    for p in "${HELPERS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    running_snapshot
+    for p in "${PIDS[@]}"; do
+        is_running "$p" || continue
+        kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null
+    done
+    for p in "${HELPERS[@]}"; do is_running "$p" && { kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; }; done
     for ns in "${IPT_NS[@]}"; do ip netns exec "$ns" iptables -F 2>/dev/null; done
     for d in "${QDISC_DEV[@]}"; do tc qdisc del dev "$d" root 2>/dev/null; done
     for d in "${LINK_DOWN[@]}"; do ip link set "$d" up 2>/dev/null; done
@@ -340,11 +365,18 @@ DF_FREED=     # the step at which the last disk_full freed the space
 # daemon, a node whose daemon died is replaced by a fresh one.
 check_alive() {
     local k p rc who lf
+    running_snapshot
     for k in "${LIVE[@]}"; do
         for p in "${DPID[$k]}" "${TPID[$k]}"; do
-            kill -0 "$p" 2>/dev/null && continue
-            [ -n "${STATUS[$p]:-}" ] && continue
-            wait "$p"; rc=$?; STATUS[$p]=$rc
+            is_running "$p" && continue
+            # Reaped while it was out of LIVE (a fault's victim): its
+            # exit is news here all the same.
+            if [ -n "${REAPED[$p]:-}" ]; then
+                rc=${STATUS[$p]}; unset "REAPED[$p]"
+            else
+                [ -n "${STATUS[$p]:-}" ] && continue
+                wait "$p"; rc=$?; STATUS[$p]=$rc
+            fi
             who=${ROLE[$p]%% *}
             [ "$(max_step)" -ge $((STEPS - 1)) ] && [ "$who" = trainer ] && [ $rc = 0 ] && continue
             EXPECT[$p]=crashed
@@ -367,11 +399,12 @@ check_alive() {
             return 1
         done
     done
+    reap_exited
     return 0
 }
 # Every crash so far (check_alive handles one per call; bounded).
 check_all_alive() { local i; for i in 1 2 3 4 5 6 7 8; do check_alive && return 0; done; }
-declare -A STATUS
+declare -A STATUS REAPED
 wait_step() {  # wait_step S TIMEOUT_S: until some trainer logged step S
     local deadline=$(( $(date +%s) + $2 ))
     while [ "$(max_step)" -lt "$1" ]; do
@@ -712,14 +745,16 @@ while m=$(max_step); [ "$m" -lt $((STEPS - 1)) ]; do
 done
 deadline=$(( $(date +%s) + 60 ))
 for k in "${LIVE[@]}"; do
-    while kill -0 "${TPID[$k]}" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+    while running_snapshot; is_running "${TPID[$k]}" && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
 done
 END_MS=$(now_ms)
+running_snapshot; reap_exited
 # Stop the daemons gracefully (SIGTERM drains, exit 0), then etcd.
-for k in "${LIVE[@]}"; do kill -TERM "${DPID[$k]}" 2>/dev/null; done
+for k in "${LIVE[@]}"; do is_running "${DPID[$k]}" && kill -TERM "${DPID[$k]}" 2>/dev/null; done
 for k in "${LIVE[@]}"; do
-    for _ in $(seq 300); do kill -0 "${DPID[$k]}" 2>/dev/null || break; sleep 0.05; done
+    for _ in $(seq 300); do running_snapshot; is_running "${DPID[$k]}" || break; sleep 0.05; done
 done
+running_snapshot; reap_exited
 
 # ---- the newest checkpoint restores (chaos/ckpt-check.sh) --------------------------
 # shellcheck source=ckpt-check.sh disable=SC1091
@@ -734,12 +769,18 @@ CRASHES=${#CRASH_NOTES[@]}
 # Exit statuses: every process the harness started, except etcd.
 for p in "${PIDS[@]}"; do
     [[ " ${ETCD_PIDS[*]} ${ETCD_OLD[*]} " == *" $p "* ]] && continue
-    if kill -0 "$p" 2>/dev/null; then
+    running_snapshot
+    if [ -z "${STATUS[$p]:-}" ] && is_running "$p"; then
         FAIL+=("${ROLE[$p]} (pid $p) still running at the end"); CRASHES=$((CRASHES + 1))
         kill -9 "$p" 2>/dev/null
     fi
     if [ -z "${STATUS[$p]:-}" ]; then wait "$p" 2>/dev/null; STATUS[$p]=$?; fi
     rc=${STATUS[$p]}; want=${EXPECT[$p]}
+    # 127 from wait: bash no longer knew the pid (reused before we asked).
+    if [ "$rc" = 127 ] && [ "$want" != crashed ]; then
+        FAIL+=("${ROLE[$p]} (pid $p): exit status lost (bash forgot it: the pid was reused before it was recorded)")
+        CRASHES=$((CRASHES + 1)); continue
+    fi
     case "$want:$rc" in
     killed:137|ok:0|drained:0) ;;
     crashed:*) ;;   # counted in CRASH_NOTES
