@@ -187,7 +187,9 @@ int tp_probe(tp_t *tp, uint64_t tag, uint64_t mask, size_t *len_p);
 unsigned tp_progress(tp_t *tp);
 /*
  * Sleep until the worker has events, tp_signal() is called or timeout_ms
- * passes. Returns 0 at once when events are pending.
+ * passes. Returns 0 when woken (at once when events are pending),
+ * ST_ETIMEDOUT (not logged) when timeout_ms passed with nothing to do, or
+ * a negative error.
  */
 int tp_wait(tp_t *tp, int timeout_ms);
 /* The worker's event fd, for an external loop (arm with tp_arm first). */
