@@ -5,12 +5,15 @@
  * identical), and a node joining mid-job (it gets the state and takes
  * part from the next step boundary).
  */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include "checkpoint/ckpt.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -115,6 +118,137 @@ static void expect_exit0(cluster_t *c, int i, int k, pid_t p)
     ASSERT_MSG(rc == 0, "trainer %d of n%d exited %d", k, i, rc);
 }
 
+/* ---- checkpoint restarts: what the stores and etcd hold ---------------- */
+
+/* Store of node i (per-node directories) or the shared one (i < 0). */
+static void store_root(char *out, size_t len, const char *dir, int i)
+{
+    if (i < 0)
+        snprintf(out, len, "%s/ringtest", dir);
+    else
+        snprintf(out, len, "%s/n%d/ringtest", dir, i);
+}
+
+/* The newest step below `below` with a MANIFEST.json in any of the n
+ * stores (n == 0: the shared one); -1 when none has one. */
+static int64_t newest_stored(const char *dir, int n, uint64_t below)
+{
+    int64_t best = -1;
+    for (int i = n > 0 ? 0 : -1; i < (n > 0 ? n : 0); i++) {
+        char root[600];
+        uint64_t *steps = NULL;
+        size_t k = 0;
+        store_root(root, sizeof(root), dir, i);
+        ASSERT_OK(ckpt_store_list(root, &steps, &k));
+        for (size_t j = 0; j < k; j++)
+            if (steps[j] < below && (int64_t)steps[j] > best)
+                best = (int64_t)steps[j];
+        free(steps);
+    }
+    return best;
+}
+
+/* The newest manifest key ckpt/<S> in etcd; -1 when there is none. */
+static int64_t newest_in_etcd(cluster_t *c, const char *out)
+{
+    char *const argv[] = {"/usr/bin/etcdctl", "--endpoints", c->etcd.url,
+                          "get", "--prefix", "--keys-only",
+                          "/ringd/ringtest/ckpt/", NULL};
+    int st = -1;
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *s = td_read(out, NULL);
+    ASSERT(s != NULL);
+    int64_t best = -1;
+    const char *pre = "/ringd/ringtest/ckpt/";
+    for (char *l = strtok(s, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        unsigned long long step;
+        if (strncmp(l, pre, strlen(pre)) == 0 &&
+            sscanf(l + strlen(pre), "%llu", &step) == 1 &&
+            (int64_t)step > best)
+            best = (int64_t)step;
+    }
+    free(s);
+    return best;
+}
+
+/* The step number right after the first `needle` in the file; -1 if the
+ * file has no such line. */
+static int64_t logged_step(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    char *at = s != NULL ? strstr(s, needle) : NULL;
+    unsigned long long step;
+    int64_t r = at != NULL && sscanf(at + strlen(needle), "%llu", &step) == 1
+                    ? (int64_t)step : -1;
+    free(s);
+    return r;
+}
+
+/* The first step a hash log holds. */
+static int first_step(const td_hashes_t *h)
+{
+    for (int s = 0; s < TD_MAX_STEPS; s++)
+        if (h->have[s])
+            return s;
+    return -1;
+}
+
+/* Two complete checkpoints logged by the nodes of c (so one is a delta;
+ * a busy machine may skip some steps' checkpoints under back pressure). */
+static int two_ckpts_complete(void *arg)
+{
+    cluster_t *c = arg;
+    int found = 0;
+    for (int i = 0; i < c->n; i++)
+        found += td_count(c->d[i].log, "complete (every shard has 2");
+    return found >= 2;
+}
+
+/* Every daemon of c logged a view with all c->n members. */
+static int all_in_view(void *arg)
+{
+    cluster_t *c = arg;
+    char want[32];
+    snprintf(want, sizeof(want), ": %d members, me #", c->n);
+    for (int i = 0; i < c->n; i++)
+        if (!td_file_has(c->d[i].log, want))
+            return 0;
+    return 1;
+}
+
+/* Start c's daemons again (fresh directories, same node ids, the same
+ * checkpoint stores) and their trainers once every daemon is in one view:
+ * a restore needs every member's store. */
+static void restart_job(cluster_t *c, const char *min_nodes,
+                        const char *steps)
+{
+    for (int i = 0; i < c->n; i++)
+        node_init(c, i, "1", min_nodes);
+    ASSERT_MSG(td_poll(all_in_view, c, 30000) == 0,
+               "the restarted daemons never shared a view");
+    for (int i = 0; i < c->n; i++)
+        c->trainer[i][0] = trainer(c, i, 0, steps);
+    for (int i = 0; i < c->n; i++)
+        expect_exit0(c, i, 0, c->trainer[i][0]);
+}
+
+/* The restarted job replayed the first run: it began at `step` and every
+ * step both runs logged has the same hash. */
+static void expect_replay(const char *before_log, const char *after_log,
+                          int64_t step)
+{
+    static td_hashes_t before, after;
+    td_read_hashes(before_log, &before);
+    td_read_hashes(after_log, &after);
+    ASSERT_EQ(first_step(&after), step);
+    ASSERT_MSG(before.have[step], "the first run never logged step %d",
+               (int)step);
+    ASSERT_GT(td_same_hashes(&before, &after), 0);
+}
+
 /* 3 nodes x 2 trainers reach the parameters of one process on the same
  * global batch, and all six replicas are bitwise identical at every step. */
 TEST_IMPL(dmn_ring_three_nodes_match_one)
@@ -211,9 +345,13 @@ TEST_IMPL(dmn_ring_kill_and_join)
 }
 
 /*
- * A 2-node job checkpointing into a shared directory is killed whole and
- * started again: both nodes resume from the newest complete checkpoint
- * and end bitwise identical to each other.
+ * A 2-node job checkpointing into a shared directory is killed whole after
+ * two checkpoints, and the primary shard of member 1 of the newest one is
+ * deleted. Started again, both nodes restore alone from the shared
+ * directory: the newest complete step (the one etcd or the store names
+ * last, never an older one), that shard from its replica; the restarted
+ * job replays the steps after it with the first run's hashes, and the
+ * nodes end identical.
  */
 TEST_IMPL(dmn_ring_ckpt_restart)
 {
@@ -226,29 +364,40 @@ TEST_IMPL(dmn_ring_ckpt_restart)
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
     for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "400");
-    ASSERT_OK(td_wait_file(c.d[0].log, "checkpoint of step 50 complete",
-                           60000) == 0 ||
-              td_wait_file(c.d[1].log, "checkpoint of step 50 complete",
-                           1000) == 0 ? 0 : -1);
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
+               "no two checkpoints completed");
     for (int i = 0; i < 2; i++) {
         th_kill(c.trainer[i][0]);
         th_kill(c.d[i].pid);
     }
-    /* Same node ids: their old leases expire; a new view forms. */
+    char before[600], root[600], path[700];
+    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
+    int64_t want = newest_stored(dir, 0, UINT64_MAX);
+    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
+    ASSERT_GE(in_etcd, 100);
+    ASSERT_GE(want, in_etcd); /* the store never lags etcd */
+    store_root(root, sizeof(root), dir, -1);
+    ASSERT_OK(ckpt_store_step_dir(root, (uint64_t)want, path,
+                                  sizeof(path) - 20));
+    strcat(path, "/shard-00001.rckp");
+    ASSERT_OK(unlink(path));
+
+    restart_job(&c, "2", "3000");
+    char line[96];
+    snprintf(line, sizeof(line), "restored from the checkpoint of step %"
+             PRId64 " (1 shard from replicas)", want);
     for (int i = 0; i < 2; i++) {
-        td_init(&c.d[i], i ? "dmn-ring-r1" : "dmn-ring-r0");
-        c.d[i].networked = 1;
+        int64_t got = logged_step(c.d[i].log, "restored from the "
+                                              "checkpoint of step ");
+        if (got != want)
+            td_dump(c.d[i].log);
+        ASSERT_EQ(got, want);
+        ASSERT(td_file_has(c.d[i].log, line));
+        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
+                           "parameters restored"));
     }
-    for (int i = 0; i < 2; i++)
-        node_init(&c, i, "1", "2");
-    for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "400");
-    for (int i = 0; i < 2; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
-    ASSERT(td_file_has(c.d[0].log, "restored from the checkpoint of step") ||
-           td_file_has(c.d[1].log, "restored from the checkpoint of step"));
-    ASSERT(td_file_has(td_path(&c.d[0], "t0.log"), "parameters restored"));
+    expect_replay(before, td_path(&c.d[0], "h0"), want);
     ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
               0);
     for (int i = 0; i < 2; i++)
@@ -409,17 +558,6 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     ckpt_per_node = 0;
     ckpt_interval = "50";
     return fx_done();
-}
-
-/* Two complete checkpoints logged by the nodes of c (so one is a delta;
- * a busy machine may skip some steps' checkpoints under back pressure). */
-static int two_ckpts_complete(void *arg)
-{
-    cluster_t *c = arg;
-    int found = 0;
-    for (int i = 0; i < c->n; i++)
-        found += td_count(c->d[i].log, "complete (every shard has 2");
-    return found >= 2;
 }
 
 /*
