@@ -57,7 +57,8 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
-                           NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
@@ -560,15 +561,56 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     return fx_done();
 }
 
+/* Delete one copy (primary: shard-<k>, else replica-<k>) of shard k of
+ * `step` from node i's store. */
+static void delete_copy(const char *dir, int i, uint64_t step, uint32_t k,
+                        int replica)
+{
+    char root[600], path[800];
+    store_root(root, sizeof(root), dir, i);
+    ASSERT_OK(ckpt_store_step_dir(root, step, path, 700));
+    snprintf(path + strlen(path), 100, "/%s-%05u.rckp",
+             replica ? "replica" : "shard", k);
+    ASSERT_MSG(unlink(path) == 0, "cannot delete %s", path);
+}
+
+/* The manifest of `step` from the first of n stores that has it. */
+static ckpt_manifest_t *stored_manifest(const char *dir, int n,
+                                        uint64_t step)
+{
+    for (int i = 0; i < n; i++) {
+        char root[600];
+        ckpt_manifest_t *m = NULL;
+        store_root(root, sizeof(root), dir, i);
+        if (ckpt_store_load_manifest(root, step, &m) == 0)
+            return m;
+    }
+    TEST_FAIL_("no store has the manifest of step %llu",
+               (unsigned long long)step);
+}
+
+/* The index of node id `node` among m's members. */
+static uint32_t member_index(const ckpt_manifest_t *m, const char *node)
+{
+    for (uint32_t i = 0; i < m->nshards; i++)
+        if (strcmp(m->members[i], node) == 0)
+            return i;
+    TEST_FAIL_("%s is no member of checkpoint %llu", node,
+               (unsigned long long)m->step);
+}
+
 /*
- * The whole job restarts with per-node checkpoint directories: no node can
- * restore alone (it holds 2 of the 3 shards' files), so the nodes restore
- * together through the ring, and the newest step's primary shard on n1 is
- * deleted first, so that shard comes from its replica on the next node.
- * The restarted job replays the steps after the checkpoint bit for bit as
- * the first run did, and the nodes end identical.
+ * A 3-node job with one checkpoint directory per node runs until two
+ * checkpoints completed and is SIGKILLed whole. No node can restore alone
+ * (it holds 2 of the 3 shards' files), so the restarted nodes restore
+ * together through the ring. `lose_both` 0: n1's primary copy of its own
+ * shard of the newest checkpoint is deleted, so that shard must come from
+ * its replica on the next node, and the job resumes at the newest step;
+ * 1: that shard's replica goes too, no member holds it, and the job falls
+ * back to the checkpoint before. Either way the restarted job replays the
+ * first run's steps bit for bit and the nodes end identical.
  */
-TEST_IMPL(dmn_ring_ckpt_per_node_restart)
+static void per_node_restart(int lose_both)
 {
     cluster_env();
     cluster_t c = {.n = 3};
@@ -587,39 +629,53 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
         th_kill(c.trainer[i][0]);
         th_kill(c.d[i].pid);
     }
-    static td_hashes_t before, after, other;
-    td_read_hashes(td_path(&c.d[0], "h0"), &before);
-    /* n1 loses the primary shard files of its newest complete step. */
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "d=$(ls -d %s/n1/ringtest/step-* | sort | tail -n 1); "
-             "while [ -n \"$d\" ] && [ ! -f \"$d/MANIFEST.json\" ]; do "
-             "d=$(ls -d %s/n1/ringtest/step-* | sort | grep -B1 -x \"$d\" "
-             "| head -n 1); done; rm -f \"$d\"/shard-*.rckp; echo $d",
-             dir, dir);
-    ASSERT_EQ(system(cmd), 0);
-
-    for (int i = 0; i < 3; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "dmn-ring-p%d", i);
-        td_init(&c.d[i], name);
-        c.d[i].networked = 1;
+    char before[600];
+    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
+    int64_t newest = newest_stored(dir, 3, UINT64_MAX);
+    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
+    ASSERT_GE(in_etcd, 100);
+    ASSERT_GE(newest, in_etcd); /* the stores never lag etcd */
+    int64_t want = newest;
+    if (lose_both) {
+        want = newest_stored(dir, 3, (uint64_t)newest);
+        ASSERT_GE(want, 50);
     }
-    for (int i = 0; i < 3; i++)
-        node_init(&c, i, "1", "3");
-    for (int i = 0; i < 3; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    for (int i = 0; i < 3; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
-    int ring_restored = 0;
-    for (int i = 0; i < 3; i++)
-        ring_restored += td_file_has(c.d[i].log, "came from the members' "
-                                                 "checkpoint stores");
-    ASSERT_EQ(ring_restored, 3);
-    ASSERT(td_file_has(td_path(&c.d[0], "t0.log"), "parameters restored"));
+    ckpt_manifest_t *m = stored_manifest(dir, 3, (uint64_t)newest);
+    uint32_t k = member_index(m, "n1");
+    ASSERT_EQ(m->shards[k].owner, k);
+    uint32_t rep = m->shards[k].replica;
+    int rep_node = m->members[rep][1] - '0';
+    ASSERT_NE(rep_node, 1);
+    delete_copy(dir, 1, (uint64_t)newest, k, 0);
+    if (lose_both)
+        delete_copy(dir, rep_node, (uint64_t)newest, k, 1);
+    ckpt_manifest_free(m);
+
+    restart_job(&c, "3", "3000");
+    char line[128];
+    for (int i = 0; i < 3; i++) {
+        int64_t got = logged_step(c.d[i].log, "restore: the state of step ");
+        if (got != want)
+            td_dump(c.d[i].log);
+        ASSERT_EQ(got, want);
+        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
+                           "parameters restored"));
+        /* Its primary copy was deleted: only the replica may serve. */
+        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
+                 " sent from this node's primary", k, newest);
+        ASSERT(!td_file_has(c.d[i].log, line));
+        snprintf(line, sizeof(line), "restore: step %" PRId64 " has 1 of "
+                 "3 shards on no member", newest);
+        ASSERT_EQ(td_file_has(c.d[i].log, line), lose_both);
+    }
+    if (!lose_both) {
+        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
+                 " sent from this node's replica copy", k, want);
+        ASSERT(td_file_has(c.d[rep_node].log, line));
+    }
+    expect_replay(before, td_path(&c.d[0], "h0"), want);
+    static td_hashes_t after, other;
     td_read_hashes(td_path(&c.d[0], "h0"), &after);
-    ASSERT(!after.have[0]); /* it resumed, it did not start over */
-    ASSERT_GT(td_same_hashes(&before, &after), 0); /* replayed exactly */
     for (int i = 1; i < 3; i++) {
         td_read_hashes(td_path(&c.d[i], "h0"), &other);
         ASSERT_GT(td_same_hashes(&after, &other), 0);
@@ -632,6 +688,17 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
     free(dir);
     ckpt_dir = NULL;
     ckpt_per_node = 0;
+}
+
+TEST_IMPL(dmn_ring_ckpt_per_node_restart)
+{
+    per_node_restart(0);
+    return fx_done();
+}
+
+TEST_IMPL(dmn_ring_ckpt_per_node_fallback)
+{
+    per_node_restart(1);
     return fx_done();
 }
 
