@@ -43,6 +43,7 @@ static const char *crash_at; /* when set, trainers kill themselves there */
 static const char *stop_after; /* when set, trainers stop themselves */
 static const char *ckpt_interval = "50";
 static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
+static const char *ucx_opt;  /* when set, --ucx-opt */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -72,6 +73,10 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     if (deadline != NULL) {
         flags[k++] = "--ring-deadline-ms";
         flags[k++] = deadline;
+    }
+    if (ucx_opt != NULL) {
+        flags[k++] = "--ucx-opt";
+        flags[k++] = ucx_opt;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
@@ -758,6 +763,56 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     ASSERT(!td_file_has(c.d[1].log, "state sizes differ"));
     ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p1"), td_path(&c.d[1], "p0")),
               0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * --ucx-opt reaches UCX: TLS=bogus_transport (either spelling, with or
+ * without the UCX_ prefix) leaves UCX no transport, so the daemon cannot
+ * create its context and exits 1 naming the failure, before it ever
+ * registers; TLS=tcp is a transport UCX has, and a 2-node job runs on it.
+ */
+TEST_IMPL(dmn_ring_ucx_opt)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    const char *bad[] = {"TLS=bogus_transport", "UCX_TLS=bogus_transport"};
+    for (int b = 0; b < 2; b++) {
+        td_daemon_t t;
+        td_init(&t, "dmn-ring-ucx");
+        char path[512];
+        snprintf(path, sizeof(path), "%s/ringd", th_bindir());
+        const char *argv[] = {path, "--etcd", c.etcd.url, "--job",
+                              "ringtest", "--node-id", "bad", "--socket",
+                              t.sock, "--metrics", "off", "--ucx-opt",
+                              bad[b], NULL};
+        pid_t p = th_spawn((char *const *)argv, t.log);
+        td_track(p);
+        int rc = td_exit_code(p, 30000);
+        if (rc != 1)
+            td_dump(t.log);
+        ASSERT_EQ(rc, 1);
+        ASSERT(td_file_has(t.log, "'bogus_transport' is not available"));
+        ASSERT(td_file_has(t.log, "ucp_init: "));
+        ASSERT(td_file_has(t.log, "ringd could not start"));
+        ASSERT(!td_file_has(t.log, "node record written"));
+    }
+    ucx_opt = "TLS=tcp";
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    ucx_opt = NULL;
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "30");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    ASSERT_EQ(h0.world[29], 2);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 30);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
