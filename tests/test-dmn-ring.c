@@ -770,7 +770,8 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
 
 /*
  * --ucx-opt reaches UCX: TLS=bogus_transport (either spelling, with or
- * without the UCX_ prefix) leaves UCX no transport, so the daemon cannot
+ * without the UCX_ prefix, over UCX_TLS=tcp in the environment) leaves
+ * UCX no transport, so the daemon cannot
  * create its context and exits 1 naming the failure, before it ever
  * registers; TLS=tcp is a transport UCX has, and a 2-node job runs on it.
  */
@@ -780,6 +781,7 @@ TEST_IMPL(dmn_ring_ucx_opt)
     cluster_t c = {.n = 2};
     fx_etcd_start(&c.etcd, 0);
     const char *bad[] = {"TLS=bogus_transport", "UCX_TLS=bogus_transport"};
+    setenv("UCX_TLS", "tcp", 1); /* the option wins over the environment */
     for (int b = 0; b < 2; b++) {
         td_daemon_t t;
         td_init(&t, "dmn-ring-ucx");
@@ -800,6 +802,7 @@ TEST_IMPL(dmn_ring_ucx_opt)
         ASSERT(td_file_has(t.log, "ringd could not start"));
         ASSERT(!td_file_has(t.log, "node record written"));
     }
+    unsetenv("UCX_TLS");
     ucx_opt = "TLS=tcp";
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
