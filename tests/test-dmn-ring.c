@@ -771,9 +771,9 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
 /*
  * --ucx-opt reaches UCX: TLS=bogus_transport (either spelling, with or
  * without the UCX_ prefix, over UCX_TLS=tcp in the environment) leaves
- * UCX no transport, so the daemon cannot
- * create its context and exits 1 naming the failure, before it ever
- * registers; TLS=tcp is a transport UCX has, and a 2-node job runs on it.
+ * UCX no transport, so the daemon cannot create its context and exits 1
+ * naming the failure, before it ever registers; TLS=tcp is a transport
+ * UCX has, and a 2-node job runs on it.
  */
 TEST_IMPL(dmn_ring_ucx_opt)
 {
