@@ -820,3 +820,62 @@ TEST_IMPL(dmn_ring_ucx_opt)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * `ringctl drain n1` on a real 3-node job mid-training: n1 finishes the
+ * step it is in and leaves at the boundary (its trainer's next step_begin
+ * gets RINGD_ESHUTDOWN; trainer and daemon exit 0), the others go on in a
+ * view without it (world 3 up to n1's last step, 2 from the next one) and
+ * finish, bitwise identical; n1's steps match theirs.
+ */
+TEST_IMPL(dmn_ring_drain)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "step 200 ", 60000));
+    char out[600], path[512];
+    snprintf(out, sizeof(out), "%s", td_path(&c.d[0], "drain.out"));
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    char *const argv[] = {path, "--etcd", c.etcd.url, "--job", "ringtest",
+                          "drain", "n1", NULL};
+    int st = -1;
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        td_dump(out);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT(td_file_has(out, "drain of n1 requested"));
+
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    ASSERT(td_file_has(td_path(&c.d[1], "t0.log"),
+                       "daemon drains: stopping"));
+    ASSERT_EQ(td_exit_code(c.d[1].pid, 30000), 0);
+    c.d[1].pid = 0;
+    ASSERT(td_file_has(c.d[1].log, "drained at step"));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int last = h1.nsteps - 1; /* n1's last completed step */
+    ASSERT_GE(last, 200);
+    ASSERT_LT(last, 2999);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), last + 1);
+    ASSERT_EQ(h0.world[last], 3);
+    ASSERT_EQ(h0.world[last + 1], 2);
+    ASSERT_EQ(td_same_hashes(&h0, &h2), 3000);
+    ASSERT_EQ(h0.world[2999], 2);
+    ASSERT(td_file_has(c.d[0].log, ": 2 members, me #"));
+    for (int i = 0; i < 3; i++)
+        if (i != 1)
+            ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
