@@ -2,7 +2,7 @@
 #
 #   make            build everything (CUDA library too when nvcc is found)
 #   make deps       apt-get install the Debian packages ringd needs (root)
-#   make test       build and run the test suite
+#   make test       install missing packages, build, run the test suite
 #   make asan       the test suite again under -fsanitize=address,undefined
 #   make bench      run the benchmarks (print TSV tables)
 #   make demo       the demo (see README.md)
@@ -56,7 +56,7 @@ LIBS := -lm -ldl
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
-    iproute2 iptables iputils-ping gnuplot-nox
+    iproute2 iptables iputils-ping gnuplot-nox prometheus
 
 include $(sort $(wildcard */module.mk))
 
@@ -95,7 +95,10 @@ $(TEST_BIN): $(TEST_OBJS) $(BUILD)/tests/runner.o $(BUILD)/tests/helpers.o \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
 	    $(PKG_LIBS) $(LIBS)
 
-test: all
+# make test installs what is missing first, so that it works on a fresh
+# machine as the first command; the build itself runs after deps.
+test: deps
+	$(MAKE) all
 	$(TEST_BIN)
 
 asan:

@@ -8,7 +8,8 @@
 # checkpoint directory points at the job's, with a trainer that stops
 # right at the restored step; sets VSTEP and VHASH (the restored
 # parameters' hash), empty on failure (the reason in $T/verify-*.log).
-# When `ringctl verify STEP` exists, this is the one place to switch.
+# A real restore, not `ringctl verify STEP`: verify checks the shards'
+# checksums, this also checks that the restored parameters are the job's.
 # verify_ckpt STEP [ROOT]: ROOT (default the job's checkpoint directory)
 # is what the standalone daemon sees.
 verify_ckpt() {

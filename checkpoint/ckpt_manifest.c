@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -47,13 +48,6 @@ void ckpt_manifest_free(ckpt_manifest_t *m)
     free(m);
 }
 
-static int add_u64(cJSON *o, const char *k, uint64_t v)
-{
-    char buf[24];
-    snprintf(buf, sizeof(buf), "%" PRIu64, v);
-    return cJSON_AddStringToObject(o, k, buf) ? 0 : ST_ENOMEM;
-}
-
 int ckpt_manifest_to_json(const ckpt_manifest_t *m, char **json_p)
 {
     int rc = ST_ENOMEM;
@@ -62,9 +56,9 @@ int ckpt_manifest_to_json(const ckpt_manifest_t *m, char **json_p)
         return rc;
     if (cJSON_AddNumberToObject(root, "version", CKPT_FORMAT_VERSION) ==
             NULL ||
-        add_u64(root, "step", m->step) || add_u64(root, "generation",
-                                                  m->generation) ||
-        add_u64(root, "total_size", m->total_size) ||
+        rd_json_add_u64(root, "step", m->step) ||
+        rd_json_add_u64(root, "generation", m->generation) ||
+        rd_json_add_u64(root, "total_size", m->total_size) ||
         cJSON_AddNumberToObject(root, "elem_size", m->elem_size) == NULL ||
         (sh = cJSON_AddArrayToObject(root, "shards")) == NULL)
         goto out;
@@ -74,9 +68,10 @@ int ckpt_manifest_to_json(const ckpt_manifest_t *m, char **json_p)
         if (o == NULL)
             goto out;
         cJSON_AddItemToArray(sh, o);
-        if (add_u64(o, "offset", s->offset) || add_u64(o, "size", s->size) ||
-            add_u64(o, "xxh64", s->raw_xxh64) ||
-            add_u64(o, "base_step", s->base_step) ||
+        if (rd_json_add_u64(o, "offset", s->offset) ||
+            rd_json_add_u64(o, "size", s->size) ||
+            rd_json_add_u64(o, "xxh64", s->raw_xxh64) ||
+            rd_json_add_u64(o, "base_step", s->base_step) ||
             cJSON_AddNumberToObject(o, "owner", s->owner) == NULL ||
             cJSON_AddNumberToObject(o, "replica", s->replica) == NULL ||
             cJSON_AddNumberToObject(o, "flags", s->flags) == NULL ||
@@ -92,31 +87,6 @@ out:
     return rc;
 }
 
-static int get_u64(const cJSON *o, const char *k, uint64_t *v)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
-        return ST_EPROTO;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(it->valuestring, &end, 10);
-    if (errno != 0 || *end != '\0' || it->valuestring[0] == '-')
-        return ST_EPROTO;
-    *v = x;
-    return 0;
-}
-
-static int get_u32(const cJSON *o, const char *k, uint32_t max, uint32_t *v)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
-        it->valuedouble > (double)max ||
-        it->valuedouble != (double)(uint32_t)it->valuedouble)
-        return ST_EPROTO;
-    *v = (uint32_t)it->valuedouble;
-    return 0;
-}
-
 static int parse_shards(const cJSON *arr, ckpt_manifest_t *m)
 {
     uint64_t expect = 0;
@@ -124,13 +94,13 @@ static int parse_shards(const cJSON *arr, ckpt_manifest_t *m)
         const cJSON *o = cJSON_GetArrayItem(arr, (int)i);
         ckpt_manifest_shard_t *s = &m->shards[i];
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "member");
-        if (!cJSON_IsObject(o) || get_u64(o, "offset", &s->offset) ||
-            get_u64(o, "size", &s->size) ||
-            get_u64(o, "xxh64", &s->raw_xxh64) ||
-            get_u64(o, "base_step", &s->base_step) ||
-            get_u32(o, "owner", m->nshards - 1, &s->owner) ||
-            get_u32(o, "replica", m->nshards - 1, &s->replica) ||
-            get_u32(o, "flags", CKPT_F_ALL, &s->flags) ||
+        if (!cJSON_IsObject(o) || rd_json_u64(o, "offset", &s->offset) ||
+            rd_json_u64(o, "size", &s->size) ||
+            rd_json_u64(o, "xxh64", &s->raw_xxh64) ||
+            rd_json_u64(o, "base_step", &s->base_step) ||
+            rd_json_u32(o, "owner", m->nshards - 1, &s->owner) ||
+            rd_json_u32(o, "replica", m->nshards - 1, &s->replica) ||
+            rd_json_u32(o, "flags", CKPT_F_ALL, &s->flags) ||
             !cJSON_IsString(mem))
             return ST_EPROTO;
         if (s->offset != expect || s->size > m->total_size - s->offset)
@@ -156,11 +126,11 @@ int ckpt_manifest_from_json(const char *json, size_t len,
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "shards");
     uint32_t version = 0, elem = 0;
     uint64_t step, gen, total;
-    if (get_u32(root, "version", 1000, &version) ||
-        version != CKPT_FORMAT_VERSION || get_u64(root, "step", &step) ||
-        get_u64(root, "generation", &gen) ||
-        get_u64(root, "total_size", &total) ||
-        get_u32(root, "elem_size", 8, &elem) || !cJSON_IsArray(arr))
+    if (rd_json_u32(root, "version", 1000, &version) ||
+        version != CKPT_FORMAT_VERSION || rd_json_u64(root, "step", &step) ||
+        rd_json_u64(root, "generation", &gen) ||
+        rd_json_u64(root, "total_size", &total) ||
+        rd_json_u32(root, "elem_size", 8, &elem) || !cJSON_IsArray(arr))
         goto out;
     int n = cJSON_GetArraySize(arr);
     m = ckpt_manifest_new(n > 0 ? (uint32_t)n : 0);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -45,13 +46,6 @@ struct ckpt_writer {
 
     ckpt_writer_stats_t stats;
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the snapshot ------------------------------------------------------
  *
@@ -135,7 +129,7 @@ static void keep_base(ckpt_writer_t *w, const ckpt_shard_info_t *in,
 
 static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = rd_now_ns();
     int delta = can_delta(w, in);
     in->flags = delta ? CKPT_F_DELTA : 0;
     in->base_step = delta ? w->base_info.step : 0;
@@ -161,7 +155,7 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
         w->stats.raw_bytes += in->raw_size;
         w->stats.file_bytes += len;
         w->stats.last_step = in->step;
-        w->stats.last_write_ns = now_ns() - t0;
+        w->stats.last_write_ns = rd_now_ns() - t0;
     } else {
         w->stats.failed++;
     }
@@ -272,7 +266,7 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     }
     /* Normally a no-op: ckpt_writer_reserve() sized it in advance. When
      * not, the allocation is part of the stall, and counted as such. */
-    uint64_t t0 = now_ns();
+    uint64_t t0 = rd_now_ns();
     if (stage_reserve(w, info->raw_size) != 0) {
         w->stats.skipped++;
         pthread_mutex_unlock(&w->mu);
@@ -282,7 +276,7 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
      * so the worker does not read stage now; holding the lock over the
      * copy only delays stats()/flush(), never the worker's writing. */
     memcpy(w->stage, bytes, info->raw_size);
-    w->stats.last_stall_ns = now_ns() - t0;
+    w->stats.last_stall_ns = rd_now_ns() - t0;
     w->info = *info;
     w->done = done;
     w->done_arg = arg;

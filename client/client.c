@@ -2,7 +2,7 @@
  * client.c - libringd: the trainer's side of the local API.
  *
  * Every call is one synchronous request/reply on a SOCK_SEQPACKET socket
- * (see daemon/proto.h). Buffers are memfds created here; the client keeps
+ * (see proto/proto.h). Buffers are memfds created here; the client keeps
  * the fds open for its lifetime so that a reconnect can hand the very same
  * memory to a restarted daemon.
  */
@@ -20,7 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon/proto.h"
+#include "proto/proto.h"
 
 typedef struct {
     void *addr;

@@ -1,3 +1,3 @@
-# common/: status codes (header-only) and logging.
-LIB_SRCS += common/log.c
+# common/: status codes and the clock (header-only), logging, JSON fields.
+LIB_SRCS += common/log.c common/json.c
 TEST_SRCS += tests/test-common.c

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -61,6 +62,10 @@ static const cfg_key_t keys[] = {
     {"trainers", K_U32, F(trainers), 0, 4096, "N",
      "local trainers to gather before the first step (default 0: go with "
      "whoever is there)"},
+    {"max-clients", K_U32, F(max_clients), 1, 65536, "N",
+     "local connections served at once; more are closed at once, so a "
+     "flood of clients cannot take the descriptors etcd and UCX need "
+     "(default 256)"},
     {"standalone", K_BOOL, F(standalone), 0, 0, NULL,
      "one-node job: no etcd, no ring"},
     {"backend", K_STR, F(backend), 0, 0, NULL, NULL}, /* hidden: tests */
@@ -88,6 +93,7 @@ void dmn_config_init(dmn_config_t *cfg)
     set_str(&cfg->metrics_addr, "127.0.0.1:9464");
     set_str(&cfg->log_level, "info");
     cfg->lease_ttl = 5;
+    cfg->max_clients = 256;
 }
 
 void dmn_config_free(dmn_config_t *cfg)
@@ -187,10 +193,30 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
                 strerror(errno));
         return ST_ECONFIG;
     }
-    char line[1024], why[256];
+    /* fopen() opens a directory; reading it fails later with EISDIR,
+     * which would look like an empty file if unchecked. */
+    struct stat st;
+    const char *bad = fstat(fileno(f), &st) != 0 ? strerror(errno)
+                      : S_ISDIR(st.st_mode)      ? "is a directory"
+                                                 : NULL;
+    if (bad != NULL) {
+        fprintf(err, "ringd: cannot read config file %s: %s\n", path, bad);
+        fclose(f);
+        return ST_ECONFIG;
+    }
+    /* getline() reads a line whole, however long: a fixed buffer would
+     * split a long comment and parse its tail as a setting. */
+    char *line = NULL, why[256];
+    size_t cap = 0;
+    ssize_t len;
     int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if (memchr(line, '\0', (size_t)len) != NULL) {
+            fprintf(err, "ringd: %s:%d: NUL byte in line\n", path, lineno);
+            rc = ST_ECONFIG;
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash != NULL)
             *hash = '\0';
@@ -215,6 +241,12 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
             rc = ST_ECONFIG;
         }
     }
+    if (rc == 0 && ferror(f)) {
+        fprintf(err, "ringd: %s:%d: read error: %s\n", path, lineno + 1,
+                strerror(errno));
+        rc = ST_ECONFIG;
+    }
+    free(line);
     fclose(f);
     return rc;
 }

@@ -12,9 +12,9 @@
 #include <uv.h>
 
 #include "checkpoint/ckpt.h"
-#include "daemon/backend.h"
+#include "job/job.h"
 #include "daemon/dmn.h"
-#include "daemon/proto.h"
+#include "proto/proto.h"
 
 typedef struct {
     void *addr;           /* NULL: slot unused */
@@ -62,6 +62,10 @@ typedef enum {
     DMN_STEP_DRAINED,      /* shutting down: no more steps */
 } dmn_step_state_t;
 
+/* Upper bounds (seconds) of the recovery histogram's finite buckets. */
+#define DMN_RECOVERY_BUCKETS 10
+extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
+
 typedef struct {
     uint64_t collectives;
     uint64_t coll_bytes;
@@ -73,6 +77,8 @@ typedef struct {
     uint64_t steps;
     uint64_t recoveries;
     double recovery_seconds_sum;
+    /* Recoveries per histogram bucket of metrics.c (not cumulative). */
+    uint64_t recovery_hist[DMN_RECOVERY_BUCKETS];
     double last_recovery_seconds;
     uint64_t trainers_joined;
     uint64_t trainers_lost;
@@ -88,7 +94,7 @@ struct dmn {
     uv_loop_t *loop;
     const dmn_config_t *cfg;
     dmn_hooks_t hooks;
-    dmn_backend_t *be;
+    job_t *be;
     uint64_t start_ms;
     int open_handles;      /* handles of this struct still closing */
     uint64_t status_ms;    /* last STATUS= sent */
@@ -98,6 +104,15 @@ struct dmn {
     uv_poll_t listen_poll;
     int listening;
     dmn_conn_t *conns;     /* in connection order: local rank order */
+    uint32_t nconns;
+    /* accept() out of descriptors or memory: paused, retried with backoff
+     * (server.c), logged rate-limited. */
+    uv_timer_t accept_timer;
+    uint32_t accept_backoff_ms; /* 0: accepting normally */
+    uint64_t accept_failures;
+    uint64_t accept_log_ms;
+    uint64_t refused_over_cap;  /* closed at once: max-clients reached */
+    uint64_t cap_log_ms;
     uint32_t next_conn_id;
 
     /* Metrics HTTP server (metrics.c). */
@@ -107,7 +122,7 @@ struct dmn {
     /* Step state (step.c). */
     dmn_step_state_t state;
     uint64_t step;
-    dmn_view_t view;       /* the view of the current/last step */
+    job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     int any_redo;          /* one left the step to redo it */
@@ -174,7 +189,7 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
-void dmn__step_on_view(void *arg, const dmn_view_t *view);
+void dmn__step_on_view(void *arg, const job_view_t *view);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
 /* dmn.c */
@@ -201,6 +216,8 @@ int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);
 void dmn__metrics_stop(dmn_t *d);
+/* Count one recovery of s seconds in the recovery histogram. */
+void dmn__metrics_observe_recovery(dmn_t *d, double s);
 
 uint64_t dmn__now_ms(void);
 /* Close callback for handles embedded in dmn_t (data = d). */

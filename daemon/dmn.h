@@ -33,6 +33,7 @@ typedef struct dmn_config {
     char *metrics_addr;     /* "addr:port"; "off" disables */
     char *log_level;
     uint32_t trainers;      /* 0: every trainer that shows up */
+    uint32_t max_clients;   /* local connections served at once */
     int standalone;
     char *backend;          /* hidden: "solo", "fake:reshape=..." */
     char *ucx_opts[DMN_MAX_UCX_OPTS]; /* "KEY=VAL" */

@@ -54,6 +54,38 @@ static void metric(sbuf_t *s, const char *name, const char *type,
               type, name, v);
 }
 
+/* Fine at the low end: a recovery without a lease expiry takes tens of
+ * milliseconds, one that waits for a lease TTL takes seconds. */
+const double dmn__recovery_le[DMN_RECOVERY_BUCKETS] = {
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+void dmn__metrics_observe_recovery(dmn_t *d, double s)
+{
+    for (int i = 0; i < DMN_RECOVERY_BUCKETS; i++)
+        if (s <= dmn__recovery_le[i]) {
+            d->stats.recovery_hist[i]++;
+            return;
+        }
+}
+
+/* Prometheus buckets are cumulative; the last one, +Inf, is the count. */
+static void recovery_histogram(sbuf_t *s, const dmn_stats_t *st)
+{
+    const char *n = "ringd_recovery_seconds";
+    sb_printf(s, "# HELP %s Recoveries: from a broken step to the next "
+                 "completed step.\n# TYPE %s histogram\n", n, n);
+    uint64_t cum = 0;
+    for (int i = 0; i < DMN_RECOVERY_BUCKETS; i++) {
+        cum += st->recovery_hist[i];
+        sb_printf(s, "%s_bucket{le=\"%g\"} %llu\n", n, dmn__recovery_le[i],
+                  (unsigned long long)cum);
+    }
+    sb_printf(s, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n"
+                 "%s_count %llu\n", n, (unsigned long long)st->recoveries, n,
+              st->recovery_seconds_sum, n,
+              (unsigned long long)st->recoveries);
+}
+
 static void render_metrics(dmn_t *d, sbuf_t *s)
 {
     const dmn_stats_t *st = &d->stats;
@@ -104,8 +136,7 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_recoveries_total", "counter",
            "Recoveries: aborted step to next completed step.",
            st->recoveries);
-    metric(s, "ringd_recovery_seconds_sum", "counter",
-           "Total time of all recoveries.", st->recovery_seconds_sum);
+    recovery_histogram(s, st);
     metric(s, "ringd_recovery_seconds_last", "gauge",
            "Time of the last recovery.", st->last_recovery_seconds);
     metric(s, "ringd_state_restores_total", "counter",

@@ -312,12 +312,63 @@ static void conn_close(dmn_conn_t *c)
     for (dmn_conn_t **pp = &d->conns; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
+            d->nconns--;
             break;
         }
     }
     dmn__step_conn_lost(d, c);
     uv_poll_stop(&c->poll);
     uv_close((uv_handle_t *)&c->poll, conn_freed);
+}
+
+static void on_accept(uv_poll_t *p, int status, int events);
+
+static void on_accept_resume(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    if (d->listening)
+        uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+}
+
+/*
+ * accept() failed for want of a resource (descriptors, memory). The
+ * pending connection stays readable, so polling on would spin a core and
+ * log each try: stop polling, try again after a backoff that doubles up
+ * to 1 s and resets after a success, and log the first failure and then
+ * at most one summary every 10 s. The trainers already connected are
+ * served meanwhile.
+ */
+static void accept_backoff(dmn_t *d, int err)
+{
+    uint64_t now = dmn__now_ms();
+    uint32_t ms = d->accept_backoff_ms * 2;
+    d->accept_backoff_ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+    d->accept_failures++;
+    if (d->accept_log_ms == 0 || now - d->accept_log_ms >= 10000) {
+        RD_WARN("accept: %s (%u clients connected, %llu failures so far); "
+                "not accepting for %u ms", strerror(err), d->nconns,
+                (unsigned long long)d->accept_failures,
+                d->accept_backoff_ms);
+        d->accept_log_ms = now;
+    }
+    uv_poll_stop(&d->listen_poll);
+    uv_timer_start(&d->accept_timer, on_accept_resume, d->accept_backoff_ms,
+                   0);
+}
+
+/* At max-clients a new connection is closed at once (the client sees the
+ * socket close), logged at most once every 10 s. */
+static void refuse_over_cap(dmn_t *d, int fd)
+{
+    uint64_t now = dmn__now_ms();
+    d->refused_over_cap++;
+    if (d->cap_log_ms == 0 || now - d->cap_log_ms >= 10000) {
+        RD_WARN("refusing a client: %u connected, the max-clients limit "
+                "(%llu refused so far)", d->nconns,
+                (unsigned long long)d->refused_over_cap);
+        d->cap_log_ms = now;
+    }
+    close(fd);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
@@ -329,8 +380,17 @@ static void on_accept(uv_poll_t *p, int status, int events)
     int fd = accept4(d->listen_fd, NULL, NULL,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR)
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM)
+            accept_backoff(d, errno);
+        else if (errno != EAGAIN && errno != EINTR &&
+                 errno != ECONNABORTED)
             RD_WARN("accept: %s", strerror(errno));
+        return;
+    }
+    d->accept_backoff_ms = 0;
+    if (d->nconns >= d->cfg->max_clients) {
+        refuse_over_cap(d, fd);
         return;
     }
     dmn_conn_t *c = calloc(1, sizeof(*c));
@@ -348,24 +408,48 @@ static void on_accept(uv_poll_t *p, int status, int events)
     while (*tail != NULL)
         tail = &(*tail)->next;
     *tail = c;
+    d->nconns++;
     uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_io);
 }
 
-/* Refuse to take over a socket a live daemon listens on; remove a stale
- * one left by a crash. */
+/*
+ * Refuse to take over a socket a live daemon listens on; remove a stale
+ * one left by a crash. Only a socket nobody accepts on is ever removed:
+ * whatever else is at the path (a user's file, a directory, a link) is
+ * an error, never deleted.
+ */
 static int claim_path(const char *path)
 {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        RD_ERROR("cannot use socket path %s: %s", path, strerror(errno));
+        return ST_ECONFIG;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        RD_ERROR("%s exists and is not a socket: refusing to replace it "
+                 "(remove it or choose another --socket)", path);
+        return ST_ECONFIG;
+    }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
     int live = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    int err = errno;
     close(fd);
     if (live) {
         RD_ERROR("another ringd already listens on %s", path);
         return ST_ECONFIG;
     }
+    if (err != ECONNREFUSED) {
+        RD_ERROR("cannot tell whether %s is in use: %s", path,
+                 strerror(err));
+        return ST_ECONFIG;
+    }
+    RD_INFO("removing the stale socket %s (nobody accepts on it)", path);
     (void)unlink(path);
     return 0;
 }
@@ -395,6 +479,8 @@ int dmn__server_start(dmn_t *d)
     if (rc != 0)
         goto err_unlink;
     d->listen_poll.data = d;
+    uv_timer_init(d->loop, &d->accept_timer);
+    d->accept_timer.data = d;
     d->listening = 1;
     uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
     RD_INFO("listening on %s", path);
@@ -419,7 +505,8 @@ void dmn__server_stop(dmn_t *d)
     if (d->listening) {
         d->listening = 0;
         unlink(d->cfg->socket_path);
-        d->open_handles++;
+        d->open_handles += 2;
+        uv_close((uv_handle_t *)&d->accept_timer, dmn__handle_closed);
         uv_close((uv_handle_t *)&d->listen_poll, dmn__handle_closed);
         close(d->listen_fd);
         d->listen_fd = -1;

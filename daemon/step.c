@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/kern.h"
@@ -38,16 +39,9 @@ static void try_start(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
 static void maybe_restore(dmn_t *d);
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t dmn__now_ms(void)
 {
-    return now_ns() / 1000000;
+    return rd_now_ns() / 1000000;
 }
 
 const char *dmn__step_state_name(dmn_step_state_t s)
@@ -199,6 +193,7 @@ static void maybe_close(dmn_t *d)
             d->stats.recoveries++;
             d->stats.recovery_seconds_sum += s;
             d->stats.last_recovery_seconds = s;
+            dmn__metrics_observe_recovery(d, s);
             d->break_ms = 0;
         }
         d->step++;
@@ -369,7 +364,7 @@ static void coll_done(void *arg, int status)
         c->posted = 0;
         dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
     }
-    double secs = (double)(now_ns() - d->coll_start_ns) / 1e9;
+    double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
     uint64_t bytes = r->count * esz;
     uint32_t n = d->view.node_count;
     d->stats.collectives++;
@@ -418,7 +413,7 @@ static void launch(dmn_t *d)
         first = 0;
     }
     step_set_state(d, DMN_STEP_REDUCING);
-    d->coll_start_ns = now_ns();
+    d->coll_start_ns = rd_now_ns();
     if (r->kind == PROTO_COLL_BROADCAST) {
         rc = d->be->ops->broadcast(d->be, d->staging, bytes, r->root,
                                    coll_done, d);
@@ -605,7 +600,7 @@ static void on_backend_ready(void *arg, int status)
     try_start(d);
 }
 
-void dmn__step_on_view(void *arg, const dmn_view_t *view)
+void dmn__step_on_view(void *arg, const job_view_t *view)
 {
     dmn_t *d = arg;
     if (view->restored) {

@@ -8,7 +8,7 @@
  * locally, runs the cross-node part, and writes the result back into every
  * trainer's buffer.
  *
- * The step protocol (see DESIGN.md):
+ * The step protocol (client/README.md and daemon/README.md say more):
  *
  *     ringd_client_t *c;
  *     ringd_connect(&c, NULL, NULL);

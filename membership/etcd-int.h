@@ -32,9 +32,7 @@ typedef struct {
 
 void *etcd__arena_alloc(etcd_arena_t *a, size_t size);
 void etcd__arena_free(etcd_arena_t *a);
-char *etcd__b64_dup(const void *in, size_t n);
 
-int etcd__json_i64(const cJSON *obj, const char *name, int64_t *out);
 int etcd__json_bool(const cJSON *obj, const char *name, int *out);
 int etcd__json_bytes(const cJSON *obj, const char *name, etcd_arena_t *a,
                      const char **out, size_t *len_p);
@@ -110,6 +108,7 @@ struct etcd {
     int auth_inflight;
     etcd_req_t *reqs;
     etcd_watch_t *watches;
+    etcd_stats_t stats;
 };
 
 #define LIST_ADD(head, x)                                                    \

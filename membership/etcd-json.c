@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -98,33 +99,12 @@ void etcd__arena_free(etcd_arena_t *a)
     memset(a, 0, sizeof(*a));
 }
 
-char *etcd__b64_dup(const void *in, size_t n)
+char *etcd_b64_dup(const void *in, size_t n)
 {
     char *s = malloc(ETCD_B64_ENC_LEN(n));
     if (s != NULL)
         etcd_b64_encode(in, n, s);
     return s;
-}
-
-int etcd__json_i64(const cJSON *obj, const char *name, int64_t *out)
-{
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
-    *out = 0;
-    if (f == NULL)
-        return 0;
-    if (cJSON_IsNumber(f)) {
-        *out = (int64_t)f->valuedouble;
-        return 0;
-    }
-    if (!cJSON_IsString(f) || f->valuestring[0] == '\0')
-        return ST_EPROTO;
-    char *end;
-    errno = 0;
-    long long v = strtoll(f->valuestring, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return ST_EPROTO;
-    *out = v;
-    return 0;
 }
 
 int etcd__json_bool(const cJSON *obj, const char *name, int *out)
@@ -172,13 +152,13 @@ int etcd__parse_kv(const cJSON *o, etcd_arena_t *a, etcd_kv_t *kv)
     if (rc == 0)
         rc = etcd__json_bytes(o, "value", a, &kv->value, &kv->value_len);
     if (rc == 0)
-        rc = etcd__json_i64(o, "create_revision", &kv->create_revision);
+        rc = rd_json_i64(o, "create_revision", &kv->create_revision);
     if (rc == 0)
-        rc = etcd__json_i64(o, "mod_revision", &kv->mod_revision);
+        rc = rd_json_i64(o, "mod_revision", &kv->mod_revision);
     if (rc == 0)
-        rc = etcd__json_i64(o, "version", &kv->version);
+        rc = rd_json_i64(o, "version", &kv->version);
     if (rc == 0)
-        rc = etcd__json_i64(o, "lease", &kv->lease);
+        rc = rd_json_i64(o, "lease", &kv->lease);
     return rc;
 }
 
@@ -187,13 +167,13 @@ static int parse_header(const cJSON *o, etcd_result_t *res)
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "header");
     if (!cJSON_IsObject(h))
         return ST_EPROTO;
-    return etcd__json_i64(h, "revision", &res->revision);
+    return rd_json_i64(h, "revision", &res->revision);
 }
 
 static int parse_kvs(const cJSON *o, etcd_arena_t *a, etcd_result_t *res)
 {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "kvs");
-    int rc = etcd__json_i64(o, "count", &res->count);
+    int rc = rd_json_i64(o, "count", &res->count);
     if (rc != 0 || arr == NULL)
         return rc;
     if (!cJSON_IsArray(arr))
@@ -224,7 +204,7 @@ static int parse_txn_resp(const cJSON *o, etcd_arena_t *a,
     if ((r = cJSON_GetObjectItemCaseSensitive(o, "response_range")))
         return cJSON_IsObject(r) ? parse_kvs(r, a, res) : ST_EPROTO;
     if ((r = cJSON_GetObjectItemCaseSensitive(o, "response_delete_range")))
-        return cJSON_IsObject(r) ? etcd__json_i64(r, "deleted",
+        return cJSON_IsObject(r) ? rd_json_i64(r, "deleted",
                                                   &res->deleted)
                                  : ST_EPROTO;
     if ((r = cJSON_GetObjectItemCaseSensitive(o, "response_put")))
@@ -264,11 +244,11 @@ static int parse_lease(const cJSON *o, etcd_result_t *res)
         RD_ERROR("etcd lease: %s", err->valuestring);
         return ST_EINVAL;
     }
-    int rc = etcd__json_i64(o, "ID", &res->lease_id);
+    int rc = rd_json_i64(o, "ID", &res->lease_id);
     if (rc == 0)
-        rc = etcd__json_i64(o, "TTL", &res->ttl);
+        rc = rd_json_i64(o, "TTL", &res->ttl);
     if (rc == 0)
-        rc = etcd__json_i64(o, "grantedTTL", &res->granted_ttl);
+        rc = rd_json_i64(o, "grantedTTL", &res->granted_ttl);
     return rc;
 }
 
@@ -291,7 +271,7 @@ int etcd__parse_reply(etcd_kind_t kind, const cJSON *o, etcd_arena_t *a,
     case ETCD_K_RANGE:
         return parse_kvs(o, a, res);
     case ETCD_K_DELETE:
-        return etcd__json_i64(o, "deleted", &res->deleted);
+        return rd_json_i64(o, "deleted", &res->deleted);
     case ETCD_K_TXN:
         return parse_txn(o, a, res);
     case ETCD_K_GRANT:

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -99,8 +100,10 @@ static void watch_next(uv_timer_t *t)
         etcd__add_i64(b, "start_revision", w->next_rev);
         cJSON_AddBoolToObject(b, "progress_notify", 1);
         rc = etcd__req_new(e, ETCD_K_WATCH, "/v3/watch", o, NULL, NULL, &r);
-        if (rc == 0)
+        if (rc == 0) {
             r->watch = w;
+            e->stats.watch_streams++;
+        }
         w->started_ms = uv_now(e->loop);
     }
     if (rc != 0) {
@@ -194,18 +197,20 @@ static int watch_line(etcd_watch_t *w, const char *line, size_t len)
     }
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(res, "header");
     const cJSON *evs = cJSON_GetObjectItemCaseSensitive(res, "events");
-    if (!cJSON_IsObject(h) || etcd__json_i64(h, "revision", &rev) != 0 ||
+    if (!cJSON_IsObject(h) || rd_json_i64(h, "revision", &rev) != 0 ||
         etcd__json_bool(res, "canceled", &canceled) != 0 ||
         etcd__json_bool(res, "created", &created) != 0 ||
-        etcd__json_i64(res, "compact_revision", &compact) != 0) {
+        rd_json_i64(res, "compact_revision", &compact) != 0) {
         RD_ERROR("etcd watch: malformed result: %.200s", line);
         goto out;
     }
     if (canceled) {
         RD_WARN("etcd watch: canceled (compacted at %lld); re-reading",
                 (long long)compact);
-        if (compact > 0)
+        if (compact > 0) {
             w->next_rev = 0; /* history is gone: take a new snapshot */
+            w->e->stats.watch_compacted++;
+        }
         rc = ST_ESTALE;
         goto out;
     }

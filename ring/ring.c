@@ -14,18 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
 #define RING_DRAIN_BOUND_NS 1000000000LL
 #define RING_SLEEP_MAX_MS 100
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -332,7 +326,7 @@ static int chan_consume(ring_chan_t *c)
         apply(c, sl, off, cnt, act);
     sl->state = SLOT_FREE;
     c->next_proc++;
-    c->last_rx = now_ns();
+    c->last_rx = rd_now_ns();
     return 1;
 }
 
@@ -389,7 +383,7 @@ static int chan_reap_sends(ring_chan_t *c)
         work++;
     }
     if (work)
-        c->last_tx = now_ns();
+        c->last_tx = rd_now_ns();
     return work;
 }
 
@@ -536,14 +530,14 @@ static void coll_unwind(ring_t *r)
     if (r->right.peer != r->left.peer)
         tp_peer_close(r->right.peer, 1);
     r->left.peer = r->right.peer = NULL;
-    int64_t deadline = now_ns() + RING_DRAIN_BOUND_NS;
+    int64_t deadline = rd_now_ns() + RING_DRAIN_BOUND_NS;
     for (;;) {
         int busy = 0;
         for (unsigned i = 0; i < r->nchan; i++)
             busy |= chan_outstanding(&r->chan[i]);
         if (!busy)
             break;
-        if (now_ns() > deadline) {
+        if (rd_now_ns() > deadline) {
             RD_ERROR("ring: requests outlived the abort; leaking buffers");
             r->leaked = 1;
             break;
@@ -557,7 +551,7 @@ static void coll_begin(ring_t *r, unsigned nchan)
     r->err = 0;
     r->soft_err = 0;
     r->nchan = nchan;
-    int64_t now = now_ns();
+    int64_t now = rd_now_ns();
     for (unsigned i = 0; i < nchan; i++) {
         ring_chan_t *c = &r->chan[i];
         c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
@@ -579,9 +573,9 @@ static int coll_idle(ring_t *r, int64_t now, int64_t last_work,
         return 1;
     if (now - last_work < (int64_t)r->opts.spin_us * 1000)
         return 0;
-    int64_t t0 = now_ns();
+    int64_t t0 = rd_now_ns();
     tp_wait(r->tp, RING_SLEEP_MAX_MS);
-    *wait_ns += now_ns() - t0;
+    *wait_ns += rd_now_ns() - t0;
     return 0;
 }
 
@@ -592,7 +586,7 @@ static void coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
     r->stats.total_wait_us += w;
     if (w > r->stats.max_wait_us)
         r->stats.max_wait_us = w;
-    r->stats.last_usec = (uint64_t)(now_ns() - t0) / 1000;
+    r->stats.last_usec = (uint64_t)(rd_now_ns() - t0) / 1000;
 }
 
 /*
@@ -629,13 +623,13 @@ static int coll_turn(ring_t *r, int *work_p)
 /* Progress until the collective is over; returns the idle time in ns. */
 static int64_t coll_loop(ring_t *r)
 {
-    int64_t last_work = now_ns(), wait_ns = 0, spin_t = 0;
+    int64_t last_work = rd_now_ns(), wait_ns = 0, spin_t = 0;
     for (;;) {
         int work = 0;
         if (coll_turn(r, &work))
             break;
         work += (int)tp_progress(r->tp);
-        int64_t now = now_ns();
+        int64_t now = rd_now_ns();
         if (work) {
             if (coll_deadline(r, now)) /* another channel kept us busy */
                 break;
@@ -651,7 +645,7 @@ static int64_t coll_loop(ring_t *r)
         if (coll_idle(r, now, last_work, &wait_ns))
             break;
         if (wait_ns != before)
-            spin_t = now_ns(); /* slept time is already counted */
+            spin_t = rd_now_ns(); /* slept time is already counted */
     }
     return wait_ns;
 }
@@ -663,7 +657,7 @@ static int64_t coll_loop(ring_t *r)
  */
 static int coll_run(ring_t *r)
 {
-    int64_t t0 = now_ns();
+    int64_t t0 = rd_now_ns();
     int64_t wait_ns = coll_loop(r);
     r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
     r->stats.next_seq = r->seq;

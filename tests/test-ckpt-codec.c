@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -314,9 +317,34 @@ TEST_IMPL(ckpt_codec_old_xor_shard)
     return 0;
 }
 
+/* Pages of [p, p + n) (p page-aligned) not in memory, without touching
+ * any: mincore(2) reads the page tables. */
+static size_t pages_absent(const void *p, size_t n)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = (n + pg - 1) / pg;
+    unsigned char *vec = malloc(np);
+    ASSERT(vec != NULL);
+    ASSERT_EQ(mincore((void *)p, n, vec), 0);
+    size_t absent = 0;
+    for (size_t i = 0; i < np; i++)
+        absent += !(vec[i] & 1);
+    free(vec);
+    return absent;
+}
+
+/* Minor page faults taken by this thread so far. */
+static long thread_minflt(void)
+{
+    struct rusage ru;
+    ASSERT_EQ(getrusage(RUSAGE_THREAD, &ru), 0);
+    return ru.ru_minflt;
+}
+
 /*
- * A staging buffer comes zeroed and whole (its last byte writable); a
- * writer with a reserved stage takes a shard of an odd size and writes it.
+ * A staging buffer comes faulted in (every page resident before anyone
+ * touches it), zeroed and whole (its last byte writable); a writer with a
+ * reserved stage copies a shard of an odd size into it without a page
+ * fault, and writes it.
  */
 static int got_status = 1;
 static void on_done(void *arg, int status, const ckpt_shard_info_t *info,
@@ -331,7 +359,8 @@ TEST_IMPL(ckpt_codec_stage)
     size_t n = ((size_t)8 << 20) + 4 * 12345 + 3;
     unsigned char *src = calloc(1, n), *dst = ckpt_stage_alloc(n);
     ASSERT(src != NULL && dst != NULL);
-    ASSERT_EQ(dst[0] | dst[n / 2] | dst[n - 1], 0); /* faulted in, zero */
+    ASSERT_EQ(pages_absent(dst, n), 0);
+    ASSERT_EQ(dst[0] | dst[n / 2] | dst[n - 1], 0);
     for (size_t i = 0; i < n; i += 4096)
         src[i] = (unsigned char)rnd32();
     for (size_t i = n - 64; i < n; i++)
@@ -350,7 +379,10 @@ TEST_IMPL(ckpt_codec_stage)
     ASSERT_OK(ckpt_writer_reserve(w, n));
     ckpt_shard_info_t in = {.step = 1, .nshards = 1, .raw_size = n,
                             .total_size = n};
+    long f0 = thread_minflt();
     ASSERT_OK(ckpt_writer_submit(w, &in, src, on_done, NULL));
+    /* The copy into the stage is on the calling thread (the snapshot). */
+    ASSERT_EQ(thread_minflt() - f0, 0);
     ckpt_writer_flush(w);
     ASSERT_EQ(got_status, 0);
     ckpt_writer_stats_t st;

@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon/proto.h"
+#include "proto/proto.h"
 #include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"

@@ -3,8 +3,13 @@
  * loopback, the tag layout, cancel, probe/drain, and the efd wakeup.
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 #include "tests/task.h"
@@ -100,6 +105,45 @@ TEST_IMPL(tp_send_recv)
     return 0;
 }
 
+/* What the bench's "auto" rows stand on: with UCX_TLS unset, UCX would
+ * use shared memory between two workers on one host, but the daemon's
+ * PEER error mode leaves it only tcp, and tp_peer_lanes says so. */
+TEST_IMPL(tp_peer_lanes_peer_mode)
+{
+    env_setup();
+    unsetenv("UCX_TLS");
+    setenv("RINGD_TP_ERR_MODE", "peer", 1);
+    tp_t *a, *b;
+    ASSERT_OK(tp_create(NULL, &a));
+    ASSERT_OK(tp_create(NULL, &b));
+    ASSERT_EQ(tp_err_mode_none(a), 0);
+    const void *addr;
+    size_t len;
+    tp_address(b, &addr, &len);
+    tp_peer_t *p;
+    ASSERT_OK(tp_peer_connect(a, addr, len, NULL, NULL, &p));
+    char src[64] = "lanes", dst[64];
+    int done = 0;
+    tp_req_t rs = {.cb = done_cb, .data = &done};
+    tp_req_t rr = {.cb = done_cb, .data = &done};
+    uint64_t tag = tp_tag_make(1, 0, 1, 0);
+    ASSERT_OK(tp_recv(b, dst, sizeof dst, tag, UINT64_MAX, NULL, &rr));
+    ASSERT_OK(tp_send(p, src, sizeof src, tag, NULL, &rs));
+    pump(a, b, &done, 2);
+    char lanes[256];
+    ASSERT_OK(tp_peer_lanes(p, lanes, sizeof lanes));
+    ASSERT_MSG(strcmp(lanes, "tcp/lo") == 0, "lanes '%s', want tcp/lo",
+               lanes);
+    /* A short buffer truncates, never overflows. */
+    char tiny[4];
+    ASSERT_OK(tp_peer_lanes(p, tiny, sizeof tiny));
+    ASSERT_STR_EQ(tiny, "tcp");
+    tp_peer_close(p, 1);
+    tp_destroy(a);
+    tp_destroy(b);
+    return 0;
+}
+
 TEST_IMPL(tp_cancel)
 {
     env_setup();
@@ -159,13 +203,60 @@ TEST_IMPL(tp_drain_stale)
     return 0;
 }
 
+/*
+ * 1 while thread tid sleeps in poll(2)/ppoll(2): the first field of
+ * /proc/self/task/TID/syscall is the number of the syscall it is blocked
+ * in ("running" when it is not in one).
+ */
+static int thread_in_poll(pid_t tid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    int ok = fgets(buf, sizeof(buf), f) != NULL;
+    fclose(f);
+    if (!ok)
+        return 0;
+    char *end;
+    long nr = strtol(buf, &end, 10);
+    if (end == buf)
+        return 0;
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return 1;
+#endif
+    return nr == SYS_ppoll;
+}
+
+typedef struct {
+    tp_t *tp;
+    pid_t waiter;
+    atomic_int signalled; /* set just before tp_signal */
+    int saw_blocked;
+} sig_arg_t;
+
+/* Signal only once the waiter is asleep in the poll, so the wake-up can
+ * come from nothing but the signal. */
 static void *signaller(void *arg)
 {
-    tp_signal(arg);
+    sig_arg_t *s = arg;
+    int64_t deadline = th_now_ms() + 10000;
+    while (!thread_in_poll(s->waiter) && th_now_ms() < deadline) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    s->saw_blocked = thread_in_poll(s->waiter);
+    atomic_store(&s->signalled, 1);
+    tp_signal(s->tp);
     return NULL;
 }
 
-/* tp_signal from another thread ends tp_wait long before its timeout. */
+/*
+ * An idle worker's tp_wait sleeps for its whole timeout; tp_signal from
+ * another thread ends a 20 s wait that is known to be asleep.
+ */
 TEST_IMPL(tp_signal_wakes)
 {
     env_setup();
@@ -173,17 +264,38 @@ TEST_IMPL(tp_signal_wakes)
     ASSERT_OK(tp_create(NULL, &a));
     while (tp_progress(a))
         ;
-    pthread_t th;
-    int64_t t0 = th_now_ms();
-    ASSERT_EQ(pthread_create(&th, NULL, signaller, a), 0);
-    int woke = 0;
-    /* A spurious early return just loops; the signal must end it. */
-    while (!woke && th_now_ms() - t0 < 20000) {
-        ASSERT_OK(tp_wait(a, 20000));
-        woke = th_now_ms() - t0 < 20000;
+    /* Unsignalled: times out (an early return would be 0, not a
+     * timeout), and poll never returns before its timeout. */
+    int rc = 0;
+    int64_t t0 = 0;
+    for (int i = 0; i < 10 && rc != ST_ETIMEDOUT; i++) {
+        while (tp_progress(a))
+            ;
+        t0 = th_now_ms();
+        rc = tp_wait(a, 200);
+        ASSERT_MSG(rc == 0 || rc == ST_ETIMEDOUT, "tp_wait: %d", rc);
     }
-    ASSERT(woke);
+    ASSERT_EQ(rc, ST_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 199);
+
+    sig_arg_t s = {.tp = a, .waiter = (pid_t)syscall(SYS_gettid)};
+    atomic_init(&s.signalled, 0);
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, signaller, &s), 0);
+    /* A return before the signaller saw us asleep (pending events) is not
+     * the wake-up under test: wait again. */
+    int waits = 0;
+    do {
+        while (tp_progress(a))
+            ;
+        rc = tp_wait(a, 20000);
+        waits++;
+    } while (rc == 0 && !atomic_load(&s.signalled) && waits < 100);
     pthread_join(th, NULL);
+    ASSERT_MSG(s.saw_blocked, "the waiter was never seen asleep in poll");
+    ASSERT_MSG(rc == 0, "tp_wait after tp_signal: %d (%s)", rc,
+               st_strerror(rc));
+    ASSERT(atomic_load(&s.signalled));
     tp_destroy(a);
     return 0;
 }

@@ -5,22 +5,17 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
 #define TP_CLOSE_TIMEOUT_NS 1000000000LL
 #define TP_DRAIN_SCRATCH (64 * 1024)
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 int tp__status(ucs_status_t s)
 {
@@ -226,11 +221,11 @@ void tp_peer_close(tp_peer_t *peer, int force)
     peer->closing = 1;
     void *req = ucp_ep_close_nbx(peer->ep, &cp);
     peer_unlink(peer);
-    int64_t deadline = now_ns() + TP_CLOSE_TIMEOUT_NS;
+    int64_t deadline = rd_now_ns() + TP_CLOSE_TIMEOUT_NS;
     while (UCS_PTR_IS_PTR(req) &&
            ucp_request_check_status(req) == UCS_INPROGRESS) {
         ucp_worker_progress(tp->worker);
-        if (now_ns() > deadline) {
+        if (rd_now_ns() > deadline) {
             RD_WARN("endpoint close timed out; finishing in background");
             ucp_request_free(req);
             peer->next = tp->zombies;
@@ -246,6 +241,62 @@ void tp_peer_close(tp_peer_t *peer, int force)
 int tp_peer_failed(const tp_peer_t *peer)
 {
     return peer->failed;
+}
+
+/* Append name to the comma-separated list in buf unless it is there. */
+static void lanes_add(char *buf, size_t len, const char *name, size_t nlen)
+{
+    for (const char *p = buf; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t l = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (l == nlen && memcmp(p, name, nlen) == 0)
+            return;
+        p += l + (end != NULL);
+    }
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%.*s", used > 0 ? "," : "",
+             (int)nlen, name);
+}
+
+/*
+ * UCX 1.13 has no query for an endpoint's transports, only
+ * ucp_ep_print_info, whose lane lines read
+ * "lane[0]:  1:tcp/lo.0 md[1] -> ...": the name is between "N:" and the
+ * ".N" of the device index.
+ */
+int tp_peer_lanes(const tp_peer_t *peer, char *buf, size_t len)
+{
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (len == 0 || f == NULL) {
+        RD_ERROR("tp_peer_lanes: no memory for the endpoint's info");
+        return ST_ENOMEM;
+    }
+    ucp_ep_print_info(peer->ep, f);
+    fclose(f);
+    buf[0] = '\0';
+    for (const char *p = text; (p = strstr(p, "lane[")) != NULL; p++) {
+        const char *colon = strchr(p, ':');
+        if (colon == NULL)
+            break;
+        const char *name = colon + 1;
+        while (*name == ' ')
+            name++;
+        while (*name >= '0' && *name <= '9')
+            name++;
+        if (*name++ != ':')
+            continue;
+        size_t nlen = strcspn(name, " \n");
+        const char *dot = memchr(name, '.', nlen);
+        lanes_add(buf, len, name, dot != NULL ? (size_t)(dot - name) : nlen);
+    }
+    free(text);
+    if (buf[0] == '\0') {
+        RD_ERROR("tp_peer_lanes: UCX printed no lanes for the endpoint");
+        return ST_EINVAL;
+    }
+    return 0;
 }
 
 int tp_mem_map(tp_t *tp, void *buf, size_t len, tp_mem_t **mem_p)
@@ -477,11 +528,13 @@ int tp_wait(tp_t *tp, int timeout_ms)
     if (rc != 0)
         return rc == ST_AGAIN ? 0 : rc;
     struct pollfd pfd = {.fd = tp->efd, .events = POLLIN};
-    if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+    int n = poll(&pfd, 1, timeout_ms);
+    if (n < 0 && errno != EINTR) {
         RD_ERROR("poll on worker efd: %s", strerror(errno));
         return -errno;
     }
-    return 0;
+    /* Not an error: the caller's loop decides what a quiet spell means. */
+    return n == 0 ? ST_ETIMEDOUT : 0;
 }
 
 void tp_signal(tp_t *tp)

@@ -139,6 +139,14 @@ int tp_peer_connect(tp_t *tp, const void *addr, size_t len, tp_fail_cb cb,
 void tp_peer_close(tp_peer_t *peer, int force);
 /* 1 once the endpoint has failed (its event has been or will be raised). */
 int tp_peer_failed(const tp_peer_t *peer);
+/*
+ * The transports UCX chose for the endpoint's lanes, deduplicated and
+ * comma-separated ("tcp/lo", "sysv/memory,cma/memory"), into buf (len
+ * bytes, NUL-terminated, truncated if short). Meaningful once a message
+ * has crossed (wireup can replace the first lanes). Returns 0, or
+ * ST_ENOMEM / ST_EINVAL when UCX printed nothing usable.
+ */
+int tp_peer_lanes(const tp_peer_t *peer, char *buf, size_t len);
 
 /* Registered memory, for zero copy of large buffers. */
 int tp_mem_map(tp_t *tp, void *buf, size_t len, tp_mem_t **mem_p);
@@ -179,7 +187,9 @@ int tp_probe(tp_t *tp, uint64_t tag, uint64_t mask, size_t *len_p);
 unsigned tp_progress(tp_t *tp);
 /*
  * Sleep until the worker has events, tp_signal() is called or timeout_ms
- * passes. Returns 0 at once when events are pending.
+ * passes. Returns 0 when woken (at once when events are pending),
+ * ST_ETIMEDOUT (not logged) when timeout_ms passed with nothing to do, or
+ * a negative error.
  */
 int tp_wait(tp_t *tp, int timeout_ms);
 /* The worker's event fd, for an external loop (arm with tp_arm first). */

@@ -1,0 +1,289 @@
+/*
+ * Hostile local input: config files that are not what they seem, a
+ * --socket path that is somebody's file, and more clients than the daemon
+ * has descriptors for. None may destroy anything, and none may make the
+ * daemon spin or stop serving the trainers it has.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "daemon/dmn.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/task.h"
+
+/* Load a config file in-process; the error text goes to err (caller
+ * frees). */
+static int load_conf(const char *path, dmn_config_t *cfg, char **err_p)
+{
+    size_t len;
+    FILE *err = open_memstream(err_p, &len);
+    ASSERT(err != NULL);
+    char *argv[] = {"ringd", "-c", (char *)path, NULL};
+    dmn_config_init(cfg);
+    int rc = dmn_config_load(cfg, 3, argv, err);
+    fclose(err);
+    return rc;
+}
+
+/*
+ * A comment longer than any fixed line buffer ends with what looks like a
+ * setting: it must stay a comment. The next line's setting must still
+ * count, with its right line number in errors.
+ */
+TEST_IMPL(dmn_config_long_lines)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-longconf");
+    const char *conf = td_path(&t, "long.conf");
+    FILE *f = fopen(conf, "w");
+    ASSERT(f != NULL);
+    fputs("# ", f);
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f);
+    fputs(" trainers = 7\ntrainers = 3\n", f);
+    /* A 100 KB value line: read whole, then rejected as a bad number
+     * on line 3, not split into pieces. */
+    fputs("lease-ttl = ", f);
+    for (int i = 0; i < 100000; i++)
+        fputc('9', f);
+    fputc('\n', f);
+    fclose(f);
+
+    dmn_config_t cfg;
+    char *err = NULL;
+    int rc = load_conf(conf, &cfg, &err);
+    ASSERT_MSG(rc == ST_ECONFIG, "rc %d, err '%s'", rc, err);
+    ASSERT_MSG(strstr(err, "long.conf:3: bad number") != NULL, "err '%s'",
+               err);
+    ASSERT_EQ(cfg.trainers, 3);
+    dmn_config_free(&cfg);
+    free(err);
+
+    /* Without the bad line the file loads, and the comment's tail did not
+     * set anything. */
+    f = fopen(conf, "w");
+    ASSERT(f != NULL);
+    fputs("# ", f);
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f);
+    fputs(" trainers = 7\nstandalone = true\n", f);
+    fclose(f);
+    err = NULL;
+    rc = load_conf(conf, &cfg, &err);
+    ASSERT_MSG(rc == 0, "rc %d, err '%s'", rc, err);
+    ASSERT_EQ(cfg.trainers, 0);
+    dmn_config_free(&cfg);
+    free(err);
+    return 0;
+}
+
+/* A directory is not an empty config file, nor is a file with a NUL. */
+TEST_IMPL(dmn_config_not_a_file)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-dirconf");
+    dmn_config_t cfg;
+    char *err = NULL;
+    ASSERT_EQ(load_conf(t.dir, &cfg, &err), ST_ECONFIG);
+    ASSERT_MSG(strstr(err, "is a directory") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+
+    const char *conf = td_path(&t, "nul.conf");
+    FILE *f = fopen(conf, "w");
+    ASSERT(f != NULL);
+    fwrite("standalone = true\ntrainers = 2\0 # hidden\n", 1, 40, f);
+    fclose(f);
+    err = NULL;
+    ASSERT_EQ(load_conf(conf, &cfg, &err), ST_ECONFIG);
+    ASSERT_MSG(strstr(err, "nul.conf:2: NUL byte") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+    return 0;
+}
+
+/* ringd --standalone on t's socket, expected to exit: its exit code. */
+static int ringd_exit_code(td_daemon_t *t)
+{
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/ringd", th_bindir());
+    char *argv[] = {bin, "--standalone", "--config", "/dev/null",
+                    "--metrics", "off", "--socket", t->sock, NULL};
+    pid_t pid = th_spawn(argv, t->log);
+    td_track(pid);
+    return td_exit_code(pid, 30000);
+}
+
+/*
+ * --socket naming a user's regular file: ringd refuses to start and the
+ * file is untouched. A stale socket (nobody accepts on it) is replaced.
+ */
+TEST_IMPL(dmn_socket_path_not_ours)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-sockpath");
+    FILE *f = fopen(t.sock, "w");
+    ASSERT(f != NULL);
+    fputs("precious\n", f);
+    fclose(f);
+    ASSERT_EQ(ringd_exit_code(&t), 1);
+    ASSERT(td_file_has(t.log, "exists and is not a socket"));
+    ASSERT(td_file_has(t.sock, "precious"));
+
+    /* A directory at the path: refused too, and still there. */
+    ASSERT_EQ(unlink(t.sock), 0);
+    ASSERT_EQ(mkdir(t.sock, 0700), 0);
+    ASSERT_EQ(ringd_exit_code(&t), 1);
+    struct stat st;
+    ASSERT(stat(t.sock, &st) == 0 && S_ISDIR(st.st_mode));
+    ASSERT_EQ(rmdir(t.sock), 0);
+
+    /* A socket left by a crash: bound, never listening. */
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    ASSERT(strlen(t.sock) < sizeof(a.sun_path));
+    memcpy(a.sun_path, t.sock, strlen(t.sock) + 1);
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(fd);
+    ASSERT_EQ(td_start(&t, NULL), 0);
+    ASSERT(td_file_has(t.log, "removing the stale socket"));
+    ASSERT_EQ(td_stop(&t, 10000), 0);
+    return 0;
+}
+
+/* A raw connection to the daemon's socket (no HELLO). */
+static int raw_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    ASSERT(strlen(path) < sizeof(a.sun_path));
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* A descriptor limit that leaves the process `room` free descriptor
+ * numbers (new descriptors take the lowest free numbers below it). */
+static rlim_t limit_leaving(pid_t pid, int room)
+{
+    char path[64];
+    unsigned char open_fd[4096] = {0};
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ASSERT(dir != NULL);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        int n = atoi(e->d_name);
+        if (e->d_name[0] != '.' && n >= 0 && n < 4096)
+            open_fd[n] = 1;
+    }
+    closedir(dir);
+    int lim = 0;
+    for (int free_below = 0; lim < 4096; lim++)
+        if (!open_fd[lim] && free_below++ == room)
+            break;
+    return (rlim_t)lim;
+}
+
+static int count_lines_with(const char *path, const char *needle)
+{
+    size_t len;
+    char *s = td_read(path, &len);
+    int n = 0;
+    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    free(s);
+    return n;
+}
+
+/*
+ * The daemon runs out of descriptors while clients keep connecting. It
+ * must stop polling its listening socket instead of spinning on EMFILE
+ * (one warning, not one per try), keep serving, and accept again once
+ * descriptors are free: a trainer that connected during the flood trains.
+ */
+#define FLOOD 32
+TEST_IMPL(dmn_fd_exhaustion)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-fds");
+    ASSERT_EQ(td_start(&t, NULL), 0);
+    /* Room for 2 more descriptors: the flood runs it out at once. */
+    struct rlimit old, rl;
+    ASSERT_EQ(prlimit(t.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    rl = old;
+    rl.rlim_cur = limit_leaving(t.pid, 2);
+    ASSERT_EQ(prlimit(t.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+    int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++)
+        fds[i] = raw_connect(t.sock);
+    ASSERT_EQ(td_wait_file(t.log, "Too many open files", 10000), 0);
+    /* The trainer's connection waits in the backlog behind the flood.
+     * A daemon that polls on through EMFILE logs every try: hundreds of
+     * lines in the milliseconds until the flood ends below. */
+    const char *args[] = {"--steps", "20", NULL};
+    pid_t tr = td_trainer(&t, args, td_path(&t, "t.log"));
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    ASSERT_EQ(prlimit(t.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    ASSERT_EQ(td_exit_code(tr, 60000), 0);
+    int warned = count_lines_with(t.log, "accept: ");
+    ASSERT_MSG(warned >= 1 && warned <= 2, "%d accept warnings", warned);
+    ASSERT_EQ(td_stop(&t, 10000), 0);
+    return 0;
+}
+
+/* Did the daemon close this raw connection (EOF within timeout_ms)? */
+static int closed_by_daemon(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) != 1)
+        return 0;
+    char b;
+    return recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+/* At --max-clients the next connection is closed at once; the trainer
+ * already served trains on. */
+TEST_IMPL(dmn_max_clients)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-maxcl");
+    const char *extra[] = {"--max-clients", "3", NULL};
+    ASSERT_EQ(td_start(&t, extra), 0);
+    const char *args[] = {"--steps", "1000000000", "--log-every",
+                          "1000000000", NULL};
+    pid_t tr = td_trainer(&t, args, td_path(&t, "t.log"));
+    ASSERT_EQ(td_wait_file(t.log, "client 1 connected", 10000), 0);
+    /* Accepted in connection order: a and b fill the cap, so the four
+     * after them are the ones closed. */
+    int a = raw_connect(t.sock), b = raw_connect(t.sock);
+    int over[4];
+    for (int i = 0; i < 4; i++)
+        over[i] = raw_connect(t.sock);
+    for (int i = 0; i < 4; i++)
+        ASSERT_MSG(closed_by_daemon(over[i], 10000), "conn %d kept", i);
+    ASSERT(!closed_by_daemon(a, 0) && !closed_by_daemon(b, 0));
+    ASSERT_EQ(count_lines_with(t.log, "refusing a client"), 1);
+    ASSERT_EQ(td_exit_code(tr, 0), -1); /* still training */
+    for (int i = 0; i < 4; i++)
+        close(over[i]);
+    close(a);
+    close(b);
+    ASSERT_EQ(td_stop(&t, 10000), 0);
+    return 0;
+}
