@@ -209,7 +209,8 @@ static void http_route(http_conn_t *hc)
     } else if (strcmp(path, "/healthz") == 0) {
         /* Unhealthy from the request on, not from the step boundary: a
          * balancer or orchestrator must stop sending work at once. */
-        if (d->drain_requested || d->state == DMN_STEP_DRAINED)
+        if ((d->flags & DMN_F_DRAIN_REQUESTED) ||
+            d->state == DMN_STEP_DRAINED)
             http_answer(hc, 503, "text/plain", "draining\n", 9);
         else
             http_answer(hc, 200, "text/plain", "ok\n", 3);
