@@ -5,7 +5,6 @@
  * identical), and a node joining mid-job (it gets the state and takes
  * part from the next step boundary).
  */
-#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -891,35 +890,6 @@ TEST_IMPL(dmn_ring_drain)
     return fx_done();
 }
 
-/* 1 once every thread of process pid is stopped: kill(SIGSTOP) returns
- * before the target has stopped, and a thread still running could finish
- * a collective the test means to catch it in. */
-static int all_threads_stopped(void *pid_p)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)*(pid_t *)pid_p);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return 0;
-    int stopped = 1, n = 0;
-    struct dirent *e;
-    while (stopped && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char sp[400];
-        snprintf(sp, sizeof(sp), "%s/%s/stat", path, e->d_name);
-        FILE *f = fopen(sp, "r");
-        char *rp = f != NULL && fgets(buf, sizeof(buf), f) != NULL
-                       ? strrchr(buf, ')') : NULL;
-        stopped = rp != NULL && (rp[2] == 'T' || rp[2] == 't');
-        n++;
-        if (f != NULL)
-            fclose(f);
-    }
-    closedir(d);
-    return stopped && n > 0;
-}
-
 /* 1 once the trainer process pid is stopped (SIGSTOP), reaping the
  * stop so the test sees it exactly once. */
 static int trainer_stopped(void *pid_p)
@@ -963,7 +933,7 @@ TEST_IMPL(dmn_ring_fence_stopped)
     ASSERT_OK(td_wait_file(c.d[2].log, "step 200: running -> reducing",
                            30000));
     ASSERT_OK(kill(c.d[2].pid, SIGSTOP));
-    ASSERT_MSG(td_poll(all_threads_stopped, &c.d[2].pid, 10000) == 0,
+    ASSERT_MSG(td_poll(td_all_stopped, &c.d[2].pid, 10000) == 0,
                "n2's daemon did not stop");
     ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
     const char *h00 = td_path(&c.d[0], "h0");
