@@ -32,7 +32,10 @@ typedef struct dmn_conn {
     char name[32];
     int hello;            /* HELLO accepted */
     int bye;              /* said goodbye: a clean leave */
-    dmn_buf_t bufs[PROTO_MAX_BUFFERS];
+    dmn_buf_t *bufs;      /* indexed by the client's buffer id */
+    uint32_t bufs_cap;    /* slots in bufs (grows to the highest id) */
+    uint32_t nmapped;     /* slots in use */
+    uint64_t mapped_bytes;
     int has_state;
     proto_state_set_t state;
 
