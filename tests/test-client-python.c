@@ -186,3 +186,70 @@ TEST_IMPL(client_python_package)
     ASSERT(td_file_has(log, "installed ok"));
     return 0;
 }
+
+static int py_imports(const char *py, const char *module, const char *log)
+{
+    const char *argv[] = {py, "-c", module, NULL};
+    pid_t pid = th_spawn((char *const *)argv, log);
+    td_track(pid);
+    return td_exit_code(pid, 60000) == 0;
+}
+
+/* tests/py/binding.py --part part against ringd --trainers 2. */
+static int run_binding(const char *part)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t t;
+    td_init(&t, "client-pybind");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        return TEST_SKIP;
+    if (strcmp(part, "torch") == 0 &&
+        !py_imports(py, "import torch", td_path(&t, "torch.log"))) {
+        printf("# SKIP: torch cannot be imported by %s\n", py);
+        td_dump(td_path(&t, "torch.log"));
+        return TEST_SKIP;
+    }
+    char lib[600], script[600], pypath[600], pid[32];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/py/binding.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    snprintf(pid, sizeof(pid), "%d", (int)t.pid);
+    const char *argv[] = {py, script, "--socket", t.sock, "--daemon-pid",
+                          pid, "--part", part, NULL};
+    const char *log = td_path(&t, "binding.log");
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    int rc = td_exit_code(p, 240000);
+    td_dump(log);
+    ASSERT_EQ(rc, 0);
+    char want[32];
+    snprintf(want, sizeof(want), "PASS %s", part);
+    ASSERT(td_file_has(log, want));
+    /* Bad input was refused in Python: the daemon saw no bad message. */
+    ASSERT(!td_file_has(t.log, "rejected message"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* Every ringd dtype from numpy (bf16 as uint16 bits), clear errors for
+ * bad arrays, 500 buffers in one step, freed in the daemon when the
+ * arrays are dropped. */
+TEST_IMPL(client_python_dtypes_and_freeing)
+{
+    return run_binding("numpy");
+}
+
+/* ringd.torch: tensors in ringd memory reduced in place for every dtype,
+ * NotContiguous / NotRingdMemory / UnsupportedDtype with the daemon
+ * unharmed, 500 tensors in one step freed after. Skips (and says so) only
+ * when torch cannot be imported. */
+TEST_IMPL(client_python_torch_tensors)
+{
+    return run_binding("torch");
+}

@@ -31,6 +31,7 @@ beside this file (a package that ships it), then the library directory
 `make install` wrote into ringd/_config.py, then the dynamic linker's
 path. The path loaded is ringd.lib_path.
 """
+import bisect
 import ctypes
 import os
 import weakref
@@ -193,8 +194,9 @@ def dtype_code(dtype):
         nd = None
     if nd in _NP_DTYPES:
         return _NP_DTYPES[nd]
-    raise ValueError("ringd has no dtype %r (it reduces %s)" %
-                     (dtype, ", ".join(DTYPE_NAMES)))
+    raise ValueError("ringd has no dtype %s (it reduces %s)" %
+                     (nd if nd is not None else repr(dtype),
+                      ", ".join(DTYPE_NAMES)))
 
 
 class Client:
@@ -218,7 +220,9 @@ class Client:
         # Base addresses of buffers no array refers to any more; freed at
         # the next call, never from inside a garbage collection.
         self._dead = []
-        self._live = {}
+        self._live = {}         # base address -> its finalizer
+        self._bases = []        # sorted base addresses of live buffers
+        self._sizes = {}        # base address -> bytes
 
     def _check(self, rc, what):
         if rc == 0:
@@ -240,7 +244,26 @@ class Client:
                         _lib.ringd_last_error(self._c).decode())
         raw = (ctypes.c_char * nbytes).from_address(addr)
         self._live[addr] = weakref.finalize(raw, self._dead.append, addr)
+        bisect.insort(self._bases, addr)
+        self._sizes[addr] = nbytes
         return addr, memoryview(raw).cast("B")
+
+    def owns(self, addr, nbytes):
+        """Whether [addr, addr+nbytes) lies inside one live buffer."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i < 0:
+            return False
+        base = self._bases[i]
+        return addr + nbytes <= base + self._sizes[base]
+
+    def buffers(self):
+        """How many buffers this client has mapped."""
+        return len(self._bases)
+
+    def _forget(self, addr):
+        self._live.pop(addr, None)
+        if self._sizes.pop(addr, None) is not None:
+            del self._bases[bisect.bisect_left(self._bases, addr)]
 
     def buffer(self, shape, dtype=np.float32):
         """A zeroed numpy array in memory shared with the daemon; "bf16"
@@ -255,22 +278,28 @@ class Client:
         return np.frombuffer(mv, dtype=npd, count=count).reshape(shape)
 
     def _free_addr(self, addr):
-        fin = self._live.pop(addr, None)
-        if fin is not None:
-            fin.detach()
         if not hasattr(_lib, "ringd_buffer_free"):
             raise Error(ENOTSUP, "ringd_buffer_free: not in " + lib_path)
         self._check(_lib.ringd_buffer_free(self._c, addr),
                     "ringd_buffer_free")
+        fin = self._live.get(addr)
+        if fin is not None:
+            fin.detach()
+        self._forget(addr)
+
+    def collect(self):
+        """Free now the buffers no array refers to any more (otherwise
+        done at the next buffer() or step_begin())."""
+        self._reap()
 
     def _reap(self):
         while self._dead and self._c:
             addr = self._dead.pop()
-            self._live.pop(addr, None)
             try:
                 self._free_addr(addr)
             except Error:
-                pass  # its state or a lost daemon: ringd_close frees it
+                # The state region's buffer: ringd_close frees it.
+                self._forget(addr)
 
     def free(self, array):
         """Free the buffer that array (from buffer()) starts; the array
@@ -355,6 +384,8 @@ class Client:
                 fin.detach()
             self._live.clear()
             self._dead.clear()
+            self._bases.clear()
+            self._sizes.clear()
             _lib.ringd_close(self._c)
             self._c = ctypes.c_void_p()
 
@@ -366,4 +397,6 @@ class Client:
 
 
 def _address(array):
+    if hasattr(array, "data_ptr"):      # a torch tensor
+        return array.data_ptr()
     return array.__array_interface__["data"][0]
