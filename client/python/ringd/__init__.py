@@ -183,7 +183,7 @@ def strerror(code):
 
 def dtype_code(dtype):
     """The ringd dtype of a name ("bf16"), an enum value or a numpy
-    dtype; raises ValueError naming what ringd lacks."""
+    dtype; raises Error (EINVAL) naming what ringd lacks."""
     if isinstance(dtype, str) and dtype in DTYPE_NAMES:
         return DTYPE_NAMES[dtype]
     if isinstance(dtype, int) and dtype in DTYPE_SIZES:
@@ -194,9 +194,9 @@ def dtype_code(dtype):
         nd = None
     if nd in _NP_DTYPES:
         return _NP_DTYPES[nd]
-    raise ValueError("ringd has no dtype %s (it reduces %s)" %
-                     (nd if nd is not None else repr(dtype),
-                      ", ".join(DTYPE_NAMES)))
+    raise Error(EINVAL, "ringd has no dtype %s (it reduces %s)" %
+                (nd if nd is not None else repr(dtype),
+                 ", ".join(DTYPE_NAMES)))
 
 
 class Client:
@@ -332,15 +332,15 @@ class Client:
         names the wire type when the array's own is not it ("bf16" for
         uint16 bits)."""
         if not array.flags.c_contiguous:
-            raise ValueError("allreduce: the array is not contiguous")
+            raise Error(EINVAL, "allreduce: the array is not contiguous")
         if dtype is None and array.dtype not in _NP_DTYPES:
-            raise ValueError("allreduce: ringd has no dtype %s (name the "
-                             "wire dtype, e.g. dtype='bf16' for uint16 "
-                             "bits)" % array.dtype)
+            raise Error(EINVAL, "allreduce: ringd has no dtype %s (name "
+                                "the wire dtype, e.g. dtype='bf16' for "
+                                "uint16 bits)" % array.dtype)
         code = _NP_DTYPES[array.dtype] if dtype is None else dtype_code(dtype)
         if array.nbytes % DTYPE_SIZES[code]:
-            raise ValueError("allreduce: %d bytes is not a whole number of "
-                             "%s" % (array.nbytes, dtype))
+            raise Error(EINVAL, "allreduce: %d bytes is not a whole number "
+                                "of %s" % (array.nbytes, dtype))
         self.allreduce_raw(_address(array), array.nbytes // DTYPE_SIZES[code],
                            code, op)
 

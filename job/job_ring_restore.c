@@ -1,5 +1,5 @@
 /*
- * backend_ring_restore.c - a whole job restarting from checkpoints kept in
+ * job_ring_restore.c - a whole job restarting from checkpoints kept in
  * per-node directories.
  *
  * Node r of a checkpoint wrote shard r and the replica of shard r-1 into
@@ -31,12 +31,12 @@
 #include "checkpoint/ckpt.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
+#include "job/job_ring-int.h"
 
 #define RESTORE_TRIES 4
 #define NO_INDEX 0xfffffu
 
-uint64_t rb__newest_local(const char *root, uint64_t below)
+uint64_t job__newest_local(const char *root, uint64_t below)
 {
     uint64_t *steps = NULL, best = 0;
     size_t n = 0;
@@ -93,12 +93,14 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
     uint32_t n = m->nshards;
     void **dec = calloc(n, sizeof(*dec));
     int64_t *key = calloc(n, sizeof(*key));
-    int rc = dec && key ? 0 : ST_ENOMEM;
+    int *from_replica = calloc(n, sizeof(*from_replica));
+    int rc = dec && key && from_replica ? 0 : ST_ENOMEM;
     unsigned held = 0;
     for (uint32_t i = 0; rc == 0 && root != NULL && i < n; i++) {
         dec[i] = malloc(m->shards[i].size ? m->shards[i].size : 1);
         if (dec[i] != NULL &&
-            ckpt_store_read_shard(root, m, i, dec[i], NULL) == 0) {
+            ckpt_store_read_shard(root, m, i, dec[i], &from_replica[i]) ==
+                0) {
             key[i] = (int64_t)(NO_INDEX - me) + 1;
             held++;
         } else {
@@ -119,18 +121,24 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         uint32_t holder = NO_INDEX - (uint32_t)(key[i] - 1);
         char *dst = (char *)state + m->shards[i].offset;
-        if (holder == me)
+        if (holder == me) {
+            /* Which copy served it, so a repair can be checked. */
+            RD_INFO("restore: shard %u of step %" PRIu64 " sent from this "
+                    "node's %s copy", i, m->step,
+                    from_replica[i] ? "replica" : "primary");
             memcpy(dst, dec[i], m->shards[i].size);
+        }
         rc = ring_broadcast(r, dst, m->shards[i].size, holder);
     }
     for (uint32_t i = 0; dec != NULL && i < n; i++)
         free(dec[i]);
     free(dec);
     free(key);
+    free(from_replica);
     return rc;
 }
 
-int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
+int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
                      void *state, size_t bytes, uint64_t agreed,
                      uint64_t *step_p)
 {
@@ -160,7 +168,7 @@ int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
                               : "its size is not the state's");
             ckpt_manifest_free(m);
         }
-        int64_t next = (int64_t)rb__newest_local(root, step);
+        int64_t next = (int64_t)job__newest_local(root, step);
         rc = ring_allreduce(r, &next, 1, KERN_I64, KERN_MAX);
         if (rc != 0)
             return rc;
