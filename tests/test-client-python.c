@@ -305,3 +305,41 @@ TEST_IMPL(client_python_torch_tensors)
 {
     return run_binding("torch");
 }
+
+/* ringd.torch.elastic without a job (tests/py/elastic_unit.py): the
+ * ElasticSampler through simulated view changes and redone steps sees
+ * every sample of each epoch exactly once; State's tensors are the state
+ * region, training through it is bitwise unchanged, another replica
+ * restores model, Adam's moments and step, sampler, RNG and extras from
+ * its bytes, and another layout is refused. Skips only without torch. */
+TEST_IMPL(client_python_elastic_unit)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t t;
+    td_init(&t, "client-pyel");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        return TEST_SKIP;
+    if (!py_imports(py, "import torch", td_path(&t, "torch.log"))) {
+        printf("# SKIP: torch cannot be imported by %s\n", py);
+        return TEST_SKIP;
+    }
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/py/elastic_unit.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    ASSERT_OK(td_start(&t, NULL));
+    const char *argv[] = {py, script, "--socket", t.sock, NULL};
+    const char *log = td_path(&t, "elastic.log");
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    int rc = td_exit_code(p, 240000);
+    td_dump(log);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(log, "PASS elastic"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
