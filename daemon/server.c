@@ -77,7 +77,7 @@ static void bad_msg(dmn_conn_t *c, uint32_t seq, int32_t status,
 void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
                    uint64_t len)
 {
-    if (buf_id >= PROTO_MAX_BUFFERS || c->bufs[buf_id].addr == NULL)
+    if (buf_id >= c->bufs_cap || c->bufs[buf_id].addr == NULL)
         return NULL;
     if (!proto_range_ok(off, len, c->bufs[buf_id].size))
         return NULL;
@@ -103,6 +103,43 @@ static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
     dmn__reply_status(c, PROTO_T_HELLO, seq, 0);
 }
 
+/* Make room for buffer id `id`: the table doubles, up to
+ * PROTO_MAX_BUFFERS slots. 0 or -1 (out of memory). */
+static int bufs_reserve(dmn_conn_t *c, uint32_t id)
+{
+    if (id < c->bufs_cap)
+        return 0;
+    uint32_t cap = c->bufs_cap ? c->bufs_cap : 16;
+    while (cap <= id)
+        cap *= 2;
+    if (cap > PROTO_MAX_BUFFERS)
+        cap = PROTO_MAX_BUFFERS;
+    dmn_buf_t *b = realloc(c->bufs, cap * sizeof(*b));
+    if (b == NULL) {
+        RD_WARN("client %u: buffer table of %u slots: out of memory", c->id,
+                cap);
+        return -1;
+    }
+    memset(b + c->bufs_cap, 0, (cap - c->bufs_cap) * sizeof(*b));
+    c->bufs = b;
+    c->bufs_cap = cap;
+    return 0;
+}
+
+/* Why this client may not map `size` more bytes, or NULL. */
+static const char *over_limit(const dmn_conn_t *c, uint64_t size)
+{
+    const dmn_config_t *cfg = c->d->cfg;
+    uint64_t max_bytes = (uint64_t)cfg->max_client_mib << 20;
+    if (c->nmapped >= cfg->max_client_buffers)
+        return "client buffer limit: too many buffers mapped "
+               "(--max-client-buffers)";
+    if (size > max_bytes || c->mapped_bytes > max_bytes - size)
+        return "client buffer limit: too many bytes mapped "
+               "(--max-client-mib)";
+    return NULL;
+}
+
 /* Map the memfd a client passed; takes ownership of fd. */
 static void on_buf_add(dmn_conn_t *c, uint32_t seq,
                        const proto_buf_add_t *b, int fd)
@@ -113,7 +150,7 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
         why = "BUF_ADD without a file descriptor";
     else if (b->buf_id >= PROTO_MAX_BUFFERS)
         why = "buffer id out of range";
-    else if (c->bufs[b->buf_id].addr != NULL)
+    else if (b->buf_id < c->bufs_cap && c->bufs[b->buf_id].addr != NULL)
         why = "buffer id already in use";
     else if (b->size == 0 || b->size > PROTO_MAX_BUF_BYTES)
         why = "buffer size out of range";
@@ -128,6 +165,19 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
         bad_msg(c, seq, RINGD_EINVAL, why);
         goto out;
     }
+    /* Not a malformed message: a client that uses much memory. */
+    why = over_limit(c, b->size);
+    if (why != NULL) {
+        RD_WARN("client %u (pid %d): %s: %u buffers, %llu bytes mapped",
+                c->id, (int)c->pid, why, c->nmapped,
+                (unsigned long long)c->mapped_bytes);
+        dmn__reply_error(c, seq, RINGD_ENOMEM, "%s", why);
+        goto out;
+    }
+    if (bufs_reserve(c, b->buf_id) != 0) {
+        dmn__reply_error(c, seq, RINGD_ENOMEM, "daemon out of memory");
+        goto out;
+    }
     void *addr = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                       0);
     if (addr == MAP_FAILED) {
@@ -137,10 +187,42 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
         goto out;
     }
     c->bufs[b->buf_id] = (dmn_buf_t){addr, b->size};
+    c->nmapped++;
+    c->mapped_bytes += b->size;
     dmn__reply_status(c, PROTO_T_BUF_ADD, seq, 0);
 out:
     if (fd >= 0)
         close(fd);
+}
+
+/*
+ * Unmap a buffer. Only what nothing of the daemon still points into: a
+ * posted collective is read and written by the step machine and the ring
+ * thread until its reply, the state region by checkpoints and joiners.
+ */
+static void on_buf_free(dmn_conn_t *c, uint32_t seq,
+                        const proto_buf_free_t *f)
+{
+    uint32_t id = f->buf_id;
+    if (id >= c->bufs_cap || c->bufs[id].addr == NULL) {
+        bad_msg(c, seq, RINGD_EINVAL, "BUF_FREE of an unknown buffer id");
+        return;
+    }
+    if (c->cstate == DMN_CONN_POSTED && c->coll.buf_id == id) {
+        bad_msg(c, seq, RINGD_ESTATE,
+                "BUF_FREE of a buffer with a collective outstanding");
+        return;
+    }
+    if ((c->flags & DMN_CONN_F_HAS_STATE) && c->state.buf_id == id) {
+        bad_msg(c, seq, RINGD_ESTATE,
+                "BUF_FREE of the buffer holding the state region");
+        return;
+    }
+    munmap(c->bufs[id].addr, c->bufs[id].size);
+    c->nmapped--;
+    c->mapped_bytes -= c->bufs[id].size;
+    c->bufs[id] = (dmn_buf_t){NULL, 0};
+    dmn__reply_status(c, PROTO_T_BUF_FREE, seq, 0);
 }
 
 static void on_state_set(dmn_conn_t *c, uint32_t seq,
@@ -166,7 +248,7 @@ static void on_coll(dmn_conn_t *c, uint32_t seq, const proto_coll_req_t *r)
     }
     /* count * size cannot overflow: proto_check_coll bounded count. */
     uint64_t len = r->count * proto_dtype_size(r->dtype);
-    if (c->bufs[r->buf_id].addr == NULL) {
+    if (r->buf_id >= c->bufs_cap || c->bufs[r->buf_id].addr == NULL) {
         bad_msg(c, seq, RINGD_EINVAL, "unknown buffer id");
         return;
     }
@@ -206,8 +288,10 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
         bad_msg(c, h->seq, RINGD_ESTATE, "request before HELLO");
         goto out;
     }
-    if (type != PROTO_T_BYE && (c->cstate == DMN_CONN_WAITING ||
-                                c->cstate == DMN_CONN_POSTED)) {
+    /* BYE and BUF_FREE never wait, so they may come while a request is
+     * pending (on_buf_free refuses what that request uses). */
+    if (type != PROTO_T_BYE && type != PROTO_T_BUF_FREE &&
+        (c->cstate == DMN_CONN_WAITING || c->cstate == DMN_CONN_POSTED)) {
         bad_msg(c, h->seq, RINGD_ESTATE,
                 "new request while one is pending");
         goto out;
@@ -230,6 +314,7 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
     case PROTO_T_CKPT: dmn__ckpt_request(c->d, c, h->seq); break;
     case PROTO_T_STATUS: on_status(c, h->seq); break;
     case PROTO_T_BYE: c->flags |= DMN_CONN_F_BYE; break;
+    case PROTO_T_BUF_FREE: on_buf_free(c, h->seq, (const void *)body); break;
     default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;
     }
 out:
@@ -299,9 +384,10 @@ static void on_conn_io(uv_poll_t *p, int status, int events)
 static void conn_freed(uv_handle_t *h)
 {
     dmn_conn_t *c = h->data;
-    for (int i = 0; i < PROTO_MAX_BUFFERS; i++)
+    for (uint32_t i = 0; i < c->bufs_cap; i++)
         if (c->bufs[i].addr != NULL)
             munmap(c->bufs[i].addr, c->bufs[i].size);
+    free(c->bufs);
     close(c->fd);
     free(c);
 }
