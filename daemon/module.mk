@@ -7,6 +7,8 @@ LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
             daemon/backend_ring_thread.c daemon/backend_ring_ckpt.c \
             daemon/backend_ring_restore.c \
             daemon/checkpoint.c
+# Parsers of untrusted input, loop-free for the fuzz harnesses.
+LIB_SRCS += daemon/msg.c
 # ringctl talks to etcd itself (membership/etcd.h, cJSON): it needs the
 # libraries membership/module.mk adds, named here so the order of the
 # module files does not matter.
