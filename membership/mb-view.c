@@ -13,6 +13,9 @@
 #include "common/log.h"
 #include "common/status.h"
 
+/* The largest integer every double holds exactly. */
+#define JSON_MAX_EXACT 9007199254740992.0
+
 void mb__member_free(mb_member_t *m)
 {
     free((char *)m->node);
@@ -105,7 +108,8 @@ int mb__node_parse(const char *node, const char *json, size_t len,
                                : ST_EPROTO;
     cJSON_Delete(o);
     if (rc != 0)
-        RD_ERROR("mb: bad node record for '%s': %.200s", node, json);
+        RD_ERROR("mb: bad node record for '%s': %.*s", node,
+                 (int)(len < 200 ? len : 200), json);
     return rc;
 }
 
@@ -148,12 +152,16 @@ static int parse_view_obj(const cJSON *o, mb__view_t *v)
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "members");
     const cJSON *joiners = cJSON_GetObjectItemCaseSensitive(o, "joiners");
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
-    if (!cJSON_IsNumber(gen) || gen->valuedouble < 1 ||
-        !cJSON_IsNumber(step) || !cJSON_IsArray(arr) ||
-        !cJSON_IsArray(joiners) || (src && !cJSON_IsString(src)))
+    long long g, st;
+    /* Checked as integers first: converting a negative, huge or NaN
+     * double to uint64_t is undefined. */
+    if (rd_json_int(gen, 1, JSON_MAX_EXACT, &g) != 0 ||
+        rd_json_int(step, 0, JSON_MAX_EXACT, &st) != 0 ||
+        !cJSON_IsArray(arr) || !cJSON_IsArray(joiners) ||
+        (src && !cJSON_IsString(src)))
         return ST_EPROTO;
-    v->generation = (uint64_t)gen->valuedouble;
-    v->step = (uint64_t)step->valuedouble;
+    v->generation = (uint64_t)g;
+    v->step = (uint64_t)st;
     size_t n = (size_t)cJSON_GetArraySize(arr);
     v->members = calloc(n ? n : 1, sizeof(*v->members));
     if (v->members == NULL)
@@ -190,7 +198,7 @@ int mb__view_parse(const char *json, size_t len, mb__view_t *v)
     int rc = cJSON_IsObject(o) ? parse_view_obj(o, v) : ST_EPROTO;
     cJSON_Delete(o);
     if (rc != 0) {
-        RD_ERROR("mb: bad view: %.300s", json);
+        RD_ERROR("mb: bad view: %.*s", (int)(len < 300 ? len : 300), json);
         mb__view_free(v);
     }
     return rc;
