@@ -181,8 +181,9 @@ static int parse_view_obj(const cJSON *o, mb__view_t *v)
         int i = cJSON_IsString(it) ? find_node(v, it->valuestring) : -1;
         if (i < 0)
             return ST_EPROTO;
+        /* A name listed twice is one joiner: n_joiners counts members. */
+        v->n_joiners += !v->members[i].joiner;
         v->members[i].joiner = 1;
-        v->n_joiners++;
     }
     v->source_index = src ? find_node(v, src->valuestring) : -1;
     if (src && v->source_index < 0)

@@ -199,3 +199,21 @@ TEST_IMPL(fuzz_etcd_number_out_of_range)
     cJSON_Delete(j);
     return 0;
 }
+
+/* The fuzz-view harness's consistency check (n_joiners is the number of
+ * members flagged as joiners), on a view naming a joiner twice: it was
+ * counted twice, so a view could have more joiners than members. */
+TEST_IMPL(fuzz_view_joiner_listed_twice)
+{
+    static const char json[] =
+        "{\"generation\":1,\"step\":0,\"members\":[{\"node\":\"a\","
+        "\"host\":\"h\",\"addr\":\"\",\"lease\":\"1\",\"slots\":1}],"
+        "\"joiners\":[\"a\",\"a\"]}";
+    mb__view_t v;
+    ASSERT_OK(mb__view_parse(json, strlen(json), &v));
+    ASSERT_EQ(v.n_members, 1);
+    ASSERT_EQ(v.members[0].joiner, 1);
+    ASSERT_EQ(v.n_joiners, 1);
+    mb__view_free(&v);
+    return 0;
+}
