@@ -176,7 +176,7 @@ static void on_ckpt_async(uv_async_t *h)
     pthread_mutex_lock(&d->ckpt_mu);
     uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
     int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
-    dmn_ckpt_files_t f = {.primary = d->ckpt_done_info[0],
+    job_ckpt_files_t f = {.primary = d->ckpt_done_info[0],
                           .replica = d->ckpt_done_info[1],
                           .keep = CKPT_KEEP};
     pthread_mutex_unlock(&d->ckpt_mu);

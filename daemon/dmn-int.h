@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "checkpoint/ckpt.h"
-#include "daemon/backend.h"
+#include "job/job.h"
 #include "daemon/dmn.h"
 #include "proto/proto.h"
 
@@ -94,7 +94,7 @@ struct dmn {
     uv_loop_t *loop;
     const dmn_config_t *cfg;
     dmn_hooks_t hooks;
-    dmn_backend_t *be;
+    job_t *be;
     uint64_t start_ms;
     int open_handles;      /* handles of this struct still closing */
     uint64_t status_ms;    /* last STATUS= sent */
@@ -122,7 +122,7 @@ struct dmn {
     /* Step state (step.c). */
     dmn_step_state_t state;
     uint64_t step;
-    dmn_view_t view;       /* the view of the current/last step */
+    job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     int any_redo;          /* one left the step to redo it */
@@ -189,7 +189,7 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
-void dmn__step_on_view(void *arg, const dmn_view_t *view);
+void dmn__step_on_view(void *arg, const job_view_t *view);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
 /* dmn.c */

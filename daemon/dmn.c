@@ -18,6 +18,23 @@ void dmn__handle_closed(uv_handle_t *h)
     d->open_handles--;
 }
 
+/* The job's part of the daemon's settings. */
+static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
+{
+    *jc = (job_config_t){
+        .spec = cfg->backend != NULL ? cfg->backend : "solo",
+        .etcd = cfg->etcd,
+        .job = cfg->job,
+        .node = cfg->node_id,
+        .host = cfg->host,
+        .trainers = cfg->trainers,
+        .min_nodes = cfg->min_nodes,
+        .lease_ttl = cfg->lease_ttl,
+        .ring_deadline_ms = cfg->ring_deadline_ms,
+        .ckpt_dir = cfg->ckpt_interval > 0 ? cfg->ckpt_dir : NULL,
+    };
+}
+
 int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
                const dmn_hooks_t *hooks, dmn_t **d_p)
 {
@@ -33,13 +50,12 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_timer_init(loop, &d->drain_timer);
     d->drain_timer.data = d;
 
-    const char *spec = cfg->backend != NULL ? cfg->backend : "solo";
-    dmn_backend_cbs_t cbs = {.on_view = dmn__step_on_view, .arg = d,
-                             .get_state = dmn__step_get_state,
-                             .on_drain = dmn__on_backend_drain};
-    int rc = strcmp(spec, "ring") == 0
-                 ? dmn__backend_ring_create(loop, cfg, &cbs, &d->be)
-                 : dmn_backend_create(loop, spec, &cbs, &d->be);
+    job_config_t jc;
+    job_config_from(cfg, &jc);
+    job_cbs_t cbs = {.on_view = dmn__step_on_view, .arg = d,
+                     .get_state = dmn__step_get_state,
+                     .on_drain = dmn__on_backend_drain};
+    int rc = job_create(loop, &jc, &cbs, &d->be);
     if (rc != 0)
         goto err;
     d->be->ops->get_view(d->be, &d->view);
@@ -99,7 +115,7 @@ void dmn_destroy(dmn_t *d)
     dmn__metrics_stop(d);
     d->open_handles++;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
-    dmn_backend_destroy(d->be);
+    job_destroy(d->be);
     /* The handles live inside d: run the loop until they are closed. */
     while (d->open_handles > 0)
         uv_run(d->loop, UV_RUN_NOWAIT);

@@ -600,7 +600,7 @@ static void on_backend_ready(void *arg, int status)
     try_start(d);
 }
 
-void dmn__step_on_view(void *arg, const dmn_view_t *view)
+void dmn__step_on_view(void *arg, const job_view_t *view)
 {
     dmn_t *d = arg;
     if (view->restored) {

@@ -2,7 +2,7 @@
 # time) and the loader of the optional CUDA library.
 LIB_SRCS += kernels/kern.c kernels/kern_scalar.c kernels/kern_avx2.c \
             kernels/kern_avx512.c kernels/kern_gpu.c
-TEST_SRCS += tests/test-kern.c tests/test-kern-gpu.c
+TEST_SRCS += tests/test-kern.c tests/test-kern-gpu.c tests/gpu/gpu-compare.c
 BENCH_BINS += $(BUILD)/bench/kernels
 
 $(BUILD)/kernels/kern_avx2.o: CFLAGS_EXTRA = -mavx2 -mfma -mf16c

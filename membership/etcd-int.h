@@ -108,6 +108,7 @@ struct etcd {
     int auth_inflight;
     etcd_req_t *reqs;
     etcd_watch_t *watches;
+    etcd_stats_t stats;
 };
 
 #define LIST_ADD(head, x)                                                    \

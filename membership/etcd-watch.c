@@ -100,8 +100,10 @@ static void watch_next(uv_timer_t *t)
         etcd__add_i64(b, "start_revision", w->next_rev);
         cJSON_AddBoolToObject(b, "progress_notify", 1);
         rc = etcd__req_new(e, ETCD_K_WATCH, "/v3/watch", o, NULL, NULL, &r);
-        if (rc == 0)
+        if (rc == 0) {
             r->watch = w;
+            e->stats.watch_streams++;
+        }
         w->started_ms = uv_now(e->loop);
     }
     if (rc != 0) {
@@ -205,8 +207,10 @@ static int watch_line(etcd_watch_t *w, const char *line, size_t len)
     if (canceled) {
         RD_WARN("etcd watch: canceled (compacted at %lld); re-reading",
                 (long long)compact);
-        if (compact > 0)
+        if (compact > 0) {
             w->next_rev = 0; /* history is gone: take a new snapshot */
+            w->e->stats.watch_compacted++;
+        }
         rc = ST_ESTALE;
         goto out;
     }

@@ -221,6 +221,7 @@ static void req_http_done(etcd_req_t *r, long http)
         r->kind != ETCD_K_AUTH) {
         /* The token expired: get a new one and try once more. */
         RD_INFO("etcd %s: %s; re-authenticating", r->path, msg);
+        e->stats.auth_expired++;
         free(e->token);
         e->token = NULL;
         r->auth_retried = 1;
@@ -488,6 +489,7 @@ static void auth_start(etcd_t *e)
         return;
     }
     e->auth_inflight = 1;
+    e->stats.auth_requests++;
     etcd__req_submit(r);
 }
 
@@ -677,6 +679,11 @@ void etcd_destroy(etcd_t *e)
 uv_loop_t *etcd_loop(etcd_t *e)
 {
     return e->loop;
+}
+
+void etcd_stats(const etcd_t *e, etcd_stats_t *stats_p)
+{
+    *stats_p = e->stats;
 }
 
 static void on_run_timer(uv_timer_t *t)

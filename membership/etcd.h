@@ -202,6 +202,17 @@ int etcd_watch_start(etcd_t *etcd, const char *prefix, etcd_watch_cb cb,
 /* Stop and free a watch; cb is not called again. Accepts NULL. */
 void etcd_watch_stop(etcd_watch_t *watch);
 
+/* Counters since etcd_create, for tests and metrics. */
+typedef struct {
+    uint64_t auth_requests;   /* /v3/auth/authenticate calls sent */
+    uint64_t auth_expired;    /* replies saying our token was invalid */
+    uint64_t watch_streams;   /* watch streams opened, first or resumed */
+    uint64_t watch_compacted; /* streams etcd canceled because their start
+                                 revision was compacted (then re-read) */
+} etcd_stats_t;
+
+void etcd_stats(const etcd_t *etcd, etcd_stats_t *stats_p);
+
 /* Base64 (RFC 4648, with padding). Encode writes 4*ceil(n/3) chars and a
  * NUL into out (size it with ETCD_B64_ENC_LEN). Decode returns the
  * decoded length or ST_EPROTO on bad input; out needs 3*len/4 bytes. */

@@ -49,7 +49,6 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 /* The member object, shared by mb.c (state machine, registration,     */
 /* mirror) and mb-leader.c (campaign, views, suspicions, reshapes).    */
 
-#define MB_KEY_MAX 512
 #define MB_RETRY_MIN_MS 100
 #define MB_RETRY_MAX_MS 1000
 
@@ -67,6 +66,7 @@ struct mb {
     void *data;
     mb_member_t me;          /* node, host, addr, slots; lease below */
     int ttl_s, min_members, settle_ms;
+    char job[MB_KEY_MAX];
     char prefix[MB_KEY_MAX], my_key[MB_KEY_MAX], leader_key[MB_KEY_MAX];
     char view_key[MB_KEY_MAX], drain_key[MB_KEY_MAX];
     char nodes_prefix[MB_KEY_MAX], suspect_prefix[MB_KEY_MAX];

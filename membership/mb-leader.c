@@ -204,8 +204,9 @@ void mb__handle_suspects(mb_t *mb)
         if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
             continue;
         char nkey[MB_KEY_MAX];
-        snprintf(nkey, sizeof(nkey), "%s%s", mb->nodes_prefix,
-                 kv->key + plen);
+        if (mb_key(nkey, sizeof(nkey), mb->job, MB_KEY_NODE, kv->key + plen,
+                   0, 0) != 0)
+            continue;
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
         int64_t lease = 0;
         rd_json_i64(j, "lease", &lease);
@@ -246,7 +247,8 @@ int mb_suspect(mb_t *mb, const char *node, const char *why)
         return ST_EINVAL;
     }
     char key[MB_KEY_MAX], ls[32];
-    snprintf(key, sizeof(key), "%s%s", mb->suspect_prefix, node);
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0))
+        return ST_EINVAL;
     snprintf(ls, sizeof(ls), "%lld", (long long)lease);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "by", mb->me.node);
@@ -289,7 +291,7 @@ int mb_request_view(mb_t *mb, const char *why)
         return ST_EINVAL;
     }
     char key[MB_KEY_MAX], gen[32];
-    snprintf(key, sizeof(key), "%s%s", mb->reshape_prefix, mb->me.node);
+    mb_key(key, sizeof(key), mb->job, MB_KEY_RESHAPE, mb->me.node, 0, 0);
     snprintf(gen, sizeof(gen), "%" PRIu64, mb->delivered_gen);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "gen", gen);

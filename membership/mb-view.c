@@ -13,9 +13,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/* The largest integer every double holds exactly. */
-#define JSON_MAX_EXACT 9007199254740992.0
-
 void mb__member_free(mb_member_t *m)
 {
     free((char *)m->node);
@@ -72,44 +69,89 @@ char *mb__node_json(const mb_member_t *m, int pid)
     return s;
 }
 
-/* Fill m (owned) from the fields add_member_fields wrote. */
-static int parse_member_fields(const cJSON *o, const char *node,
-                               mb_member_t *m)
+/* addr as add_member_fields wrote it into m; an absent addr is empty
+ * unless need_addr. */
+static int parse_addr(const cJSON *o, int need_addr, mb_member_t *m)
 {
-    const cJSON *host = cJSON_GetObjectItemCaseSensitive(o, "host");
     const cJSON *addr = cJSON_GetObjectItemCaseSensitive(o, "addr");
-    const cJSON *slots = cJSON_GetObjectItemCaseSensitive(o, "slots");
-    memset(m, 0, sizeof(*m));
-    if (!cJSON_IsString(host) || !cJSON_IsString(addr) ||
-        !cJSON_IsNumber(slots) || node == NULL)
+    if (addr != NULL ? !cJSON_IsString(addr) : need_addr)
         return ST_EPROTO;
-    if (rd_json_i64(o, "lease", &m->lease) != 0)
-        return ST_EPROTO;
-    size_t alen = strlen(addr->valuestring);
+    const char *s = addr != NULL ? addr->valuestring : "";
+    size_t alen = strlen(s);
     uint8_t *buf = malloc(alen / 4 * 3 + 3);
-    long n = buf ? etcd_b64_decode(addr->valuestring, alen, buf) : ST_ENOMEM;
-    m->node = strdup(node);
-    m->host = strdup(host->valuestring);
+    long n = buf ? etcd_b64_decode(s, alen, buf) : ST_ENOMEM;
     m->addr = buf;
     m->addr_len = n > 0 ? (size_t)n : 0;
-    m->slots = slots->valueint;
-    if (n < 0 || m->node == NULL || m->host == NULL) {
+    return n < 0 ? (int)n : 0;
+}
+
+/* Fill m (owned) from the fields add_member_fields wrote. */
+static int parse_member_fields(const cJSON *o, const char *node,
+                               int need_addr, mb_member_t *m,
+                               const char **why_p)
+{
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(o, "host");
+    long long slots, lease;
+    memset(m, 0, sizeof(*m));
+    *why_p = "not a JSON object with host, slots, lease";
+    if (!cJSON_IsString(host) || node == NULL ||
+        rd_json_int(cJSON_GetObjectItemCaseSensitive(o, "slots"), 0, 1e9,
+                    &slots) != 0 ||
+        rd_json_count(cJSON_GetObjectItemCaseSensitive(o, "lease"),
+                      &lease) != 0)
+        return ST_EPROTO;
+    int rc = parse_addr(o, need_addr, m);
+    m->node = strdup(node);
+    m->host = strdup(host->valuestring);
+    m->slots = (int)slots;
+    m->lease = lease;
+    if (rc == 0 && (m->node == NULL || m->host == NULL))
+        rc = ST_ENOMEM;
+    if (rc != 0) {
+        *why_p = rc == ST_ENOMEM ? "out of memory" : "addr is not base64";
         mb__member_free(m);
-        return n < 0 ? (int)n : ST_ENOMEM;
     }
-    return 0;
+    return rc;
+}
+
+static int node_parse(const char *node, const char *json, size_t len,
+                      int need_addr, mb_node_rec_t *rec, const char **why_p)
+{
+    cJSON *o = cJSON_ParseWithLength(json, len);
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(o, "pid");
+    long long p = -1;
+    int rc = ST_EPROTO;
+    memset(rec, 0, sizeof(*rec));
+    *why_p = "not a JSON object with host, slots, lease";
+    if (cJSON_IsObject(o) &&
+        (pid == NULL || rd_json_int(pid, 0, 1e10, &p) == 0))
+        rc = parse_member_fields(o, node, need_addr, &rec->member, why_p);
+    rec->pid = p;
+    cJSON_Delete(o);
+    return rc;
+}
+
+int mb_node_parse(const char *node, const char *json, size_t len,
+                  mb_node_rec_t *rec, const char **why_p)
+{
+    return node_parse(node, json, len, 0, rec, why_p);
+}
+
+void mb_node_rec_free(mb_node_rec_t *rec)
+{
+    mb__member_free(&rec->member);
 }
 
 int mb__node_parse(const char *node, const char *json, size_t len,
                    mb_member_t *m)
 {
-    cJSON *o = cJSON_ParseWithLength(json, len);
-    int rc = cJSON_IsObject(o) ? parse_member_fields(o, node, m)
-                               : ST_EPROTO;
-    cJSON_Delete(o);
+    mb_node_rec_t rec;
+    const char *why;
+    int rc = node_parse(node, json, len, 1, &rec, &why);
     if (rc != 0)
-        RD_ERROR("mb: bad node record for '%s': %.*s", node,
+        RD_ERROR("mb: bad node record for '%s' (%s): %.*s", node, why,
                  (int)(len < 200 ? len : 200), json);
+    *m = rec.member;
     return rc;
 }
 
@@ -145,33 +187,23 @@ static int find_node(const mb__view_t *v, const char *node)
     return -1;
 }
 
-static int parse_view_obj(const cJSON *o, mb__view_t *v)
+/* members and joiners of the view object o into v. */
+static int parse_view_members(const cJSON *arr, const cJSON *joiners,
+                              mb__view_t *v, const char **why_p)
 {
-    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(o, "generation");
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "members");
-    const cJSON *joiners = cJSON_GetObjectItemCaseSensitive(o, "joiners");
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
-    long long g, st;
-    /* Checked as integers first: converting a negative, huge or NaN
-     * double to uint64_t is undefined. */
-    if (rd_json_int(gen, 1, JSON_MAX_EXACT, &g) != 0 ||
-        rd_json_int(step, 0, JSON_MAX_EXACT, &st) != 0 ||
-        !cJSON_IsArray(arr) || !cJSON_IsArray(joiners) ||
-        (src && !cJSON_IsString(src)))
-        return ST_EPROTO;
-    v->generation = (uint64_t)g;
-    v->step = (uint64_t)st;
     size_t n = (size_t)cJSON_GetArraySize(arr);
     v->members = calloc(n ? n : 1, sizeof(*v->members));
-    if (v->members == NULL)
+    if (v->members == NULL) {
+        *why_p = "out of memory";
         return ST_ENOMEM;
+    }
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         const cJSON *node = cJSON_GetObjectItemCaseSensitive(it, "node");
+        *why_p = "a member without node or host";
         int rc = cJSON_IsObject(it) && cJSON_IsString(node)
-                     ? parse_member_fields(it, node->valuestring,
-                                           &v->members[v->n_members])
+                     ? parse_member_fields(it, node->valuestring, 1,
+                                           &v->members[v->n_members], why_p)
                      : ST_EPROTO;
         if (rc != 0)
             return rc;
@@ -179,30 +211,124 @@ static int parse_view_obj(const cJSON *o, mb__view_t *v)
     }
     cJSON_ArrayForEach(it, joiners) {
         int i = cJSON_IsString(it) ? find_node(v, it->valuestring) : -1;
+        *why_p = "a joiner that is not a member";
         if (i < 0)
             return ST_EPROTO;
         /* A name listed twice is one joiner: n_joiners counts members. */
         v->n_joiners += !v->members[i].joiner;
         v->members[i].joiner = 1;
     }
+    return 0;
+}
+
+static int parse_view_obj(const cJSON *o, mb__view_t *v, const char **why_p)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "members");
+    const cJSON *joiners = cJSON_GetObjectItemCaseSensitive(o, "joiners");
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
+    long long gen, step;
+    *why_p = "generation or step missing or not a count";
+    if (rd_json_int(cJSON_GetObjectItemCaseSensitive(o, "generation"), 1,
+                    9007199254740992.0, &gen) != 0 ||
+        rd_json_int(cJSON_GetObjectItemCaseSensitive(o, "step"), 0,
+                    9007199254740992.0, &step) != 0)
+        return ST_EPROTO;
+    *why_p = "members, joiners or source of the wrong type";
+    if (!cJSON_IsArray(arr) || !cJSON_IsArray(joiners) ||
+        (src && !cJSON_IsString(src)))
+        return ST_EPROTO;
+    v->generation = (uint64_t)gen;
+    v->step = (uint64_t)step;
+    int rc = parse_view_members(arr, joiners, v, why_p);
+    if (rc != 0)
+        return rc;
     v->source_index = src ? find_node(v, src->valuestring) : -1;
+    *why_p = "a source that is not a member";
     if (src && v->source_index < 0)
         return ST_EPROTO;
     return 0;
 }
 
-int mb__view_parse(const char *json, size_t len, mb__view_t *v)
+static int view_parse(const char *json, size_t len, mb__view_t *v,
+                      const char **why_p)
 {
     memset(v, 0, sizeof(*v));
     v->source_index = -1;
     cJSON *o = cJSON_ParseWithLength(json, len);
-    int rc = cJSON_IsObject(o) ? parse_view_obj(o, v) : ST_EPROTO;
+    *why_p = "not a JSON object";
+    int rc = cJSON_IsObject(o) ? parse_view_obj(o, v, why_p) : ST_EPROTO;
     cJSON_Delete(o);
-    if (rc != 0) {
-        RD_ERROR("mb: bad view: %.*s", (int)(len < 300 ? len : 300), json);
+    if (rc != 0)
         mb__view_free(v);
-    }
     return rc;
+}
+
+int mb__view_parse(const char *json, size_t len, mb__view_t *v)
+{
+    const char *why;
+    int rc = view_parse(json, len, v, &why);
+    if (rc != 0)
+        RD_ERROR("mb: bad view (%s): %.*s", why,
+                 (int)(len < 300 ? len : 300), json);
+    return rc;
+}
+
+/* The public owned view is the internal one's members under the public
+ * type; the allocation is one mb_view_t. */
+static int view_publish(mb__view_t *v, int my_index, mb_view_t **view_p)
+{
+    mb_view_t *pub = calloc(1, sizeof(*pub));
+    if (pub == NULL) {
+        mb__view_free(v);
+        return ST_ENOMEM;
+    }
+    pub->generation = v->generation;
+    pub->step = v->step;
+    pub->members = v->members;
+    pub->n_members = v->n_members;
+    pub->my_index = my_index;
+    pub->source_index = v->source_index;
+    pub->n_joiners = v->n_joiners;
+    *view_p = pub;
+    return 0;
+}
+
+int mb_view_parse(const char *json, size_t len, mb_view_t **view_p,
+                  const char **why_p)
+{
+    mb__view_t v;
+    int rc = view_parse(json, len, &v, why_p);
+    if (rc == 0 && (rc = view_publish(&v, -1, view_p)) != 0)
+        *why_p = "out of memory";
+    return rc;
+}
+
+int mb_view_dup(const mb_view_t *view, mb_view_t **copy_p)
+{
+    mb__view_t v = {view->generation, view->step, NULL, 0,
+                    view->source_index, view->n_joiners};
+    v.members = calloc(view->n_members ? view->n_members : 1,
+                       sizeof(*v.members));
+    if (v.members == NULL)
+        return ST_ENOMEM;
+    for (; v.n_members < view->n_members; v.n_members++) {
+        if (mb__member_copy(&v.members[v.n_members],
+                            &view->members[v.n_members]) != 0) {
+            mb__view_free(&v);
+            return ST_ENOMEM;
+        }
+    }
+    return view_publish(&v, view->my_index, copy_p);
+}
+
+void mb_view_free(mb_view_t *view)
+{
+    if (view == NULL)
+        return;
+    mb__view_t v = {0, 0, (mb_member_t *)view->members, view->n_members,
+                    -1, 0};
+    mb__view_free(&v);
+    free(view);
 }
 
 static int same_incarnation(const mb_member_t *a, const mb_member_t *b)

@@ -519,14 +519,16 @@ static int check_config(const mb_config_t *cfg)
 static void make_keys(mb_t *mb, const char *job)
 {
     const char *n = mb->me.node;
-    snprintf(mb->prefix, MB_KEY_MAX, "/ringd/%s/", job);
-    snprintf(mb->nodes_prefix, MB_KEY_MAX, "/ringd/%s/nodes/", job);
-    snprintf(mb->suspect_prefix, MB_KEY_MAX, "/ringd/%s/suspect/", job);
-    snprintf(mb->reshape_prefix, MB_KEY_MAX, "/ringd/%s/reshape/", job);
-    snprintf(mb->my_key, MB_KEY_MAX, "/ringd/%s/nodes/%s", job, n);
-    snprintf(mb->leader_key, MB_KEY_MAX, "/ringd/%s/leader", job);
-    snprintf(mb->view_key, MB_KEY_MAX, "/ringd/%s/view", job);
-    snprintf(mb->drain_key, MB_KEY_MAX, "/ringd/%s/drain/%s", job, n);
+    /* check_config bounded job and node, so every key fits. */
+    snprintf(mb->job, MB_KEY_MAX, "%s", job);
+    mb_key(mb->prefix, MB_KEY_MAX, job, MB_KEY_JOB, NULL, 0, 0);
+    mb_key(mb->nodes_prefix, MB_KEY_MAX, job, MB_KEY_NODES, NULL, 0, 0);
+    mb_key(mb->suspect_prefix, MB_KEY_MAX, job, MB_KEY_SUSPECTS, NULL, 0, 0);
+    mb_key(mb->reshape_prefix, MB_KEY_MAX, job, MB_KEY_RESHAPES, NULL, 0, 0);
+    mb_key(mb->my_key, MB_KEY_MAX, job, MB_KEY_NODE, n, 0, 0);
+    mb_key(mb->leader_key, MB_KEY_MAX, job, MB_KEY_LEADER, NULL, 0, 0);
+    mb_key(mb->view_key, MB_KEY_MAX, job, MB_KEY_VIEW, NULL, 0, 0);
+    mb_key(mb->drain_key, MB_KEY_MAX, job, MB_KEY_DRAIN, n, 0, 0);
 }
 
 int mb_create(uv_loop_t *loop, const mb_config_t *cfg,

@@ -57,8 +57,9 @@ typedef struct {
     uint64_t step;           /* the step the leader last heard of */
     const mb_member_t *members;
     size_t n_members;
-    int my_index;            /* always >= 0: on_view only runs for views
-                                that contain this incarnation */
+    int my_index;            /* always >= 0 in on_view, which only runs
+                                for views that contain this incarnation;
+                                -1 in a view read by mb_view_parse */
     int source_index;        /* member whose state joiners copy; -1 none */
     size_t n_joiners;
 } mb_view_t;
@@ -174,5 +175,64 @@ etcd_t *mb_etcd(mb_t *mb);
  * NULL. Handles close asynchronously: run the loop afterwards.
  */
 void mb_destroy(mb_t *mb);
+
+/* ---- The etcd key schema -------------------------------------------
+ *
+ * mb_key() is the one helper that builds a key path of job J; membership,
+ * the ring backend's checkpoint records and ringctl all use it, so the
+ * schema is written once (mb-keys.c). A "prefix" kind ends in '/' and
+ * names a family for range reads; the per-node, per-step and per-rank
+ * arguments are ignored by kinds that do not use them.
+ */
+#define MB_KEY_MAX 512
+
+typedef enum {
+    MB_KEY_JOB = 0,          /* prefix of every key of the job */
+    MB_KEY_NODES,            /* prefix of the node records */
+    MB_KEY_NODE,             /* node's record, under its lease */
+    MB_KEY_LEADER,           /* the leader's node id, under its lease */
+    MB_KEY_VIEW,             /* the current view */
+    MB_KEY_DRAIN,            /* a drain request for node */
+    MB_KEY_SUSPECTS,         /* prefix of the suspicion reports */
+    MB_KEY_SUSPECT,          /* the report that node failed */
+    MB_KEY_RESHAPES,         /* prefix of the reshape requests */
+    MB_KEY_RESHAPE,          /* node's request for a new generation */
+    MB_KEY_CKPT_ALL,         /* prefix of manifests and part records */
+    MB_KEY_CKPTS,            /* prefix of the checkpoint manifests */
+    MB_KEY_CKPT,             /* the manifest of step */
+    MB_KEY_CKPT_PARTS,       /* prefix of every part record */
+    MB_KEY_CKPT_STEP_PARTS,  /* prefix of the part records of step */
+    MB_KEY_CKPT_PART,        /* shard rank's part record of step */
+} mb_key_t;
+
+/* Write the key into buf (n bytes with the NUL). Returns 0, or ST_EINVAL
+ * (logged; buf empty) when it does not fit. Thread-safe. */
+int mb_key(char *buf, size_t n, const char *job, mb_key_t which,
+           const char *node, uint64_t step, uint32_t rank);
+
+/* ---- Reading a job's records (ringctl, the ring backend) -----------
+ *
+ * Pure parsers of the values membership writes, for readers that are not
+ * members. Every value is hostile: on failure they return ST_EPROTO (or
+ * ST_ENOMEM), set *why_p to a constant phrase, log nothing (the caller
+ * knows which record it was) and leave the output empty. Thread-safe.
+ */
+
+/* A node record (MB_KEY_NODE), parsed; strings owned. */
+typedef struct {
+    mb_member_t member;      /* addr_len 0 when the record has no addr */
+    int64_t pid;             /* -1 when the record has none */
+} mb_node_rec_t;
+
+int mb_node_parse(const char *node, const char *json, size_t len,
+                  mb_node_rec_t *rec, const char **why_p);
+void mb_node_rec_free(mb_node_rec_t *rec);
+
+/* An owned view: from a MB_KEY_VIEW value (my_index -1) or a copy of the
+ * one on_view hands out. Free with mb_view_free (accepts NULL). */
+int mb_view_parse(const char *json, size_t len, mb_view_t **view_p,
+                  const char **why_p);
+int mb_view_dup(const mb_view_t *view, mb_view_t **copy_p);
+void mb_view_free(mb_view_t *view);
 
 #endif /* RINGD_MB_H */

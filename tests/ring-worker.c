@@ -28,6 +28,7 @@
  *            with --short R rank R's recvcap is one byte short in round 0
  *            (ST_EPEER_FORGED, buffer untouched, ring still usable)
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
+ *          --deadline-of R:MS (rank R only; wins over --deadline)
  *          --counts LIST --count N --iters K --expect-fail --short R
  * Exit status 0 is a pass; failures print why on stderr.
  */
@@ -751,6 +752,7 @@ static void parse(int argc, char **argv)
      */
     W.opts.deadline_ms = 10000;
     parse_counts("0,1,7");
+    int own_ms = 0;
     for (int i = 5; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--bidir")) W.opts.bidirectional = 1;
@@ -759,6 +761,15 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--chunk"))
             W.opts.chunk_bytes = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--deadline")) W.opts.deadline_ms = atoi(v), i++;
+        else if (!strcmp(a, "--deadline-of")) {
+            unsigned r;
+            int ms;
+            if (sscanf(v, "%u:%d", &r, &ms) != 2 || ms <= 0)
+                DIE("--deadline-of wants RANK:MS, not %s", v);
+            if (r == W.rank)
+                own_ms = ms;
+            i++;
+        }
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
         else if (!strcmp(a, "--short")) W.short_rank = atoi(v), i++;
@@ -768,6 +779,8 @@ static void parse(int argc, char **argv)
             i++;
         } else DIE("unknown option %s", a);
     }
+    if (own_ms > 0)
+        W.opts.deadline_ms = own_ms;
 }
 
 int main(int argc, char **argv)

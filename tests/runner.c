@@ -8,7 +8,9 @@
  *
  * A test is a function declared with TEST_IMPL(name) in tests/test-*.c; the
  * build collects them into test-list.h. Exit status 0 passes, 77 skips,
- * anything else (a signal, a timeout) fails. The closing line is
+ * anything else (a signal, a timeout) fails. A skip's reason
+ * (TEST_SKIP_WHY) comes back through a pipe and is printed after
+ * "# SKIP". The closing line is
  * "N passed, N failed, N skipped" and the runner exits non-zero on any
  * failure. RINGD_TEST_TIMEOUT (seconds, default 300) bounds each test; a test
  * that runs past it is killed with its whole process group. A test cleans
@@ -16,8 +18,10 @@
  * (logs, hash logs) and prints where they are.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +46,27 @@ static const test_entry_t tests[] = {
 };
 #undef TEST_ENTRY
 
+/* In a test's process: where test_skip_reason() writes (-1: stderr). */
+static int skip_fd = -1;
+
+void test_skip_reason(const char *fmt, ...)
+{
+    char buf[201];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(buf))
+        n = (int)sizeof(buf) - 1;
+    for (int i = 0; i < n; i++)
+        if (buf[i] == '\n')
+            buf[i] = ' ';
+    if (skip_fd < 0 || write(skip_fd, buf, (size_t)n) != n)
+        fprintf(stderr, "skip: %s\n", buf);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -59,26 +84,9 @@ static int selected(const char *name, int argc, char **argv)
     return 0;
 }
 
-/* Returns 0 pass, TEST_SKIP skip, 1 fail; writes a reason on failure. */
-static int run_one(const test_entry_t *t, double timeout_s, char *why,
-                   size_t why_len)
+/* Wait for the test's process (bounded), then kill what it left. */
+static int run_wait(pid_t pid, double timeout_s, char *why, size_t why_len)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(why, why_len, "fork: %s", strerror(errno));
-        return 1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        int rc = t->fn();
-        fflush(stdout);
-        fflush(stderr);
-        exit(rc); /* atexit handlers clean up what the test made */
-    }
-    setpgid(pid, pid);
-
     double deadline = now_s() + timeout_s;
     int status = 0;
     for (;;) {
@@ -111,6 +119,52 @@ static int run_one(const test_entry_t *t, double timeout_s, char *why,
         return code;
     snprintf(why, why_len, "exit status %d", code);
     return 1;
+}
+
+/* What the test wrote to its skip pipe (never blocks: its processes are
+ * gone or stuck, and the read end is non-blocking). */
+static void read_skip_reason(int fd, char *why, size_t why_len)
+{
+    ssize_t n = read(fd, why, why_len - 1);
+    why[n > 0 ? n : 0] = '\0';
+}
+
+/* Returns 0 pass, TEST_SKIP skip, 1 fail; writes a reason on failure or
+ * skip. */
+static int run_one(const test_entry_t *t, double timeout_s, char *why,
+                   size_t why_len)
+{
+    int skip_pipe[2];
+    if (pipe2(skip_pipe, O_CLOEXEC) != 0 ||
+        fcntl(skip_pipe[0], F_SETFL, O_NONBLOCK) != 0) {
+        snprintf(why, why_len, "pipe: %s", strerror(errno));
+        return 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, why_len, "fork: %s", strerror(errno));
+        close(skip_pipe[0]);
+        close(skip_pipe[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        close(skip_pipe[0]);
+        skip_fd = skip_pipe[1];
+        int rc = t->fn();
+        fflush(stdout);
+        fflush(stderr);
+        exit(rc); /* atexit handlers clean up what the test made */
+    }
+    setpgid(pid, pid);
+    close(skip_pipe[1]);
+    int rc = run_wait(pid, timeout_s, why, why_len);
+    if (rc == TEST_SKIP)
+        read_skip_reason(skip_pipe[0], why, why_len);
+    close(skip_pipe[0]);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -146,7 +200,8 @@ int main(int argc, char **argv)
             printf("ok %d - %s (%.0f ms)\n", n, tests[i].name, ms);
         } else if (rc == TEST_SKIP) {
             skipped++;
-            printf("ok %d - %s # SKIP (%.0f ms)\n", n, tests[i].name, ms);
+            printf("ok %d - %s # SKIP%s%s (%.0f ms)\n", n, tests[i].name,
+                   why[0] ? " " : "", why, ms);
         } else {
             failed++;
             printf("not ok %d - %s: %s (%.0f ms)\n", n, tests[i].name, why,

@@ -15,6 +15,19 @@
 
 #define TEST_SKIP 77
 
+/*
+ * Skip, saying why: the runner prints the reason after "# SKIP" (one
+ * line, at most 200 bytes). Use it instead of a bare TEST_SKIP so a
+ * skipped test never reads like a pass.
+ */
+void test_skip_reason(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+#define TEST_SKIP_WHY(...)                                                   \
+    do {                                                                     \
+        test_skip_reason(__VA_ARGS__);                                       \
+        return TEST_SKIP;                                                    \
+    } while (0)
+
 #define TEST_IMPL(name)                                                      \
     int run_test_##name(void);                                               \
     int run_test_##name(void)

@@ -249,38 +249,73 @@ TEST_IMPL(etcd_watch_resume)
     return fx_done();
 }
 
-/* A watch that fell behind a compaction re-reads the range. */
+static int compacted_reread(void *p)
+{
+    const wstate_t *w = p;
+    return w->resets >= 2;
+}
+
+/*
+ * A watch that resumes from a revision etcd has compacted away is
+ * canceled with compact_revision and re-reads the range. The watching
+ * client reaches etcd through a relay; while the relay is down another
+ * client writes 5 keys and etcd compacts (physically) past the watch's
+ * resume point, so the resumed stream must take the compacted path.
+ */
 TEST_IMPL(etcd_watch_compacted)
 {
     fx_etcd_t et = {0};
     fx_etcd_start(&et, 0);
-    etcd_t *e = connect_to(&et);
-    reply_t r;
+    int port = th_free_port();
+    pid_t relay = fx_proxy_start(&et, port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    etcd_config_t cfg = {.endpoints = url};
+    etcd_t *e, *wr = connect_to(&et);
+    ASSERT_OK(etcd_create(NULL, &cfg, &e));
     wstate_t ws = {0};
     etcd_watch_t *w;
     ASSERT_OK(etcd_watch_start(e, "/c/", on_watch, &ws, &w));
     ASSERT(fx_run_until(etcd_loop(e), &ws.resets, 10000));
-    fx_etcd_kill(&et);
-    fx_etcd_restart(&et);
+    int64_t resume = ws.last_rev + 1;
+
+    fx_proxy_stop(relay);
+    reply_t r;
     int64_t rev = 0;
     for (int i = 0; i < 5; i++) {
         char k[16];
         snprintf(k, sizeof(k), "/c/%d", i);
-        r = CALL(e, etcd_put(e, k, "v", 1, 0, on_reply, rp_));
+        r = CALL(wr, etcd_put(wr, k, "v", 1, 0, on_reply, rp_));
+        ASSERT_OK(r.status);
         rev = r.res.revision;
     }
+    ASSERT_GT(rev, resume);
     char args[64];
-    snprintf(args, sizeof(args), "compact %lld", (long long)rev);
+    snprintf(args, sizeof(args), "compact --physical %lld", (long long)rev);
     ASSERT_EQ(fx_etcdctl(&et, args), 0);
-    /* Whatever the stream was doing, the state converges on 5 keys,
-     * either by events or by a second snapshot. */
-    int64_t deadline = th_now_ms() + 10000;
-    while (th_now_ms() < deadline &&
-           !(ws.resets == 2 && ws.n_keys == 5) && ws.n_events < 5)
-        uv_run(etcd_loop(e), UV_RUN_ONCE);
-    ASSERT(ws.n_events == 5 || (ws.resets == 2 && ws.n_keys == 5));
+    relay = fx_proxy_start(&et, port);
+
+    ASSERT_MSG(fx_run_until_fn(etcd_loop(e), compacted_reread, &ws, 10000),
+               "no re-read after the compaction (%d resets, %d events)",
+               ws.resets, ws.n_events);
+    etcd_stats_t st;
+    etcd_stats(e, &st);
+    ASSERT_EQ(st.watch_compacted, 1);
+    ASSERT_GE(st.watch_streams, 2);
+    ASSERT_EQ(ws.resets, 2);
+    ASSERT_EQ(ws.n_keys, 5);
+    ASSERT_EQ(ws.n_events, 0); /* compacted history is not replayed */
+    ASSERT_GE(ws.last_rev, rev);
+    /* And the watch carries on from the re-read. */
+    r = CALL(wr, etcd_put(wr, "/c/5", "v", 1, 0, on_reply, rp_));
+    ASSERT_OK(r.status);
+    wait_events(e, &ws, 1);
+    ASSERT_EQ(ws.last_rev, r.res.revision);
+    ASSERT_EQ(ws.bad_order, 0);
     etcd_watch_stop(w);
     etcd_destroy(e);
+    etcd_destroy(wr);
+    fx_proxy_stop(relay);
     return fx_done();
 }
 
@@ -379,9 +414,25 @@ TEST_IMPL(etcd_auth)
     etcd_t *e;
     ASSERT_OK(etcd_create(NULL, &cfg, &e));
     ASSERT_OK(put_get(e));
-    /* Let the token expire (TTL 1 s): the client re-authenticates. */
-    fx_run_until_fn(etcd_loop(e), never_, NULL, 2500);
-    ASSERT_OK(put_get(e));
+    etcd_stats_t st;
+    etcd_stats(e, &st);
+    ASSERT_EQ(st.auth_requests, 1);
+    ASSERT_EQ(st.auth_expired, 0);
+
+    /*
+     * Let the token expire: etcd drops a simple token unused for its TTL
+     * (1 s), checking once a second. Nothing announces the expiry, and
+     * every use renews the token, so each round idles 2.5 s and then
+     * makes one call; a loaded etcd gets a few rounds.
+     */
+    for (int round = 0; round < 5 && st.auth_expired == 0; round++) {
+        fx_run_until_fn(etcd_loop(e), never_, NULL, 2500);
+        ASSERT_OK(put_get(e));
+        etcd_stats(e, &st);
+    }
+    ASSERT_MSG(st.auth_expired == 1, "token never expired (%llu)",
+               (unsigned long long)st.auth_expired);
+    ASSERT_EQ(st.auth_requests, 2); /* one fresh token, used since */
     etcd_destroy(e);
 
     etcd_config_t wrong = {.endpoints = et.url, .user = "root",

@@ -411,15 +411,41 @@ TEST_IMPL(ring_shift_kill_n3)
 }
 TEST_IMPL(ring_kill_shm_n3) { kill_one("sm,self", 1, 3, 2); return 0; }
 
+/*
+ * SIGSTOP of one rank: its right neighbour starves first and its deadline
+ * names the hung rank (ST_EPEER_TIMEOUT, on_fail with that rank). With
+ * equal deadlines a loaded machine can let another survivor's deadline
+ * fire first (see check_survivors), so the right neighbour alone gets the
+ * product's 2 s and everyone else 8 s: the others then end only through
+ * the cascade of force-closed endpoints, and the naming is deterministic.
+ */
 static void stop_one(int n, int victim)
 {
     launch_t l;
     env_setup("tcp", 0);
-    launch(&l, n, "big", BIG);
+    int right = (victim + 1) % n;
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "--count 67108864 --iters 1000 --expect-fail --deadline 8000 "
+             "--deadline-of %d:2000", right);
+    launch(&l, n, "big", extra);
     wait_started(&l);
     int64_t t = th_now_ms();
     kill(l.pid[victim], SIGSTOP);
-    check_survivors(&l, victim, t, 8000, 0);
+    check_survivors(&l, victim, t, 15000, 1);
+    char *rc = slurp(l.dir, "rc", right);
+    ASSERT(rc != NULL);
+    int code = 0, count = 0;
+    unsigned who = 0, cb_rank = 0;
+    ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank), 4);
+    free(rc);
+    ASSERT_MSG(code == ST_EPEER_TIMEOUT, "right neighbour %d: %s", right,
+               st_strerror(code));
+    ASSERT_MSG(who == (unsigned)victim,
+               "right neighbour %d suspects %u, not the stopped rank %d",
+               right, who, victim);
+    ASSERT_EQ(count, 1);
+    ASSERT_EQ(cb_rank, victim);
     kill(l.pid[victim], SIGCONT);
     th_kill(l.pid[victim]);
     l.pid[victim] = 0;

@@ -1,16 +1,15 @@
 /*
- * backend_ring-int.h - internals of the ring backend shared by
- * backend_ring.c (main loop side, membership, the backend ops),
- * backend_ring_thread.c (views and the ring thread) and
- * backend_ring_ckpt.c (checkpoint records in etcd).
+ * job_ring-int.h - internals of the ring backend shared by
+ * job_ring.c (main loop side, membership, the backend ops),
+ * job_ring_thread.c (views and the ring thread) and
+ * job_ring_ckpt.c (checkpoint records in etcd).
  */
-#ifndef RINGD_BACKEND_RING_INT_H
-#define RINGD_BACKEND_RING_INT_H
+#ifndef RINGD_JOB_RING_INT_H
+#define RINGD_JOB_RING_INT_H
 
 #include <pthread.h>
 
-#include "daemon/backend.h"
-#include "daemon/dmn.h"
+#include "job/job.h"
 #include "membership/etcd.h"
 #include "membership/mb.h"
 #include "ring/ring.h"
@@ -39,27 +38,9 @@ typedef enum {
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
 
 typedef struct {
-    char *node;
-    uint8_t *addr;
-    size_t addr_len;
-    int slots;
-    int64_t lease;
-    int joiner;          /* not in the previous view */
-} rb_member_t;
-
-/* A copy of an mb view that outlives on_view. */
-typedef struct {
-    uint64_t generation;
-    size_t n;
-    rb_member_t *m;
-    int my_index;
-    size_t n_joiners;
-} rb_view_t;
-
-typedef struct {
     cmd_kind_t kind;
     /* REBUILD */
-    const rb_view_t *view;
+    const mb_view_t *view;
     void *state;
     size_t state_bytes;
     uint64_t my_step;
@@ -81,9 +62,9 @@ typedef struct {
 } rb_cmd_t;
 
 typedef struct {
-    dmn_backend_t base;
+    job_t base;
     uv_loop_t *loop;
-    dmn_backend_cbs_t cbs;
+    job_cbs_t cbs;
     ring_opts_t ring_opts;
     int ttl_s;
     mb_t *mb;
@@ -106,17 +87,17 @@ typedef struct {
 
     /* Main loop state. */
     rb_state_t state;
-    rb_view_t *cur;       /* the installed view */
-    rb_view_t *pending;   /* the next one */
-    dmn_view_t dview;
+    mb_view_t *cur;       /* the installed view */
+    mb_view_t *pending;   /* the next one */
+    job_view_t dview;
     uint64_t step;        /* next step to run */
     uint32_t local_trainers;
     int ckpt_req;         /* a trainer here asked for a checkpoint */
     char *ckpt_root;      /* this node's store (NULL: checkpoints off) */
-    struct dmn_rbck *ckpt; /* checkpoint records in etcd */
+    struct job_rbck *ckpt; /* checkpoint records in etcd */
     uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
     uint32_t counts[RB_MAX_NODES];
-    dmn_done_cb op_cb, ready_cb, leave_cb;
+    job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
     int op_status;        /* a deferred completion */
     int fenced;           /* lease lost, not re-registered yet */
@@ -141,7 +122,7 @@ typedef struct {
 #define RB_CKPT_BIT 0x80000000u
 
 /*
- * backend_ring_restore.c, on the ring thread during a REBUILD in which no
+ * job_ring_restore.c, on the ring thread during a REBUILD in which no
  * member has any state ahead of step 0 (the whole job started again):
  * restore the newest checkpoint whose every shard some member holds.
  * my_newest: this node's newest complete step + 1 (0: none); agreed: the
@@ -149,25 +130,23 @@ typedef struct {
  * was nothing usable (the state is unchanged everywhere), or an error of
  * the ring.
  */
-int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
+int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
                      void *state, size_t bytes, uint64_t agreed,
                      uint64_t *step_p);
 /* This node's newest complete checkpoint step + 1 below `below` (0: none;
  * below 0: no bound). */
-uint64_t rb__newest_local(const char *root, uint64_t below);
+uint64_t job__newest_local(const char *root, uint64_t below);
 
-void rb__view_free(rb_view_t *v);
-rb_view_t *rb__view_copy(const mb_view_t *mv);
 /* The ring thread: runs posted commands until quit; destroys its rings. */
-void *rb__thread_main(void *arg);
+void *job__ring_thread_main(void *arg);
 
-/* backend_ring_ckpt.c: checkpoint records and manifests in etcd. */
-typedef struct dmn_rbck dmn_rbck_t;
+/* job_ring_ckpt.c: checkpoint records and manifests in etcd. */
+typedef struct job_rbck job_rbck_t;
 /* root: this node's checkpoint store, or NULL (checkpoints off). */
-int dmn__rbck_create(const char *job, const char *node, const char *root,
-                     dmn_rbck_t **k_p);
-void dmn__rbck_destroy(dmn_rbck_t *k);
-int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
-                     dmn_done_cb cb, void *arg);
+int job__rbck_create(const char *job, const char *node, const char *root,
+                     job_rbck_t **k_p);
+void job__rbck_destroy(job_rbck_t *k);
+int job__rbck_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
+                     job_done_cb cb, void *arg);
 
 #endif

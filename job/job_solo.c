@@ -1,5 +1,5 @@
 /*
- * backend_solo.c - the one-node backend (--standalone) and its test twin.
+ * job_solo.c - the one-node backend (--standalone) and its test twin.
  *
  * solo: the node is the job. Every collective is already complete when the
  * local reduction is done, so allreduce/broadcast only defer the callback
@@ -10,7 +10,7 @@
  * generation, exactly what the ring backend does when a member dies
  * mid-collective; tests use it to check that trainers redo the step.
  */
-#include "daemon/backend.h"
+#include "job/job.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +21,11 @@
 #define SOLO_MAX_RESHAPES 16
 
 typedef struct {
-    dmn_backend_t base;
+    job_t base;
     uv_timer_t timer;      /* defers completions */
-    dmn_backend_cbs_t cbs;
-    dmn_view_t view;
-    dmn_done_cb done_cb;   /* the in-flight collective, or NULL */
+    job_cbs_t cbs;
+    job_view_t view;
+    job_done_cb done_cb;   /* the in-flight collective, or NULL */
     void *done_arg;
     int done_status;
     uint64_t reshape_at[SOLO_MAX_RESHAPES];
@@ -34,7 +34,7 @@ typedef struct {
     int ckpt_in_step;      /* ... and the current step's view says so */
 } solo_t;
 
-static void solo_set_local_trainers(dmn_backend_t *be, uint32_t n)
+static void solo_set_local_trainers(job_t *be, uint32_t n)
 {
     solo_t *s = (solo_t *)be;
     if (n == s->view.global_trainers)
@@ -44,12 +44,12 @@ static void solo_set_local_trainers(dmn_backend_t *be, uint32_t n)
     s->view.generation++;
 }
 
-static void solo_set_step(dmn_backend_t *be, uint64_t step)
+static void solo_set_step(job_t *be, uint64_t step)
 {
     ((solo_t *)be)->view.step = step;
 }
 
-static void solo_get_view(dmn_backend_t *be, dmn_view_t *view_p)
+static void solo_get_view(job_t *be, job_view_t *view_p)
 {
     solo_t *s = (solo_t *)be;
     *view_p = s->view;
@@ -59,7 +59,7 @@ static void solo_get_view(dmn_backend_t *be, dmn_view_t *view_p)
 
 /* Kept until a step whose view carried it completes: a step broken and
  * redone still ends with the checkpoint. */
-static void solo_request_ckpt(dmn_backend_t *be)
+static void solo_request_ckpt(job_t *be)
 {
     ((solo_t *)be)->ckpt_req = 1;
 }
@@ -67,7 +67,7 @@ static void solo_request_ckpt(dmn_backend_t *be)
 static void solo_fire(uv_timer_t *t)
 {
     solo_t *s = t->data;
-    dmn_done_cb cb = s->done_cb;
+    job_done_cb cb = s->done_cb;
     s->done_cb = NULL;
     if (cb == NULL)
         return;
@@ -93,7 +93,7 @@ static int solo_take_reshape(solo_t *s)
     return 0;
 }
 
-static int solo_start(solo_t *s, dmn_done_cb cb, void *arg)
+static int solo_start(solo_t *s, job_done_cb cb, void *arg)
 {
     if (s->done_cb != NULL) {
         RD_ERROR("backend: a collective is already in flight");
@@ -105,8 +105,8 @@ static int solo_start(solo_t *s, dmn_done_cb cb, void *arg)
     return uv_timer_start(&s->timer, solo_fire, 0, 0);
 }
 
-static int solo_allreduce(dmn_backend_t *be, void *buf, size_t count,
-                          kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+static int solo_allreduce(job_t *be, void *buf, size_t count,
+                          kern_dtype_t dt, kern_op_t op, job_done_cb cb,
                           void *arg)
 {
     (void)buf;
@@ -116,8 +116,8 @@ static int solo_allreduce(dmn_backend_t *be, void *buf, size_t count,
     return solo_start((solo_t *)be, cb, arg);
 }
 
-static int solo_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
-                          uint32_t root, dmn_done_cb cb, void *arg)
+static int solo_broadcast(job_t *be, void *buf, size_t bytes,
+                          uint32_t root, job_done_cb cb, void *arg)
 {
     (void)buf;
     (void)bytes;
@@ -125,7 +125,7 @@ static int solo_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
     return solo_start((solo_t *)be, cb, arg);
 }
 
-static void solo_step_end(dmn_backend_t *be, uint64_t step)
+static void solo_step_end(job_t *be, uint64_t step)
 {
     solo_t *s = (solo_t *)be;
     s->view.step = step + 1;
@@ -134,7 +134,7 @@ static void solo_step_end(dmn_backend_t *be, uint64_t step)
     s->ckpt_in_step = 0;
 }
 
-static int solo_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+static int solo_leave(job_t *be, job_done_cb cb, void *arg)
 {
     return solo_start((solo_t *)be, cb, arg);
 }
@@ -144,14 +144,14 @@ static void solo_closed(uv_handle_t *h)
     free(h->data);
 }
 
-static void solo_destroy(dmn_backend_t *be)
+static void solo_destroy(job_t *be)
 {
     solo_t *s = (solo_t *)be;
     s->done_cb = NULL;
     uv_close((uv_handle_t *)&s->timer, solo_closed);
 }
 
-static const dmn_backend_ops_t solo_ops = {
+static const job_ops_t solo_ops = {
     .name = "solo",
     .set_local_trainers = solo_set_local_trainers,
     .get_view = solo_get_view,
@@ -164,7 +164,7 @@ static const dmn_backend_ops_t solo_ops = {
     .destroy = solo_destroy,
 };
 
-static const dmn_backend_ops_t fake_ops = {
+static const job_ops_t fake_ops = {
     .name = "fake",
     .set_local_trainers = solo_set_local_trainers,
     .get_view = solo_get_view,
@@ -203,16 +203,15 @@ bad:
     return ST_ECONFIG;
 }
 
-int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
-                             const dmn_backend_cbs_t *cbs,
-                             dmn_backend_t **be_p)
+int job__solo_create(uv_loop_t *loop, const char *fake_args,
+                     const job_cbs_t *cbs, job_t **be_p)
 {
     solo_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return ST_ENOMEM;
     s->cbs = *cbs;
     /* Generation 0: no view yet; the first trainers make generation 1. */
-    s->view = (dmn_view_t){.generation = 0, .node_count = 1};
+    s->view = (job_view_t){.generation = 0, .node_count = 1};
     s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
     if (fake_args != NULL && fake_parse(s, fake_args) != 0) {
         free(s);

@@ -6,8 +6,9 @@
  *   ringctl ... view | drain NODE | checkpoints
  *
  * Commands are a table; the etcd-backed ones read the keys that
- * membership/mb.c writes (membership/README.md, "etcd keys") with the
- * blocking mode of the etcd client, and write one: the drain request.
+ * membership writes, named by mb_key() and parsed by mb_node_parse() and
+ * mb_view_parse(), with the blocking mode of the etcd client, and write
+ * one: the drain request.
  */
 #include <errno.h>
 #include <poll.h>
@@ -25,6 +26,7 @@
 #include "common/status.h"
 #include "proto/proto.h"
 #include "membership/etcd.h"
+#include "membership/mb.h"
 
 enum { EXIT_OK = 0, EXIT_DOWN = 1, EXIT_USAGE = 2 };
 
@@ -148,8 +150,6 @@ static int cmd_status(const ctl_opts_t *o, char **argv)
  * of the wrong type is reported on one line and the command exits 1;
  * nothing read from etcd is trusted to be NUL-free, printable or small.
  */
-
-#define CTL_KEY_MAX 512
 
 /* What one call left behind: an owned copy of the kvs (values NUL-ended,
  * value_len kept) and, for a txn, whether it succeeded. */
@@ -303,38 +303,48 @@ static const char *safe(const char *s, char *buf, size_t n)
     return buf;
 }
 
-/* An integral JSON number within [lo, hi]. */
-static int json_int(const cJSON *j, double lo, double hi, long long *out)
-{
-    if (!cJSON_IsNumber(j) || !(j->valuedouble >= lo) ||
-        !(j->valuedouble <= hi) ||
-        j->valuedouble != (double)(long long)j->valuedouble)
-        return -1;
-    *out = (long long)j->valuedouble;
-    return 0;
-}
-
-/* A lease id as the records hold it: a decimal string (a number is
- * tolerated). */
-static int json_lease(const cJSON *j, long long *out)
-{
-    if (cJSON_IsNumber(j))
-        return json_int(j, 0, 9007199254740992.0, out);
-    if (!cJSON_IsString(j) || j->valuestring[0] == '\0')
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(j->valuestring, &end, 10);
-    if (errno != 0 || *end != '\0' || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static const char *key_tail(const char *key, const char *prefix)
 {
     size_t n = strlen(prefix);
     return strncmp(key, prefix, n) == 0 ? key + n : key;
+}
+
+/* Node records and the leader key -> a table or a JSON array. A record
+ * that does not parse is reported and makes the exit status 1; the
+ * others are still listed. */
+/* One node record, listed as a table row or appended to arr as stored
+ * with its node id and leadership. 0, or EXIT_DOWN when it does not
+ * parse (reported). */
+static int print_node(const etcd_kv_t *kv, const char *node,
+                      const char *lead, cJSON *arr)
+{
+    char b1[64], b2[64];
+    mb_node_rec_t rec;
+    const char *why;
+    if (mb_node_parse(node, kv->value, kv->value_len, &rec, &why) != 0) {
+        fprintf(stderr, "ringctl: bad node record for '%s' (%zu "
+                "bytes): %s\n", safe(node, b1, sizeof(b1)), kv->value_len,
+                why);
+        return EXIT_DOWN;
+    }
+    int is_leader = strcmp(node, lead) == 0;
+    if (arr != NULL) {
+        cJSON *o = cJSON_ParseWithLength(kv->value, kv->value_len);
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "node");
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "leader");
+        cJSON_AddItemToObject(o, "node", cJSON_CreateString(node));
+        cJSON_AddBoolToObject(o, "leader", is_leader);
+        cJSON_AddItemToArray(arr, o);
+    } else {
+        printf("%-16s %-20s %5d %8lld %-16llx %s\n",
+               safe(node, b1, sizeof(b1)),
+               safe(rec.member.host, b2, sizeof(b2)), rec.member.slots,
+               rec.pid < 0 ? 0 : (long long)rec.pid,
+               (unsigned long long)rec.member.lease,
+               is_leader ? "yes" : "no");
+    }
+    mb_node_rec_free(&rec);
+    return 0;
 }
 
 /* Node records and the leader key -> a table or a JSON array. A record
@@ -345,9 +355,10 @@ static int cmd_members(const ctl_opts_t *o, char **argv)
     (void)argv;
     ctl_etcd_t c;
     ctl_reply_t nodes, leader;
-    char prefix[CTL_KEY_MAX], lkey[CTL_KEY_MAX];
-    snprintf(prefix, sizeof(prefix), "/ringd/%s/nodes/", o->job);
-    snprintf(lkey, sizeof(lkey), "/ringd/%s/leader", o->job);
+    char prefix[MB_KEY_MAX], lkey[MB_KEY_MAX];
+    if (mb_key(prefix, sizeof(prefix), o->job, MB_KEY_NODES, NULL, 0, 0) ||
+        mb_key(lkey, sizeof(lkey), o->job, MB_KEY_LEADER, NULL, 0, 0))
+        return EXIT_USAGE;
     int rc = ctl_open(o, &c);
     if (rc != 0)
         return rc;
@@ -371,40 +382,8 @@ static int cmd_members(const ctl_opts_t *o, char **argv)
                "PID", "LEASE", "LEADER");
     for (size_t i = 0; i < nodes.n_kvs; i++) {
         const etcd_kv_t *kv = &nodes.kvs[i];
-        const char *node = key_tail(kv->key, prefix);
-        char b1[64], b2[64];
-        cJSON *rec = cJSON_ParseWithLength(kv->value, kv->value_len);
-        const cJSON *host = cJSON_GetObjectItemCaseSensitive(rec, "host");
-        long long slots, pid = 0, lease;
-        const cJSON *jpid = cJSON_GetObjectItemCaseSensitive(rec, "pid");
-        if (!cJSON_IsObject(rec) || !cJSON_IsString(host) ||
-            json_int(cJSON_GetObjectItemCaseSensitive(rec, "slots"), 0,
-                     1e9, &slots) != 0 ||
-            json_lease(cJSON_GetObjectItemCaseSensitive(rec, "lease"),
-                       &lease) != 0 ||
-            (jpid != NULL && json_int(jpid, 0, 1e10, &pid) != 0)) {
-            fprintf(stderr, "ringctl: bad node record for '%s' (%zu "
-                    "bytes): not a JSON object with host, slots, lease\n",
-                    safe(node, b1, sizeof(b1)), kv->value_len);
-            cJSON_Delete(rec);
+        if (print_node(kv, key_tail(kv->key, prefix), lead, arr) != 0)
             rc = EXIT_DOWN;
-            continue;
-        }
-        int is_leader = strcmp(node, lead) == 0;
-        if (arr != NULL) {
-            /* The record as stored, with its node id and leadership. */
-            cJSON_DeleteItemFromObjectCaseSensitive(rec, "node");
-            cJSON_DeleteItemFromObjectCaseSensitive(rec, "leader");
-            cJSON_AddItemToObject(rec, "node", cJSON_CreateString(node));
-            cJSON_AddBoolToObject(rec, "leader", is_leader);
-            cJSON_AddItemToArray(arr, rec);
-            continue;
-        }
-        printf("%-16s %-20s %5lld %8lld %-16llx %s\n",
-               safe(node, b1, sizeof(b1)),
-               safe(host->valuestring, b2, sizeof(b2)), slots, pid,
-               (unsigned long long)lease, is_leader ? "yes" : "no");
-        cJSON_Delete(rec);
     }
     if (arr != NULL) {
         char *s = cJSON_PrintUnformatted(arr);
@@ -422,67 +401,39 @@ out_destroy:
     return rc;
 }
 
-/* Check the view's shape as mb-view.c writes it; prints it unless json
+/* Check the view with the parser membership uses; print it unless json
  * (then the caller prints the stored text). 0 or EXIT_DOWN. */
 static int print_view(const char *job, const char *text, size_t len,
                       int json)
 {
-    cJSON *v = cJSON_ParseWithLength(text, len);
-    const cJSON *members = cJSON_GetObjectItemCaseSensitive(v, "members");
-    const cJSON *joiners = cJSON_GetObjectItemCaseSensitive(v, "joiners");
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(v, "source");
-    const cJSON *m;
-    long long gen, step;
-    const char *why = NULL;
-    if (!cJSON_IsObject(v))
-        why = "not a JSON object";
-    else if (json_int(cJSON_GetObjectItemCaseSensitive(v, "generation"), 1,
-                      9007199254740992.0, &gen) != 0 ||
-             json_int(cJSON_GetObjectItemCaseSensitive(v, "step"), 0,
-                      9007199254740992.0, &step) != 0)
-        why = "generation or step missing or not a count";
-    else if (!cJSON_IsArray(members) ||
-             (joiners != NULL && !cJSON_IsArray(joiners)) ||
-             (src != NULL && !cJSON_IsString(src)))
-        why = "members, joiners or source of the wrong type";
-    const cJSON *check = why == NULL ? members : NULL;
-    cJSON_ArrayForEach(m, check) {
-        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "node")) ||
-            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "host")))
-            why = "a member without node or host";
-    }
-    if (why != NULL) {
+    mb_view_t *v;
+    const char *why;
+    if (mb_view_parse(text, len, &v, &why) != 0) {
         fprintf(stderr, "ringctl: bad view of job %s in etcd (%zu bytes): "
                 "%s\n", job, len, why);
-        cJSON_Delete(v);
         return EXIT_DOWN;
     }
-    if (json) {
-        cJSON_Delete(v);
-        return 0;
-    }
     char b1[64], b2[64];
-    printf("generation %lld, step %lld, %d members, source %s\n", gen, step,
-           cJSON_GetArraySize(members),
-           src ? safe(src->valuestring, b1, sizeof(b1)) : "(none)");
-    int i = 0;
-    cJSON_ArrayForEach(m, members) {
-        const char *node =
-            cJSON_GetObjectItemCaseSensitive(m, "node")->valuestring;
-        const char *host =
-            cJSON_GetObjectItemCaseSensitive(m, "host")->valuestring;
-        int joiner = 0;
-        const cJSON *j;
-        cJSON_ArrayForEach(j, joiners)
-            joiner |= cJSON_IsString(j) && strcmp(j->valuestring, node) == 0;
-        if (joiner)
-            printf("%4d  %-16s %-20s joiner\n", i++,
-                   safe(node, b1, sizeof(b1)), safe(host, b2, sizeof(b2)));
-        else
-            printf("%4d  %-16s %s\n", i++, safe(node, b1, sizeof(b1)),
-                   safe(host, b2, sizeof(b2)));
+    if (!json) {
+        const char *src = v->source_index >= 0
+                              ? v->members[v->source_index].node
+                              : NULL;
+        printf("generation %llu, step %llu, %zu members, source %s\n",
+               (unsigned long long)v->generation,
+               (unsigned long long)v->step, v->n_members,
+               src ? safe(src, b1, sizeof(b1)) : "(none)");
     }
-    cJSON_Delete(v);
+    for (size_t i = 0; !json && i < v->n_members; i++) {
+        const mb_member_t *m = &v->members[i];
+        if (m->joiner)
+            printf("%4zu  %-16s %-20s joiner\n", i,
+                   safe(m->node, b1, sizeof(b1)),
+                   safe(m->host, b2, sizeof(b2)));
+        else
+            printf("%4zu  %-16s %s\n", i, safe(m->node, b1, sizeof(b1)),
+                   safe(m->host, b2, sizeof(b2)));
+    }
+    mb_view_free(v);
     return 0;
 }
 
@@ -491,8 +442,9 @@ static int cmd_view(const ctl_opts_t *o, char **argv)
     (void)argv;
     ctl_etcd_t c;
     ctl_reply_t r;
-    char key[CTL_KEY_MAX];
-    snprintf(key, sizeof(key), "/ringd/%s/view", o->job);
+    char key[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), o->job, MB_KEY_VIEW, NULL, 0, 0) != 0)
+        return EXIT_USAGE;
     int rc = ctl_open(o, &c);
     if (rc != 0)
         return rc;
@@ -521,15 +473,16 @@ out_destroy:
 static int cmd_drain(const ctl_opts_t *o, char **argv)
 {
     const char *node = argv[1];
-    char nkey[CTL_KEY_MAX], dkey[CTL_KEY_MAX], b[64];
+    char nkey[MB_KEY_MAX], dkey[MB_KEY_MAX], b[64];
     if (node[0] == '\0' || strchr(node, '/') != NULL ||
         strlen(node) > 200) {
         fprintf(stderr, "ringctl: '%s' is not a node name\n",
                 safe(node, b, sizeof(b)));
         return EXIT_DOWN;
     }
-    snprintf(nkey, sizeof(nkey), "/ringd/%s/nodes/%s", o->job, node);
-    snprintf(dkey, sizeof(dkey), "/ringd/%s/drain/%s", o->job, node);
+    if (mb_key(nkey, sizeof(nkey), o->job, MB_KEY_NODE, node, 0, 0) ||
+        mb_key(dkey, sizeof(dkey), o->job, MB_KEY_DRAIN, node, 0, 0))
+        return EXIT_USAGE;
     ctl_etcd_t c;
     ctl_reply_t r = {0};
     int rc = ctl_open(o, &c);
@@ -624,8 +577,9 @@ static int cmd_checkpoints(const ctl_opts_t *o, char **argv)
     (void)argv;
     ctl_etcd_t c;
     ctl_reply_t r;
-    char prefix[CTL_KEY_MAX];
-    snprintf(prefix, sizeof(prefix), "/ringd/%s/ckpt/", o->job);
+    char prefix[MB_KEY_MAX];
+    if (mb_key(prefix, sizeof(prefix), o->job, MB_KEY_CKPTS, NULL, 0, 0))
+        return EXIT_USAGE;
     int rc = ctl_open(o, &c);
     if (rc != 0)
         return rc;
@@ -687,8 +641,9 @@ static int verify_manifest(const ctl_opts_t *o, const char *root,
     }
     ctl_etcd_t c;
     ctl_reply_t r;
-    char key[CTL_KEY_MAX];
-    snprintf(key, sizeof(key), "/ringd/%s/ckpt/%llu", o->job, step);
+    char key[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), o->job, MB_KEY_CKPT, NULL, step, 0) != 0)
+        return EXIT_USAGE;
     int rc = ctl_open(o, &c);
     if (rc != 0)
         return rc;

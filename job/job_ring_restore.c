@@ -1,5 +1,5 @@
 /*
- * backend_ring_restore.c - a whole job restarting from checkpoints kept in
+ * job_ring_restore.c - a whole job restarting from checkpoints kept in
  * per-node directories.
  *
  * Node r of a checkpoint wrote shard r and the replica of shard r-1 into
@@ -31,12 +31,12 @@
 #include "checkpoint/ckpt.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
+#include "job/job_ring-int.h"
 
 #define RESTORE_TRIES 4
 #define NO_INDEX 0xfffffu
 
-uint64_t rb__newest_local(const char *root, uint64_t below)
+uint64_t job__newest_local(const char *root, uint64_t below)
 {
     uint64_t *steps = NULL, best = 0;
     size_t n = 0;
@@ -130,7 +130,7 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
     return rc;
 }
 
-int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
+int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
                      void *state, size_t bytes, uint64_t agreed,
                      uint64_t *step_p)
 {
@@ -160,7 +160,7 @@ int rb__ring_restore(ring_t *r, const rb_view_t *v, const char *root,
                               : "its size is not the state's");
             ckpt_manifest_free(m);
         }
-        int64_t next = (int64_t)rb__newest_local(root, step);
+        int64_t next = (int64_t)job__newest_local(root, step);
         rc = ring_allreduce(r, &next, 1, KERN_I64, KERN_MAX);
         if (rc != 0)
             return rc;

@@ -1,13 +1,14 @@
 /*
- * backend.h - the cross-node half of ringd, as the daemon sees it.
+ * job.h - the elastic job engine: the cross-node half of ringd, as the
+ * daemon sees it.
  *
  * The daemon reduces its node's trainers locally, then hands ONE buffer per
- * collective to a backend, which combines it with the other nodes of the job.
- * Backends:
+ * collective to the job, which combines it with the other nodes of the job.
+ * A job runs on one of these backends, picked by job_config_t.spec:
  *   solo   one node, no network: completes at once, the view never changes
  *          (--standalone).
  *   fake   solo plus scripted view changes, for tests (--backend fake:...).
- *   ring   (to come) etcd membership + the UCX ring.
+ *   ring   etcd membership + the UCX ring, on a ring thread (job_ring.c).
  *
  * Threading: every op is called on the daemon's main loop thread, and every
  * callback must be invoked on that thread too. A backend with its own
@@ -33,8 +34,8 @@
  * of the job redoes the step), ST_EFENCED (this node lost its lease) or
  * another negative code (reported to the trainers as RINGD_EABORTED).
  */
-#ifndef RINGD_DMN_BACKEND_H
-#define RINGD_DMN_BACKEND_H
+#ifndef RINGD_JOB_H
+#define RINGD_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -56,21 +57,21 @@ typedef struct {
     uint32_t ckpt_requested;  /* some node of the job asked for a
                                  checkpoint (ringd_checkpoint): every node
                                  takes one at the end of this step */
-} dmn_view_t;
+} job_view_t;
 
 /* This node's two files of one checkpoint, written and durable. */
 typedef struct {
     ckpt_shard_info_t primary; /* shard r, r = the node's rank then */
     ckpt_shard_info_t replica; /* shard r-1 (mod n) */
     unsigned keep;             /* retention: newest complete to keep */
-} dmn_ckpt_files_t;
+} job_ckpt_files_t;
 
-typedef struct dmn_backend dmn_backend_t;
+typedef struct job job_t;
 
 /* Collective completion: status is 0, ST_ERESHAPE, ST_EFENCED or < 0. */
-typedef void (*dmn_done_cb)(void *arg, int status);
+typedef void (*job_done_cb)(void *arg, int status);
 /* The view changed; *view is the new one (valid during the call). */
-typedef void (*dmn_view_cb)(void *arg, const dmn_view_t *view);
+typedef void (*job_view_cb)(void *arg, const job_view_t *view);
 
 typedef struct {
     const char *name;
@@ -80,7 +81,7 @@ typedef struct {
      * etcd) so that every node computes the same global_trainers and
      * rank_offset; solo uses it as the whole job.
      */
-    void (*set_local_trainers)(dmn_backend_t *be, uint32_t n);
+    void (*set_local_trainers)(job_t *be, uint32_t n);
     /*
      * May be NULL (always ready). Called at every step start after
      * set_local_trainers and before get_view: returns 1 when a step can
@@ -88,12 +89,12 @@ typedef struct {
      * installed, or the nodes are agreeing on trainer counts), or < 0. The
      * daemon then calls it again. At most one cb is pending.
      */
-    int (*ready)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
-    void (*get_view)(dmn_backend_t *be, dmn_view_t *view_p);
+    int (*ready)(job_t *be, job_done_cb cb, void *arg);
+    void (*get_view)(job_t *be, job_view_t *view_p);
     /* May be NULL. The node restored its state from a checkpoint of this
      * step before its first step: start there (a ring backend lets the
      * member furthest ahead send its state to the others). */
-    void (*set_step)(dmn_backend_t *be, uint64_t step);
+    void (*set_step)(job_t *be, uint64_t step);
     /*
      * May be NULL. A local trainer vanished without BYE. in_step: it had
      * begun the step in progress, whose collectives the other nodes then
@@ -103,37 +104,37 @@ typedef struct {
      * and trainers remain, and, with none left, it steps out of the job
      * until a trainer comes back (at its next ready()).
      */
-    void (*trainer_lost)(dmn_backend_t *be, int in_step,
+    void (*trainer_lost)(job_t *be, int in_step,
                          uint32_t remaining);
     /*
      * In-place allreduce of buf (count elements of dt) across nodes, op
      * being SUM, PROD, MIN or MAX: the daemon turns AVG into SUM and
      * divides by global_trainers itself, once, after completion.
      */
-    int (*allreduce)(dmn_backend_t *be, void *buf, size_t count,
-                     kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+    int (*allreduce)(job_t *be, void *buf, size_t count,
+                     kern_dtype_t dt, kern_op_t op, job_done_cb cb,
                      void *arg);
     /*
      * Broadcast bytes of buf from the node holding global trainer rank
      * root (its daemon filled buf with that trainer's data) to all nodes.
      */
-    int (*broadcast)(dmn_backend_t *be, void *buf, size_t bytes,
-                     uint32_t root, dmn_done_cb cb, void *arg);
+    int (*broadcast)(job_t *be, void *buf, size_t bytes,
+                     uint32_t root, job_done_cb cb, void *arg);
     /* Every trainer of the node finished `step`: a step boundary, where
      * joins and drains take effect. */
-    void (*step_end)(dmn_backend_t *be, uint64_t step);
+    void (*step_end)(job_t *be, uint64_t step);
     /*
      * Leave the job at this step boundary (SIGTERM drain): deregister and
      * call cb when gone. No collective is in flight when it is called.
      */
-    int (*leave)(dmn_backend_t *be, dmn_done_cb cb, void *arg);
+    int (*leave)(job_t *be, job_done_cb cb, void *arg);
     /*
      * A trainer of this node asked for a checkpoint (ringd_checkpoint).
      * The backend sets ckpt_requested in the view of the next step that
      * starts, on every node of the job alike (a ring backend carries the
      * flag in the per-step agreement), until a step with it completes.
      */
-    void (*request_ckpt)(dmn_backend_t *be);
+    void (*request_ckpt)(job_t *be);
     /*
      * May be NULL (solo: the shared directory's MANIFEST.json is the only
      * record). This node's two files of a checkpoint are durable: record
@@ -143,20 +144,20 @@ typedef struct {
      * complete yet, or another node completed it; cb(arg, < 0): an error
      * (logged). f is copied.
      */
-    int (*ckpt_report)(dmn_backend_t *be, const dmn_ckpt_files_t *f,
-                       dmn_done_cb cb, void *arg);
+    int (*ckpt_report)(job_t *be, const job_ckpt_files_t *f,
+                       job_done_cb cb, void *arg);
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
-    void (*destroy)(dmn_backend_t *be);
-} dmn_backend_ops_t;
+    void (*destroy)(job_t *be);
+} job_ops_t;
 
 /* Every backend struct starts with this. */
-struct dmn_backend {
-    const dmn_backend_ops_t *ops;
+struct job {
+    const job_ops_t *ops;
 };
 
 typedef struct {
-    dmn_view_cb on_view;
+    job_view_cb on_view;
     void *arg;
     /* The node's state region (the first trainer's), which a ring backend
      * broadcasts to joiners and overwrites on resync; NULL/0 when none is
@@ -164,32 +165,50 @@ typedef struct {
     void (*get_state)(void *arg, void **ptr_p, size_t *bytes_p);
     /* Membership asked this node to leave (drain key). May be NULL. */
     void (*on_drain)(void *arg);
-} dmn_backend_cbs_t;
+} job_cbs_t;
 
 /*
- * Create a backend from a spec: "solo", or "fake:reshape=S[,S...]" (the
- * first collective of each listed step completes with ST_ERESHAPE and the
- * generation bumps, once per step). Returns 0 or ST_ECONFIG (logged).
+ * What a job needs to know, and nothing of the daemon's other settings.
+ * The strings must outlive the job: the ring backend registers again with
+ * them after a standby.
  */
-int dmn_backend_create(uv_loop_t *loop, const char *spec,
-                       const dmn_backend_cbs_t *cbs, dmn_backend_t **be_p);
+typedef struct {
+    const char *spec;          /* "solo", "fake:reshape=S[,S...]", "ring" */
+    const char *etcd;          /* ring: comma-separated endpoints */
+    const char *job;           /* ring: the job's name in etcd */
+    const char *node;          /* ring: this node's id, unique in the job */
+    const char *host;          /* ring: nodes of one host are adjacent */
+    uint32_t trainers;         /* trainers of this node; 0: any (1 slot) */
+    uint32_t min_nodes;        /* ring: the first view waits for this many */
+    uint32_t lease_ttl;        /* ring: seconds */
+    uint32_t ring_deadline_ms; /* ring: no progress this long fails a
+                                  collective; 0: the ring's default */
+    const char *ckpt_dir;      /* ring: checkpoint directory (the job's
+                                  store is ckpt_dir/job); NULL: off */
+} job_config_t;
 
-/* Implementations (backend.c dispatches to them). fake_args NULL: solo. */
-int dmn__backend_solo_create(uv_loop_t *loop, const char *fake_args,
-                             const dmn_backend_cbs_t *cbs,
-                             dmn_backend_t **be_p);
+/*
+ * Create a job on loop from cfg->spec through the backend table. "fake":
+ * the first collective of each listed step completes with ST_ERESHAPE and
+ * the generation bumps, once per step. cfg is copied (not its strings).
+ * Returns 0, ST_ECONFIG (an unknown or malformed spec, logged) or the
+ * backend's error.
+ */
+int job_create(uv_loop_t *loop, const job_config_t *cfg,
+               const job_cbs_t *cbs, job_t **job_p);
 
-/* The etcd + UCX ring backend, configured from the daemon's config. */
-struct dmn_config;
-int dmn__backend_ring_create(uv_loop_t *loop, const struct dmn_config *cfg,
-                             const dmn_backend_cbs_t *cbs,
-                             dmn_backend_t **be_p);
+/* Implementations (job.c's table dispatches to them). fake_args NULL:
+ * solo. */
+int job__solo_create(uv_loop_t *loop, const char *fake_args,
+                     const job_cbs_t *cbs, job_t **job_p);
+int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
+                     const job_cbs_t *cbs, job_t **job_p);
 
 /* Accepts NULL. */
-static inline void dmn_backend_destroy(dmn_backend_t *be)
+static inline void job_destroy(job_t *be)
 {
     if (be != NULL)
         be->ops->destroy(be);
 }
 
-#endif /* RINGD_DMN_BACKEND_H */
+#endif /* RINGD_JOB_H */

@@ -1,8 +1,8 @@
 /*
- * backend_ring_thread.c - the ring backend's copies of views and its ring
- * thread: REBUILD (a new ring, the step agreement, the state broadcast),
- * AGREE (trainer counts) and the collectives, one command at a time.
- * See backend_ring.c for the whole picture.
+ * job_ring_thread.c - the ring backend's ring thread: REBUILD (a new
+ * ring, the step agreement, the state broadcast), AGREE (trainer counts)
+ * and the collectives, one command at a time.
+ * See job_ring.c for the whole picture.
  */
 #include <stdio.h>
 #include <time.h>
@@ -11,55 +11,9 @@
 
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
+#include "job/job_ring-int.h"
 
 #define RT_IDLE_MS 20 /* progress period of an idle ring thread */
-
-/* ---- views ----------------------------------------------------------- */
-
-void rb__view_free(rb_view_t *v)
-{
-    if (v == NULL)
-        return;
-    for (size_t i = 0; i < v->n; i++) {
-        free(v->m[i].node);
-        free(v->m[i].addr);
-    }
-    free(v->m);
-    free(v);
-}
-
-rb_view_t *rb__view_copy(const mb_view_t *mv)
-{
-    rb_view_t *v = calloc(1, sizeof(*v));
-    if (v == NULL)
-        return NULL;
-    v->m = calloc(mv->n_members ? mv->n_members : 1, sizeof(rb_member_t));
-    if (v->m == NULL) {
-        free(v);
-        return NULL;
-    }
-    v->generation = mv->generation;
-    v->my_index = mv->my_index;
-    v->n_joiners = mv->n_joiners;
-    for (size_t i = 0; i < mv->n_members; i++, v->n++) {
-        const mb_member_t *s = &mv->members[i];
-        rb_member_t *d = &v->m[i];
-        d->node = strdup(s->node);
-        d->addr = malloc(s->addr_len ? s->addr_len : 1);
-        if (d->node == NULL || d->addr == NULL) {
-            v->n++;
-            rb__view_free(v);
-            return NULL;
-        }
-        memcpy(d->addr, s->addr, s->addr_len);
-        d->addr_len = s->addr_len;
-        d->slots = s->slots;
-        d->lease = s->lease;
-        d->joiner = s->joiner;
-    }
-    return v;
-}
 
 /* ---- the ring thread ------------------------------------------------- */
 
@@ -76,7 +30,7 @@ static void rt_set_ring(rb_t *b, ring_t *r)
  * checkpoint was asked for here", so every node learns it at this step. */
 static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 {
-    uint32_t n = (uint32_t)c->view->n;
+    uint32_t n = (uint32_t)c->view->n_members;
     memset(c->counts, 0, n * sizeof(uint32_t));
     c->counts[c->view->my_index] =
         c->my_trainers | (c->ckpt_req ? RB_CKPT_BIT : 0);
@@ -112,19 +66,20 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     }
     b->older = prev;
 
-    const rb_view_t *v = c->view;
-    const void **addrs = calloc(v->n, sizeof(*addrs));
-    size_t *lens = calloc(v->n, sizeof(*lens));
+    const mb_view_t *v = c->view;
+    const void **addrs = calloc(v->n_members, sizeof(*addrs));
+    size_t *lens = calloc(v->n_members, sizeof(*lens));
     if (addrs == NULL || lens == NULL) {
         free(addrs);
         free(lens);
         return ST_ENOMEM;
     }
-    for (size_t i = 0; i < v->n; i++) {
-        addrs[i] = v->m[i].addr;
-        lens[i] = v->m[i].addr_len;
+    for (size_t i = 0; i < v->n_members; i++) {
+        addrs[i] = v->members[i].addr;
+        lens[i] = v->members[i].addr_len;
     }
-    ring_view_t rv = {.generation = v->generation, .nranks = (uint32_t)v->n,
+    ring_view_t rv = {.generation = v->generation,
+                      .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
                       .addr_lens = lens};
     /* The members reach a new ring when their trainers reach a step
@@ -148,13 +103,13 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
      * when it comes back. Among equals the furthest step wins, then the
      * lowest index. Steps fit in 42 bits.
      */
-    int member = !v->m[v->my_index].joiner;
+    int member = !v->members[v->my_index].joiner;
     int64_t key = (int64_t)(((uint64_t)member << 62) |
                             ((c->my_step & ((1ull << 42) - 1)) << 20) |
                             (0xfffffu - (uint32_t)v->my_index));
     /* [4]: the newest complete checkpoint this node holds + 1, for a job
      * that starts again with its state in per-node stores. */
-    uint64_t newest = c->my_step == 0 ? rb__newest_local(c->ckpt_root,
+    uint64_t newest = c->my_step == 0 ? job__newest_local(c->ckpt_root,
                                                          UINT64_MAX)
                                       : 0;
     int64_t agree[5] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
@@ -177,7 +132,7 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     int restored = 0;
     if (max_step == 0 && agree[4] > 0 && agree[2] > 0) {
         uint64_t step;
-        rc = rb__ring_restore(r, v, c->ckpt_root, c->state, c->state_bytes,
+        rc = job__ring_restore(r, v, c->ckpt_root, c->state, c->state_bytes,
                               (uint64_t)agree[4], &step);
         if (rc < 0)
             return rc;
@@ -232,7 +187,7 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
         c->suspect = UINT32_MAX; /* no failure named */
 }
 
-void *rb__thread_main(void *arg)
+void *job__ring_thread_main(void *arg)
 {
     rb_t *b = arg;
     pthread_mutex_lock(&b->mu);

@@ -1,15 +1,15 @@
 /*
- * backend_ring_ckpt.c - checkpoint records of the ring backend in etcd.
+ * job_ring_ckpt.c - checkpoint records of the ring backend in etcd.
  *
  * The issue's rule: the manifest goes to etcd only once every shard has
  * two copies. Each node writes its own two files (shard r and the replica
  * of shard r-1) into its own directory, so no node can see from its disk
  * that the set is complete; etcd is the one place all of them see.
  *
- *   /ringd/J/ckpt-parts/<020 step>/<05 r>   node r's two shard headers,
- *                                           put once both files are durable
- *   /ringd/J/ckpt/<step>                    the manifest (ckpt_manifest_t
- *                                           JSON), put if absent
+ *   MB_KEY_CKPT_PART (step, r)   node r's two shard headers, put once
+ *                                both files are durable
+ *   MB_KEY_CKPT (step)           the manifest (ckpt_manifest_t JSON), put
+ *                                if absent
  *
  * A node puts its record, then reads every record of the step. When all
  * n are there, each shard has its primary (from node i) and its replica
@@ -38,24 +38,22 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
-
-#define RBCK_KEY_MAX 512
+#include "job/job_ring-int.h"
 
 typedef struct rbck_req {
     struct rbck_req *next, *prev;
-    dmn_rbck_t *k;
+    job_rbck_t *k;
     etcd_t *etcd;
-    dmn_ckpt_files_t f;
-    dmn_done_cb cb;
+    job_ckpt_files_t f;
+    job_done_cb cb;
     void *arg;
     char *manifest;  /* JSON, while the txn is out */
 } rbck_req_t;
 
-struct dmn_rbck {
+struct job_rbck {
     char *node;
     char *root;                 /* this node's store; NULL: no sync */
-    char prefix[RBCK_KEY_MAX];  /* /ringd/J/ckpt */
+    char *job;                  /* the records' keys are mb_key()'s */
     rbck_req_t *reqs;           /* in flight: freed by destroy */
 };
 
@@ -68,7 +66,7 @@ typedef struct {
     ckpt_shard_info_t primary, replica;
 } rbck_rec_t;
 
-static rbck_req_t *req_new(dmn_rbck_t *k, etcd_t *etcd)
+static rbck_req_t *req_new(job_rbck_t *k, etcd_t *etcd)
 {
     rbck_req_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -94,13 +92,13 @@ static void req_free(rbck_req_t *r)
     free(r);
 }
 
-static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep);
+static void sync_manifests(job_rbck_t *k, etcd_t *etcd, unsigned keep);
 
 /* Tell the daemon and forget the request; a finished report also copies
  * the job's manifests into this node's store. */
 static void req_done(rbck_req_t *r, int status)
 {
-    dmn_done_cb cb = r->cb;
+    job_done_cb cb = r->cb;
     void *arg = r->arg;
     if (cb != NULL && r->k->root != NULL)
         sync_manifests(r->k, r->etcd, r->f.keep);
@@ -109,29 +107,32 @@ static void req_done(rbck_req_t *r, int status)
         cb(arg, status);
 }
 
-int dmn__rbck_create(const char *job, const char *node, const char *root,
-                     dmn_rbck_t **k_p)
+int job__rbck_create(const char *job, const char *node, const char *root,
+                     job_rbck_t **k_p)
 {
-    dmn_rbck_t *k = calloc(1, sizeof(*k));
+    job_rbck_t *k = calloc(1, sizeof(*k));
     if (k == NULL || (k->node = strdup(node)) == NULL ||
+        (k->job = strdup(job)) == NULL ||
         (root != NULL && (k->root = strdup(root)) == NULL)) {
-        if (k != NULL)
+        if (k != NULL) {
             free(k->node);
+            free(k->job);
+        }
         free(k);
         return ST_ENOMEM;
     }
-    snprintf(k->prefix, sizeof(k->prefix), "/ringd/%s/ckpt", job);
     *k_p = k;
     return 0;
 }
 
-void dmn__rbck_destroy(dmn_rbck_t *k)
+void job__rbck_destroy(job_rbck_t *k)
 {
     if (k == NULL)
         return;
     while (k->reqs != NULL)
         req_free(k->reqs);
     free(k->node);
+    free(k->job);
     free(k->root);
     free(k);
 }
@@ -166,7 +167,7 @@ static int shard_parse(const cJSON *o, ckpt_shard_info_t *in)
     return 0;
 }
 
-static char *record_json(const dmn_rbck_t *k, const dmn_ckpt_files_t *f)
+static char *record_json(const job_rbck_t *k, const job_ckpt_files_t *f)
 {
     const ckpt_shard_info_t *p = &f->primary;
     cJSON *o = cJSON_CreateObject();
@@ -272,7 +273,7 @@ static void on_deleted(int status, const etcd_result_t *res, void *data)
     req_free(r);
 }
 
-static void delete_key(dmn_rbck_t *k, etcd_t *etcd, const char *key)
+static void delete_key(job_rbck_t *k, etcd_t *etcd, const char *key)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r != NULL && etcd_delete(etcd, key, 0, on_deleted, r) != 0)
@@ -295,12 +296,12 @@ static int parse_step(const char *s, char stop, uint64_t *step_p)
     return *end == stop ? 0 : -1;
 }
 
-/* Every key under <prefix>: keep the `keep` newest manifests; drop older
- * manifests and the records of steps older than `step`. */
+/* Every key under MB_KEY_CKPT_ALL: keep the `keep` newest manifests;
+ * drop older manifests and the records of steps older than `step`. */
 static void on_listed(int status, const etcd_result_t *res, void *data)
 {
     rbck_req_t *r = data;
-    dmn_rbck_t *k = r->k;
+    job_rbck_t *k = r->k;
     etcd_t *etcd = r->etcd;
     uint64_t step = r->f.primary.step;
     unsigned keep = r->f.keep;
@@ -310,9 +311,10 @@ static void on_listed(int status, const etcd_result_t *res, void *data)
                 st_strerror(status));
         return;
     }
-    char mpre[RBCK_KEY_MAX + 8], ppre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
-    snprintf(ppre, sizeof(ppre), "%s-parts/", k->prefix);
+    char mpre[MB_KEY_MAX], ppre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) ||
+        mb_key(ppre, sizeof(ppre), k->job, MB_KEY_CKPT_PARTS, NULL, 0, 0))
+        return;
     size_t ml = strlen(mpre), pl = strlen(ppre), nm = 0;
     uint64_t *steps = calloc(res->n_kvs + 1, sizeof(*steps));
     if (steps == NULL)
@@ -329,20 +331,23 @@ static void on_listed(int status, const etcd_result_t *res, void *data)
     }
     qsort(steps, nm, sizeof(*steps), cmp_desc);
     for (size_t i = keep; i < nm; i++) {
-        char key[RBCK_KEY_MAX + 32];
-        snprintf(key, sizeof(key), "%s%" PRIu64, mpre, steps[i]);
-        delete_key(k, etcd, key);
+        char key[MB_KEY_MAX];
+        if (mb_key(key, sizeof(key), k->job, MB_KEY_CKPT, NULL, steps[i],
+                   0) == 0)
+            delete_key(k, etcd, key);
     }
     free(steps);
 }
 
-static void retain(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f)
+static void retain(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r == NULL)
         return;
     r->f = *f;
-    if (etcd_get(etcd, k->prefix, 1, on_listed, r) != 0)
+    char all[MB_KEY_MAX];
+    if (mb_key(all, sizeof(all), k->job, MB_KEY_CKPT_ALL, NULL, 0, 0) ||
+        etcd_get(etcd, all, 1, on_listed, r) != 0)
         req_free(r);
 }
 
@@ -405,10 +410,13 @@ static void on_records(int status, const etcd_result_t *res, void *data)
         req_done(r, rc > 0 ? 0 : rc); /* 1: others still writing */
         return;
     }
-    char key[RBCK_KEY_MAX + 32], parts[RBCK_KEY_MAX + 40];
-    snprintf(key, sizeof(key), "%s/%" PRIu64, r->k->prefix, step);
-    snprintf(parts, sizeof(parts), "%s-parts/%020" PRIu64 "/",
-             r->k->prefix, step);
+    char key[MB_KEY_MAX], parts[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), r->k->job, MB_KEY_CKPT, NULL, step, 0) ||
+        mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
+               NULL, step, 0)) {
+        req_done(r, ST_EINVAL);
+        return;
+    }
     etcd_cmp_t cmp = {.key = key, .target = ETCD_CMP_CREATE,
                       .result = ETCD_CMP_EQUAL, .number = 0};
     etcd_op_t ops[2] = {
@@ -431,16 +439,17 @@ static void on_put(int status, const etcd_result_t *res, void *data)
         req_done(r, status);
         return;
     }
-    char parts[RBCK_KEY_MAX + 40];
-    snprintf(parts, sizeof(parts), "%s-parts/%020" PRIu64 "/",
-             r->k->prefix, r->f.primary.step);
-    int rc = etcd_get(r->etcd, parts, 1, on_records, r);
+    char parts[MB_KEY_MAX];
+    int rc = mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
+                    NULL, r->f.primary.step, 0);
+    if (rc == 0)
+        rc = etcd_get(r->etcd, parts, 1, on_records, r);
     if (rc != 0)
         req_done(r, rc);
 }
 
-int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
-                     dmn_done_cb cb, void *arg)
+int job__rbck_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
+                     job_done_cb cb, void *arg)
 {
     if (f->primary.nshards == 0 || f->primary.step != f->replica.step) {
         RD_ERROR("checkpoint report: inconsistent shards");
@@ -456,10 +465,11 @@ int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
     r->f = *f;
     r->cb = cb;
     r->arg = arg;
-    char key[RBCK_KEY_MAX + 64];
-    snprintf(key, sizeof(key), "%s-parts/%020" PRIu64 "/%05u", k->prefix,
-             f->primary.step, f->primary.shard);
-    int rc = etcd_put(etcd, key, val, strlen(val), 0, on_put, r);
+    char key[MB_KEY_MAX];
+    int rc = mb_key(key, sizeof(key), k->job, MB_KEY_CKPT_PART, NULL,
+                    f->primary.step, f->primary.shard);
+    if (rc == 0)
+        rc = etcd_put(etcd, key, val, strlen(val), 0, on_put, r);
     free(val);
     if (rc != 0) {
         req_free(r);
@@ -482,7 +492,7 @@ int dmn__rbck_report(dmn_rbck_t *k, etcd_t *etcd, const dmn_ckpt_files_t *f,
 static void on_manifests(int status, const etcd_result_t *res, void *data)
 {
     rbck_req_t *r = data;
-    dmn_rbck_t *k = r->k;
+    job_rbck_t *k = r->k;
     unsigned keep = r->f.keep;
     req_free(r);
     if (status != 0) {
@@ -492,8 +502,9 @@ static void on_manifests(int status, const etcd_result_t *res, void *data)
             ckpt_store_retain(k->root, keep);
         return;
     }
-    char mpre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
+    char mpre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) != 0)
+        return;
     size_t ml = strlen(mpre);
     for (size_t i = 0; i < res->n_kvs; i++) {
         const etcd_kv_t *kv = &res->kvs[i];
@@ -523,14 +534,14 @@ static void on_manifests(int status, const etcd_result_t *res, void *data)
         ckpt_store_retain(k->root, keep);
 }
 
-static void sync_manifests(dmn_rbck_t *k, etcd_t *etcd, unsigned keep)
+static void sync_manifests(job_rbck_t *k, etcd_t *etcd, unsigned keep)
 {
     rbck_req_t *r = req_new(k, etcd);
     if (r == NULL)
         return;
     r->f.keep = keep;
-    char mpre[RBCK_KEY_MAX + 8];
-    snprintf(mpre, sizeof(mpre), "%s/", k->prefix);
-    if (etcd_get(etcd, mpre, 1, on_manifests, r) != 0)
+    char mpre[MB_KEY_MAX];
+    if (mb_key(mpre, sizeof(mpre), k->job, MB_KEY_CKPTS, NULL, 0, 0) ||
+        etcd_get(etcd, mpre, 1, on_manifests, r) != 0)
         req_free(r);
 }

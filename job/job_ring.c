@@ -1,5 +1,5 @@
 /*
- * backend_ring.c - the cross-node backend: etcd membership (mb_) on the
+ * job_ring.c - the cross-node backend: etcd membership (mb_) on the
  * main loop, the UCX ring (ring_, tp_) on a ring thread of its own.
  *
  * Main loop                                 ring thread
@@ -26,7 +26,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
-#include "daemon/backend_ring-int.h"
+#include "job/job_ring-int.h"
 
 static const char *const rb_state_names[] = {"waiting", "syncing", "ready",
                                              "leaving", "left"};
@@ -66,16 +66,16 @@ static void abort_running(rb_t *b)
 
 static void fill_dview(rb_t *b)
 {
-    const rb_view_t *v = b->cur;
+    const mb_view_t *v = b->cur;
     uint32_t total = 0, offset = 0;
-    for (size_t i = 0; i < v->n; i++) {
+    for (size_t i = 0; i < v->n_members; i++) {
         if ((int)i == v->my_index)
             offset = total;
         total += b->counts[i];
     }
-    b->dview = (dmn_view_t){.generation = v->generation, .step = b->step,
+    b->dview = (job_view_t){.generation = v->generation, .step = b->step,
                             .node_rank = (uint32_t)v->my_index,
-                            .node_count = (uint32_t)v->n,
+                            .node_count = (uint32_t)v->n_members,
                             .global_trainers = total,
                             .rank_offset = offset};
 }
@@ -85,16 +85,17 @@ static void post_rebuild(rb_t *b);
 /* Install the pending view and have the ring thread build and resync. */
 static void install_pending(rb_t *b)
 {
-    if (b->pending->n > RB_MAX_NODES) {
+    if (b->pending->n_members > RB_MAX_NODES) {
         RD_ERROR("ring backend: view %llu has %zu nodes, more than the %d "
                  "this build supports; waiting for another",
-                 (unsigned long long)b->pending->generation, b->pending->n,
+                 (unsigned long long)b->pending->generation,
+                 b->pending->n_members,
                  RB_MAX_NODES);
-        rb__view_free(b->pending);
+        mb_view_free(b->pending);
         b->pending = NULL;
         return;
     }
-    rb__view_free(b->cur);
+    mb_view_free(b->cur);
     b->cur = b->pending;
     b->pending = NULL;
     b->retries = 0;
@@ -141,14 +142,14 @@ static void advance(rb_t *b)
 static void on_defer(uv_timer_t *t)
 {
     rb_t *b = t->data;
-    dmn_done_cb cb = b->op_cb;
+    job_done_cb cb = b->op_cb;
     b->op_cb = NULL;
     if (cb != NULL)
         cb(b->op_arg, b->op_status);
 }
 
 /* Complete the daemon's collective on the next loop turn. */
-static void complete_later(rb_t *b, dmn_done_cb cb, void *arg, int status)
+static void complete_later(rb_t *b, job_done_cb cb, void *arg, int status)
 {
     b->op_cb = cb;
     b->op_arg = arg;
@@ -158,7 +159,7 @@ static void complete_later(rb_t *b, dmn_done_cb cb, void *arg, int status)
 
 static void ready_fire(rb_t *b, int status)
 {
-    dmn_done_cb cb = b->ready_cb;
+    job_done_cb cb = b->ready_cb;
     b->ready_cb = NULL;
     if (cb != NULL)
         cb(b->ready_arg, status);
@@ -179,10 +180,10 @@ static void on_suspect_timer(uv_timer_t *t)
 /* A collective or resync failed because of a peer: tell membership. */
 static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
 {
-    if (b->cur == NULL || rank >= b->cur->n ||
+    if (b->cur == NULL || rank >= b->cur->n_members ||
         (int)rank == b->cur->my_index)
         return;
-    const char *node = b->cur->m[rank].node;
+    const char *node = b->cur->members[rank].node;
     if (status == ST_EPEER) {
         RD_WARN("ring backend: endpoint of %s failed; suspecting it", node);
         mb_suspect(b->mb, node, "ring endpoint failed");
@@ -245,7 +246,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
 
 static void on_collective_done(rb_t *b, rb_cmd_t *c)
 {
-    dmn_done_cb cb = b->op_cb;
+    job_done_cb cb = b->op_cb;
     void *arg = b->op_arg;
     b->op_cb = NULL;
     int status = c->status;
@@ -309,14 +310,15 @@ static void on_async(uv_async_t *h)
 static void mb_on_view(const mb_view_t *mv, void *data)
 {
     rb_t *b = data;
-    rb_view_t *v = rb__view_copy(mv);
-    if (v == NULL) {
+    mb_view_t *v;
+    if (mb_view_dup(mv, &v) != 0) {
         RD_ERROR("ring backend: out of memory copying view %llu",
                  (unsigned long long)mv->generation);
         return;
     }
     RD_INFO("ring backend: view %llu: %zu member%s, me #%d, %zu joiner%s",
-            (unsigned long long)v->generation, v->n, v->n == 1 ? "" : "s",
+            (unsigned long long)v->generation, v->n_members,
+            v->n_members == 1 ? "" : "s",
             v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
     b->fenced = 0;
     /*
@@ -328,7 +330,7 @@ static void mb_on_view(const mb_view_t *mv, void *data)
      * start. A node still on an older view aborts when the newer one
      * reaches it, so all converge on the latest generation.
      */
-    rb__view_free(b->pending);
+    mb_view_free(b->pending);
     b->pending = v;
     if (b->busy)
         abort_running(b);
@@ -372,7 +374,7 @@ static void mb_on_left(int status, void *data)
         return;
     }
     rb_enter(b, RB_LEFT);
-    dmn_done_cb cb = b->leave_cb;
+    job_done_cb cb = b->leave_cb;
     b->leave_cb = NULL;
     if (cb != NULL)
         cb(b->leave_arg, status);
@@ -430,7 +432,7 @@ static void step_out(rb_t *b)
     if (b->busy)
         abort_running(b);
     rb_enter(b, RB_WAITING);
-    rb__view_free(b->pending);
+    mb_view_free(b->pending);
     b->pending = NULL;
     if (mb_leave(b->mb) != 0)
         b->mb_left = 1;
@@ -445,7 +447,7 @@ static void step_out(rb_t *b)
  * so no step is lost or applied twice. A trainer lost between steps
  * needs nothing: the trainer counts are agreed at every step start.
  */
-static void rb_trainer_lost(dmn_backend_t *be, int in_step,
+static void rb_trainer_lost(job_t *be, int in_step,
                             uint32_t remaining)
 {
     rb_t *b = (rb_t *)be;
@@ -471,24 +473,24 @@ static void rb_trainer_lost(dmn_backend_t *be, int in_step,
 
 /* ---- backend ops ------------------------------------------------------- */
 
-static void rb_set_local_trainers(dmn_backend_t *be, uint32_t n)
+static void rb_set_local_trainers(job_t *be, uint32_t n)
 {
     ((rb_t *)be)->local_trainers = n;
 }
 
-static void rb_set_step(dmn_backend_t *be, uint64_t step)
+static void rb_set_step(job_t *be, uint64_t step)
 {
     rb_t *b = (rb_t *)be;
     b->step = step;
     b->dview.step = step;
 }
 
-static void rb_get_view(dmn_backend_t *be, dmn_view_t *view_p)
+static void rb_get_view(job_t *be, job_view_t *view_p)
 {
     *view_p = ((rb_t *)be)->dview;
 }
 
-static int rb_ready(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
     if (b->state == RB_READY && !b->busy && b->pending == NULL &&
@@ -505,7 +507,7 @@ static int rb_ready(dmn_backend_t *be, dmn_done_cb cb, void *arg)
     return 0;
 }
 
-static int start_collective(rb_t *b, rb_cmd_t *c, dmn_done_cb cb, void *arg)
+static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
 {
     if (b->op_cb != NULL || b->busy) {
         RD_ERROR("ring backend: a collective is already in flight");
@@ -522,8 +524,8 @@ static int start_collective(rb_t *b, rb_cmd_t *c, dmn_done_cb cb, void *arg)
     return 0;
 }
 
-static int rb_allreduce(dmn_backend_t *be, void *buf, size_t count,
-                        kern_dtype_t dt, kern_op_t op, dmn_done_cb cb,
+static int rb_allreduce(job_t *be, void *buf, size_t count,
+                        kern_dtype_t dt, kern_op_t op, job_done_cb cb,
                         void *arg)
 {
     rb_cmd_t c = {.kind = CMD_ALLREDUCE, .buf = buf, .count = count,
@@ -532,12 +534,12 @@ static int rb_allreduce(dmn_backend_t *be, void *buf, size_t count,
 }
 
 /* root is a global trainer rank: broadcast from the node holding it. */
-static int rb_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
-                        uint32_t root, dmn_done_cb cb, void *arg)
+static int rb_broadcast(job_t *be, void *buf, size_t bytes,
+                        uint32_t root, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
     uint32_t node = UINT32_MAX, total = 0;
-    for (size_t i = 0; b->cur && i < b->cur->n; i++) {
+    for (size_t i = 0; b->cur && i < b->cur->n_members; i++) {
         if (root >= total && root < total + b->counts[i])
             node = (uint32_t)i;
         total += b->counts[i];
@@ -552,7 +554,7 @@ static int rb_broadcast(dmn_backend_t *be, void *buf, size_t bytes,
     return start_collective(b, &c, cb, arg);
 }
 
-static void rb_step_end(dmn_backend_t *be, uint64_t step)
+static void rb_step_end(job_t *be, uint64_t step)
 {
     rb_t *b = (rb_t *)be;
     b->step = step + 1;
@@ -563,19 +565,19 @@ static void rb_step_end(dmn_backend_t *be, uint64_t step)
     b->dview.ckpt_requested = 0;
 }
 
-static void rb_request_ckpt(dmn_backend_t *be)
+static void rb_request_ckpt(job_t *be)
 {
     ((rb_t *)be)->ckpt_req = 1;
 }
 
-static int rb_ckpt_report(dmn_backend_t *be, const dmn_ckpt_files_t *f,
-                          dmn_done_cb cb, void *arg)
+static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
+                          job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
-    return dmn__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
+    return job__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
 }
 
-static int rb_leave(dmn_backend_t *be, dmn_done_cb cb, void *arg)
+static int rb_leave(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
     if (b->standby && b->mb_left) {
@@ -614,7 +616,7 @@ static void close_handles(rb_t *b)
     uv_close((uv_handle_t *)&b->suspect_timer, on_handle_closed);
 }
 
-static void rb_destroy(dmn_backend_t *be)
+static void rb_destroy(job_t *be)
 {
     rb_t *b = (rb_t *)be;
     pthread_mutex_lock(&b->mu);
@@ -626,18 +628,18 @@ static void rb_destroy(dmn_backend_t *be)
     pthread_mutex_unlock(&b->mu);
     pthread_join(b->thread, NULL); /* it destroys the ring */
     mb_destroy(b->mb);
-    dmn__rbck_destroy(b->ckpt); /* after its etcd client */
+    job__rbck_destroy(b->ckpt); /* after its etcd client */
     free(b->ckpt_root);
     tp_destroy(b->tp);
-    rb__view_free(b->cur);
-    rb__view_free(b->pending);
+    mb_view_free(b->cur);
+    mb_view_free(b->pending);
     free(b->quiet_node);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     close_handles(b);
 }
 
-static const dmn_backend_ops_t rb_ops = {
+static const job_ops_t rb_ops = {
     .name = "ring",
     .set_local_trainers = rb_set_local_trainers,
     .ready = rb_ready,
@@ -653,12 +655,12 @@ static const dmn_backend_ops_t rb_ops = {
     .destroy = rb_destroy,
 };
 
-/* What membership needs, from the daemon's config. */
-static void mb_config_from(const dmn_config_t *cfg, mb_config_t *mc)
+/* What membership needs, from the job's config. */
+static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
 {
     memset(mc, 0, sizeof(*mc));
     mc->job = cfg->job;
-    mc->node = cfg->node_id;
+    mc->node = cfg->node;
     mc->host = cfg->host;
     mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
     mc->ttl_s = (int)cfg->lease_ttl;
@@ -666,9 +668,8 @@ static void mb_config_from(const dmn_config_t *cfg, mb_config_t *mc)
     mc->etcd.endpoints = cfg->etcd;
 }
 
-int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
-                             const dmn_backend_cbs_t *cbs,
-                             dmn_backend_t **be_p)
+int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
+                     const job_cbs_t *cbs, job_t **be_p)
 {
     rb_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
@@ -701,10 +702,10 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = mb_create(loop, &mc, &mcb, b, &b->mb);
     if (rc != 0)
         goto err_tp;
-    if (cfg->ckpt_interval > 0 &&
+    if (cfg->ckpt_dir != NULL &&
         asprintf(&b->ckpt_root, "%s/%s", cfg->ckpt_dir, cfg->job) < 0)
         b->ckpt_root = NULL; /* no restore through the ring, no sync */
-    rc = dmn__rbck_create(cfg->job, cfg->node_id, b->ckpt_root, &b->ckpt);
+    rc = job__rbck_create(cfg->job, cfg->node, b->ckpt_root, &b->ckpt);
     if (rc != 0) {
         mb_destroy(b->mb);
         goto err_tp;
@@ -718,9 +719,9 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_timer_init(loop, &b->retry);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
     b->rejoin.data = b->retry.data = b;
-    if (pthread_create(&b->thread, NULL, rb__thread_main, b) != 0) {
+    if (pthread_create(&b->thread, NULL, job__ring_thread_main, b) != 0) {
         mb_destroy(b->mb);
-        dmn__rbck_destroy(b->ckpt);
+        job__rbck_destroy(b->ckpt);
         free(b->ckpt_root);
         tp_destroy(b->tp);
         pthread_cond_destroy(&b->cv);
@@ -734,7 +735,7 @@ int dmn__backend_ring_create(uv_loop_t *loop, const dmn_config_t *cfg,
         return rc;
     }
     RD_INFO("ring backend: node %s of job %s, etcd %s, lease %u s, ring "
-            "deadline %d ms", cfg->node_id, cfg->job, cfg->etcd,
+            "deadline %d ms", cfg->node, cfg->job, cfg->etcd,
             cfg->lease_ttl, b->ring_opts.deadline_ms);
     *be_p = &b->base;
     return 0;

@@ -1,0 +1,7 @@
+# job/: the elastic job engine (job_): the backend table, solo and fake,
+# and the ring backend (etcd membership + the UCX ring on a ring thread,
+# its checkpoint records in etcd, the together-restore). Its tests run
+# through the daemon (tests/test-dmn-*.c).
+LIB_SRCS += job/job.c job/job_solo.c job/job_ring.c job/job_ring_thread.c \
+            job/job_ring_ckpt.c job/job_ring_restore.c
+PKGS += libuv libcurl libcjson ucx

@@ -1,0 +1,10 @@
+# tools/: ringctl, the operator's command line. It reads etcd through
+# membership's key helper and parsers, and speaks the local API of
+# proto/; it needs the libraries membership/module.mk adds, named here so
+# the order of the module files does not matter.
+PKGS += libuv libcurl libcjson
+BIN_TARGETS += $(BUILD)/ringctl
+
+$(BUILD)/ringctl: $(BUILD)/tools/ringctl.o $(BUILD)/libringd_core.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CORE_LIB) $(PKG_LIBS) $(LIBS)
