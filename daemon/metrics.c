@@ -207,7 +207,9 @@ static void http_route(http_conn_t *hc)
         http_answer(hc, 200, "text/plain; version=0.0.4", body, s.len);
         free(body);
     } else if (strcmp(path, "/healthz") == 0) {
-        if (d->state == DMN_STEP_DRAINED)
+        /* Unhealthy from the request on, not from the step boundary: a
+         * balancer or orchestrator must stop sending work at once. */
+        if (d->drain_requested || d->state == DMN_STEP_DRAINED)
             http_answer(hc, 503, "text/plain", "draining\n", 9);
         else
             http_answer(hc, 200, "text/plain", "ok\n", 3);

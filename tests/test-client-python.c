@@ -1,6 +1,7 @@
 /*
  * The Python binding and trainer.py against a real ringd: 2 trainers reach
- * bitwise identical parameters. Skipped where /usr/bin/python3 lacks numpy,
+ * bitwise identical parameters, and each exception class is raised where
+ * the binding documents it. Skipped where /usr/bin/python3 lacks numpy,
  * and in sanitizer builds (an ASAN libringd.so cannot be loaded into an
  * uninstrumented python without LD_PRELOAD tricks).
  */
@@ -88,5 +89,56 @@ TEST_IMPL(client_python_two_trainers)
     ASSERT(td_file_has(td_path(&t, h0_is_0 ? "h1" : "h0"), r1));
     ASSERT(td_file_has(td_path(&t, h0_is_0 ? "h0" : "h1"), r0));
     ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/*
+ * Each documented exception class of the binding, provoked for real
+ * (tests/client-errors.py): ringd.Error with ENODAEMON for a socket nobody
+ * listens on, ESTATE and EINVAL for calls out of order and arrays outside
+ * the shared buffers, Reshape from a view change (the fake backend breaks
+ * step 2), Shutdown from step_begin once the daemon drains (SIGTERM), and
+ * Disconnected when the daemon dies in the middle of a step. Each check
+ * wants the exact class and code.
+ */
+TEST_IMPL(client_python_errors)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t fake, victim;
+    td_init(&fake, "client-py-err");
+    td_init(&victim, "client-py-kill");
+    if (!have_numpy(py, td_path(&fake, "numpy.log")))
+        return TEST_SKIP;
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/client-errors.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    const char *flags[] = {"--backend", "fake:reshape=2", NULL};
+    ASSERT_OK(td_start(&fake, flags));
+    ASSERT_OK(td_start(&victim, NULL));
+    char fpid[16], vpid[16];
+    snprintf(fpid, sizeof(fpid), "%d", (int)fake.pid);
+    snprintf(vpid, sizeof(vpid), "%d", (int)victim.pid);
+    const char *argv[] = {py, script, fake.sock, fpid, victim.sock, vpid,
+                          NULL};
+    const char *out = td_path(&fake, "py.log");
+    pid_t p = th_spawn((char *const *)argv, out);
+    td_track(p);
+    int rc = td_exit_code(p, 120000);
+    if (rc != 0)
+        td_dump(out);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(out, "ok reshape at step 2"));
+    ASSERT(td_file_has(out, "ok shutdown"));
+    ASSERT(td_file_has(out, "ok daemon killed mid-step"));
+    ASSERT(td_file_has(out, "all checks passed"));
+    ASSERT_EQ(td_exit_code(fake.pid, 30000), 0); /* drained */
+    fake.pid = 0;
+    ASSERT_EQ(td_exit_code(victim.pid, 30000), 128 + 9);
+    victim.pid = 0;
     return 0;
 }

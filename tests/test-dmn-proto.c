@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,5 +409,68 @@ TEST_IMPL(dmn_drain_timeout)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     ASSERT(td_file_has(t.log, "did not come back"));
     close(r.fd);
+    return 0;
+}
+
+/* GET path answers with `status` ("200 OK") and a body holding needle. */
+static void expect_http(int port, const char *path, const char *status,
+                        const char *needle)
+{
+    char *r = td_http_get(port, path);
+    ASSERT_MSG(r != NULL, "no answer to GET %s", path);
+    char *body = strstr(r, "\r\n\r\n");
+    ASSERT_MSG(strstr(r, status) != NULL && body != NULL &&
+                   strstr(body, needle) != NULL,
+               "GET %s: want %s with '%s', got:\n%s", path, status, needle,
+               r);
+    free(r);
+}
+
+/*
+ * /healthz and ringd_up through a drain. Two trainers are in a step when
+ * SIGTERM arrives: from the request on /healthz says 503 draining (a
+ * balancer must stop sending work), while ringd_up stays 1 until the step
+ * closes. The first trainer to ask for the next step gets ESHUTDOWN; the
+ * daemon, drained, still waits for the second: ringd_up 0, 503. Then the
+ * second is told and ringd exits 0.
+ */
+TEST_IMPL(dmn_drain_healthz)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-drainhz");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    uint32_t type;
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
+    expect_http(t.metrics_port, "/healthz", "200 OK", "ok\n");
+    expect_http(t.metrics_port, "/metrics", "200 OK", "\nringd_up 1\n");
+
+    ASSERT_OK(kill(t.pid, SIGTERM));
+    ASSERT_OK(td_wait_file(t.log, "drain requested", 10000));
+    expect_http(t.metrics_port, "/healthz", "503", "draining\n");
+    expect_http(t.metrics_port, "/metrics", "200 OK", "\nringd_up 1\n");
+
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_STEP_END, 4, NULL, 0, -1);
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    raw_step_begin(&r[0], 5);
+    send_msg(r[1].fd, PROTO_VERSION, PROTO_T_STEP_END, 4, NULL, 0, -1);
+    ASSERT_EQ(recv_reply(r[1].fd, &type, NULL, 0), 0);
+    ASSERT_EQ(raw_step_reply(&r[0]).status, RINGD_ESHUTDOWN);
+    ASSERT(td_file_has(t.log, "drained at step"));
+    expect_http(t.metrics_port, "/healthz", "503", "draining\n");
+    expect_http(t.metrics_port, "/metrics", "200 OK", "\nringd_up 0\n");
+
+    raw_step_begin(&r[1], 5);
+    ASSERT_EQ(raw_step_reply(&r[1]).status, RINGD_ESHUTDOWN);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 0);
+    t.pid = 0;
+    for (int i = 0; i < 2; i++)
+        close(r[i].fd);
     return 0;
 }
