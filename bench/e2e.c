@@ -281,12 +281,22 @@ typedef struct {
 
 static pid_t kids[64];
 static int nkids;
+static char *tmp_dir; /* removed at exit, also after die() */
 
 static void kill_kids(void)
 {
     for (int i = 0; i < nkids; i++)
         th_kill(kids[i]);
     nkids = 0;
+}
+
+static void at_exit(void)
+{
+    kill_kids();
+    if (tmp_dir != NULL)
+        th_rmtree(tmp_dir);
+    free(tmp_dir);
+    tmp_dir = NULL;
 }
 
 static void worker_spawn(worker_t *w, char *const *argv, const char *log)
@@ -613,7 +623,7 @@ static int coordinator(bench_t *b)
     row_t rows[2][2][MAXSIZES];
     double gloo[2][MAXSIZES];
     const char *galgo[2][MAXSIZES];
-    b->tmp = th_mkdtemp("ringd-e2e");
+    b->tmp = tmp_dir = th_mkdtemp("ringd-e2e");
     if (b->tmp == NULL)
         die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
@@ -653,8 +663,6 @@ static int coordinator(bench_t *b)
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
            evg4);
     fx_done();
-    th_rmtree(b->tmp);
-    free(b->tmp);
     return 0;
 }
 
@@ -686,6 +694,6 @@ int main(int argc, char **argv)
             *slash = '\0';
     }
     setenv("RINGD_BINDIR", root, 0);
-    atexit(kill_kids);
+    atexit(at_exit);
     return coordinator(&b);
 }
