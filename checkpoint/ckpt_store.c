@@ -194,20 +194,22 @@ static int decode_by_header(const char *root, uint64_t step, uint32_t i,
     return ST_ECORRUPT;
 }
 
-/* The decoded base of delta shard i (malloc'd), or NULL for a full one. */
-static int decode_base(const char *root, const ckpt_manifest_t *m,
-                       uint32_t i, int depth, void **base_p)
+/* The decoded base (malloc'd) of shard i encoded with `flags` against
+ * `base_step`, or NULL for a full shard. */
+static int decode_base_at(const char *root, const ckpt_manifest_t *m,
+                          uint32_t i, uint32_t flags, uint64_t base_step,
+                          int depth, void **base_p)
 {
     const ckpt_manifest_shard_t *s = &m->shards[i];
     *base_p = NULL;
-    if (!(s->flags & CKPT_F_DELTA))
+    if (!(flags & CKPT_F_DELTA))
         return 0;
     ckpt_manifest_t *bm = NULL;
-    int rc = ckpt_store_load_manifest(root, s->base_step, &bm);
+    int rc = ckpt_store_load_manifest(root, base_step, &bm);
     if (rc != 0) {
         void *base = malloc(s->size ? s->size : 1);
         rc = base == NULL ? ST_ENOMEM
-                          : decode_by_header(root, s->base_step, i,
+                          : decode_by_header(root, base_step, i,
                                              s->offset, s->size, base,
                                              depth + 1);
         if (rc != 0) {
@@ -234,6 +236,45 @@ static int decode_base(const char *root, const ckpt_manifest_t *m,
     }
     *base_p = base;
     return 0;
+}
+
+/* The decoded base of delta shard i as the manifest lists it. */
+static int decode_base(const char *root, const ckpt_manifest_t *m,
+                       uint32_t i, int depth, void **base_p)
+{
+    return decode_base_at(root, m, i, m->shards[i].flags,
+                          m->shards[i].base_step, depth, base_p);
+}
+
+/*
+ * The manifest lists the base of one copy (the primary's), but the two
+ * copies come from two writers on two nodes: one whose node skipped a
+ * checkpoint under back pressure encoded against an older shard, or wrote
+ * a full one, and only its own header says so. Returns 1 with that base
+ * in *own_p (NULL: a full shard) when the copy's header differs from the
+ * manifest, 0 when the listed base applies (or the header is unreadable:
+ * read_copy reports it), or an error decoding its own base.
+ */
+static int copy_base(const char *root, const ckpt_manifest_t *m, uint32_t i,
+                     int replica, int depth, void **own_p)
+{
+    const ckpt_manifest_shard_t *s = &m->shards[i];
+    char dir[PATH_MAX], name[64], path[PATH_MAX + 64];
+    ckpt_shard_info_t info;
+    *own_p = NULL;
+    if (ckpt_store_step_dir(root, m->step, dir, sizeof(dir)) != 0)
+        return 0;
+    shard_name(name, sizeof(name), i, replica);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (ckpt_shard_peek_file(path, &info) != 0)
+        return 0;
+    uint32_t delta = info.flags & CKPT_F_DELTA;
+    if (delta == (s->flags & CKPT_F_DELTA) &&
+        (!delta || info.base_step == s->base_step))
+        return 0;
+    int rc = decode_base_at(root, m, i, info.flags, info.base_step, depth,
+                            own_p);
+    return rc == 0 ? 1 : rc;
 }
 
 /* Decode one copy (primary or replica) of shard i into dst and check it
@@ -280,19 +321,23 @@ static int restore_shard(const char *root, const ckpt_manifest_t *m,
 {
     if (depth > MAX_CHAIN)
         return ST_ECORRUPT;
-    void *base;
-    int rc = decode_base(root, m, i, depth, &base);
-    if (rc != 0)
-        return rc;
+    void *base = NULL;
+    int listed = decode_base(root, m, i, depth, &base);
     for (int replica = 0; replica < 2; replica++) {
-        if (read_copy(root, m, i, replica, base, dst) == 0) {
+        void *own = NULL;
+        int rc = copy_base(root, m, i, replica, depth, &own);
+        if (rc < 0 || (rc == 0 && listed != 0))
+            continue; /* the base this copy needs cannot be decoded */
+        rc = read_copy(root, m, i, replica, rc == 1 ? own : base, dst);
+        free(own);
+        if (rc == 0) {
             *from_replica_p = replica;
             free(base);
             return 0;
         }
     }
     free(base);
-    return ST_ECORRUPT;
+    return listed != 0 ? listed : ST_ECORRUPT;
 }
 
 int ckpt_store_read_shard(const char *root, const ckpt_manifest_t *m,
@@ -313,9 +358,16 @@ int ckpt_store_check(const char *root, const ckpt_manifest_t *m,
         void *base = NULL, *buf = malloc(m->shards[i].size ? m->shards[i].size
                                                            : 1);
         int ok[2] = {0, 0};
-        if (buf != NULL && decode_base(root, m, i, 0, &base) == 0)
-            for (int replica = 0; replica < 2; replica++)
-                ok[replica] = read_copy(root, m, i, replica, base, buf) == 0;
+        int listed = buf != NULL ? decode_base(root, m, i, 0, &base)
+                                 : ST_ENOMEM;
+        for (int replica = 0; buf != NULL && replica < 2; replica++) {
+            void *own = NULL;
+            int rc = copy_base(root, m, i, replica, 0, &own);
+            if (rc == 1 || (rc == 0 && listed == 0))
+                ok[replica] = read_copy(root, m, i, replica,
+                                        rc == 1 ? own : base, buf) == 0;
+            free(own);
+        }
         free(base);
         free(buf);
         states[i] = ok[0] ? (ok[1] ? CKPT_COPY_OK : CKPT_COPY_REPLICA_BAD)

@@ -405,6 +405,13 @@ static void on_records(int status, const etcd_result_t *res, void *data)
     free(recs);
     if (rc == 0)
         rc = ckpt_manifest_to_json(m, &r->manifest);
+    /* The store gets its copy before etcd does: a job killed just after
+     * the txn must still find this, the newest checkpoint, in some store
+     * (the other copies only come with the next report). */
+    if (rc == 0 && r->k->root != NULL &&
+        ckpt_store_put_manifest(r->k->root, m) != 0)
+        RD_WARN("checkpoint of step %" PRIu64 ": manifest not copied "
+                "into %s", step, r->k->root);
     ckpt_manifest_free(m);
     if (rc != 0) {
         req_done(r, rc > 0 ? 0 : rc); /* 1: others still writing */

@@ -93,12 +93,14 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
     uint32_t n = m->nshards;
     void **dec = calloc(n, sizeof(*dec));
     int64_t *key = calloc(n, sizeof(*key));
-    int rc = dec && key ? 0 : ST_ENOMEM;
+    int *from_replica = calloc(n, sizeof(*from_replica));
+    int rc = dec && key && from_replica ? 0 : ST_ENOMEM;
     unsigned held = 0;
     for (uint32_t i = 0; rc == 0 && root != NULL && i < n; i++) {
         dec[i] = malloc(m->shards[i].size ? m->shards[i].size : 1);
         if (dec[i] != NULL &&
-            ckpt_store_read_shard(root, m, i, dec[i], NULL) == 0) {
+            ckpt_store_read_shard(root, m, i, dec[i], &from_replica[i]) ==
+                0) {
             key[i] = (int64_t)(NO_INDEX - me) + 1;
             held++;
         } else {
@@ -119,14 +121,20 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         uint32_t holder = NO_INDEX - (uint32_t)(key[i] - 1);
         char *dst = (char *)state + m->shards[i].offset;
-        if (holder == me)
+        if (holder == me) {
+            /* Which copy served it, so a repair can be checked. */
+            RD_INFO("restore: shard %u of step %" PRIu64 " sent from this "
+                    "node's %s copy", i, m->step,
+                    from_replica[i] ? "replica" : "primary");
             memcpy(dst, dec[i], m->shards[i].size);
+        }
         rc = ring_broadcast(r, dst, m->shards[i].size, holder);
     }
     for (uint32_t i = 0; dec != NULL && i < n; i++)
         free(dec[i]);
     free(dec);
     free(key);
+    free(from_replica);
     return rc;
 }
 

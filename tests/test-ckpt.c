@@ -491,6 +491,84 @@ TEST_IMPL(ckpt_incomplete_base)
     return 0;
 }
 
+/* Replace one copy of shard i of `step` with state encoded against base
+ * (delta on base_step) or, with base NULL, a full shard. */
+static void rewrite_copy(const char *root, uint64_t step, uint32_t i,
+                         int replica, const void *state, size_t size,
+                         const void *base, uint64_t base_step)
+{
+    ckpt_shard_info_t info = {.step = step, .generation = 7, .shard = i,
+                              .nshards = 3, .total_size = size};
+    ckpt_shard_range(size, 3, i, 4, &info.offset, &info.raw_size);
+    if (base != NULL) {
+        info.flags = CKPT_F_DELTA;
+        info.base_step = base_step;
+    }
+    void *file;
+    size_t len;
+    ASSERT_OK(ckpt_shard_encode(&codec, &info,
+                                (const char *)state + info.offset,
+                                base ? (const char *)base + info.offset
+                                     : NULL,
+                                &file, &len));
+    ASSERT_OK(ckpt_store_put(root, step, i, replica, file, len));
+    free(file);
+}
+
+/*
+ * The two copies of a shard come from writers on two nodes, and a node
+ * that skipped a checkpoint under back pressure encodes its next one
+ * against an older shard (or writes a full one): the manifest lists the
+ * primary's base only. Step 30's replicas of shards 1 and 2 are a delta
+ * against step 10 and a full shard while the manifest says "delta on
+ * 20"; with those primaries gone, the replicas must still restore step 30
+ * (each copy decoded against the base its own header names), and verify
+ * calls them repaired, not bad.
+ */
+TEST_IMPL(ckpt_replica_own_base)
+{
+    char *root = th_mkdtemp("ringd-ckpt");
+    size_t n = 3000, size = n * 4;
+    float *s1 = malloc(size), *s2 = malloc(size), *s3 = malloc(size);
+    fill_weights(s1, n);
+    memcpy(s2, s1, size);
+    perturb(s2, n);
+    memcpy(s3, s2, size);
+    perturb(s3, n);
+    write_ckpt(root, 10, s1, size, 3, NULL, 0);
+    write_ckpt(root, 20, s2, size, 3, s1, 10);
+    write_ckpt(root, 30, s3, size, 3, s2, 20);
+    rewrite_copy(root, 30, 1, 1, s3, size, s1, 10);
+    rewrite_copy(root, 30, 2, 1, s3, size, NULL, 0);
+    char path[700];
+    for (uint32_t i = 1; i < 3; i++) {
+        shard_path(path, sizeof(path), root, 30, i, 0);
+        ASSERT_OK(unlink(path));
+    }
+    float *out = malloc(size);
+    uint64_t step = 0;
+    unsigned repaired = 0;
+    ASSERT_OK(ckpt_store_restore(root, out, size, &step, &repaired));
+    ASSERT_EQ(step, 30);
+    ASSERT_EQ(repaired, 2);
+    ASSERT(memcmp(out, s3, size) == 0);
+    ckpt_manifest_t *m;
+    ASSERT_OK(ckpt_store_load_manifest(root, 30, &m));
+    ckpt_copy_state_t st[3];
+    ASSERT_OK(ckpt_store_check(root, m, st));
+    ASSERT_EQ(st[0], CKPT_COPY_OK);
+    ASSERT_EQ(st[1], CKPT_COPY_REPAIRED);
+    ASSERT_EQ(st[2], CKPT_COPY_REPAIRED);
+    ckpt_manifest_free(m);
+    th_rmtree(root);
+    free(root);
+    free(s1);
+    free(s2);
+    free(s3);
+    free(out);
+    return 0;
+}
+
 /*
  * A writer SIGKILLed at a random moment: the target name either does not
  * exist or holds a complete, verifying shard. Repeated with different

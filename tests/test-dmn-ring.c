@@ -5,12 +5,15 @@
  * identical), and a node joining mid-job (it gets the state and takes
  * part from the next step boundary).
  */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include "checkpoint/ckpt.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -40,6 +43,9 @@ static const char *crash_at; /* when set, trainers kill themselves there */
 static const char *stop_after; /* when set, trainers stop themselves */
 static const char *ckpt_interval = "50";
 static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
+static const char *ucx_opt;  /* when set, --ucx-opt */
+static const char *log_level; /* when set, --log-level */
+static const char *stop_in;  /* when set, trainers stop in that step */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -54,7 +60,8 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
-                           NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
@@ -68,6 +75,14 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     if (deadline != NULL) {
         flags[k++] = "--ring-deadline-ms";
         flags[k++] = deadline;
+    }
+    if (ucx_opt != NULL) {
+        flags[k++] = "--ucx-opt";
+        flags[k++] = ucx_opt;
+    }
+    if (log_level != NULL) {
+        flags[k++] = "--log-level";
+        flags[k++] = log_level;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
@@ -83,11 +98,15 @@ static pid_t trainer(cluster_t *c, int i, int k, const char *steps)
                           td_path(&c->d[i], hl), "--save",
                           td_path(&c->d[i], sv), "--log-every", "20",
                           crash_at ? "--crash-at-step" : NULL, crash_at,
-                          NULL, NULL, NULL};
+                          NULL, NULL, NULL, NULL, NULL};
+    int at = crash_at ? 10 : 8;
     if (stop_after != NULL) {
-        int at = crash_at ? 10 : 8;
-        args[at] = "--stop-after-step";
-        args[at + 1] = stop_after;
+        args[at++] = "--stop-after-step";
+        args[at++] = stop_after;
+    }
+    if (stop_in != NULL) {
+        args[at++] = "--stop-in-step";
+        args[at++] = stop_in;
     }
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }
@@ -113,6 +132,137 @@ static void expect_exit0(cluster_t *c, int i, int k, pid_t p)
         td_dump(c->d[i].log);
     }
     ASSERT_MSG(rc == 0, "trainer %d of n%d exited %d", k, i, rc);
+}
+
+/* ---- checkpoint restarts: what the stores and etcd hold ---------------- */
+
+/* Store of node i (per-node directories) or the shared one (i < 0). */
+static void store_root(char *out, size_t len, const char *dir, int i)
+{
+    if (i < 0)
+        snprintf(out, len, "%s/ringtest", dir);
+    else
+        snprintf(out, len, "%s/n%d/ringtest", dir, i);
+}
+
+/* The newest step below `below` with a MANIFEST.json in any of the n
+ * stores (n == 0: the shared one); -1 when none has one. */
+static int64_t newest_stored(const char *dir, int n, uint64_t below)
+{
+    int64_t best = -1;
+    for (int i = n > 0 ? 0 : -1; i < (n > 0 ? n : 0); i++) {
+        char root[600];
+        uint64_t *steps = NULL;
+        size_t k = 0;
+        store_root(root, sizeof(root), dir, i);
+        ASSERT_OK(ckpt_store_list(root, &steps, &k));
+        for (size_t j = 0; j < k; j++)
+            if (steps[j] < below && (int64_t)steps[j] > best)
+                best = (int64_t)steps[j];
+        free(steps);
+    }
+    return best;
+}
+
+/* The newest manifest key ckpt/<S> in etcd; -1 when there is none. */
+static int64_t newest_in_etcd(cluster_t *c, const char *out)
+{
+    char *const argv[] = {"/usr/bin/etcdctl", "--endpoints", c->etcd.url,
+                          "get", "--prefix", "--keys-only",
+                          "/ringd/ringtest/ckpt/", NULL};
+    int st = -1;
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *s = td_read(out, NULL);
+    ASSERT(s != NULL);
+    int64_t best = -1;
+    const char *pre = "/ringd/ringtest/ckpt/";
+    for (char *l = strtok(s, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        unsigned long long step;
+        if (strncmp(l, pre, strlen(pre)) == 0 &&
+            sscanf(l + strlen(pre), "%llu", &step) == 1 &&
+            (int64_t)step > best)
+            best = (int64_t)step;
+    }
+    free(s);
+    return best;
+}
+
+/* The step number right after the first `needle` in the file; -1 if the
+ * file has no such line. */
+static int64_t logged_step(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    char *at = s != NULL ? strstr(s, needle) : NULL;
+    unsigned long long step;
+    int64_t r = at != NULL && sscanf(at + strlen(needle), "%llu", &step) == 1
+                    ? (int64_t)step : -1;
+    free(s);
+    return r;
+}
+
+/* The first step a hash log holds. */
+static int first_step(const td_hashes_t *h)
+{
+    for (int s = 0; s < TD_MAX_STEPS; s++)
+        if (h->have[s])
+            return s;
+    return -1;
+}
+
+/* Two complete checkpoints logged by the nodes of c (so one is a delta;
+ * a busy machine may skip some steps' checkpoints under back pressure). */
+static int two_ckpts_complete(void *arg)
+{
+    cluster_t *c = arg;
+    int found = 0;
+    for (int i = 0; i < c->n; i++)
+        found += td_count(c->d[i].log, "complete (every shard has 2");
+    return found >= 2;
+}
+
+/* Every daemon of c logged a view with all c->n members. */
+static int all_in_view(void *arg)
+{
+    cluster_t *c = arg;
+    char want[32];
+    snprintf(want, sizeof(want), ": %d members, me #", c->n);
+    for (int i = 0; i < c->n; i++)
+        if (!td_file_has(c->d[i].log, want))
+            return 0;
+    return 1;
+}
+
+/* Start c's daemons again (fresh directories, same node ids, the same
+ * checkpoint stores) and their trainers once every daemon is in one view:
+ * a restore needs every member's store. */
+static void restart_job(cluster_t *c, const char *min_nodes,
+                        const char *steps)
+{
+    for (int i = 0; i < c->n; i++)
+        node_init(c, i, "1", min_nodes);
+    ASSERT_MSG(td_poll(all_in_view, c, 30000) == 0,
+               "the restarted daemons never shared a view");
+    for (int i = 0; i < c->n; i++)
+        c->trainer[i][0] = trainer(c, i, 0, steps);
+    for (int i = 0; i < c->n; i++)
+        expect_exit0(c, i, 0, c->trainer[i][0]);
+}
+
+/* The restarted job replayed the first run: it began at `step` and every
+ * step both runs logged has the same hash. */
+static void expect_replay(const char *before_log, const char *after_log,
+                          int64_t step)
+{
+    static td_hashes_t before, after;
+    td_read_hashes(before_log, &before);
+    td_read_hashes(after_log, &after);
+    ASSERT_EQ(first_step(&after), step);
+    ASSERT_MSG(before.have[step], "the first run never logged step %d",
+               (int)step);
+    ASSERT_GT(td_same_hashes(&before, &after), 0);
 }
 
 /* 3 nodes x 2 trainers reach the parameters of one process on the same
@@ -211,9 +361,13 @@ TEST_IMPL(dmn_ring_kill_and_join)
 }
 
 /*
- * A 2-node job checkpointing into a shared directory is killed whole and
- * started again: both nodes resume from the newest complete checkpoint
- * and end bitwise identical to each other.
+ * A 2-node job checkpointing into a shared directory is killed whole after
+ * two checkpoints, and the primary shard of member 1 of the newest one is
+ * deleted. Started again, both nodes restore alone from the shared
+ * directory: the newest complete step (the one etcd or the store names
+ * last, never an older one), that shard from its replica; the restarted
+ * job replays the steps after it with the first run's hashes, and the
+ * nodes end identical.
  */
 TEST_IMPL(dmn_ring_ckpt_restart)
 {
@@ -226,29 +380,40 @@ TEST_IMPL(dmn_ring_ckpt_restart)
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
     for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "400");
-    ASSERT_OK(td_wait_file(c.d[0].log, "checkpoint of step 50 complete",
-                           60000) == 0 ||
-              td_wait_file(c.d[1].log, "checkpoint of step 50 complete",
-                           1000) == 0 ? 0 : -1);
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
+               "no two checkpoints completed");
     for (int i = 0; i < 2; i++) {
         th_kill(c.trainer[i][0]);
         th_kill(c.d[i].pid);
     }
-    /* Same node ids: their old leases expire; a new view forms. */
+    char before[600], root[600], path[700];
+    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
+    int64_t want = newest_stored(dir, 0, UINT64_MAX);
+    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
+    ASSERT_GE(in_etcd, 100);
+    ASSERT_GE(want, in_etcd); /* the store never lags etcd */
+    store_root(root, sizeof(root), dir, -1);
+    ASSERT_OK(ckpt_store_step_dir(root, (uint64_t)want, path,
+                                  sizeof(path) - 20));
+    strcat(path, "/shard-00001.rckp");
+    ASSERT_OK(unlink(path));
+
+    restart_job(&c, "2", "3000");
+    char line[96];
+    snprintf(line, sizeof(line), "restored from the checkpoint of step %"
+             PRId64 " (1 shard from replicas)", want);
     for (int i = 0; i < 2; i++) {
-        td_init(&c.d[i], i ? "dmn-ring-r1" : "dmn-ring-r0");
-        c.d[i].networked = 1;
+        int64_t got = logged_step(c.d[i].log, "restored from the "
+                                              "checkpoint of step ");
+        if (got != want)
+            td_dump(c.d[i].log);
+        ASSERT_EQ(got, want);
+        ASSERT(td_file_has(c.d[i].log, line));
+        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
+                           "parameters restored"));
     }
-    for (int i = 0; i < 2; i++)
-        node_init(&c, i, "1", "2");
-    for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "400");
-    for (int i = 0; i < 2; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
-    ASSERT(td_file_has(c.d[0].log, "restored from the checkpoint of step") ||
-           td_file_has(c.d[1].log, "restored from the checkpoint of step"));
-    ASSERT(td_file_has(td_path(&c.d[0], "t0.log"), "parameters restored"));
+    expect_replay(before, td_path(&c.d[0], "h0"), want);
     ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
               0);
     for (int i = 0; i < 2; i++)
@@ -411,26 +576,56 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     return fx_done();
 }
 
-/* Two complete checkpoints logged by the nodes of c (so one is a delta;
- * a busy machine may skip some steps' checkpoints under back pressure). */
-static int two_ckpts_complete(void *arg)
+/* Delete one copy (primary: shard-<k>, else replica-<k>) of shard k of
+ * `step` from node i's store. */
+static void delete_copy(const char *dir, int i, uint64_t step, uint32_t k,
+                        int replica)
 {
-    cluster_t *c = arg;
-    int found = 0;
-    for (int i = 0; i < c->n; i++)
-        found += td_count(c->d[i].log, "complete (every shard has 2");
-    return found >= 2;
+    char root[600], path[800];
+    store_root(root, sizeof(root), dir, i);
+    ASSERT_OK(ckpt_store_step_dir(root, step, path, 700));
+    snprintf(path + strlen(path), 100, "/%s-%05u.rckp",
+             replica ? "replica" : "shard", k);
+    ASSERT_MSG(unlink(path) == 0, "cannot delete %s", path);
+}
+
+/* The manifest of `step` from the first of n stores that has it. */
+static ckpt_manifest_t *stored_manifest(const char *dir, int n,
+                                        uint64_t step)
+{
+    for (int i = 0; i < n; i++) {
+        char root[600];
+        ckpt_manifest_t *m = NULL;
+        store_root(root, sizeof(root), dir, i);
+        if (ckpt_store_load_manifest(root, step, &m) == 0)
+            return m;
+    }
+    TEST_FAIL_("no store has the manifest of step %llu",
+               (unsigned long long)step);
+}
+
+/* The index of node id `node` among m's members. */
+static uint32_t member_index(const ckpt_manifest_t *m, const char *node)
+{
+    for (uint32_t i = 0; i < m->nshards; i++)
+        if (strcmp(m->members[i], node) == 0)
+            return i;
+    TEST_FAIL_("%s is no member of checkpoint %llu", node,
+               (unsigned long long)m->step);
 }
 
 /*
- * The whole job restarts with per-node checkpoint directories: no node can
- * restore alone (it holds 2 of the 3 shards' files), so the nodes restore
- * together through the ring, and the newest step's primary shard on n1 is
- * deleted first, so that shard comes from its replica on the next node.
- * The restarted job replays the steps after the checkpoint bit for bit as
- * the first run did, and the nodes end identical.
+ * A 3-node job with one checkpoint directory per node runs until two
+ * checkpoints completed and is SIGKILLed whole. No node can restore alone
+ * (it holds 2 of the 3 shards' files), so the restarted nodes restore
+ * together through the ring. `lose_both` 0: n1's primary copy of its own
+ * shard of the newest checkpoint is deleted, so that shard must come from
+ * its replica on the next node, and the job resumes at the newest step;
+ * 1: that shard's replica goes too, no member holds it, and the job falls
+ * back to the checkpoint before. Either way the restarted job replays the
+ * first run's steps bit for bit and the nodes end identical.
  */
-TEST_IMPL(dmn_ring_ckpt_per_node_restart)
+static void per_node_restart(int lose_both)
 {
     cluster_env();
     cluster_t c = {.n = 3};
@@ -449,39 +644,53 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
         th_kill(c.trainer[i][0]);
         th_kill(c.d[i].pid);
     }
-    static td_hashes_t before, after, other;
-    td_read_hashes(td_path(&c.d[0], "h0"), &before);
-    /* n1 loses the primary shard files of its newest complete step. */
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "d=$(ls -d %s/n1/ringtest/step-* | sort | tail -n 1); "
-             "while [ -n \"$d\" ] && [ ! -f \"$d/MANIFEST.json\" ]; do "
-             "d=$(ls -d %s/n1/ringtest/step-* | sort | grep -B1 -x \"$d\" "
-             "| head -n 1); done; rm -f \"$d\"/shard-*.rckp; echo $d",
-             dir, dir);
-    ASSERT_EQ(system(cmd), 0);
-
-    for (int i = 0; i < 3; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "dmn-ring-p%d", i);
-        td_init(&c.d[i], name);
-        c.d[i].networked = 1;
+    char before[600];
+    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
+    int64_t newest = newest_stored(dir, 3, UINT64_MAX);
+    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
+    ASSERT_GE(in_etcd, 100);
+    ASSERT_GE(newest, in_etcd); /* the stores never lag etcd */
+    int64_t want = newest;
+    if (lose_both) {
+        want = newest_stored(dir, 3, (uint64_t)newest);
+        ASSERT_GE(want, 50);
     }
-    for (int i = 0; i < 3; i++)
-        node_init(&c, i, "1", "3");
-    for (int i = 0; i < 3; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    for (int i = 0; i < 3; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
-    int ring_restored = 0;
-    for (int i = 0; i < 3; i++)
-        ring_restored += td_file_has(c.d[i].log, "came from the members' "
-                                                 "checkpoint stores");
-    ASSERT_EQ(ring_restored, 3);
-    ASSERT(td_file_has(td_path(&c.d[0], "t0.log"), "parameters restored"));
+    ckpt_manifest_t *m = stored_manifest(dir, 3, (uint64_t)newest);
+    uint32_t k = member_index(m, "n1");
+    ASSERT_EQ(m->shards[k].owner, k);
+    uint32_t rep = m->shards[k].replica;
+    int rep_node = m->members[rep][1] - '0';
+    ASSERT_NE(rep_node, 1);
+    delete_copy(dir, 1, (uint64_t)newest, k, 0);
+    if (lose_both)
+        delete_copy(dir, rep_node, (uint64_t)newest, k, 1);
+    ckpt_manifest_free(m);
+
+    restart_job(&c, "3", "3000");
+    char line[128];
+    for (int i = 0; i < 3; i++) {
+        int64_t got = logged_step(c.d[i].log, "restore: the state of step ");
+        if (got != want)
+            td_dump(c.d[i].log);
+        ASSERT_EQ(got, want);
+        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
+                           "parameters restored"));
+        /* Its primary copy was deleted: only the replica may serve. */
+        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
+                 " sent from this node's primary", k, newest);
+        ASSERT(!td_file_has(c.d[i].log, line));
+        snprintf(line, sizeof(line), "restore: step %" PRId64 " has 1 of "
+                 "3 shards on no member", newest);
+        ASSERT_EQ(td_file_has(c.d[i].log, line), lose_both);
+    }
+    if (!lose_both) {
+        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
+                 " sent from this node's replica copy", k, want);
+        ASSERT(td_file_has(c.d[rep_node].log, line));
+    }
+    expect_replay(before, td_path(&c.d[0], "h0"), want);
+    static td_hashes_t after, other;
     td_read_hashes(td_path(&c.d[0], "h0"), &after);
-    ASSERT(!after.have[0]); /* it resumed, it did not start over */
-    ASSERT_GT(td_same_hashes(&before, &after), 0); /* replayed exactly */
     for (int i = 1; i < 3; i++) {
         td_read_hashes(td_path(&c.d[i], "h0"), &other);
         ASSERT_GT(td_same_hashes(&after, &other), 0);
@@ -494,6 +703,17 @@ TEST_IMPL(dmn_ring_ckpt_per_node_restart)
     free(dir);
     ckpt_dir = NULL;
     ckpt_per_node = 0;
+}
+
+TEST_IMPL(dmn_ring_ckpt_per_node_restart)
+{
+    per_node_restart(0);
+    return fx_done();
+}
+
+TEST_IMPL(dmn_ring_ckpt_per_node_fallback)
+{
+    per_node_restart(1);
     return fx_done();
 }
 
@@ -554,6 +774,204 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p1"), td_path(&c.d[1], "p0")),
               0);
     for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * --ucx-opt reaches UCX: TLS=bogus_transport (either spelling, with or
+ * without the UCX_ prefix, over UCX_TLS=tcp in the environment) leaves
+ * UCX no transport, so the daemon cannot create its context and exits 1
+ * naming the failure, before it ever registers; TLS=tcp is a transport
+ * UCX has, and a 2-node job runs on it.
+ */
+TEST_IMPL(dmn_ring_ucx_opt)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    const char *bad[] = {"TLS=bogus_transport", "UCX_TLS=bogus_transport"};
+    setenv("UCX_TLS", "tcp", 1); /* the option wins over the environment */
+    for (int b = 0; b < 2; b++) {
+        td_daemon_t t;
+        td_init(&t, "dmn-ring-ucx");
+        char path[512];
+        snprintf(path, sizeof(path), "%s/ringd", th_bindir());
+        const char *argv[] = {path, "--etcd", c.etcd.url, "--job",
+                              "ringtest", "--node-id", "bad", "--socket",
+                              t.sock, "--metrics", "off", "--ucx-opt",
+                              bad[b], NULL};
+        pid_t p = th_spawn((char *const *)argv, t.log);
+        td_track(p);
+        int rc = td_exit_code(p, 30000);
+        if (rc != 1)
+            td_dump(t.log);
+        ASSERT_EQ(rc, 1);
+        ASSERT(td_file_has(t.log, "'bogus_transport' is not available"));
+        ASSERT(td_file_has(t.log, "ucp_init: "));
+        ASSERT(td_file_has(t.log, "ringd could not start"));
+        ASSERT(!td_file_has(t.log, "node record written"));
+    }
+    unsetenv("UCX_TLS");
+    ucx_opt = "TLS=tcp";
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    ucx_opt = NULL;
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "30");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    ASSERT_EQ(h0.world[29], 2);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 30);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * `ringctl drain n1` on a real 3-node job mid-training: n1 finishes the
+ * step it is in and leaves at the boundary (its trainer's next step_begin
+ * gets RINGD_ESHUTDOWN; trainer and daemon exit 0), the others go on in a
+ * view without it (world 3 up to n1's last step, 2 from the next one) and
+ * finish, bitwise identical; n1's steps match theirs.
+ */
+TEST_IMPL(dmn_ring_drain)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "step 200 ", 60000));
+    char out[600], path[512];
+    snprintf(out, sizeof(out), "%s", td_path(&c.d[0], "drain.out"));
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    char *const argv[] = {path, "--etcd", c.etcd.url, "--job", "ringtest",
+                          "drain", "n1", NULL};
+    int st = -1;
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        td_dump(out);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT(td_file_has(out, "drain of n1 requested"));
+
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    ASSERT(td_file_has(td_path(&c.d[1], "t0.log"),
+                       "daemon drains: stopping"));
+    ASSERT_EQ(td_exit_code(c.d[1].pid, 30000), 0);
+    c.d[1].pid = 0;
+    ASSERT(td_file_has(c.d[1].log, "drained at step"));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int last = h1.nsteps - 1; /* n1's last completed step */
+    ASSERT_GE(last, 200);
+    ASSERT_LT(last, 2999);
+    ASSERT_EQ(td_same_hashes(&h0, &h1), last + 1);
+    ASSERT_EQ(h0.world[last], 3);
+    ASSERT_EQ(h0.world[last + 1], 2);
+    ASSERT_EQ(td_same_hashes(&h0, &h2), 3000);
+    ASSERT_EQ(h0.world[2999], 2);
+    ASSERT(td_file_has(c.d[0].log, ": 2 members, me #"));
+    for (int i = 0; i < 3; i++)
+        if (i != 1)
+            ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* 1 once the trainer process pid is stopped (SIGSTOP), reaping the
+ * stop so the test sees it exactly once. */
+static int trainer_stopped(void *pid_p)
+{
+    int st;
+    return waitpid(*(pid_t *)pid_p, &st, WUNTRACED | WNOHANG) ==
+               *(pid_t *)pid_p && WIFSTOPPED(st);
+}
+
+/*
+ * A daemon SIGSTOPped past its lease TTL (2 s) while its trainer waits in
+ * a collective. n0's trainer stops itself in step 200, so the others'
+ * trainers post their step-200 allreduce and wait; n2's daemon is stopped
+ * once it reduces its part, then n0's trainer resumes. n0 and n1 wait for
+ * n2 until its lease expires, then redo step 200 as a 2-node job. After
+ * SIGCONT, n2 finds its lease gone: it fences, the collective it was in
+ * is dropped (even one that completed from buffered data) and its trainer
+ * gets RINGD_EFENCED; it registers again as a new member and joins with
+ * the job's state. Its step 200 of the old view never counts: its trainer
+ * logs no step between 199 and its join, every step it logged has the
+ * others' hash, and all end identical in a 3-node view.
+ */
+TEST_IMPL(dmn_ring_fence_stopped)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "1", "3");
+    node_init(&c, 1, "1", "3");
+    log_level = "debug";
+    node_init(&c, 2, "1", "3");
+    log_level = NULL;
+    const char *steps = "3000";
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, steps);
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    ASSERT_OK(td_wait_file(c.d[2].log, "step 200: running -> reducing",
+                           30000));
+    ASSERT_OK(kill(c.d[2].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &c.d[2].pid, 10000) == 0,
+               "n2's daemon did not stop");
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    const char *h00 = td_path(&c.d[0], "h0");
+    /* The others redo step 200 without n2 once its lease expired. */
+    ASSERT_OK(td_wait_file(h00, "step 200 ", 30000));
+    ASSERT(td_file_has(c.d[0].log, ": 2 members, me #"));
+    ASSERT_OK(kill(c.d[2].pid, SIGCONT));
+
+    const char *t2 = td_path(&c.d[2], "t0.log");
+    ASSERT_OK(td_wait_file(c.d[2].log, "ring backend: fenced", 10000));
+    /* Its part of step 200 went out before the stop and the others' parts
+     * were buffered: on waking the collective completes, and is dropped. */
+    ASSERT_OK(td_wait_file(c.d[2].log, "a collective finished after this "
+                           "node's lease ran out: dropped", 10000));
+    ASSERT_OK(td_wait_file(t2, "collective: the node is fenced (lease "
+                               "lost); redoing the step", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, ": 3 members, me #", 30000));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(c.d[0].log, " 1 joiner"));
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(h00, &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(t2, "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT_EQ(h0.world[199], 3);
+    ASSERT_EQ(h0.world[200], 2);
+    ASSERT(h2.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h2.have[s], "n2 logged step %d while evicted", s);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h2), 200);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(h0.world[2999], 3);
+    for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
