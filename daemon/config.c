@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,13 @@ static const cfg_key_t keys[] = {
      "(the lease) normally notices a dead node first (default 10000)"},
     {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",
      "set UCX_KEY=VAL for UCX (repeatable), e.g. TLS=tcp"},
+    {"socket-group", K_STR, F(socket_group), 0, 0, "GROUP",
+     "group of the local socket: its members (besides root and ringd's "
+     "own user) may connect (default: ringd's group)"},
+    {"socket-mode", K_STR, F(socket_mode), 0, 0, "MODE",
+     "permission bits of the local socket, octal (default 0660); every "
+     "connection is checked against the kernel's credentials of the peer "
+     "(SO_PEERCRED) whatever the mode"},
     {"socket", K_STR, F(socket_path), 0, 0, "PATH",
      "local API socket (default /run/ringd/ringd.sock)"},
     {"ckpt-dir", K_STR, F(ckpt_dir), 0, 0, "DIR",
@@ -122,6 +130,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
+    set_str(&cfg->socket_mode, "0660");
     set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");
     set_str(&cfg->metrics_addr, "127.0.0.1:9464");
     set_str(&cfg->log_level, "info");
@@ -386,6 +395,36 @@ static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
     return 0;
 }
 
+/* The socket's group and mode, resolved once at start-up so that a typo
+ * is exit 2, not a socket nobody can use. */
+static int validate_socket(dmn_config_t *cfg, FILE *err)
+{
+    char *end;
+    unsigned long m = strtoul(cfg->socket_mode, &end, 8);
+    if (cfg->socket_mode[0] < '0' || cfg->socket_mode[0] > '7' ||
+        *end != '\0' || m > 0777) {
+        fprintf(err, "ringd: bad socket mode '%s' (want octal, e.g. 0660)\n",
+                cfg->socket_mode);
+        return ST_ECONFIG;
+    }
+    cfg->socket_mode_bits = (uint32_t)m;
+    cfg->socket_gid = (uint32_t)getegid();
+    if (cfg->socket_group == NULL)
+        return 0;
+    const struct group *g = getgrnam(cfg->socket_group);
+    unsigned long n = strtoul(cfg->socket_group, &end, 10);
+    if (g != NULL) {
+        cfg->socket_gid = (uint32_t)g->gr_gid;
+    } else if (cfg->socket_group[0] >= '0' && cfg->socket_group[0] <= '9' &&
+               *end == '\0' && n < UINT32_MAX) {
+        cfg->socket_gid = (uint32_t)n;
+    } else {
+        fprintf(err, "ringd: unknown socket group '%s'\n", cfg->socket_group);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
 static int validate(dmn_config_t *cfg, FILE *err)
 {
     rd_log_level_t lvl;
@@ -410,6 +449,8 @@ static int validate(dmn_config_t *cfg, FILE *err)
         }
         set_str(&cfg->backend, "ring");
     }
+    if (validate_socket(cfg, err) != 0)
+        return ST_ECONFIG;
     return validate_etcd_security(cfg, err);
 }
 

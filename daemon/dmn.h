@@ -32,6 +32,10 @@ typedef struct dmn_config {
     uint32_t min_nodes;     /* the first view waits for this many */
     uint32_t ring_deadline_ms; /* a ring collective with no progress */
     char *socket_path;
+    char *socket_group;     /* group name or number; NULL: ringd's own */
+    char *socket_mode;      /* octal permission bits, default "0660" */
+    uint32_t socket_mode_bits; /* parsed by dmn_config_load */
+    uint32_t socket_gid;    /* resolved by dmn_config_load */
     char *ckpt_dir;
     uint32_t ckpt_interval; /* steps; 0 = never */
     uint32_t lease_ttl;     /* seconds */

@@ -314,7 +314,7 @@ static int ringd_rc(td_daemon_t *t, const char *const *args)
 
 /* Half a setting, or a file that is not there, is a start-up error
  * naming it: exit 2 before anything is started. */
-TEST_IMPL(dmn_sec_etcd_config_errors)
+TEST_IMPL(dmn_sec_config_errors)
 {
     td_daemon_t t;
     td_init(&t, "dmn-sec-cfg");
@@ -330,6 +330,10 @@ TEST_IMPL(dmn_sec_etcd_config_errors)
         {"--etcd-ca", "/nonexistent/ca", NULL, NULL,
          "cannot read etcd-ca file /nonexistent/ca"},
         {"--etcd-ca", "/tmp", NULL, NULL, "not a regular file"},
+        {"--socket-mode", "0999", NULL, NULL, "bad socket mode '0999'"},
+        {"--socket-mode", "1777", NULL, NULL, "bad socket mode '1777'"},
+        {"--socket-group", "no-such-group-rd", NULL, NULL,
+         "unknown socket group 'no-such-group-rd'"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         const char *a[16];
@@ -350,5 +354,151 @@ TEST_IMPL(dmn_sec_etcd_config_errors)
         ASSERT_MSG(td_file_has(t.log, cases[c].want), "case %zu: no '%s'",
                    c, cases[c].want);
     }
+    return 0;
+}
+
+/* ---- the local socket ---- */
+
+/* Test users and a group, made with useradd/groupadd and removed at
+ * exit: "in" has the socket group as primary group, "sup" as a
+ * supplementary one, "out" has neither. */
+static char grp_name[32], user_in[32], user_sup[32], user_out[32];
+
+static void users_remove(void)
+{
+    char cmd[256];
+    const char *u[] = {user_in, user_sup, user_out};
+    for (int i = 0; i < 3; i++) {
+        if (u[i][0] == '\0')
+            continue;
+        snprintf(cmd, sizeof(cmd), "userdel %s >/dev/null 2>&1", u[i]);
+        (void)!system(cmd);
+    }
+    if (grp_name[0] != '\0') {
+        snprintf(cmd, sizeof(cmd), "groupdel %s >/dev/null 2>&1", grp_name);
+        (void)!system(cmd);
+    }
+}
+
+static int sh(const char *fmt, const char *a, const char *b)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), fmt, a, b);
+    return system(cmd);
+}
+
+static void users_make(void)
+{
+    int id = (int)getpid() % 100000;
+    snprintf(grp_name, sizeof(grp_name), "rdtg%d", id);
+    snprintf(user_in, sizeof(user_in), "rdti%d", id);
+    snprintf(user_sup, sizeof(user_sup), "rdts%d", id);
+    snprintf(user_out, sizeof(user_out), "rdto%d", id);
+    atexit(users_remove);
+    ASSERT_EQ(sh("groupadd %s%s", grp_name, ""), 0);
+    const char *q = " >/dev/null 2>&1";
+    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g %s %s", grp_name,
+                 user_in), 0);
+    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g nogroup -G %s %s",
+                 grp_name, user_sup), 0);
+    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g nogroup %s%s",
+                 user_out, q), 0);
+}
+
+static unsigned id_of(const char *what, const char *name)
+{
+    char cmd[128], buf[32] = "";
+    snprintf(cmd, sizeof(cmd), "id %s %s", what, name);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    ASSERT(fgets(buf, sizeof(buf), p) != NULL);
+    pclose(p);
+    return (unsigned)strtoul(buf, NULL, 10);
+}
+
+/* A trainer of 20 steps run as user (setpriv: the user's uid, primary
+ * and supplementary groups); its log in t's dir. */
+static pid_t trainer_as(td_daemon_t *t, const char *user, const char *log)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/examples/trainer", th_bindir());
+    const char *argv[] = {"/usr/bin/setpriv", "--reuid", user, "--regid",
+                          NULL, "--init-groups", path, "--socket", t->sock,
+                          "--cpu", "--steps", "20", NULL};
+    char gid[16];
+    snprintf(gid, sizeof(gid), "%u", id_of("-g", user));
+    argv[4] = gid;
+    pid_t pid = th_spawn((char *const *)argv, td_path(t, log));
+    td_track(pid);
+    return pid;
+}
+
+static void daemon_socket(td_daemon_t *t, const char *mode)
+{
+    td_init(t, "dmn-sec-sock");
+    /* The users must reach the socket inside the temp dir. */
+    ASSERT_EQ(chmod(t->dir, 0711), 0);
+    const char *a[] = {"--socket-group", grp_name, "--socket-mode", mode,
+                       NULL};
+    ASSERT_MSG(td_start(t, a) == 0, "daemon did not start");
+}
+
+/*
+ * Locked socket: it is made with the socket group and mode 0660. A
+ * trainer of a user whose primary group it is, and one of a user with it
+ * as a supplementary group, connect and train; the daemon logs the
+ * kernel's pid and uid for them. A user outside the group cannot open
+ * the socket at all; with a looser mode (0666) it opens it, and the
+ * daemon refuses it on SO_PEERCRED, logging its pid and uid.
+ */
+TEST_IMPL(dmn_sec_socket_group)
+{
+    if (geteuid() != 0)
+        TEST_SKIP_WHY("needs root for useradd and setpriv");
+    users_make();
+    unsigned gid = id_of("-g", user_in);
+    td_daemon_t t;
+    daemon_socket(&t, "0660");
+    struct stat st;
+    ASSERT_EQ(stat(t.sock, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0660);
+    ASSERT_EQ(st.st_gid, gid);
+
+    const char *users[] = {user_in, user_sup};
+    for (int i = 0; i < 2; i++) {
+        char lg[32], want[96];
+        snprintf(lg, sizeof(lg), "t%d.log", i);
+        pid_t p = trainer_as(&t, users[i], lg);
+        int rc = td_exit_code(p, 60000);
+        if (rc != 0) {
+            td_dump(td_path(&t, lg));
+            td_dump(t.log);
+        }
+        ASSERT_MSG(rc == 0, "trainer of %s exited %d", users[i], rc);
+        snprintf(want, sizeof(want), "accepted (pid %d, uid %u)", (int)p,
+                 id_of("-u", users[i]));
+        ASSERT_MSG(td_file_has(t.log, want), "no '%s' in the log", want);
+    }
+    pid_t p = trainer_as(&t, user_out, "out.log");
+    ASSERT_NE(td_exit_code(p, 60000), 0);
+    ASSERT(td_file_has(td_path(&t, "out.log"), "ermission denied"));
+    ASSERT(!td_file_has(t.log, "refused a local connection"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+
+    daemon_socket(&t, "0666");
+    ASSERT_EQ(stat(t.sock, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0666);
+    p = trainer_as(&t, user_out, "out.log");
+    ASSERT_NE(td_exit_code(p, 60000), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "refused a local connection from pid %d "
+             "uid %u", (int)p, id_of("-u", user_out));
+    if (!td_file_has(t.log, want))
+        td_dump(t.log);
+    ASSERT_MSG(td_file_has(t.log, want), "no '%s' in the log", want);
+    ASSERT(td_file_has(t.log, "not in the socket group"));
+    p = trainer_as(&t, user_in, "t2.log");
+    ASSERT_EQ(td_exit_code(p, 60000), 0);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
