@@ -27,6 +27,14 @@ DESTDIR ?=
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
+BINDIR ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DOCDIR ?= $(PREFIX)/share/doc/ringd
+# Debian: /etc and /lib/systemd/system for PREFIX=/usr (packages), under
+# the prefix otherwise (/usr/local/etc, /usr/local/lib/systemd/system).
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 
 CC ?= cc
 WARN := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
