@@ -8,6 +8,7 @@
 #   make demo       the demo (see README.md)
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
 #   make install    what each module installs (PREFIX=/usr/local, DESTDIR)
+#   make deb        Debian packages in build/debs/ (debian/, debhelper)
 #   make clean      remove build/
 #
 # Knobs: BUILD=dir, CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE, SAN=1, V=1.
@@ -85,7 +86,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo chaos clean install
+.PHONY: all deps test asan bench demo chaos clean install deb
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -156,6 +157,27 @@ deps:
 # Each module adds its install-<module> target; DESTDIR stages the tree
 # for packaging, paths written into installed files omit it.
 install: $(INSTALL_TARGETS)
+
+# Debian packages (ringd, libringd, libringd-dev, python3-ringd) from
+# debian/, built with debhelper in a copy of the tree under build/, the
+# .debs left in build/debs/. debhelper and dpkg-dev are installed here,
+# for this target only.
+DEB_TOOLS := debhelper dpkg-dev fakeroot
+deb:
+	@missing=$$(for p in $(DEB_TOOLS) $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	      | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	        $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	rm -rf build/debsrc && mkdir -p build/debsrc/ringd build/debs
+	tar --exclude=./build --exclude=./.git -cf - . \
+	    | tar -xf - -C build/debsrc/ringd
+	cd build/debsrc/ringd && dpkg-buildpackage -b -us -uc
+	mv build/debsrc/*.deb build/debs/
+	@ls build/debs/*.deb
 
 clean:
 	rm -rf build
