@@ -182,4 +182,4 @@ deb:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path '*/debsrc' -prune -o -name '*.d' -type f -print 2>/dev/null)

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,11 +381,16 @@ static void users_remove(void)
     }
 }
 
-static int sh(const char *fmt, const char *a, const char *b)
+/* Run a shell command made like printf; its exit status. */
+static int sh(const char *fmt, ...)
 {
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), fmt, a, b);
-    return system(cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static void users_make(void)
@@ -395,14 +401,11 @@ static void users_make(void)
     snprintf(user_sup, sizeof(user_sup), "rdts%d", id);
     snprintf(user_out, sizeof(user_out), "rdto%d", id);
     atexit(users_remove);
-    ASSERT_EQ(sh("groupadd %s%s", grp_name, ""), 0);
-    const char *q = " >/dev/null 2>&1";
-    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g %s %s", grp_name,
-                 user_in), 0);
-    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g nogroup -G %s %s",
-                 grp_name, user_sup), 0);
-    ASSERT_EQ(sh("useradd -M -N -s /usr/sbin/nologin -g nogroup %s%s",
-                 user_out, q), 0);
+    const char *add = "useradd -M -N -s /usr/sbin/nologin";
+    ASSERT_EQ(sh("groupadd %s", grp_name), 0);
+    ASSERT_EQ(sh("%s -g %s %s", add, grp_name, user_in), 0);
+    ASSERT_EQ(sh("%s -g nogroup -G %s %s", add, grp_name, user_sup), 0);
+    ASSERT_EQ(sh("%s -g nogroup %s", add, user_out), 0);
 }
 
 static unsigned id_of(const char *what, const char *name)
