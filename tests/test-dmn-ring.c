@@ -625,7 +625,7 @@ static uint32_t member_index(const ckpt_manifest_t *m, const char *node)
  * back to the checkpoint before. Either way the restarted job replays the
  * first run's steps bit for bit and the nodes end identical.
  */
-static void per_node_restart(int lose_both)
+static int per_node_restart(int lose_both)
 {
     cluster_env();
     cluster_t c = {.n = 3};
@@ -703,18 +703,17 @@ static void per_node_restart(int lose_both)
     free(dir);
     ckpt_dir = NULL;
     ckpt_per_node = 0;
+    return fx_done(); /* while c, which the fixture points to, lives */
 }
 
 TEST_IMPL(dmn_ring_ckpt_per_node_restart)
 {
-    per_node_restart(0);
-    return fx_done();
+    return per_node_restart(0);
 }
 
 TEST_IMPL(dmn_ring_ckpt_per_node_fallback)
 {
-    per_node_restart(1);
-    return fx_done();
+    return per_node_restart(1);
 }
 
 /* 1 once process pid sleeps in poll(2) (x86-64 syscall 7): the trainer
