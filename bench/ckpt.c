@@ -3,11 +3,15 @@
  *
  * State: -s MiB (default 1024) of f32 "weights" drawn from N(0, 0.02^2), a
  * realistic scale for initialised and trained dense layers. The delta row
- * encodes the state after -k (default 3) SGD-like steps against the state
+ * encodes the state after -k (default 50, the checkpoint interval
+ * bench/ckpt-overhead.sh runs the daemon at: a delta's base is the
+ * previous checkpoint, k steps back) SGD-like steps against the state
  * before them: w -= lr * g with lr 1e-3 and g ~ N(0, 0.02^2), an update of
  * about 1e-3 of each weight per step, the update-to-weight ratio usually
- * seen in healthy training (the demo trainer's own steps replace this
- * model once it checkpoints through the daemon).
+ * seen in healthy training. The k steps are drawn as one: the sum of k
+ * independent N(0, s^2) gradients is one N(0, k s^2) draw (a model with
+ * uncorrelated steps; a real trainer's steps are correlated and drift
+ * further, which is what the real_* rows show).
  *
  * First the snapshot alone (the only stall on the training path), at 256
  * MiB and at -s, -r times each (default 7), alternating, as ms per GiB:
@@ -35,14 +39,19 @@
  * four rows are the issue's; delta_shuffle_zstd is what the daemon writes
  * (the arithmetic delta, CKPT_F_DELTA_SUB); xor_delta_shuffle_zstd is the
  * first format's XOR delta, the *bitshuffle* rows the bit-plane shuffle.
- * A "# delta/zstd" note gives the delta ratio over plain zstd's (the goal
- * is 2x), and one the speed of the two shuffles alone.
+ * A "# delta gain" note gives what the delta alone buys: the size of
+ * shuffle_zstd over that of delta_shuffle_zstd (the same shuffle and zstd
+ * with and without the delta), and one the speed of the two shuffles
+ * alone.
  * -l sets the zstd level (3), -t zstd's worker threads (0: the calling
  * thread, which is what the daemon's one checkpoint worker does). The last
- * line: ckpt: stall_ms_per_GiB=... overhead_pct=... delta_ratio=...
- * shuffle_ratio=... zstd_ratio=... (overhead_pct is the training slowdown
- * with checkpoints every K steps, measured by bench/ckpt-overhead.sh and
- * passed in with -o; "n/a" otherwise).
+ * line: ckpt: stall_ms_per_GiB=... delta_ratio=... delta_steps=...
+ * delta_data=synthetic|real shuffle_ratio=... zstd_ratio=...: delta_ratio
+ * is the delta gain above (size of shuffle+zstd / size of
+ * delta+shuffle+zstd) over delta_steps steps; shuffle_ratio and zstd_ratio
+ * are state bytes over bytes written. The training slowdown from
+ * checkpoints is bench/ckpt-overhead.sh's own last line
+ * (ckpt_overhead_pct=, also run by make bench).
  *
  * Real weights: -a A -b B name two raw f32 parameter files of the demo
  * trainer (examples/trainer --no-daemon --hidden 1024 --dump P
@@ -50,7 +59,9 @@
  * to 8, e.g. 1, 3, 10 and 50 steps after A). Then rows real_* encode B
  * (and B against A for the deltas) at their own size (tiling them up to 1
  * GiB would let zstd match the copies and overstate every ratio), and the
- * last line's ratios are those of the last -b.
+ * last line's ratios are those of the last -b; its delta_steps is the
+ * difference of the step numbers the trainer's dump names end in (P.100,
+ * P.150: 50), "?" when the names carry none.
  */
 #include <math.h>
 #include <stdio.h>
@@ -185,6 +196,26 @@ static float *load(const char *path, size_t *bytes_p)
     return p;
 }
 
+/* What the delta alone buys: each delta row against the same shuffle and
+ * zstd without it. */
+static void delta_gain_note(const double *ratio)
+{
+    printf("# delta gain (shuffle+zstd size / delta+shuffle+zstd size): "
+           "%.2fx (xor delta %.2fx; bit-shuffle %.2fx)\n",
+           ratio[1] / ratio[0], ratio[4] / ratio[0], ratio[5] / ratio[6]);
+}
+
+/* The step a trainer dump's name ends in (P.150: 150), or -1. */
+static long dump_step(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    char *end;
+    if (dot == NULL || dot[1] < '0' || dot[1] > '9')
+        return -1;
+    long v = strtol(dot + 1, &end, 10);
+    return *end == '\0' ? v : -1;
+}
+
 /* Every mode on the trainer's real weights: ratio[] gets theirs. */
 static int real_rows(const char *fa, const char *fb, const char *root,
                      uint32_t nshards, double *ratio)
@@ -207,9 +238,8 @@ static int real_rows(const char *fa, const char *fb, const char *root,
         ckpt_store_retain(root, 0);
     }
     printf("# real_*: %zu bytes of demo-trainer weights (%s), delta "
-           "against %s; delta/zstd %.2fx (xor %.2fx, bitshuffle %.2fx)\n",
-           nb, fb, fa, ratio[1] / ratio[2], ratio[4] / ratio[2],
-           ratio[5] / ratio[2]);
+           "against %s\n", nb, fb, fa);
+    delta_gain_note(ratio);
     free(a);
     free(b);
     return 0;
@@ -301,9 +331,9 @@ int main(int argc, char **argv)
 {
     size_t mib = 1024;
     uint32_t nshards = 4;
-    int ksteps = 3, reps = 7, nb = 0, c;
-    const char *fa = NULL, *fb[8], *overhead = "n/a";
-    while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:o:r:h")) != -1) {
+    int ksteps = 50, reps = 7, nb = 0, c;
+    const char *fa = NULL, *fb[8];
+    while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:r:h")) != -1) {
         switch (c) {
         case 'a': fa = optarg; break;
         case 'b':
@@ -314,7 +344,6 @@ int main(int argc, char **argv)
             fb[nb++] = optarg;
             break;
         case 'r': reps = atoi(optarg); break;
-        case 'o': overhead = optarg; break;
         case 'l': zlevel = atoi(optarg); break;
         case 't': zthreads = atoi(optarg); break;
         case 's': mib = (size_t)atol(optarg); break;
@@ -323,7 +352,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: %s [-s MiB] [-n shards] [-k steps] "
                     "[-l zstd level] [-t zstd threads] [-r reps] "
-                    "[-a A -b B [-b B2]...] [-o overhead]\n", argv[0]);
+                    "[-a A -b B [-b B2]...]\n", argv[0]);
             return c == 'h' ? 0 : 2;
         }
     }
@@ -341,12 +370,9 @@ int main(int argc, char **argv)
         return 1;
     }
     normal_fill(w0, n, 0.02);
-    memcpy(w1, w0, bytes);
-    for (int k = 0; k < ksteps; k++) {
-        normal_fill(g, n, 0.02);
-        for (size_t i = 0; i < n; i++)
-            w1[i] -= 1e-3f * g[i];
-    }
+    normal_fill(g, n, 0.02 * sqrt((double)ksteps));
+    for (size_t i = 0; i < n; i++)
+        w1[i] = w0[i] - 1e-3f * g[i];
     free(g);
     char *root = th_mkdtemp("ringd-bench-ckpt");
     if (root == NULL || ckpt_encoder_create(&benc) != 0) {
@@ -380,17 +406,24 @@ int main(int argc, char **argv)
         fflush(stdout);
         ckpt_store_retain(root, 0);
     }
-    printf("# delta/zstd %.2fx (xor %.2fx, bitshuffle %.2fx)\n",
-           ratio[1] / ratio[2], ratio[4] / ratio[2], ratio[5] / ratio[2]);
+    delta_gain_note(ratio);
     shuffle_speed(w1, stage, bytes);
-    for (int i = 0; i < nb; i++)
+    long dsteps = ksteps;
+    for (int i = 0; i < nb; i++) {
         if (real_rows(fa, fb[i], root, nshards, ratio))
             return 1;
+        long sa = dump_step(fa), sb = dump_step(fb[i]);
+        dsteps = sa >= 0 && sb > sa ? sb - sa : -1;
+    }
     th_rmtree(root);
     free(root);
-    printf("ckpt: stall_ms_per_GiB=%.1f overhead_pct=%s delta_ratio=%.3f "
-           "shuffle_ratio=%.3f zstd_ratio=%.3f\n",
-           stall, overhead, ratio[1], ratio[0], ratio[2]);
+    char ds[24] = "?";
+    if (dsteps > 0)
+        snprintf(ds, sizeof ds, "%ld", dsteps);
+    printf("ckpt: stall_ms_per_GiB=%.1f delta_ratio=%.3f delta_steps=%s "
+           "delta_data=%s shuffle_ratio=%.3f zstd_ratio=%.3f\n", stall,
+           ratio[1] / ratio[0], ds, nb > 0 ? "real" : "synthetic",
+           ratio[0], ratio[2]);
     free(w0);
     free(w1);
     ckpt_stage_free(stage, bytes);

@@ -521,6 +521,8 @@ int main(int argc, char **argv)
     }
     printf("# options at tcp n=4 64 MiB against the tcp n=4 ceiling above "
            "(label, then the columns above)\n");
+    if (ceiling <= 0)
+        printf("# no tcp n=4 ceiling in the table: options not run\n");
     for (int v = 1; ceiling > 0 && v <= NVARIANTS; v++) {
         char *rows = pass(self, "tcp", 4, quick, v, ceiling);
         if (rows) {

@@ -393,6 +393,49 @@ static int grow(unsigned char **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* One parameter; a refusal is logged and returned (ST_EINVAL). */
+static int zstd_set(ZSTD_CCtx *cc, ZSTD_cParameter p, int v,
+                    const char *name)
+{
+    size_t r = ZSTD_CCtx_setParameter(cc, p, v);
+    if (ZSTD_isError(r)) {
+        RD_ERROR("checkpoint: zstd refused %s=%d: %s", name, v,
+                 ZSTD_getErrorName(r));
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+/*
+ * A fresh session with the codec's parameters. Worker threads are an
+ * optimisation: a libzstd built without them refuses nbWorkers, and the
+ * shard is then compressed on this thread (the same frame, only slower),
+ * with one warning per process.
+ */
+static int zstd_setup(ZSTD_CCtx *cc, const ckpt_codec_t *codec)
+{
+    static int warned_mt;
+    size_t r = ZSTD_CCtx_reset(cc, ZSTD_reset_session_and_parameters);
+    if (ZSTD_isError(r)) {
+        RD_ERROR("checkpoint: zstd reset failed: %s", ZSTD_getErrorName(r));
+        return ST_EINVAL;
+    }
+    if (zstd_set(cc, ZSTD_c_compressionLevel,
+                 codec->level ? codec->level : 3, "level") != 0 ||
+        zstd_set(cc, ZSTD_c_checksumFlag, 1, "checksumFlag") != 0 ||
+        zstd_set(cc, ZSTD_c_contentSizeFlag, 1, "contentSizeFlag") != 0)
+        return ST_EINVAL;
+    if (codec->threads <= 0)
+        return 0;
+    r = ZSTD_CCtx_setParameter(cc, ZSTD_c_nbWorkers, codec->threads);
+    if (ZSTD_isError(r) && !__atomic_exchange_n(&warned_mt, 1,
+                                                __ATOMIC_RELAXED))
+        RD_WARN("checkpoint: zstd refused %d worker threads (%s); "
+                "compressing on the writer thread", codec->threads,
+                ZSTD_getErrorName(r));
+    return 0;
+}
+
 int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
                         ckpt_shard_info_t *info, const void *raw,
                         const void *base, const void **file_p,
@@ -435,13 +478,8 @@ int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
     if (grow(&enc->out, &enc->out_cap, HDR_SIZE + bound) != 0)
         return ST_ENOMEM;
     ZSTD_CCtx *cc = enc->cc;
-    ZSTD_CCtx_reset(cc, ZSTD_reset_session_and_parameters);
-    ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel,
-                           codec->level ? codec->level : 3);
-    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
-    ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 1);
-    if (codec->threads > 0)
-        ZSTD_CCtx_setParameter(cc, ZSTD_c_nbWorkers, codec->threads);
+    if (zstd_setup(cc, codec) != 0)
+        return ST_EINVAL;
     size_t z = ZSTD_compress2(cc, enc->out + HDR_SIZE, bound, src, n);
     if (ZSTD_isError(z)) {
         RD_ERROR("checkpoint: zstd compression failed: %s",

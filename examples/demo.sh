@@ -12,6 +12,11 @@
 # holds bitwise identical parameters. Everything it starts is killed by pid
 # and removed when it ends, however it ends. Last line:
 #   demo: identical=<yes|no> kill_to_step_ms=<n> final_accuracy=<a>
+# kill_to_step_ms is the recovery: from the SIGKILL (stamped just before
+# it) to node1's first step completed in a later view generation than
+# every step it logged before the kill. A step logged just after the kill
+# in the old generation was reduced with the dead node's data before it
+# died: it says nothing about recovery.
 #
 # Environment: BUILD (default build), DEMO_STEPS (default 3000),
 # DEMO_NETNS=0 to force loopback processes, DEMO_KEEP=1 to keep the logs.
@@ -25,8 +30,14 @@ PREFIX=${PREFIX:0:8}
 PIDS=()
 NETNS=0
 
+# Only our children still running (bash's job table): the pid of one that
+# exited earlier may belong to another process by now.
 cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    local run
+    run=" $(jobs -rp | tr '\n' ' ') "
+    for p in "${PIDS[@]}"; do
+        [[ "$run" == *" $p "* ]] && kill -9 "$p" 2>/dev/null
+    done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
     [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" 5
     if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo: kept $T"; else rm -rf "$T"; fi
@@ -104,8 +115,8 @@ for i in 1 2 3 4; do start_node "$i" 4; done
 echo "demo: etcd and 4 nodes up; training $STEPS steps"
 
 wait_steps $((STEPS / 3))
-kill -9 "${DPID[2]}"
 KILL_MS=$(now_ms)
+kill -9 "${DPID[2]}"
 KILL_STEP=$(steps_done 1)
 wait "${DPID[2]}" 2>/dev/null
 echo "demo: SIGKILL node2's daemon at step $KILL_STEP"
@@ -130,6 +141,18 @@ END_MS=$(now_ms)
 rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
 iso_ms() { date -d "$1" +%s%3N; }
 
+# Hash log: step S gen G rank R world W hash H t_ms T loss L. The newest
+# generation and step node1 logged before the kill, then its first step
+# of a later generation.
+read -r GEN0 STEP0 < <(awk -v k="$KILL_MS" '$1 == "step" && $12 + 0 <= k {
+    if ($4 + 0 >= g) { g = $4 + 0; s = $2 } } END { print g + 0, s + 0 }' \
+    "$T/hash-1.log")
+read -r FIRST_STEP FIRST_GEN FIRST_MS < <(awk -v k="$KILL_MS" -v g="$GEN0" \
+    '$1 == "step" && $12 + 0 > k && $4 + 0 > g { print $2, $4, $12; exit }' \
+    "$T/hash-1.log")
+KILL_TO_STEP=none
+[ -n "${FIRST_MS:-}" ] && KILL_TO_STEP=$((FIRST_MS - KILL_MS))
+
 echo
 echo "timeline (node1's view; times from the start):"
 {
@@ -137,6 +160,9 @@ echo "timeline (node1's view; times from the start):"
     echo "$KILL_MS SIGKILL node2's daemon (node1 at step $KILL_STEP)"
     echo "$JOIN_MS node5 started"
     echo "$END_MS all trainers done"
+    [ -n "${FIRST_MS:-}" ] && echo "$FIRST_MS first step of generation" \
+        "$FIRST_GEN after the kill: step $FIRST_STEP (the last before it:" \
+        "generation $GEN0, step $STEP0)"
     grep -h "ring backend: view" "$T/ringd-1.log" | while read -r ts rest; do
         v=$(echo "$rest" | sed -n 's/.*ring backend: \(view .*\)/\1/p')
         echo "$(iso_ms "$ts") etcd $v"
@@ -146,14 +172,9 @@ echo "timeline (node1's view; times from the start):"
     done
 } | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
 
-AFTER=$(awk -v k="$KILL_MS" '$1 == "step" && $12 + 0 > k { print $2, $12; exit }' \
-    "$T/hash-1.log")
-FIRST_STEP=${AFTER% *}
-FIRST_MS=${AFTER#* }
-KILL_TO_STEP=$((FIRST_MS - KILL_MS))
 JOINED=$(awk '$1 == "step" { print $2; exit }' "$T/hash-5.log" 2>/dev/null)
-echo "  first step completed after the kill: step $FIRST_STEP," \
-     "${KILL_TO_STEP} ms after it"
+echo "  kill to the first step of a later generation (${FIRST_GEN:-none}," \
+     "step ${FIRST_STEP:-none}): ${KILL_TO_STEP} ms"
 echo "  node5's first step: step ${JOINED:-none}" \
      "($(grep -c . "$T/hash-5.log" 2>/dev/null || echo 0) steps)"
 

@@ -15,13 +15,32 @@
 #include "ring/ring.h"
 #include "transport/tp.h"
 
+/*
+ * The life of a ring job on this node. Ordered: a state < JOB_STEPPING_OUT
+ * takes part in the job (holds or seeks a place in a view); from
+ * JOB_STEPPING_OUT on, nothing new is started on the ring.
+ *
+ *   WAITING -view at a step start-> SYNCING -resynced-> READY
+ *   SYNCING/READY -new view, failure-> WAITING
+ *   WAITING/SYNCING/READY -lease lost-> FENCED -view-> WAITING
+ *   in the job -last trainer lost-> STEPPING_OUT -left-> STANDBY
+ *   STANDBY -trainer back-> WAITING
+ *   any but LEFT -leave-> LEAVING -left-> LEFT; STANDBY -leave-> LEFT
+ *
+ * job_set_state() is the one place that changes it, with the exit and
+ * entry actions.
+ */
 typedef enum {
-    RB_WAITING = 0, /* no usable view: start, after a failure, fenced */
-    RB_SYNCING,     /* the ring thread builds the ring and resyncs */
-    RB_READY,       /* collectives run */
-    RB_LEAVING,     /* mb_leave in progress */
-    RB_LEFT,
-} rb_state_t;
+    JOB_WAITING = 0,  /* no usable view: start, after a failure */
+    JOB_SYNCING,      /* the ring thread builds the ring and resyncs */
+    JOB_READY,        /* collectives run */
+    JOB_FENCED,       /* lease lost: waiting for the view that takes this
+                         node back */
+    JOB_STEPPING_OUT, /* no local trainer: mb_leave in progress */
+    JOB_STANDBY,      /* out of the job until a trainer comes back */
+    JOB_LEAVING,      /* the daemon's leave: mb_leave in progress */
+    JOB_LEFT,         /* terminal */
+} job_state_t;
 
 
 typedef enum {
@@ -75,7 +94,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rb_cmd_t cmd;
-    int posted;       /* cmd waits for the ring thread */
+    int posted;       /* cmd waits for the ring thread (guarded by mu) */
     int quit;
     ring_t *ring;     /* guarded by mu: main may ring_abort() it */
     ring_t *older;    /* ring thread only: the previous generation's ring,
@@ -83,10 +102,9 @@ typedef struct {
     int abort_flag;   /* guarded by mu: abort the command in flight, also
                          a ring it has not published yet */
     uv_async_t async;
-    int busy;         /* main: a command is out */
 
-    /* Main loop state. */
-    rb_state_t state;
+    /* Main loop state. cmd.kind != CMD_NONE while a command is out. */
+    job_state_t state;
     mb_view_t *cur;       /* the installed view */
     mb_view_t *pending;   /* the next one */
     job_view_t dview;
@@ -100,16 +118,11 @@ typedef struct {
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
     int op_status;        /* a deferred completion */
-    int fenced;           /* lease lost, not re-registered yet */
-    int standby;          /* no local trainer: out of the job until one
-                             comes back (step_out) */
-    int mb_left;          /* standby and mb_leave finished */
     mb_config_t mc;       /* to register again after a standby */
     mb_callbacks_t mcb;
     uv_timer_t rejoin;
     uv_timer_t retry;     /* a REBUILD that failed here, tried again */
     int retries;
-    int drain_requested;
     uv_timer_t defer;
     uv_timer_t suspect_timer;
     char *quiet_node;     /* neighbour that went quiet (deadline) */

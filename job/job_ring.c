@@ -8,11 +8,15 @@
  *   one command slot ---------(mu, cv)----->    REBUILD (+ resync), ALLREDUCE,
  *   uv_async <------------------------------    BROADCAST; posts the result
  *
- * States (one transition function, rb_enter):
- *   WAITING  no usable view yet (start, after a failure, fenced)
+ * States (job_state_t in job_ring-int.h; one transition function,
+ * job_set_state):
+ *   WAITING  no usable view yet (start, after a failure)
  *   SYNCING  a REBUILD command runs: new ring, then agree on the step and
  *            broadcast the state from the member furthest ahead
  *   READY    collectives run on the ring of the current generation
+ *   FENCED   lease lost, until a view takes this node back
+ *   STEPPING_OUT / STANDBY  no local trainer: out of the job until one
+ *            comes back
  *   LEAVING / LEFT  draining out of the job
  *
  * Views are installed at a step start (the daemon's ready()), where the
@@ -28,23 +32,83 @@
 #include "common/status.h"
 #include "job/job_ring-int.h"
 
-static const char *const rb_state_names[] = {"waiting", "syncing", "ready",
-                                             "leaving", "left"};
+static const char *const job_state_names[] = {
+    "waiting", "syncing", "ready", "fenced", "stepping-out", "standby",
+    "leaving", "left"};
+
+#define S_(x) (1u << JOB_##x)
+/* The states each state may go to. */
+static const unsigned job_next_ok[] = {
+    [JOB_WAITING] = S_(SYNCING) | S_(FENCED) | S_(STEPPING_OUT) |
+                    S_(LEAVING),
+    [JOB_SYNCING] = S_(READY) | S_(WAITING) | S_(FENCED) |
+                    S_(STEPPING_OUT) | S_(LEAVING),
+    [JOB_READY] = S_(WAITING) | S_(FENCED) | S_(STEPPING_OUT) | S_(LEAVING),
+    /* A view still pending from before the fence may be installed. */
+    [JOB_FENCED] = S_(WAITING) | S_(SYNCING) | S_(STEPPING_OUT) |
+                   S_(LEAVING),
+    [JOB_STEPPING_OUT] = S_(STANDBY) | S_(LEAVING),
+    [JOB_STANDBY] = S_(WAITING) | S_(LEFT),
+    [JOB_LEAVING] = S_(LEFT),
+    [JOB_LEFT] = 0,
+};
+#undef S_
 
 /* ---- main loop side ---------------------------------------------------- */
 
-static void rb_enter(rb_t *b, rb_state_t next)
+static int busy(const rb_t *b)
 {
-    if (b->state == next)
+    return b->cmd.kind != CMD_NONE;
+}
+
+static void abort_running(rb_t *b);
+static void maybe_rejoin(rb_t *b);
+
+/* The one transition function: refuses a move the table does not allow
+ * (loudly: it is a bug), then runs the exit and entry actions. */
+static void job_set_state(rb_t *b, job_state_t next, const char *why)
+{
+    job_state_t prev = b->state;
+    if (prev == next)
         return;
-    RD_INFO("ring backend: %s -> %s", rb_state_names[b->state],
-            rb_state_names[next]);
+    if (!(job_next_ok[prev] & (1u << next))) {
+        RD_ERROR("ring backend: %s -> %s refused (%s)",
+                 job_state_names[prev], job_state_names[next], why);
+        return;
+    }
+    RD_INFO("ring backend: %s -> %s (%s)", job_state_names[prev],
+            job_state_names[next], why);
     b->state = next;
+    /* Exit: the ring of the old view can no longer be used. */
+    if ((prev == JOB_READY || prev == JOB_SYNCING) && next != JOB_READY &&
+        next != JOB_LEAVING && busy(b))
+        abort_running(b);
+    switch (next) {
+    case JOB_READY:
+        uv_timer_stop(&b->suspect_timer);
+        free(b->quiet_node);
+        b->quiet_node = NULL;
+        break;
+    case JOB_STEPPING_OUT:
+        /* The daemon may still wait in ready() for the trainer that died:
+         * only a step start with trainers (set_local_trainers > 0)
+         * rejoins. */
+        b->local_trainers = 0;
+        mb_view_free(b->pending);
+        b->pending = NULL;
+        if (mb_leave(b->mb) != 0)
+            job_set_state(b, JOB_STANDBY, "not registered");
+        break;
+    case JOB_STANDBY:
+        maybe_rejoin(b);
+        break;
+    default:
+        break;
+    }
 }
 
 static void post_cmd(rb_t *b)
 {
-    b->busy = 1;
     pthread_mutex_lock(&b->mu);
     b->abort_flag = 0;
     b->posted = 1;
@@ -112,7 +176,7 @@ static void post_rebuild(rb_t *b)
                         .ckpt_root = b->ckpt_root};
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
-    rb_enter(b, RB_SYNCING);
+    job_set_state(b, JOB_SYNCING, "a view to install");
     post_cmd(b);
 }
 
@@ -124,12 +188,11 @@ static void post_rebuild(rb_t *b)
  */
 static void advance(rb_t *b)
 {
-    if (b->busy || b->ready_cb == NULL || b->state == RB_LEAVING ||
-        b->state == RB_LEFT || b->standby)
+    if (busy(b) || b->ready_cb == NULL || b->state >= JOB_STEPPING_OUT)
         return;
     if (b->pending != NULL) {
         install_pending(b);
-    } else if (b->state == RB_READY && b->agreed_step != b->step + 1) {
+    } else if (b->state == JOB_READY && b->agreed_step != b->step + 1) {
         b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
                             .counts = b->counts,
                             .my_trainers = b->local_trainers,
@@ -205,8 +268,8 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
 static void on_retry(uv_timer_t *t)
 {
     rb_t *b = t->data;
-    if (b->state != RB_WAITING || b->busy || b->pending != NULL ||
-        b->cur == NULL || b->fenced || b->standby || b->ready_cb == NULL)
+    if (b->state != JOB_WAITING || busy(b) || b->pending != NULL ||
+        b->cur == NULL || b->ready_cb == NULL)
         return;
     RD_INFO("ring backend: building generation %llu again (try %d)",
             (unsigned long long)b->cur->generation, b->retries + 1);
@@ -221,23 +284,23 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
                 (unsigned long long)c->view->generation,
                 st_strerror(c->status));
         handle_peer_failure(b, c->status, c->suspect);
-        rb_enter(b, RB_WAITING);
+        if (b->state == JOB_SYNCING)
+            job_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
             c->status != ST_ECONFIG && c->view == b->cur &&
             b->retries < RB_REBUILD_RETRIES)
             uv_timer_start(&b->retry, on_retry, RB_RETRY_MS, 0);
         return;
     }
+    if (b->state != JOB_SYNCING)
+        return; /* fenced or stepped out meanwhile: not in this view */
     b->step = c->step_out;
     b->agreed_step = b->step + 1;
     mb_set_step(b->mb, b->step);
     fill_dview(b);
     b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     b->dview.restored = c->state_replaced;
-    uv_timer_stop(&b->suspect_timer);
-    free(b->quiet_node);
-    b->quiet_node = NULL;
-    rb_enter(b, RB_READY);
+    job_set_state(b, JOB_READY, "resynced");
     if (b->cbs.on_view != NULL)
         b->cbs.on_view(b->cbs.arg, &b->dview);
     b->dview.restored = 0;
@@ -257,16 +320,17 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
          * rejoining instead (the fence timer is about to fire). */
         RD_WARN("ring backend: a collective finished after this node's "
                 "lease ran out: dropped, the step is redone");
-        b->fenced = 1;
+        if (b->state < JOB_STEPPING_OUT)
+            job_set_state(b, JOB_FENCED, "lease ran out");
         status = ST_EFENCED;
     }
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
         if (b->pending == NULL)
             handle_peer_failure(b, status, c->suspect);
-        if (b->state == RB_READY)
-            rb_enter(b, RB_WAITING);
-        status = b->fenced ? ST_EFENCED : ST_ERESHAPE;
+        if (b->state == JOB_READY)
+            job_set_state(b, JOB_WAITING, "collective failed");
+        status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
     }
     if (cb != NULL)
         cb(arg, status);
@@ -277,7 +341,8 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
     if (c->status != 0) {
         if (b->pending == NULL)
             handle_peer_failure(b, c->status, c->suspect);
-        rb_enter(b, RB_WAITING);
+        if (b->state == JOB_READY)
+            job_set_state(b, JOB_WAITING, "agreement failed");
         return;
     }
     b->agreed_step = b->step + 1;
@@ -290,12 +355,12 @@ static void on_async(uv_async_t *h)
 {
     rb_t *b = h->data;
     pthread_mutex_lock(&b->mu);
-    int done = b->busy && !b->posted;
+    int done = busy(b) && !b->posted;
     pthread_mutex_unlock(&b->mu);
     if (!done)
         return;
-    b->busy = 0;
     rb_cmd_t c = b->cmd;
+    b->cmd.kind = CMD_NONE;
     if (c.kind == CMD_REBUILD)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)
@@ -320,7 +385,6 @@ static void mb_on_view(const mb_view_t *mv, void *data)
             (unsigned long long)v->generation, v->n_members,
             v->n_members == 1 ? "" : "s",
             v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
-    b->fenced = 0;
     /*
      * Every node must switch rings at the same point of the job, and a
      * node cannot know where the others are when a view arrives: so any
@@ -332,10 +396,10 @@ static void mb_on_view(const mb_view_t *mv, void *data)
      */
     mb_view_free(b->pending);
     b->pending = v;
-    if (b->busy)
-        abort_running(b);
-    if (b->state == RB_READY)
-        rb_enter(b, RB_WAITING);
+    if (b->state == JOB_SYNCING)
+        abort_running(b); /* its failure brings WAITING */
+    else if (b->state == JOB_READY || b->state == JOB_FENCED)
+        job_set_state(b, JOB_WAITING, "a new view");
     advance(b);
 }
 
@@ -344,13 +408,10 @@ static void mb_on_fenced(int reason, void *data)
     rb_t *b = data;
     RD_WARN("ring backend: fenced (%s): not serving collectives until "
             "etcd takes this node back", st_strerror(reason));
-    b->fenced = 1;
-    if (b->busy)
-        abort_running(b);
     /* cur stays: a command in flight may still read it; the view that
      * takes this node back replaces it. */
-    if (b->state != RB_LEAVING && b->state != RB_LEFT)
-        rb_enter(b, RB_WAITING);
+    if (b->state < JOB_STEPPING_OUT)
+        job_set_state(b, JOB_FENCED, "lease lost");
 }
 
 static void mb_on_drain(void *data)
@@ -358,22 +419,18 @@ static void mb_on_drain(void *data)
     rb_t *b = data;
     RD_INFO("ring backend: drain requested; leaving at the next step "
             "boundary");
-    b->drain_requested = 1;
     if (b->cbs.on_drain != NULL)
         b->cbs.on_drain(b->cbs.arg);
 }
 
-static void maybe_rejoin(rb_t *b);
-
 static void mb_on_left(int status, void *data)
 {
     rb_t *b = data;
-    if (b->standby && b->leave_cb == NULL) {
-        b->mb_left = 1;
-        maybe_rejoin(b);
+    if (b->state == JOB_STEPPING_OUT) {
+        job_set_state(b, JOB_STANDBY, "left the job");
         return;
     }
-    rb_enter(b, RB_LEFT);
+    job_set_state(b, JOB_LEFT, "left the job");
     job_done_cb cb = b->leave_cb;
     b->leave_cb = NULL;
     if (cb != NULL)
@@ -387,9 +444,8 @@ static void mb_on_left(int status, void *data)
 static void on_rejoin(uv_timer_t *t)
 {
     rb_t *b = t->data;
-    if (!b->standby || !b->mb_left || b->ready_cb == NULL ||
-        b->local_trainers == 0 || b->state == RB_LEAVING ||
-        b->state == RB_LEFT)
+    if (b->state != JOB_STANDBY || b->ready_cb == NULL ||
+        b->local_trainers == 0)
         return;
     mb_t *mb = NULL;
     int rc = mb_create(b->loop, &b->mc, &b->mcb, b, &mb);
@@ -404,13 +460,13 @@ static void on_rejoin(uv_timer_t *t)
     }
     mb_destroy(b->mb);
     b->mb = mb;
-    b->standby = b->mb_left = 0;
     RD_INFO("ring backend: a trainer is back: registering again");
+    job_set_state(b, JOB_WAITING, "registered again");
 }
 
 static void maybe_rejoin(rb_t *b)
 {
-    if (b->standby && b->mb_left && b->ready_cb != NULL &&
+    if (b->state == JOB_STANDBY && b->ready_cb != NULL &&
         b->local_trainers > 0)
         uv_timer_start(&b->rejoin, on_rejoin, 0, 0);
 }
@@ -425,17 +481,7 @@ static void step_out(rb_t *b)
 {
     RD_WARN("ring backend: no trainer left on this node: leaving the job "
             "until one connects");
-    b->standby = 1;
-    /* The daemon may still wait in ready() for the trainer that died:
-     * only a step start with trainers (set_local_trainers > 0) rejoins. */
-    b->local_trainers = 0;
-    if (b->busy)
-        abort_running(b);
-    rb_enter(b, RB_WAITING);
-    mb_view_free(b->pending);
-    b->pending = NULL;
-    if (mb_leave(b->mb) != 0)
-        b->mb_left = 1;
+    job_set_state(b, JOB_STEPPING_OUT, "no local trainer");
 }
 
 /*
@@ -451,7 +497,7 @@ static void rb_trainer_lost(job_t *be, int in_step,
                             uint32_t remaining)
 {
     rb_t *b = (rb_t *)be;
-    if (b->state == RB_LEAVING || b->state == RB_LEFT || b->standby)
+    if (b->state >= JOB_STEPPING_OUT)
         return;
     if (remaining == 0) {
         step_out(b);
@@ -465,10 +511,10 @@ static void rb_trainer_lost(job_t *be, int in_step,
             (unsigned long long)b->cur->generation);
     if (mb_request_view(b->mb, "a local trainer died mid-step") != 0)
         return; /* not in a view: the one that takes us in comes anyway */
-    if (b->busy)
+    if (b->state == JOB_SYNCING)
         abort_running(b);
-    if (b->state == RB_READY)
-        rb_enter(b, RB_WAITING);
+    else if (b->state == JOB_READY)
+        job_set_state(b, JOB_WAITING, "a trainer died mid-step");
 }
 
 /* ---- backend ops ------------------------------------------------------- */
@@ -493,10 +539,10 @@ static void rb_get_view(job_t *be, job_view_t *view_p)
 static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
-    if (b->state == RB_READY && !b->busy && b->pending == NULL &&
+    if (b->state == JOB_READY && !busy(b) && b->pending == NULL &&
         b->agreed_step == b->step + 1)
         return 1;
-    if (b->state == RB_LEAVING || b->state == RB_LEFT)
+    if (b->state >= JOB_LEAVING)
         return ST_EINVAL;
     if (b->ready_cb == NULL) {
         b->ready_cb = cb;
@@ -509,12 +555,13 @@ static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 
 static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
 {
-    if (b->op_cb != NULL || b->busy) {
+    if (b->op_cb != NULL || busy(b)) {
         RD_ERROR("ring backend: a collective is already in flight");
         return ST_EINVAL;
     }
-    if (b->state != RB_READY) {
-        complete_later(b, cb, arg, b->fenced ? ST_EFENCED : ST_ERESHAPE);
+    if (b->state != JOB_READY) {
+        complete_later(b, cb, arg,
+                       b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE);
         return 0;
     }
     b->op_cb = cb;
@@ -580,19 +627,20 @@ static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
 static int rb_leave(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
-    if (b->standby && b->mb_left) {
-        rb_enter(b, RB_LEFT); /* already out of the job */
+    if (b->state == JOB_STANDBY) {
+        job_set_state(b, JOB_LEFT, "leave: already out of the job");
         return 1;
     }
+    job_state_t prev = b->state;
     b->leave_cb = cb;
     b->leave_arg = arg;
-    rb_enter(b, RB_LEAVING);
-    if (b->standby)
+    job_set_state(b, JOB_LEAVING, "leave");
+    if (prev == JOB_STEPPING_OUT)
         return 0; /* the standby's mb_leave finishes it (mb_on_left) */
     int rc = mb_leave(b->mb);
     if (rc != 0) {
         b->leave_cb = NULL;
-        rb_enter(b, RB_LEFT);
+        job_set_state(b, JOB_LEFT, "not registered");
     }
     return rc;
 }
@@ -616,9 +664,9 @@ static void close_handles(rb_t *b)
     uv_close((uv_handle_t *)&b->suspect_timer, on_handle_closed);
 }
 
-static void rb_destroy(job_t *be)
+/* Ask the ring thread to quit and wait for it; it destroys its rings. */
+static void stop_thread(rb_t *b)
 {
-    rb_t *b = (rb_t *)be;
     pthread_mutex_lock(&b->mu);
     b->abort_flag = 1;
     if (b->ring != NULL)
@@ -626,17 +674,30 @@ static void rb_destroy(job_t *be)
     b->quit = 1;
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL); /* it destroys the ring */
+    pthread_join(b->thread, NULL);
+}
+
+/* The part of destroy that create's unwinding shares: everything below
+ * the ring thread, in the reverse order of creation. */
+static void release(rb_t *b)
+{
     mb_destroy(b->mb);
     job__rbck_destroy(b->ckpt); /* after its etcd client */
     free(b->ckpt_root);
     tp_destroy(b->tp);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    close_handles(b); /* frees b once closed */
+}
+
+static void rb_destroy(job_t *be)
+{
+    rb_t *b = (rb_t *)be;
+    stop_thread(b);
     mb_view_free(b->cur);
     mb_view_free(b->pending);
     free(b->quiet_node);
-    pthread_cond_destroy(&b->cv);
-    pthread_mutex_destroy(&b->mu);
-    close_handles(b);
+    release(b);
 }
 
 static const job_ops_t rb_ops = {
@@ -668,6 +729,34 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->etcd.endpoints = cfg->etcd;
 }
 
+/* The main loop's handles and the command slot's lock: first, so that
+ * every later failure unwinds through close_handles. */
+static void init_sync(rb_t *b, uv_loop_t *loop)
+{
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    uv_async_init(loop, &b->async, on_async);
+    uv_timer_init(loop, &b->defer);
+    uv_timer_init(loop, &b->suspect_timer);
+    uv_timer_init(loop, &b->rejoin);
+    uv_timer_init(loop, &b->retry);
+    b->async.data = b->defer.data = b->suspect_timer.data = b;
+    b->rejoin.data = b->retry.data = b;
+}
+
+/* Membership on this node's transport address; its strings live in cfg
+ * and tp, as long as the job does (kept in b->mc for a rejoin). */
+static int create_mb(rb_t *b, const job_config_t *cfg)
+{
+    mb_config_from(cfg, &b->mc);
+    tp_address(b->tp, &b->mc.addr, &b->mc.addr_len);
+    b->mcb = (mb_callbacks_t){.on_view = mb_on_view,
+                              .on_fenced = mb_on_fenced,
+                              .on_drain = mb_on_drain,
+                              .on_left = mb_on_left};
+    return mb_create(b->loop, &b->mc, &b->mcb, b, &b->mb);
+}
+
 int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
                      const job_cbs_t *cbs, job_t **be_p)
 {
@@ -682,68 +771,49 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->ring_opts);
     if (cfg->ring_deadline_ms > 0)
         b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    init_sync(b, loop);
 
     tp_config_t tc;
     tp_config_default(&tc);
     int rc = tp_create(&tc, &b->tp);
     if (rc != 0)
-        goto err_free;
-    const void *addr;
-    size_t addr_len;
-    tp_address(b->tp, &addr, &addr_len);
-    mb_config_t mc;
-    mb_config_from(cfg, &mc);
-    mc.addr = addr;
-    mc.addr_len = addr_len;
-    mb_callbacks_t mcb = {.on_view = mb_on_view, .on_fenced = mb_on_fenced,
-                          .on_drain = mb_on_drain, .on_left = mb_on_left};
-    b->mc = mc;   /* its strings live in cfg and tp, as long as we do */
-    b->mcb = mcb;
-    rc = mb_create(loop, &mc, &mcb, b, &b->mb);
-    if (rc != 0)
-        goto err_tp;
+        goto err_sync;
     if (cfg->ckpt_dir != NULL &&
         asprintf(&b->ckpt_root, "%s/%s", cfg->ckpt_dir, cfg->job) < 0)
         b->ckpt_root = NULL; /* no restore through the ring, no sync */
     rc = job__rbck_create(cfg->job, cfg->node, b->ckpt_root, &b->ckpt);
-    if (rc != 0) {
-        mb_destroy(b->mb);
+    if (rc != 0)
         goto err_tp;
-    }
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
-    uv_async_init(loop, &b->async, on_async);
-    uv_timer_init(loop, &b->defer);
-    uv_timer_init(loop, &b->suspect_timer);
-    uv_timer_init(loop, &b->rejoin);
-    uv_timer_init(loop, &b->retry);
-    b->async.data = b->defer.data = b->suspect_timer.data = b;
-    b->rejoin.data = b->retry.data = b;
+    rc = create_mb(b, cfg);
+    if (rc != 0)
+        goto err_ckpt;
     if (pthread_create(&b->thread, NULL, job__ring_thread_main, b) != 0) {
-        mb_destroy(b->mb);
-        job__rbck_destroy(b->ckpt);
-        free(b->ckpt_root);
-        tp_destroy(b->tp);
-        pthread_cond_destroy(&b->cv);
-        pthread_mutex_destroy(&b->mu);
-        close_handles(b);
-        return ST_ENOMEM;
+        rc = ST_ENOMEM;
+        goto err_mb;
     }
     rc = mb_start(b->mb);
-    if (rc != 0) {
-        rb_destroy(&b->base);
-        return rc;
-    }
+    if (rc != 0)
+        goto err_thread;
     RD_INFO("ring backend: node %s of job %s, etcd %s, lease %u s, ring "
             "deadline %d ms", cfg->node, cfg->job, cfg->etcd,
             cfg->lease_ttl, b->ring_opts.deadline_ms);
     *be_p = &b->base;
     return 0;
 
+err_thread:
+    stop_thread(b);
+err_mb:
+    mb_destroy(b->mb);
+    b->mb = NULL;
+err_ckpt:
+    job__rbck_destroy(b->ckpt);
+    b->ckpt = NULL;
 err_tp:
     free(b->ckpt_root);
+    b->ckpt_root = NULL;
     tp_destroy(b->tp);
-err_free:
-    free(b);
+    b->tp = NULL;
+err_sync:
+    release(b); /* the rest is NULL: closes the handles, frees b */
     return rc;
 }

@@ -43,21 +43,15 @@ static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 }
 
 /*
- * Build the ring of the new view, then agree on the step: one allreduce
- * MAX of {member<<62 | step<<20 | (0xfffff - index), -step, bytes, -bytes}
- * gives the source of the state (a member of the previous view if there
- * is one, the furthest step, the lowest index), the smallest step, and
- * whether every state has the same size.
+ * REBUILD, step 1: replace the ring. The ring being replaced is closed one
+ * generation later, not now: a neighbour that has not seen the new view
+ * yet may still wait in a collective on it, and closing our endpoints
+ * would show it a failed endpoint naming us (a healthy node it would then
+ * suspect). Open, we are merely quiet until its own copy of the view
+ * aborts it.
  */
-static int rt_rebuild(rb_t *b, rb_cmd_t *c)
+static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p)
 {
-    /*
-     * The ring being replaced is closed one generation later, not now: a
-     * neighbour that has not seen the new view yet may still wait in a
-     * collective on it, and closing our endpoints would show it a failed
-     * endpoint naming us (a healthy node it would then suspect). Open,
-     * we are merely quiet until its own copy of the view aborts it.
-     */
     ring_t *prev = b->ring;
     rt_set_ring(b, NULL);
     if (b->older != NULL) {
@@ -66,7 +60,6 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     }
     b->older = prev;
 
-    const mb_view_t *v = c->view;
     const void **addrs = calloc(v->n_members, sizeof(*addrs));
     size_t *lens = calloc(v->n_members, sizeof(*lens));
     if (addrs == NULL || lens == NULL) {
@@ -88,21 +81,39 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    ring_t *r = NULL;
-    int rc = ring_create(b->tp, &rv, &first, &r);
+    int rc = ring_create(b->tp, &rv, &first, r_p);
     free(addrs);
     free(lens);
-    if (rc != 0)
-        return rc;
-    rt_set_ring(b, r);
+    if (rc == 0)
+        rt_set_ring(b, *r_p);
+    return rc;
+}
 
-    /*
-     * Members that were in the previous view outrank joiners: a node
-     * evicted while stopped may have finished, alone, a step the others
-     * redid without it, and must never be the source of the job's state
-     * when it comes back. Among equals the furthest step wins, then the
-     * lowest index. Steps fit in 42 bits.
-     */
+/* What the members agreed on in step 2. */
+typedef struct {
+    uint64_t max_step, min_step;
+    uint32_t source;         /* ring rank whose state the others take */
+    int64_t state_bytes;     /* every member's (checked equal) */
+    uint64_t newest_ckpt;    /* newest complete checkpoint + 1 (0: none) */
+} rt_agreed_t;
+
+/*
+ * REBUILD, step 2: agree on the step. One allreduce MAX of
+ * {member<<62 | step<<20 | (0xfffff - index), -step, bytes, -bytes,
+ * newest checkpoint} gives the source of the state, the smallest step,
+ * whether every state has the same size, and the newest checkpoint any
+ * member holds.
+ *
+ * Members that were in the previous view outrank joiners: a node evicted
+ * while stopped may have finished, alone, a step the others redid without
+ * it, and must never be the source of the job's state when it comes back.
+ * Among equals the furthest step wins, then the lowest index. Steps fit
+ * in 42 bits.
+ */
+static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
+                         rt_agreed_t *a)
+{
+    const mb_view_t *v = c->view;
     int member = !v->members[v->my_index].joiner;
     int64_t key = (int64_t)(((uint64_t)member << 62) |
                             ((c->my_step & ((1ull << 42) - 1)) << 20) |
@@ -114,26 +125,42 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
                                       : 0;
     int64_t agree[5] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
                         -(int64_t)c->state_bytes, (int64_t)newest};
-    rc = ring_allreduce(r, agree, 5, KERN_I64, KERN_MAX);
+    int rc = ring_allreduce(r, agree, 5, KERN_I64, KERN_MAX);
     if (rc != 0)
         return rc;
     ring_set_deadline(r, b->ring_opts.deadline_ms);
-    uint64_t max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
-    uint32_t source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
-    uint64_t min_step = (uint64_t)-agree[1];
     if (agree[2] != -agree[3]) {
         RD_ERROR("ring backend: state sizes differ across nodes (%lld vs "
                  "%lld bytes): the trainers are not the same job",
                  (long long)-agree[3], (long long)agree[2]);
         return ST_ECONFIG;
     }
-    c->step_out = max_step;
+    a->max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
+    a->source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);
+    a->min_step = (uint64_t)-agree[1];
+    a->state_bytes = agree[2];
+    a->newest_ckpt = (uint64_t)agree[4];
+    return 0;
+}
+
+/*
+ * REBUILD, step 3: resync the state. A job starting again from step 0
+ * restores its newest checkpoint from the members' stores; otherwise the
+ * source broadcasts its state when the members disagree on the step or a
+ * joiner needs it. The trainer counts are agreed in between, as every
+ * step start does.
+ */
+static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
+                           const rt_agreed_t *a)
+{
+    const mb_view_t *v = c->view;
+    c->step_out = a->max_step;
     c->state_replaced = 0;
     int restored = 0;
-    if (max_step == 0 && agree[4] > 0 && agree[2] > 0) {
+    if (a->max_step == 0 && a->newest_ckpt > 0 && a->state_bytes > 0) {
         uint64_t step;
-        rc = job__ring_restore(r, v, c->ckpt_root, c->state, c->state_bytes,
-                              (uint64_t)agree[4], &step);
+        int rc = job__ring_restore(r, v, c->ckpt_root, c->state,
+                                   c->state_bytes, a->newest_ckpt, &step);
         if (rc < 0)
             return rc;
         restored = rc == 0;
@@ -142,21 +169,32 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
             c->state_replaced = 1;
         }
     }
-    rc = rt_agree_counts(b, c);
+    int rc = rt_agree_counts(b, c);
+    if (rc != 0 || a->state_bytes <= 0 || restored ||
+        (a->max_step == a->min_step && v->n_joiners == 0))
+        return rc;
+    rc = ring_broadcast(r, c->state, c->state_bytes, a->source);
     if (rc != 0)
         return rc;
-    if (agree[2] > 0 && !restored &&
-        (max_step != min_step || v->n_joiners > 0)) {
-        rc = ring_broadcast(r, c->state, c->state_bytes, source);
-        if (rc != 0)
-            return rc;
-        c->state_replaced = (uint32_t)v->my_index != source;
-        RD_INFO("ring backend: state (%zu bytes, step %llu) sent from "
-                "member %u to generation %llu", c->state_bytes,
-                (unsigned long long)max_step, source,
-                (unsigned long long)v->generation);
-    }
+    c->state_replaced = (uint32_t)v->my_index != a->source;
+    RD_INFO("ring backend: state (%zu bytes, step %llu) sent from "
+            "member %u to generation %llu", c->state_bytes,
+            (unsigned long long)a->max_step, a->source,
+            (unsigned long long)v->generation);
     return 0;
+}
+
+/* REBUILD: replace the ring, agree on the step, resync the state. */
+static int rt_rebuild(rb_t *b, rb_cmd_t *c)
+{
+    ring_t *r = NULL;
+    rt_agreed_t a;
+    int rc = rt_replace_ring(b, c->view, &r);
+    if (rc == 0)
+        rc = rt_agree_step(b, r, c, &a);
+    if (rc == 0)
+        rc = rt_resync_state(b, r, c, &a);
+    return rc;
 }
 
 static void rt_run(rb_t *b, rb_cmd_t *c)

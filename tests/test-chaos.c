@@ -3,8 +3,11 @@
  * -s 1 -f 3 --quick (daemon kill + restart, hang by SIGSTOP, scale up only:
  * the faults that recover the same way every time) on 4 nodes in network
  * namespaces, bounded by timeout(1) well inside the runner's timeout so the
- * harness's own cleanup (a SIGTERM) runs. Needs root (namespaces); skips
- * otherwise, and under the sanitizers.
+ * harness's own cleanup (a SIGTERM) runs. The harness is strict by default:
+ * a stale replica step or an older checkpoint that does not restore fails
+ * it; the test also reads both from the report (no stale step, and at
+ * least one older checkpoint restored besides the newest). Needs root
+ * (namespaces); skips otherwise, and under the sanitizers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,10 +61,15 @@ TEST_IMPL(chaos_quick)
 
     FILE *f = fopen(log, "r");
     ASSERT(f != NULL);
-    char line[1024], last[1024] = "";
-    while (fgets(line, sizeof(line), f) != NULL)
+    char line[2048], last[2048] = "", stale[2048] = "", ckpt[2048] = "";
+    while (fgets(line, sizeof(line), f) != NULL) {
         if (strncmp(line, "chaos: faults=", 14) == 0)
             snprintf(last, sizeof(last), "%s", line);
+        else if (strncmp(line, "chaos: stale_steps=", 19) == 0)
+            snprintf(stale, sizeof(stale), "%s", line);
+        else if (strncmp(line, "  checkpoints: ", 15) == 0)
+            snprintf(ckpt, sizeof(ckpt), "%s", line);
+    }
     fclose(f);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || last[0] == 0) {
         char cmd[800];
@@ -83,6 +91,15 @@ TEST_IMPL(chaos_quick)
     ASSERT_EQ(lost, 0);
     ASSERT_EQ(dup, 0);
     ASSERT_EQ(hangs, 0);
+    long nstale, older;
+    ASSERT_MSG(field(stale, "stale_steps=", &nstale) == 0,
+               "no stale_steps line in %s", log);
+    ASSERT_EQ(nstale, 0);
+    const char *o = strstr(ckpt, "; the ");
+    ASSERT_MSG(o != NULL && sscanf(o, "; the %ld older complete ones "
+                                      "restore too", &older) == 1,
+               "no older checkpoint restored: %s", ckpt);
+    ASSERT_GE(older, 1);
     th_rmtree(dir);
     free(dir);
     return 0;
