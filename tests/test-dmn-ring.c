@@ -905,11 +905,11 @@ static int trainer_stopped(void *pid_p)
  * once it reduces its part, then n0's trainer resumes. n0 and n1 wait for
  * n2 until its lease expires, then redo step 200 as a 2-node job. After
  * SIGCONT, n2 finds its lease gone: it fences, the collective it was in
- * is dropped (even one that completed from buffered data) and its trainer
- * gets RINGD_EFENCED; it registers again as a new member and joins with
- * the job's state. Its step 200 of the old view never counts: its trainer
- * logs no step between 199 and its join, every step it logged has the
- * others' hash, and all end identical in a 3-node view.
+ * is dropped (even when it completed from buffered data first) and its
+ * trainer gets RINGD_EFENCED; it registers again as a new member and
+ * joins with the job's state. Its step 200 of the old view never counts:
+ * its trainer logs no step between 199 and its join, every step it logged
+ * has the others' hash, and all end identical in a 3-node view.
  */
 TEST_IMPL(dmn_ring_fence_stopped)
 {
@@ -943,10 +943,6 @@ TEST_IMPL(dmn_ring_fence_stopped)
 
     const char *t2 = td_path(&c.d[2], "t0.log");
     ASSERT_OK(td_wait_file(c.d[2].log, "ring backend: fenced", 10000));
-    /* Its part of step 200 went out before the stop and the others' parts
-     * were buffered: on waking the collective completes, and is dropped. */
-    ASSERT_OK(td_wait_file(c.d[2].log, "a collective finished after this "
-                           "node's lease ran out: dropped", 10000));
     ASSERT_OK(td_wait_file(t2, "collective: the node is fenced (lease "
                                "lost); redoing the step", 10000));
     ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 10000));
@@ -954,6 +950,12 @@ TEST_IMPL(dmn_ring_fence_stopped)
     for (int i = 0; i < 3; i++)
         expect_exit0(&c, i, 0, c.trainer[i][0]);
     ASSERT(td_file_has(c.d[0].log, " 1 joiner"));
+    /* Most often its part of step 200 went out before the stop and the
+     * others' parts were buffered, so on waking the collective completed
+     * before the fence timer fired: it must have been dropped (else the
+     * fence aborted it first). Either way step 200 is not counted below. */
+    if (!td_file_has(c.d[2].log, "lease ran out: dropped"))
+        fprintf(stderr, "note: the fence aborted n2's collective first\n");
 
     static td_hashes_t h0, h1, h2;
     td_read_hashes(h00, &h0);
