@@ -223,6 +223,21 @@ static int two_ckpts_complete(void *arg)
     return found >= 2;
 }
 
+/* SIGKILL every daemon and trainer of c at once, then reap them: killing
+ * and reaping one node at a time let the last one, alone in a new view,
+ * take a 1-shard checkpoint before its turn came. */
+static void kill_job(cluster_t *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        kill(c->trainer[i][0], SIGKILL);
+        kill(c->d[i].pid, SIGKILL);
+    }
+    for (int i = 0; i < c->n; i++) {
+        th_kill(c->trainer[i][0]);
+        th_kill(c->d[i].pid);
+    }
+}
+
 /* Every daemon of c logged a view with all c->n members. */
 static int all_in_view(void *arg)
 {
@@ -383,10 +398,7 @@ TEST_IMPL(dmn_ring_ckpt_restart)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
                "no two checkpoints completed");
-    for (int i = 0; i < 2; i++) {
-        th_kill(c.trainer[i][0]);
-        th_kill(c.d[i].pid);
-    }
+    kill_job(&c);
     char before[600], root[600], path[700];
     snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
     int64_t want = newest_stored(dir, 0, UINT64_MAX);
@@ -394,6 +406,11 @@ TEST_IMPL(dmn_ring_ckpt_restart)
     ASSERT_GE(in_etcd, 100);
     ASSERT_GE(want, in_etcd); /* the store never lags etcd */
     store_root(root, sizeof(root), dir, -1);
+    ckpt_manifest_t *m = NULL;
+    ASSERT_OK(ckpt_store_load_manifest(root, (uint64_t)want, &m));
+    ASSERT_MSG(m->nshards == 2, "checkpoint %lld has %u shards",
+               (long long)want, m->nshards);
+    ckpt_manifest_free(m);
     ASSERT_OK(ckpt_store_step_dir(root, (uint64_t)want, path,
                                   sizeof(path) - 20));
     strcat(path, "/shard-00001.rckp");
@@ -640,10 +657,7 @@ static int per_node_restart(int lose_both)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
                "no two checkpoints completed");
-    for (int i = 0; i < 3; i++) {
-        th_kill(c.trainer[i][0]);
-        th_kill(c.d[i].pid);
-    }
+    kill_job(&c);
     char before[600];
     snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
     int64_t newest = newest_stored(dir, 3, UINT64_MAX);
@@ -656,6 +670,8 @@ static int per_node_restart(int lose_both)
         ASSERT_GE(want, 50);
     }
     ckpt_manifest_t *m = stored_manifest(dir, 3, (uint64_t)newest);
+    ASSERT_MSG(m->nshards == 3, "checkpoint %lld has %u shards",
+               (long long)newest, m->nshards);
     uint32_t k = member_index(m, "n1");
     ASSERT_EQ(m->shards[k].owner, k);
     uint32_t rep = m->shards[k].replica;
