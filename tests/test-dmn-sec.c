@@ -41,7 +41,8 @@ static void write_file(const char *path, const char *text, mode_t mode)
 
 /*
  * TLS etcd (a server certificate: see FX_TLS_SERVER) with auth on: root
- * (for the test's etcdctl), and "ringd" and "ringd1" (same password),
+ * (for the test's etcdctl), and "ringd", "ringd1" and "ringd2" (same
+ * password),
  * whose role may read and write /ringd/ only. Password files for ringd's
  * right and a wrong password, and a second CA that signed nothing etcd
  * shows.
@@ -51,10 +52,11 @@ static void sec_etcd_start(fx_etcd_t *et)
     fx_etcd_start(et, FX_TLS_SERVER);
     const char *setup[] = {
         "user add root:rootpw", "user add ringd:ringdpw",
-        "user add ringd1:ringdpw", "role add ringd",
+        "user add ringd1:ringdpw", "user add ringd2:ringdpw",
+        "role add ringd",
         "role grant-permission ringd --prefix=true readwrite /ringd/",
         "user grant-role ringd ringd", "user grant-role ringd1 ringd",
-        "auth enable"};
+        "user grant-role ringd2 ringd", "auth enable"};
     for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
         ASSERT_MSG(fx_etcdctl(et, setup[i]) == 0, "etcdctl %s failed, see "
                    "%s/etcdctl.log", setup[i], et->dir);
@@ -258,8 +260,9 @@ TEST_IMPL(dmn_sec_etcd_tls_auth_job)
 /*
  * A node with a CA that did not sign etcd's certificate, and one with a
  * wrong password: each logs the refusal, stays up without joining, and
- * drains cleanly. ringctl says "refused access" for both mistakes, and
- * reads the job with the right settings.
+ * drains cleanly. A node whose user is deleted while it is in the job
+ * fences with the same line. ringctl says "refused access" for both
+ * mistakes, and reads the job with the right settings.
  */
 TEST_IMPL(dmn_sec_etcd_refused)
 {
@@ -281,6 +284,22 @@ TEST_IMPL(dmn_sec_etcd_refused)
     }
     ASSERT(td_file_has(ca.log, "SSL"));
     ASSERT(td_file_has(pw.log, "authentication failed"));
+
+    /* A registered node whose user is deleted: its token is invalid, the
+     * one fresh authentication it tries fails, and it fences. */
+    td_daemon_t gone;
+    node_start(&gone, &et, "gone", "ringd2", "ca.crt", "ringd.pw");
+    ASSERT(td_wait_file(gone.log, "node record written", 15000) == 0);
+    ASSERT_EQ(fx_etcdctl(&et, "user delete ringd2"), 0);
+    int rc = td_wait_file(gone.log, DENIED " at its credentials check",
+                          15000);
+    if (rc != 0)
+        td_dump(gone.log);
+    ASSERT_MSG(rc == 0, "deleted user: no refusal logged");
+    ASSERT(td_file_has(gone.log, "re-authenticating"));
+    ASSERT(td_file_has(gone.log, "fenced (Permission denied)"));
+    ASSERT_EQ(kill(gone.pid, 0), 0);
+    ASSERT_EQ(td_stop(&gone, 30000), 0);
 
     const char *log = td_path(&ca, "ctl.log");
     ASSERT_EQ(members(&et, "other-ca.crt", "ringd.pw", log), 1);
