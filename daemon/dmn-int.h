@@ -59,7 +59,10 @@ typedef struct dmn_conn {
     char name[32];
     dmn_conn_state_t cstate;
     unsigned flags;       /* DMN_CONN_F_* */
-    dmn_buf_t bufs[PROTO_MAX_BUFFERS];
+    dmn_buf_t *bufs;      /* indexed by the client's buffer id */
+    uint32_t bufs_cap;    /* slots in bufs (grows to the highest id) */
+    uint32_t nmapped;     /* slots in use */
+    uint64_t mapped_bytes;
     proto_state_set_t state; /* valid with DMN_CONN_F_HAS_STATE */
 
     /* Step bookkeeping (step.c). */
