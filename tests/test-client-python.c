@@ -160,7 +160,8 @@ static int py_stopped(void *pid_p)
  * a's trainer waits in its step-5 allreduce; then a's daemon is stopped
  * and b's trainer resumed. b evicts a when a's lease expires and goes on
  * alone; on SIGCONT a fences itself and its trainer's allreduce raises
- * exactly ringd.Fenced (code EFENCED).
+ * exactly ringd.Fenced (code EFENCED). a rejoins as a new member and
+ * both trainers stop together at a step from 40 on.
  */
 TEST_IMPL(client_python_fenced)
 {
@@ -219,6 +220,7 @@ TEST_IMPL(client_python_fenced)
     }
     ASSERT(td_file_has(td_path(&d[0], "py.log"), "ok fenced"));
     ASSERT(td_file_has(d[0].log, "ring backend: fenced"));
+    ASSERT(td_file_has(d[1].log, " 1 joiner"));
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&d[i], 30000), 0);
     return fx_done();
