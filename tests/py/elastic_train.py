@@ -28,11 +28,15 @@ def data(torch, n):
     return x, y
 
 
-def model_and_opt(torch, lr):
+def model_and_opt(torch, o):
     torch.manual_seed(1)
     m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
                             torch.nn.Linear(32, 3))
-    return m, torch.optim.Adam(m.parameters(), lr=lr)
+    if o.opt == "sgd":
+        # Unlike Adam's, its update scales with the gradient: a wrong
+        # average shows.
+        return m, torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.5)
+    return m, torch.optim.Adam(m.parameters(), lr=o.lr)
 
 
 def micro_steps(torch, model, x, y, idx, k):
@@ -48,7 +52,7 @@ def micro_steps(torch, model, x, y, idx, k):
 def run_ref(o, torch):
     from ringd.torch.elastic import ElasticSampler
     x, y = data(torch, o.n)
-    model, opt = model_and_opt(torch, o.lr)
+    model, opt = model_and_opt(torch, o)
     s = ElasticSampler(range(o.n), batch_size=o.world * o.batch * o.k,
                        seed=3)
     for step in range(o.steps):
@@ -67,7 +71,7 @@ def run_ringd(o, torch):
     from ringd.torch import elastic
     rt.init(o.socket, name="elastic_train")
     x, y = data(torch, o.n)
-    model, opt = model_and_opt(torch, o.lr)
+    model, opt = model_and_opt(torch, o)
     sampler = elastic.ElasticSampler(range(o.n), batch_size=o.batch * o.k,
                                      seed=3)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler,
@@ -84,7 +88,8 @@ def run_ringd(o, torch):
     first = [True]
 
     def adam_step():
-        return float(opt.state[next(model.parameters())]["step"])
+        st = opt.state[next(model.parameters())]
+        return float(st["step"]) if "step" in st else -1
 
     def step_fn(state, v):
         if first[0] and v.restored:
@@ -178,6 +183,7 @@ def main():
     ap.add_argument("--k", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--compression", default="none")
+    ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
     ap.add_argument("--pace-ms", type=int, default=0)
     ap.add_argument("--stop-file")
     ap.add_argument("--log")
