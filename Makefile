@@ -63,11 +63,13 @@ LIBS := -lm -ldl
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
-    iproute2 iptables iputils-ping gnuplot-nox prometheus \
+    iproute2 iptables iputils-ping gnuplot-nox prometheus clang \
+    libfuzzer-14-dev \
     python3-numpy python3-venv python3-pip python3-setuptools python3-wheel \
     python3-torch python3-torchvision
 
 include $(sort $(wildcard */module.mk))
+include tests/fuzz/fuzz.mk
 
 PKG_CFLAGS = $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
@@ -108,6 +110,7 @@ $(TEST_BIN): $(TEST_OBJS) $(BUILD)/tests/runner.o $(BUILD)/tests/helpers.o \
 # machine as the first command; the build itself runs after deps.
 test: deps
 	$(MAKE) all
+	$(MAKE) fuzz-if-available
 	$(TEST_BIN)
 
 asan:

@@ -6,6 +6,7 @@
  * Flags are applied after the file, so they win.
  */
 #include "daemon/dmn.h"
+#include "daemon/dmn-parse.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -225,6 +226,14 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
         fclose(f);
         return ST_ECONFIG;
     }
+    int rc = dmn__config_read(cfg, f, path, err);
+    fclose(f);
+    return rc;
+}
+
+int dmn__config_read(dmn_config_t *cfg, FILE *f, const char *path,
+                     FILE *err)
+{
     /* getline() reads a line whole, however long: a fixed buffer would
      * split a long comment and parse its tail as a setting. */
     char *line = NULL, why[256];
@@ -268,7 +277,6 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
         rc = ST_ECONFIG;
     }
     free(line);
-    fclose(f);
     return rc;
 }
 

@@ -30,8 +30,14 @@ PREFIX=${PREFIX:0:8}
 PIDS=()
 NETNS=0
 
+# Only our children still running (bash's job table): the pid of one that
+# exited earlier may belong to another process by now.
 cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    local run
+    run=" $(jobs -rp | tr '\n' ' ') "
+    for p in "${PIDS[@]}"; do
+        [[ "$run" == *" $p "* ]] && kill -9 "$p" 2>/dev/null
+    done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
     [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" 5
     if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo: kept $T"; else rm -rf "$T"; fi

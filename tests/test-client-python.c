@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
+#include "tests/mb-fixture.h"
 #include "tests/task.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -142,6 +144,86 @@ TEST_IMPL(client_python_errors)
     ASSERT_EQ(td_exit_code(victim.pid, 30000), 128 + 9);
     victim.pid = 0;
     return 0;
+}
+
+/* 1 once process *pid_p is stopped, reaping the stop. */
+static int py_stopped(void *pid_p)
+{
+    int st;
+    pid_t pid = *(pid_t *)pid_p;
+    return waitpid(pid, &st, WUNTRACED | WNOHANG) == pid && WIFSTOPPED(st);
+}
+
+/*
+ * ringd.Fenced for real (tests/client-fenced.py): two ring nodes with a
+ * 2 s lease. b's trainer stops itself in step 5 before its allreduce, so
+ * a's trainer waits in its step-5 allreduce; then a's daemon is stopped
+ * and b's trainer resumed. b evicts a when a's lease expires and goes on
+ * alone; on SIGCONT a fences itself and its trainer's allreduce raises
+ * exactly ringd.Fenced (code EFENCED). a rejoins as a new member and
+ * both trainers stop together at a step from 40 on.
+ */
+TEST_IMPL(client_python_fenced)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    fx_etcd_t etcd = {0};
+    fx_etcd_start(&etcd, 0);
+    td_daemon_t d[2];
+    const char *ids[2] = {"a", "b"};
+    for (int i = 0; i < 2; i++) {
+        td_init(&d[i], i ? "client-pyf-b" : "client-pyf-a");
+        d[i].networked = 1;
+    }
+    if (!have_numpy(py, td_path(&d[0], "numpy.log")))
+        return TEST_SKIP;
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/client-fenced.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    for (int i = 0; i < 2; i++) {
+        const char *flags[] = {"--etcd", etcd.url, "--job", "pyfence",
+                               "--node-id", ids[i], "--trainers", "1",
+                               "--lease-ttl", "2", "--min-nodes", "2",
+                               "--log-level", i ? "info" : "debug", NULL};
+        ASSERT_OK(td_start(&d[i], flags));
+    }
+    pid_t p[2];
+    const char *roles[2] = {"fenced", "stop"};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[] = {py, script, d[i].sock, roles[i], NULL};
+        p[i] = th_spawn((char *const *)argv, td_path(&d[i], "py.log"));
+        td_track(p[i]);
+    }
+    ASSERT_MSG(td_poll(py_stopped, &p[1], 60000) == 0,
+               "b's trainer never stopped in step 5");
+    ASSERT_OK(td_wait_file(d[0].log, "step 5: running -> reducing", 30000));
+    ASSERT_OK(kill(d[0].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &d[0].pid, 10000) == 0,
+               "a's daemon did not stop");
+    ASSERT_OK(kill(p[1], SIGCONT));
+    ASSERT_OK(td_wait_file(d[1].log, "view 2: 1 member,", 30000));
+    ASSERT_OK(kill(d[0].pid, SIGCONT));
+    for (int i = 0; i < 2; i++) {
+        int rc = td_exit_code(p[i], 60000);
+        if (rc != 0) {
+            td_dump(td_path(&d[i], "py.log"));
+            td_dump(d[i].log);
+        }
+        ASSERT_EQ(rc, 0);
+    }
+    ASSERT(td_file_has(td_path(&d[0], "py.log"), "ok fenced"));
+    ASSERT(td_file_has(d[0].log, "ring backend: fenced"));
+    ASSERT(td_file_has(d[1].log, " 1 joiner"));
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&d[i], 30000), 0);
+    return fx_done();
 }
 
 /* Run argv to completion (logging to log); its exit status. */

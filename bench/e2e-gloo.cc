@@ -1,0 +1,102 @@
+/*
+ * e2e-gloo.cc - Gloo's ring allreduce for bench/e2e, one rank per process.
+ *
+ *   e2e-gloo ALGO RANK N DIR ITERS BYTES...
+ *
+ * ALGO is ring (AllreduceRing), chunked (AllreduceRingChunked) or new
+ * (gloo::allreduce with the RING algorithm). Rendezvous is a FileStore in
+ * DIR; TCP on 127.0.0.1. For each size: one warm-up, then ITERS f32 sum
+ * allreduces; prints "BYTES USEC" with the median of this rank.
+ *
+ * Mixing the legacy classes and gloo::allreduce in one context hangs
+ * (ENVIRONMENT.md), so e2e launches one set of processes per algorithm.
+ * Built only for the benchmark: ringd never links Gloo.
+ */
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+
+static double now_us()
+{
+    using namespace std::chrono;
+    return duration<double, std::micro>(
+               steady_clock::now().time_since_epoch()).count();
+}
+
+static void run_once(const std::string &algo,
+                     const std::shared_ptr<gloo::Context> &ctx, float *buf,
+                     size_t count, std::unique_ptr<gloo::Algorithm> &legacy)
+{
+    if (algo == "new") {
+        gloo::AllreduceOptions o(ctx);
+        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        o.setOutput(buf, count);
+        o.setReduceFunction(
+            static_cast<void (*)(void *, const void *, const void *,
+                                 size_t)>(&gloo::sum<float>));
+        gloo::allreduce(o);
+        return;
+    }
+    legacy->run();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 7) {
+        fprintf(stderr, "usage: e2e-gloo ALGO RANK N DIR ITERS BYTES...\n");
+        return 2;
+    }
+    std::string algo = argv[1];
+    int rank = atoi(argv[2]), n = atoi(argv[3]);
+    const char *dir = argv[4];
+    int iters = atoi(argv[5]);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(dir);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
+    ctx->setTimeout(std::chrono::seconds(120));
+    ctx->connectFullMesh(store, dev);
+
+    for (int a = 6; a < argc; a++) {
+        size_t bytes = strtoull(argv[a], nullptr, 10);
+        size_t count = bytes / sizeof(float);
+        std::vector<float> buf(count, 1.0f);
+        float *p = buf.data();
+        std::unique_ptr<gloo::Algorithm> legacy;
+        if (algo == "ring")
+            legacy.reset(new gloo::AllreduceRing<float>(
+                ctx, std::vector<float *>{p}, (int)count));
+        else if (algo == "chunked")
+            legacy.reset(new gloo::AllreduceRingChunked<float>(
+                ctx, std::vector<float *>{p}, (int)count));
+        else if (algo != "new") {
+            fprintf(stderr, "e2e-gloo: unknown algorithm %s\n",
+                    algo.c_str());
+            return 2;
+        }
+        std::vector<double> t;
+        for (int i = 0; i <= iters; i++) {
+            double t0 = now_us();
+            run_once(algo, ctx, p, count, legacy);
+            if (i > 0)
+                t.push_back(now_us() - t0);
+        }
+        std::sort(t.begin(), t.end());
+        printf("%zu %.1f\n", bytes, t[t.size() / 2]);
+        fflush(stdout);
+    }
+    return 0;
+}

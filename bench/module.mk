@@ -1,0 +1,24 @@
+# bench/e2e: the product path (real etcd, daemons, trainers) against the
+# raw ring and Gloo. It reuses the tests' daemon and etcd fixtures.
+BENCH_BINS += $(BUILD)/bench/e2e
+
+$(BUILD)/bench/e2e: $(BUILD)/bench/e2e.o $(BUILD)/tests/dmn-util.o \
+    $(BUILD)/tests/mb-fixture.o $(BUILD)/tests/helpers.o $(CORE_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
+	    $(PKG_LIBS) $(LIBS)
+
+# Gloo is the peer to beat, built for the benchmark only (never linked
+# into ringd) and only where Debian's libgloo-dev is installed; without
+# it bench/e2e prints its Gloo columns as 0.
+CXX ?= c++
+ifneq ($(wildcard /usr/include/gloo/allreduce_ring.h),)
+E2E_GLOO := $(BUILD)/bench/e2e-gloo
+bench: $(E2E_GLOO)
+$(BUILD)/bench/e2e: | $(E2E_GLOO)
+endif
+
+$(BUILD)/bench/e2e-gloo: bench/e2e-gloo.cc
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $@"
+	$(Q)$(CXX) -O2 -std=c++17 -pthread -o $@ $< -lgloo
