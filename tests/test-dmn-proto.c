@@ -571,3 +571,39 @@ TEST_IMPL(dmn_buf_free_refusals)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/* A trainer lost after the step's last collective (before its step_end)
+ * does not void the step: the survivor applied the result and ends it, so
+ * the next step is the next one, not the same again (which would apply
+ * that update twice). */
+TEST_IMPL(dmn_lost_after_collectives_keeps_step)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-lostafter");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    proto_step_rep_t v0 = raw_step_reply(&r[0]);
+    (void)raw_step_reply(&r[1]);
+    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
+                            RINGD_SUM, 0};
+    proto_coll_req_t two[2] = {sum, sum};
+    both_coll(r, two, 0);
+    close(r[1].fd); /* as a SIGKILL would, before its step_end */
+    ASSERT_OK(td_wait_file(t.log, "lost at step", 10000));
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_STEP_END, 4, NULL, 0, -1);
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    raw_step_begin(&r[0], 5);
+    proto_step_rep_t v1 = raw_step_reply(&r[0]);
+    ASSERT_EQ(v1.status, 0);
+    ASSERT_EQ(v1.world, 1);
+    ASSERT_EQ(v1.step, v0.step + 1);
+    close(r[0].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
