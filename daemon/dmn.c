@@ -33,6 +33,11 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
     *jc = (job_config_t){
         .spec = cfg->backend != NULL ? cfg->backend : "solo",
         .etcd = cfg->etcd,
+        .etcd_ca = cfg->etcd_ca,
+        .etcd_cert = cfg->etcd_cert,
+        .etcd_key = cfg->etcd_key,
+        .etcd_user = cfg->etcd_user,
+        .etcd_password_file = cfg->etcd_password_file,
         .job = cfg->job,
         .node = cfg->node_id,
         .host = cfg->host,
