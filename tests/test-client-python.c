@@ -635,3 +635,69 @@ TEST_IMPL(client_python_elastic_kill_join)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * A checkpoint of an elastic.State exported with `python3 -m
+ * ringd.torch.export` (decoded and checked by `ringctl dump`): its bytes
+ * are the live state a trainer logged after the step before the
+ * checkpoint's, and a python without ringd loads it with plain torch.load
+ * into a fresh model and Adam (step counter included).
+ */
+TEST_IMPL(client_python_torch_export)
+{
+    char script[600];
+    td_daemon_t t;
+    int rc = torch_env(&t, "client-pyexp", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    char ckpt[300], exp[300], man[400], live[300];
+    snprintf(ckpt, sizeof(ckpt), "%s", td_path(&t, "ckpt"));
+    snprintf(live, sizeof(live), "%s", td_path(&t, "a.log.pt.live"));
+    snprintf(exp, sizeof(exp), "%s", td_path(&t, "export.pt"));
+    const char *flags[] = {"--ckpt-interval", "5", "--ckpt-dir", ckpt, NULL};
+    ASSERT_OK(td_start(&t, flags));
+    const char *extra[] = {"--mode", "ringd", "--steps", "12",
+                           "--save-live", "9", NULL};
+    pid_t a = train_py(&t, script, "a.log", extra);
+    ASSERT_EQ(td_exit_code(a, 120000), 0);
+    snprintf(man, sizeof(man),
+             "%s/standalone/step-00000000000000000010/MANIFEST.json", ckpt);
+    ASSERT_OK(td_wait_file(man, "\"step\"", 30000));
+    const char *ex[] = {"/usr/bin/python3", "-m", "ringd.torch.export",
+                        "--ckpt-dir", ckpt, "--out", exp, NULL};
+    ASSERT_EQ(py_ok(ex, td_path(&t, "export.out")), 0);
+    char step[32], digest[64], want[128];
+    last_field(td_path(&t, "export.out"), "step ", step, sizeof(step));
+    last_field(td_path(&t, "export.out"), "digest ", digest, sizeof(digest));
+    ASSERT_STR_EQ(step, "10:");
+    snprintf(want, sizeof(want), "digest %s adam_step 10 ", digest);
+    ASSERT_MSG(td_file_has(td_path(&t, "a.log"), want), "'%s' not in the "
+               "trainer's log", want);
+    unsetenv("PYTHONPATH");
+    const char *load[] = {"/usr/bin/python3", "-I", "-c",
+        "import sys, torch\n"
+        "d = torch.load(sys.argv[1])\n"
+        "assert 'ringd' not in sys.modules\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),\n"
+        "                        torch.nn.Linear(32, 3))\n"
+        "m.load_state_dict(d['model'])\n"
+        "o = torch.optim.Adam(m.parameters())\n"
+        "o.load_state_dict(d['optimizer'])\n"
+        "st = o.state[next(m.parameters())]\n"
+        "assert float(st['step']) == 10, st['step']\n"
+        "assert st['exp_avg'].abs().sum() > 0\n"
+        "assert o.param_groups[0]['lr'] == 0.01\n"
+        "assert d['step'] == 10 and d['sampler']['processed'] == 40\n"
+        "live = torch.load(sys.argv[2])\n"
+        "for k, v in live['model'].items():\n"
+        "    assert torch.equal(d['model'][k], v), k\n"
+        "for i, s in live['optimizer']['state'].items():\n"
+        "    for k, v in s.items():\n"
+        "        assert torch.equal(d['optimizer']['state'][i][k], v), k\n"
+        "print('plain torch.load ok: equals the live state after step 9')",
+        exp, live, NULL};
+    ASSERT_EQ(py_ok(load, td_path(&t, "load.out")), 0);
+    ASSERT(td_file_has(td_path(&t, "load.out"), "plain torch.load ok"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
