@@ -342,9 +342,8 @@ static int run_binding(const char *part)
         return TEST_SKIP;
     if (strcmp(part, "torch") == 0 &&
         !py_imports(py, "import torch", td_path(&t, "torch.log"))) {
-        printf("# SKIP: torch cannot be imported by %s\n", py);
         td_dump(td_path(&t, "torch.log"));
-        return TEST_SKIP;
+        TEST_SKIP_WHY("torch cannot be imported by %s", py);
     }
     char lib[600], script[600], pypath[600], pid[32];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
@@ -405,8 +404,7 @@ TEST_IMPL(client_python_elastic_unit)
     if (!have_numpy(py, td_path(&t, "numpy.log")))
         return TEST_SKIP;
     if (!py_imports(py, "import torch", td_path(&t, "torch.log"))) {
-        printf("# SKIP: torch cannot be imported by %s\n", py);
-        return TEST_SKIP;
+        TEST_SKIP_WHY("torch cannot be imported by %s", py);
     }
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
@@ -439,8 +437,7 @@ static int torch_env(td_daemon_t *t, const char *name, char *script,
     if (!have_numpy(py, td_path(t, "numpy.log")))
         return TEST_SKIP;
     if (!py_imports(py, "import torch", td_path(t, "torch.log"))) {
-        printf("# SKIP: torch cannot be imported by %s\n", py);
-        return TEST_SKIP;
+        TEST_SKIP_WHY("torch cannot be imported by %s", py);
     }
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
