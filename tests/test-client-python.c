@@ -698,3 +698,39 @@ TEST_IMPL(client_python_torch_export)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/* examples/torch/train.py, the LeNet on digits, through ringd with two
+ * trainers for 4 epochs: both finish with the same test accuracy, at least
+ * 0.85 (0.92 here). */
+TEST_IMPL(client_python_torch_example)
+{
+    char script[600], ex[600], acc[2][32];
+    td_daemon_t t;
+    int rc = torch_env(&t, "client-pyex", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    if (access("/usr/lib/python3/dist-packages/sklearn/datasets/data/"
+               "digits.csv.gz", R_OK) != 0)
+        TEST_SKIP_WHY("scikit-learn's digits are not installed");
+    src_path(ex, sizeof(ex), "examples/torch/train.py");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        const char *argv[] = {"/usr/bin/python3", ex, "--socket", t.sock,
+                              "--epochs", "4", NULL};
+        p[i] = th_spawn((char *const *)argv, td_path(&t, i ? "b" : "a"));
+        td_track(p[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        int st = td_exit_code(p[i], 180000);
+        td_dump(td_path(&t, i ? "b" : "a"));
+        ASSERT_EQ(st, 0);
+        last_field(td_path(&t, i ? "b" : "a"), "final: test_accuracy ",
+                   acc[i], sizeof(acc[i]));
+    }
+    ASSERT_STR_EQ(acc[0], acc[1]);
+    ASSERT_MSG(atof(acc[0]) >= 0.85, "test accuracy %s", acc[0]);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
