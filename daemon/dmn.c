@@ -44,6 +44,9 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->loop = loop;
     d->cfg = cfg;
     d->listen_fd = -1;
+    /* The copying path stays selectable, to compare results with it. */
+    const char *zc = getenv("RINGD_ZERO_COPY");
+    d->zero_copy = zc == NULL || strcmp(zc, "0") != 0;
     d->start_ms = dmn__now_ms();
     if (hooks != NULL)
         d->hooks = *hooks;
@@ -119,6 +122,11 @@ void dmn_destroy(dmn_t *d)
     /* The handles live inside d: run the loop until they are closed. */
     while (d->open_handles > 0)
         uv_run(d->loop, UV_RUN_NOWAIT);
+    /* The backend's thread is gone: nothing writes the buffers now. */
+    d->coll_in_flight = 0;
+    dmn__held_release(d);
+    free(d->held);
+    free(d->coll_bufs);
     free(d->staging);
     free(d->snapshot);
     free(d);

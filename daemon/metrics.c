@@ -121,6 +121,9 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
            "Steps aborted and redone.", st->aborted_steps);
     metric(s, "ringd_collectives_total", "counter",
            "Collectives completed.", st->collectives);
+    metric(s, "ringd_collectives_zero_copy_total", "counter",
+           "Collectives run in the one local trainer's buffer.",
+           st->coll_zero_copy);
     metric(s, "ringd_collective_bytes_total", "counter",
            "Bytes reduced or broadcast (per node, once).", st->coll_bytes);
     metric(s, "ringd_collective_seconds_total", "counter",

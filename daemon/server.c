@@ -300,7 +300,7 @@ static void conn_freed(uv_handle_t *h)
     dmn_conn_t *c = h->data;
     for (int i = 0; i < PROTO_MAX_BUFFERS; i++)
         if (c->bufs[i].addr != NULL)
-            munmap(c->bufs[i].addr, c->bufs[i].size);
+            dmn__buf_unmap(c->d, c->bufs[i].addr, c->bufs[i].size);
     close(c->fd);
     free(c);
 }
