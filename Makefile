@@ -7,6 +7,7 @@
 #   make bench      run the benchmarks (print TSV tables)
 #   make demo       the demo (see README.md)
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
+#   make install    what each module installs (PREFIX=/usr/local, DESTDIR)
 #   make clean      remove build/
 #
 # Knobs: BUILD=dir, CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE, SAN=1, V=1.
@@ -21,6 +22,11 @@ NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 \
                 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
 SAN ?= 0
+PREFIX ?= /usr/local
+DESTDIR ?=
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 
 CC ?= cc
 WARN := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
@@ -50,15 +56,20 @@ LIB_SRCS :=
 TEST_SRCS :=
 BIN_TARGETS :=
 BENCH_BINS :=
+INSTALL_TARGETS :=
 PKGS :=
 LIBS := -lm -ldl
 
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
-    iproute2 iptables iputils-ping gnuplot-nox prometheus
+    iproute2 iptables iputils-ping gnuplot-nox prometheus clang \
+    libfuzzer-14-dev \
+    python3-numpy python3-venv python3-pip python3-setuptools python3-wheel \
+    python3-torch python3-torchvision
 
 include $(sort $(wildcard */module.mk))
+include tests/fuzz/fuzz.mk
 
 PKG_CFLAGS = $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
@@ -66,7 +77,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo chaos clean
+.PHONY: all deps test asan bench demo chaos clean install
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -99,6 +110,7 @@ $(TEST_BIN): $(TEST_OBJS) $(BUILD)/tests/runner.o $(BUILD)/tests/helpers.o \
 # machine as the first command; the build itself runs after deps.
 test: deps
 	$(MAKE) all
+	$(MAKE) fuzz-if-available
 	$(TEST_BIN)
 
 asan:
@@ -132,6 +144,10 @@ deps:
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    $$SUDO apt-get install -y -q --no-install-recommends $$missing
+
+# Each module adds its install-<module> target; DESTDIR stages the tree
+# for packaging, paths written into installed files omit it.
+install: $(INSTALL_TARGETS)
 
 clean:
 	rm -rf build

@@ -23,7 +23,7 @@
 #include "proto/proto.h"
 
 typedef struct {
-    void *addr;
+    void *addr;             /* NULL: slot free */
     size_t size;
     int fd;
 } cl_buf_t;
@@ -35,8 +35,9 @@ struct ringd_client {
     char name[32];
     uint32_t seq;
     uint32_t client_id;
-    cl_buf_t bufs[PROTO_MAX_BUFFERS];
-    uint32_t nbufs;
+    cl_buf_t *bufs;         /* indexed by buffer id; lowest free id reused */
+    uint32_t nbufs;         /* slots in use, free ones included */
+    uint32_t bufs_cap;
     int has_state;
     proto_state_set_t state;
     int in_step;            /* step_begin succeeded, step_end not yet */
@@ -256,7 +257,8 @@ static int cl_open(ringd_client_t *c)
     if (rc == 0)
         c->client_id = rep.client_id;
     for (uint32_t i = 0; rc == 0 && i < c->nbufs; i++)
-        rc = cl_register_buf(c, i);
+        if (c->bufs[i].addr != NULL)
+            rc = cl_register_buf(c, i);
     if (rc == 0 && c->has_state)
         rc = cl_call(c, PROTO_T_STATE_SET, &c->state, sizeof(c->state), -1,
                      &rep, sizeof(rep));
@@ -310,6 +312,37 @@ int ringd_reconnect(ringd_client_t *c)
     return cl_open(c);
 }
 
+/* The lowest free buffer id, growing the table; 0 or RINGD_* code. */
+static int cl_free_slot(ringd_client_t *c, uint32_t *id_p)
+{
+    uint32_t id = 0;
+    while (id < c->nbufs && c->bufs[id].addr != NULL)
+        id++;
+    if (id == PROTO_MAX_BUFFERS)
+        return cl_fail(c, RINGD_ENOMEM, "at most %d buffers at once",
+                       PROTO_MAX_BUFFERS);
+    if (id == c->bufs_cap) {
+        uint32_t cap = c->bufs_cap ? c->bufs_cap * 2 : 16;
+        cl_buf_t *b = realloc(c->bufs, cap * sizeof(*b));
+        if (b == NULL)
+            return cl_fail(c, RINGD_ENOMEM, "buffer table of %u", cap);
+        c->bufs = b;
+        c->bufs_cap = cap;
+    }
+    *id_p = id;
+    return 0;
+}
+
+/* Unmap and forget buffer id here (the daemon's side is done). */
+static void cl_release(ringd_client_t *c, uint32_t id)
+{
+    munmap(c->bufs[id].addr, c->bufs[id].size);
+    close(c->bufs[id].fd);
+    c->bufs[id] = (cl_buf_t){NULL, 0, -1};
+    while (c->nbufs > 0 && c->bufs[c->nbufs - 1].addr == NULL)
+        c->nbufs--;
+}
+
 void *ringd_buffer(ringd_client_t *c, size_t bytes)
 {
     if (c == NULL)
@@ -318,10 +351,9 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
         cl_fail(c, RINGD_EINVAL, "buffer size %zu out of range", bytes);
         return NULL;
     }
-    if (c->nbufs == PROTO_MAX_BUFFERS) {
-        cl_fail(c, RINGD_EINVAL, "at most %d buffers", PROTO_MAX_BUFFERS);
+    uint32_t id = 0;
+    if (cl_free_slot(c, &id) != 0)
         return NULL;
-    }
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t size = (bytes + page - 1) / page * page;
     int fd = memfd_create("ringd-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -340,16 +372,40 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
         close(fd);
         return NULL;
     }
-    uint32_t id = c->nbufs;
     c->bufs[id] = (cl_buf_t){addr, size, fd};
-    c->nbufs++;
+    if (id == c->nbufs)
+        c->nbufs++;
     if (cl_register_buf(c, id) != 0) {
-        c->nbufs--;
-        munmap(addr, size);
-        close(fd);
+        cl_release(c, id);
         return NULL;
     }
     return addr;
+}
+
+int ringd_buffer_free(ringd_client_t *c, void *ptr)
+{
+    if (c == NULL || ptr == NULL)
+        return RINGD_EINVAL;
+    uint32_t id = 0;
+    while (id < c->nbufs && c->bufs[id].addr != ptr)
+        id++;
+    if (id == c->nbufs)
+        return cl_fail(c, RINGD_EINVAL, "%p is not the start of a buffer "
+                       "from ringd_buffer()", ptr);
+    if (c->has_state && c->state.buf_id == id)
+        return cl_fail(c, RINGD_ESTATE, "buffer %u holds the state region: "
+                       "move it with ringd_state() first", id);
+    /* Without a connection the daemon has unmapped it already. */
+    if (c->fd >= 0) {
+        proto_buf_free_t f = {id, 0};
+        proto_status_rep_t rep;
+        int rc = cl_call(c, PROTO_T_BUF_FREE, &f, sizeof(f), -1, &rep,
+                         sizeof(rep));
+        if (rc != 0 && rc != RINGD_EDISCONNECTED)
+            return rc;
+    }
+    cl_release(c, id);
+    return 0;
 }
 
 /* Find the buffer holding [p, p+len); 0 or RINGD_EINVAL. */
@@ -357,6 +413,8 @@ static int cl_locate(ringd_client_t *c, const void *p, size_t len,
                      uint32_t *id_p, uint64_t *off_p)
 {
     for (uint32_t i = 0; i < c->nbufs; i++) {
+        if (c->bufs[i].addr == NULL)
+            continue;
         uintptr_t base = (uintptr_t)c->bufs[i].addr;
         uintptr_t q = (uintptr_t)p;
         if (q >= base && q - base < c->bufs[i].size) {
@@ -498,9 +556,9 @@ void ringd_close(ringd_client_t *c)
     if (c->fd >= 0)
         (void)cl_send(c, PROTO_T_BYE, NULL, 0, -1);
     cl_drop(c);
-    for (uint32_t i = 0; i < c->nbufs; i++) {
-        munmap(c->bufs[i].addr, c->bufs[i].size);
-        close(c->bufs[i].fd);
-    }
+    for (uint32_t i = 0; i < c->nbufs; i++)
+        if (c->bufs[i].addr != NULL)
+            cl_release(c, i);
+    free(c->bufs);
     free(c);
 }

@@ -9,3 +9,16 @@ $(BUILD)/libringd.so: $(BUILD)/client/client.o client/libringd.map
 	@echo "  LD      $@"
 	$(Q)$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libringd.so \
 	    -Wl,--version-script=client/libringd.map -o $@ $<
+
+# make install: the library, its header, and the Python package, which
+# learns from ringd/_config.py where the library went.
+INSTALL_TARGETS += install-client
+.PHONY: install-client
+install-client: $(BUILD)/libringd.so
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)
+	install -m 755 $(BUILD)/libringd.so $(DESTDIR)$(LIBDIR)/libringd.so
+	install -m 644 include/ringd.h $(DESTDIR)$(INCLUDEDIR)/ringd.h
+	cd client/python && find ringd -name '*.py' ! -name _config.py \
+	    -exec install -D -m 644 {} $(DESTDIR)$(PYTHONDIR)/{} \;
+	printf 'LIBDIR = "%s"\n' '$(LIBDIR)' \
+	    > $(DESTDIR)$(PYTHONDIR)/ringd/_config.py

@@ -19,6 +19,10 @@ int rd_json_i64(const cJSON *obj, const char *name, int64_t *out)
     if (f == NULL)
         return 0;
     if (cJSON_IsNumber(f)) {
+        /* Converting a double outside int64 (or NaN) is undefined. */
+        if (!(f->valuedouble >= -9223372036854775808.0 &&
+              f->valuedouble < 9223372036854775808.0))
+            return ST_EPROTO;
         *out = (int64_t)f->valuedouble;
         return 0;
     }

@@ -215,7 +215,7 @@ int dmn__ckpt_start(dmn_t *d)
     if (asprintf(&d->ckpt_root, "%s/%s", cfg->ckpt_dir, job) < 0)
         return ST_ENOMEM;
     pthread_mutex_init(&d->ckpt_mu, NULL);
-    d->ckpt_mu_init = 1;
+    d->flags |= DMN_F_CKPT_MU_INIT;
     for (int i = 0; i < 2; i++) {
         ckpt_writer_opts_t o = {.root = d->ckpt_root,
                                 .codec = {.level = 3, .elem_size = 4},
@@ -226,7 +226,7 @@ int dmn__ckpt_start(dmn_t *d)
     }
     uv_async_init(d->loop, &d->ckpt_async, on_ckpt_async);
     d->ckpt_async.data = d;
-    d->ckpt_async_on = 1;
+    d->flags |= DMN_F_CKPT_ASYNC_ON;
     RD_INFO("checkpoints every %u steps under %s", cfg->ckpt_interval,
             d->ckpt_root);
     return 0;
@@ -238,14 +238,14 @@ void dmn__ckpt_stop(dmn_t *d)
         ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
         d->ckw[i] = NULL;
     }
-    if (d->ckpt_async_on) {
-        d->ckpt_async_on = 0;
+    if (d->flags & DMN_F_CKPT_ASYNC_ON) {
+        d->flags &= ~DMN_F_CKPT_ASYNC_ON;
         d->open_handles++;
         uv_close((uv_handle_t *)&d->ckpt_async, dmn__handle_closed);
     }
-    if (d->ckpt_mu_init)
+    if (d->flags & DMN_F_CKPT_MU_INIT)
         pthread_mutex_destroy(&d->ckpt_mu);
-    d->ckpt_mu_init = 0;
+    d->flags &= ~DMN_F_CKPT_MU_INIT;
     free(d->ckpt_root);
     d->ckpt_root = NULL;
 }

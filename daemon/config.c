@@ -6,6 +6,7 @@
  * Flags are applied after the file, so they win.
  */
 #include "daemon/dmn.h"
+#include "daemon/dmn-parse.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "proto/proto.h"
 
 typedef enum { K_STR, K_U32, K_BOOL, K_UCX } key_type_t;
 
@@ -66,6 +68,14 @@ static const cfg_key_t keys[] = {
      "local connections served at once; more are closed at once, so a "
      "flood of clients cannot take the descriptors etcd and UCX need "
      "(default 256)"},
+    {"max-client-buffers", K_U32, F(max_client_buffers), 1,
+     PROTO_MAX_BUFFERS, "N",
+     "shared buffers one client may have mapped at once; each is a mapping "
+     "of the daemon's, which the kernel limits (default 4096)"},
+    {"max-client-mib", K_U32, F(max_client_mib), 1, UINT32_MAX, "MIB",
+     "bytes one client may have mapped at once, in MiB: the daemon writes "
+     "results into those pages, so they are its memory too (default: the "
+     "machine's memory)"},
     {"standalone", K_BOOL, F(standalone), 0, 0, NULL,
      "one-node job: no etcd, no ring"},
     {"backend", K_STR, F(backend), 0, 0, NULL, NULL}, /* hidden: tests */
@@ -77,6 +87,16 @@ static void set_str(char **dst, const char *v)
 {
     free(*dst);
     *dst = strdup(v);
+}
+
+/* Physical memory in MiB (at least 1, at most what a u32 holds). */
+static uint32_t machine_mib(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return UINT32_MAX;
+    uint64_t mib = (uint64_t)pages * (uint64_t)page >> 20;
+    return mib == 0 ? 1 : mib > UINT32_MAX ? UINT32_MAX : (uint32_t)mib;
 }
 
 void dmn_config_init(dmn_config_t *cfg)
@@ -94,6 +114,8 @@ void dmn_config_init(dmn_config_t *cfg)
     set_str(&cfg->log_level, "info");
     cfg->lease_ttl = 5;
     cfg->max_clients = 256;
+    cfg->max_client_buffers = 4096;
+    cfg->max_client_mib = machine_mib();
 }
 
 void dmn_config_free(dmn_config_t *cfg)
@@ -204,6 +226,14 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
         fclose(f);
         return ST_ECONFIG;
     }
+    int rc = dmn__config_read(cfg, f, path, err);
+    fclose(f);
+    return rc;
+}
+
+int dmn__config_read(dmn_config_t *cfg, FILE *f, const char *path,
+                     FILE *err)
+{
     /* getline() reads a line whole, however long: a fixed buffer would
      * split a long comment and parse its tail as a setting. */
     char *line = NULL, why[256];
@@ -247,7 +277,6 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
         rc = ST_ECONFIG;
     }
     free(line);
-    fclose(f);
     return rc;
 }
 

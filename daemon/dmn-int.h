@@ -21,6 +21,33 @@ typedef struct {
     uint64_t size;
 } dmn_buf_t;
 
+/*
+ * A connection's life, as the step machine sees it. One transition
+ * function (dmn__conn_set_state in step.c) changes it.
+ *
+ *   NEW -HELLO-> IDLE -step_begin-> WAITING -step starts-> ACTIVE
+ *   ACTIVE -COLL-> POSTED -reply-> ACTIVE
+ *   ACTIVE/POSTED -step_end, or left to redo the step-> IDLE
+ *   IDLE/WAITING -drained-> SHUTDOWN (told RINGD_ESHUTDOWN)
+ *   any -connection gone-> CLOSED
+ */
+typedef enum {
+    DMN_CONN_NEW = 0,   /* connected, no HELLO yet */
+    DMN_CONN_IDLE,      /* between steps (or never in one) */
+    DMN_CONN_WAITING,   /* a STEP_BEGIN awaits its reply */
+    DMN_CONN_ACTIVE,    /* in the current step */
+    DMN_CONN_POSTED,    /* in the step, a COLL awaits its reply */
+    DMN_CONN_SHUTDOWN,  /* told to stop: the node drained */
+    DMN_CONN_CLOSED,    /* gone; freed once its handle closes */
+} dmn_conn_state_t;
+
+/* Facts about a connection independent of its state (c->flags). */
+enum {
+    DMN_CONN_F_MEMBER = 1u << 0,    /* took part in a step already */
+    DMN_CONN_F_BYE = 1u << 1,       /* said goodbye: a clean leave */
+    DMN_CONN_F_HAS_STATE = 1u << 2, /* registered a state region */
+};
+
 /* One client connection (a trainer, or ringctl asking for status). */
 typedef struct dmn_conn {
     struct dmn_conn *next;
@@ -30,24 +57,32 @@ typedef struct dmn_conn {
     uint32_t id;
     pid_t pid;
     char name[32];
-    int hello;            /* HELLO accepted */
-    int bye;              /* said goodbye: a clean leave */
-    dmn_buf_t bufs[PROTO_MAX_BUFFERS];
-    int has_state;
-    proto_state_set_t state;
+    dmn_conn_state_t cstate;
+    unsigned flags;       /* DMN_CONN_F_* */
+    dmn_buf_t *bufs;      /* indexed by the client's buffer id */
+    uint32_t bufs_cap;    /* slots in bufs (grows to the highest id) */
+    uint32_t nmapped;     /* slots in use */
+    uint64_t mapped_bytes;
+    proto_state_set_t state; /* valid with DMN_CONN_F_HAS_STATE */
 
     /* Step bookkeeping (step.c). */
-    int member;           /* took part in a step already */
-    int active;           /* in the current step, not left it yet */
-    int redo;             /* left the current step to redo it */
-    int waiting_begin;    /* a STEP_BEGIN awaits its reply */
-    uint32_t begin_seq;
-    int posted;           /* a COLL awaits its reply */
-    uint32_t coll_msg_seq;
+    uint32_t begin_seq;   /* WAITING: the STEP_BEGIN to answer */
+    uint32_t coll_msg_seq; /* POSTED: the COLL to answer */
     proto_coll_req_t coll;
     uint32_t local_rank;
-    int told_shutdown;
 } dmn_conn_t;
+
+/* In the current step (ACTIVE or POSTED). */
+static inline int dmn__conn_in_step(const dmn_conn_t *c)
+{
+    return c->cstate == DMN_CONN_ACTIVE || c->cstate == DMN_CONN_POSTED;
+}
+
+/* Counts as a trainer of the node: a member, or waiting to join. */
+static inline int dmn__conn_counted(const dmn_conn_t *c)
+{
+    return (c->flags & DMN_CONN_F_MEMBER) || c->cstate == DMN_CONN_WAITING;
+}
 
 /*
  * The node's step state. Ordered: IDLE < RUNNING < REDUCING mark the normal
@@ -91,6 +126,31 @@ typedef struct {
     uint64_t restores;
 } dmn_stats_t;
 
+/*
+ * dmn_t's flags (d->flags), by concern. Each is a fact that holds until
+ * cleared; the step machine's state itself is d->state.
+ */
+enum {
+    /* The step being run (step.c). */
+    DMN_F_ANY_REDO = 1u << 0,         /* a trainer left it to redo it */
+    DMN_F_COLL_OPEN = 1u << 1,        /* a collective is being gathered */
+    DMN_F_BREAK_PENDING = 1u << 2,    /* a trainer was lost in REDUCING */
+    DMN_F_RESTORED_PENDING = 1u << 3, /* the job replaced the state: tell
+                                         the trainers at the next start */
+    DMN_F_RESTORE_CHECKED = 1u << 4,  /* the checkpoint restore was tried */
+    /* The drain (dmn.c, step.c). */
+    DMN_F_DRAIN_REQUESTED = 1u << 5,
+    DMN_F_LEAVE_DONE = 1u << 6,       /* the job's leave finished */
+    DMN_F_DRAIN_TIMED_OUT = 1u << 7,
+    /* Handles and locks to tear down (server.c, metrics.c, checkpoint.c,
+     * dmn.c). */
+    DMN_F_LISTENING = 1u << 8,
+    DMN_F_HTTP_ON = 1u << 9,
+    DMN_F_CKPT_ASYNC_ON = 1u << 10,
+    DMN_F_CKPT_MU_INIT = 1u << 11,
+    DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
+};
+
 struct dmn {
     uv_loop_t *loop;
     const dmn_config_t *cfg;
@@ -98,12 +158,12 @@ struct dmn {
     job_t *be;
     uint64_t start_ms;
     int open_handles;      /* handles of this struct still closing */
+    unsigned flags;        /* DMN_F_* */
     uint64_t status_ms;    /* last STATUS= sent */
 
     /* Local API server (server.c). */
     int listen_fd;
     uv_poll_t listen_poll;
-    int listening;
     dmn_conn_t *conns;     /* in connection order: local rank order */
     uint32_t nconns;
     /* accept() out of descriptors or memory: paused, retried with backoff
@@ -118,7 +178,6 @@ struct dmn {
 
     /* Metrics HTTP server (metrics.c). */
     uv_tcp_t http;
-    int http_on;
 
     /* Step state (step.c). */
     dmn_step_state_t state;
@@ -126,18 +185,9 @@ struct dmn {
     job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
-    int any_redo;          /* one left the step to redo it */
-    int restored_pending;  /* the backend replaced the state: tell the
-                              trainers at their next step start */
-    int ready_pending;     /* waiting for the backend's ready() */
-    int break_pending;     /* a trainer was lost during REDUCING */
-    int drain_requested;
-    int leave_done;
     uv_timer_t drain_timer;
-    int drain_timed_out;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
-    /* The collective being gathered or reduced. */
-    int coll_open;
+    /* The collective being gathered or reduced (DMN_F_COLL_OPEN). */
     proto_coll_req_t coll;
     uint64_t coll_start_ns;
     void *staging;
@@ -162,9 +212,7 @@ struct dmn {
     char *ckpt_root;       /* <ckpt-dir>/<job>; NULL: off */
     ckpt_writer_t *ckw[2]; /* primary shard, predecessor's replica */
     uv_async_t ckpt_async;
-    int ckpt_async_on;
     pthread_mutex_t ckpt_mu;
-    int ckpt_mu_init;
     uint64_t ckpt_done_step[2]; /* guarded by ckpt_mu */
     int ckpt_done_status[2];
     ckpt_shard_info_t ckpt_done_info[2];
@@ -172,7 +220,6 @@ struct dmn {
     uint32_t ckpt_pending_n;
     uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
     size_t ckpt_reserved;        /* staging bytes the writers hold */
-    int restore_checked;
 
     dmn_stats_t stats;
 };
@@ -194,6 +241,9 @@ void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
 
 /* step.c */
 const char *dmn__step_state_name(dmn_step_state_t s);
+/* The one place a connection's state changes; a move its table does not
+ * allow is logged as an error and refused. */
+void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next);
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req);

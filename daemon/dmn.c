@@ -12,10 +12,24 @@
 
 #define DMN_DRAIN_TIMEOUT_MS 10000
 
+static void dmn_free(dmn_t *d)
+{
+    /* The backend's thread is gone: nothing writes the buffers now. */
+    d->coll_in_flight = 0;
+    dmn__held_release(d);
+    free(d->held);
+    free(d->coll_bufs);
+    free(d->staging);
+    free(d->snapshot);
+    free(d);
+}
+
+/* The handles live inside d: the last one to close frees it. */
 void dmn__handle_closed(uv_handle_t *h)
 {
     dmn_t *d = h->data;
-    d->open_handles--;
+    if (--d->open_handles == 0 && (d->flags & DMN_F_DESTROYING))
+        dmn_free(d);
 }
 
 /* The job's part of the daemon's settings. */
@@ -86,8 +100,8 @@ static void on_drain_timeout(uv_timer_t *t)
             DMN_DRAIN_TIMEOUT_MS);
     /* A trainer stuck mid-step never lets the step close: give up on it
      * (dmn_done() accepts a timed-out drain). */
-    d->drain_timed_out = 1;
-    d->leave_done = 1;
+    d->flags |= DMN_F_DRAIN_TIMED_OUT;
+    d->flags |= DMN_F_LEAVE_DONE;
     dmn__step_force_drained(d);
     uv_stop(d->loop);
 }
@@ -100,7 +114,7 @@ void dmn__on_backend_drain(void *arg)
 
 void dmn_drain(dmn_t *d)
 {
-    if (d->drain_requested)
+    if (d->flags & DMN_F_DRAIN_REQUESTED)
         return;
     RD_INFO("drain requested: finishing step %llu",
             (unsigned long long)d->step);
@@ -113,21 +127,13 @@ void dmn_destroy(dmn_t *d)
 {
     if (d == NULL)
         return;
+    d->flags |= DMN_F_DESTROYING;
     dmn__server_stop(d);
     dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
     d->open_handles++;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     job_destroy(d->be);
-    /* The handles live inside d: run the loop until they are closed. */
-    while (d->open_handles > 0)
-        uv_run(d->loop, UV_RUN_NOWAIT);
-    /* The backend's thread is gone: nothing writes the buffers now. */
-    d->coll_in_flight = 0;
-    dmn__held_release(d);
-    free(d->held);
-    free(d->coll_bufs);
-    free(d->staging);
-    free(d->snapshot);
-    free(d);
+    /* d is freed by the last close callback, once the caller runs the
+     * loop (dmn.h). */
 }

@@ -34,6 +34,8 @@ typedef struct dmn_config {
     char *log_level;
     uint32_t trainers;      /* 0: every trainer that shows up */
     uint32_t max_clients;   /* local connections served at once */
+    uint32_t max_client_buffers; /* buffers one client may map at once */
+    uint32_t max_client_mib;     /* bytes one client may map, in MiB */
     int standalone;
     char *backend;          /* hidden: "solo", "fake:reshape=..." */
     char *ucx_opts[DMN_MAX_UCX_OPTS]; /* "KEY=VAL" */

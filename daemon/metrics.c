@@ -212,7 +212,8 @@ static void http_route(http_conn_t *hc)
     } else if (strcmp(path, "/healthz") == 0) {
         /* Unhealthy from the request on, not from the step boundary: a
          * balancer or orchestrator must stop sending work at once. */
-        if (d->drain_requested || d->state == DMN_STEP_DRAINED)
+        if ((d->flags & DMN_F_DRAIN_REQUESTED) ||
+            d->state == DMN_STEP_DRAINED)
             http_answer(hc, 503, "text/plain", "draining\n", 9);
         else
             http_answer(hc, 200, "text/plain", "ok\n", 3);
@@ -291,7 +292,7 @@ int dmn__metrics_start(dmn_t *d)
     }
     uv_tcp_init(d->loop, &d->http);
     d->http.data = d;
-    d->http_on = 1;
+    d->flags |= DMN_F_HTTP_ON;
     rc = uv_tcp_bind(&d->http, (struct sockaddr *)&ss, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&d->http, 16, http_accept);
@@ -305,9 +306,9 @@ int dmn__metrics_start(dmn_t *d)
 
 void dmn__metrics_stop(dmn_t *d)
 {
-    if (!d->http_on)
+    if (!(d->flags & DMN_F_HTTP_ON))
         return;
-    d->http_on = 0;
+    d->flags &= ~DMN_F_HTTP_ON;
     d->open_handles++;
     uv_close((uv_handle_t *)&d->http, dmn__handle_closed);
 }

@@ -4,6 +4,8 @@
 # config parser in-process.
 LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
             daemon/config.c daemon/checkpoint.c
+# Parsers of untrusted input, loop-free for the fuzz harnesses.
+LIB_SRCS += daemon/msg.c
 PKGS += libuv libsystemd libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringd
 TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c

@@ -7,6 +7,7 @@
  * to stay in sync (version mismatch, oversized datagram).
  */
 #include "daemon/dmn-int.h"
+#include "daemon/dmn-parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,7 +78,7 @@ static void bad_msg(dmn_conn_t *c, uint32_t seq, int32_t status,
 void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
                    uint64_t len)
 {
-    if (buf_id >= PROTO_MAX_BUFFERS || c->bufs[buf_id].addr == NULL)
+    if (buf_id >= c->bufs_cap || c->bufs[buf_id].addr == NULL)
         return NULL;
     if (!proto_range_ok(off, len, c->bufs[buf_id].size))
         return NULL;
@@ -86,15 +87,7 @@ void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
 
 static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
 {
-    if (c->hello) {
-        bad_msg(c, seq, RINGD_ESTATE, "second HELLO");
-        return;
-    }
-    if (h->api_version != RINGD_API_VERSION) {
-        bad_msg(c, seq, RINGD_EVERSION, "client API version differs");
-        return;
-    }
-    c->hello = 1;
+    dmn__conn_set_state(c, DMN_CONN_IDLE);
     c->pid = (pid_t)h->pid;
     memcpy(c->name, h->name, sizeof(c->name));
     c->name[sizeof(c->name) - 1] = '\0';
@@ -103,21 +96,51 @@ static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
     dmn__reply_status(c, PROTO_T_HELLO, seq, 0);
 }
 
-/* Map the memfd a client passed; takes ownership of fd. */
+/* Make room for buffer id `id`: the table doubles, up to
+ * PROTO_MAX_BUFFERS slots. 0 or -1 (out of memory). */
+static int bufs_reserve(dmn_conn_t *c, uint32_t id)
+{
+    if (id < c->bufs_cap)
+        return 0;
+    uint32_t cap = c->bufs_cap ? c->bufs_cap : 16;
+    while (cap <= id)
+        cap *= 2;
+    if (cap > PROTO_MAX_BUFFERS)
+        cap = PROTO_MAX_BUFFERS;
+    dmn_buf_t *b = realloc(c->bufs, cap * sizeof(*b));
+    if (b == NULL) {
+        RD_WARN("client %u: buffer table of %u slots: out of memory", c->id,
+                cap);
+        return -1;
+    }
+    memset(b + c->bufs_cap, 0, (cap - c->bufs_cap) * sizeof(*b));
+    c->bufs = b;
+    c->bufs_cap = cap;
+    return 0;
+}
+
+/* Why this client may not map `size` more bytes, or NULL. */
+static const char *over_limit(const dmn_conn_t *c, uint64_t size)
+{
+    const dmn_config_t *cfg = c->d->cfg;
+    uint64_t max_bytes = (uint64_t)cfg->max_client_mib << 20;
+    if (c->nmapped >= cfg->max_client_buffers)
+        return "client buffer limit: too many buffers mapped "
+               "(--max-client-buffers)";
+    if (size > max_bytes || c->mapped_bytes > max_bytes - size)
+        return "client buffer limit: too many bytes mapped "
+               "(--max-client-mib)";
+    return NULL;
+}
+
+/* Map the memfd a client passed; takes ownership of fd. The message's
+ * fields were checked by dmn__msg_check; the descriptor is checked here. */
 static void on_buf_add(dmn_conn_t *c, uint32_t seq,
                        const proto_buf_add_t *b, int fd)
 {
     const char *why = NULL;
     struct stat st;
-    if (fd < 0)
-        why = "BUF_ADD without a file descriptor";
-    else if (b->buf_id >= PROTO_MAX_BUFFERS)
-        why = "buffer id out of range";
-    else if (c->bufs[b->buf_id].addr != NULL)
-        why = "buffer id already in use";
-    else if (b->size == 0 || b->size > PROTO_MAX_BUF_BYTES)
-        why = "buffer size out of range";
-    else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
              (uint64_t)st.st_size < b->size)
         why = "descriptor is not a memfd of the announced size";
     else if (!(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) ||
@@ -126,6 +149,19 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
         why = "memfd not sealed against shrinking (F_SEAL_SHRINK)";
     if (why != NULL) {
         bad_msg(c, seq, RINGD_EINVAL, why);
+        goto out;
+    }
+    /* Not a malformed message: a client that uses much memory. */
+    why = over_limit(c, b->size);
+    if (why != NULL) {
+        RD_WARN("client %u (pid %d): %s: %u buffers, %llu bytes mapped",
+                c->id, (int)c->pid, why, c->nmapped,
+                (unsigned long long)c->mapped_bytes);
+        dmn__reply_error(c, seq, RINGD_ENOMEM, "%s", why);
+        goto out;
+    }
+    if (bufs_reserve(c, b->buf_id) != 0) {
+        dmn__reply_error(c, seq, RINGD_ENOMEM, "daemon out of memory");
         goto out;
     }
     void *addr = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
@@ -137,44 +173,50 @@ static void on_buf_add(dmn_conn_t *c, uint32_t seq,
         goto out;
     }
     c->bufs[b->buf_id] = (dmn_buf_t){addr, b->size};
+    c->nmapped++;
+    c->mapped_bytes += b->size;
     dmn__reply_status(c, PROTO_T_BUF_ADD, seq, 0);
 out:
     if (fd >= 0)
         close(fd);
 }
 
+/*
+ * Unmap a buffer. Only what nothing of the daemon still points into: a
+ * posted collective is read and written by the step machine and the ring
+ * thread until its reply, the state region by checkpoints and joiners.
+ */
+static void on_buf_free(dmn_conn_t *c, uint32_t seq,
+                        const proto_buf_free_t *f)
+{
+    uint32_t id = f->buf_id;
+    if (id >= c->bufs_cap || c->bufs[id].addr == NULL) {
+        bad_msg(c, seq, RINGD_EINVAL, "BUF_FREE of an unknown buffer id");
+        return;
+    }
+    if (c->cstate == DMN_CONN_POSTED && c->coll.buf_id == id) {
+        bad_msg(c, seq, RINGD_ESTATE,
+                "BUF_FREE of a buffer with a collective outstanding");
+        return;
+    }
+    if ((c->flags & DMN_CONN_F_HAS_STATE) && c->state.buf_id == id) {
+        bad_msg(c, seq, RINGD_ESTATE,
+                "BUF_FREE of the buffer holding the state region");
+        return;
+    }
+    munmap(c->bufs[id].addr, c->bufs[id].size);
+    c->nmapped--;
+    c->mapped_bytes -= c->bufs[id].size;
+    c->bufs[id] = (dmn_buf_t){NULL, 0};
+    dmn__reply_status(c, PROTO_T_BUF_FREE, seq, 0);
+}
+
 static void on_state_set(dmn_conn_t *c, uint32_t seq,
                          const proto_state_set_t *s)
 {
-    if (s->bytes == 0 || dmn__buf_ptr(c, s->buf_id, s->offset, s->bytes) ==
-                             NULL) {
-        bad_msg(c, seq, RINGD_EINVAL,
-                "state region outside the client's buffers");
-        return;
-    }
     c->state = *s;
-    c->has_state = 1;
+    c->flags |= DMN_CONN_F_HAS_STATE;
     dmn__reply_status(c, PROTO_T_STATE_SET, seq, 0);
-}
-
-static void on_coll(dmn_conn_t *c, uint32_t seq, const proto_coll_req_t *r)
-{
-    const char *why = NULL;
-    if (proto_check_coll(r, &why) != 0) {
-        bad_msg(c, seq, RINGD_EPROTO, why);
-        return;
-    }
-    /* count * size cannot overflow: proto_check_coll bounded count. */
-    uint64_t len = r->count * proto_dtype_size(r->dtype);
-    if (c->bufs[r->buf_id].addr == NULL) {
-        bad_msg(c, seq, RINGD_EINVAL, "unknown buffer id");
-        return;
-    }
-    if (dmn__buf_ptr(c, r->buf_id, r->offset, len) == NULL) {
-        bad_msg(c, seq, RINGD_EINVAL, "offset/count outside the buffer");
-        return;
-    }
-    dmn__step_coll(c->d, c, seq, r);
 }
 
 static void on_status(dmn_conn_t *c, uint32_t seq)
@@ -201,21 +243,7 @@ static void on_status(dmn_conn_t *c, uint32_t seq)
 static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
                      int fd)
 {
-    uint32_t type = h->type;
-    if (type != PROTO_T_HELLO && !c->hello) {
-        bad_msg(c, h->seq, RINGD_ESTATE, "request before HELLO");
-        goto out;
-    }
-    if (type != PROTO_T_BYE && (c->waiting_begin || c->posted)) {
-        bad_msg(c, h->seq, RINGD_ESTATE,
-                "new request while one is pending");
-        goto out;
-    }
-    if (type != PROTO_T_BUF_ADD && fd >= 0) {
-        bad_msg(c, h->seq, RINGD_EPROTO, "unexpected file descriptor");
-        goto out;
-    }
-    switch (type) {
+    switch (h->type) {
     case PROTO_T_HELLO: on_hello(c, h->seq, (const void *)body); break;
     case PROTO_T_BUF_ADD:
         on_buf_add(c, h->seq, (const void *)body, fd);
@@ -224,19 +252,28 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
         on_state_set(c, h->seq, (const void *)body);
         break;
     case PROTO_T_STEP_BEGIN: dmn__step_begin(c->d, c, h->seq); break;
-    case PROTO_T_COLL: on_coll(c, h->seq, (const void *)body); break;
+    case PROTO_T_COLL:
+        dmn__step_coll(c->d, c, h->seq, (const void *)body);
+        break;
     case PROTO_T_STEP_END: dmn__step_end(c->d, c, h->seq); break;
     case PROTO_T_CKPT: dmn__ckpt_request(c->d, c, h->seq); break;
     case PROTO_T_STATUS: on_status(c, h->seq); break;
-    case PROTO_T_BYE: c->bye = 1; break;
+    case PROTO_T_BYE: c->flags |= DMN_CONN_F_BYE; break;
+    case PROTO_T_BUF_FREE: on_buf_free(c, h->seq, (const void *)body); break;
     default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;
     }
-out:
     if (fd >= 0)
         close(fd);
 }
 
 /* Receive one datagram; returns 0, 1 (peer gone) or -1 (drop peer). */
+static uint64_t conn_buf_size(const void *conn, uint32_t buf_id)
+{
+    const dmn_conn_t *c = conn;
+    return buf_id < c->bufs_cap && c->bufs[buf_id].addr != NULL
+               ? c->bufs[buf_id].size : 0;
+}
+
 static int conn_read(dmn_conn_t *c)
 {
     _Alignas(8) char buf[PROTO_MAX_MSG];
@@ -265,21 +302,21 @@ static int conn_read(dmn_conn_t *c)
                 close(f);
         }
     }
-    proto_hdr_t h = {0};
-    memcpy(&h, buf, (size_t)n < sizeof(h) ? (size_t)n : sizeof(h));
-    uint32_t seq = (size_t)n >= sizeof(h) ? h.seq : 0;
-    const char *why = NULL;
-    int rc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1
-                 ? RINGD_EPROTO
-                 : proto_check_hdr(&h, (size_t)n, 0, &why);
+    dmn_msg_ctx_t ctx = {c->cstate != DMN_CONN_NEW,
+                         c->cstate == DMN_CONN_WAITING ||
+                             c->cstate == DMN_CONN_POSTED,
+                         conn_buf_size, c};
+    dmn_msg_t m;
+    int rc = dmn__msg_check(&ctx, buf, (size_t)n,
+                            (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0,
+                            nfds, &m);
     if (rc != 0) {
         if (fd >= 0)
             close(fd);
-        bad_msg(c, seq, rc, why ? why : "oversized message or extra fds");
-        /* Another version cannot be served: close once it is told. */
-        return rc == RINGD_EVERSION ? -1 : 0;
+        bad_msg(c, m.seq, rc, m.why);
+        return m.close ? -1 : 0;
     }
-    dispatch(c, &h, buf + sizeof(h), fd);
+    dispatch(c, &m.hdr, buf + sizeof(m.hdr), fd);
     return 0;
 }
 
@@ -298,9 +335,10 @@ static void on_conn_io(uv_poll_t *p, int status, int events)
 static void conn_freed(uv_handle_t *h)
 {
     dmn_conn_t *c = h->data;
-    for (int i = 0; i < PROTO_MAX_BUFFERS; i++)
+    for (uint32_t i = 0; i < c->bufs_cap; i++)
         if (c->bufs[i].addr != NULL)
             dmn__buf_unmap(c->d, c->bufs[i].addr, c->bufs[i].size);
+    free(c->bufs);
     close(c->fd);
     free(c);
 }
@@ -326,7 +364,7 @@ static void on_accept(uv_poll_t *p, int status, int events);
 static void on_accept_resume(uv_timer_t *t)
 {
     dmn_t *d = t->data;
-    if (d->listening)
+    if (d->flags & DMN_F_LISTENING)
         uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
 }
 
@@ -481,7 +519,7 @@ int dmn__server_start(dmn_t *d)
     d->listen_poll.data = d;
     uv_timer_init(d->loop, &d->accept_timer);
     d->accept_timer.data = d;
-    d->listening = 1;
+    d->flags |= DMN_F_LISTENING;
     uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
     RD_INFO("listening on %s", path);
     return 0;
@@ -499,11 +537,11 @@ void dmn__server_stop(dmn_t *d)
 {
     /* We close these ourselves: not trainers lost. */
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        c->bye = 1;
+        c->flags |= DMN_CONN_F_BYE;
     while (d->conns != NULL)
         conn_close(d->conns);
-    if (d->listening) {
-        d->listening = 0;
+    if (d->flags & DMN_F_LISTENING) {
+        d->flags &= ~DMN_F_LISTENING;
         unlink(d->cfg->socket_path);
         d->open_handles += 2;
         uv_close((uv_handle_t *)&d->accept_timer, dmn__handle_closed);

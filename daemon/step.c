@@ -52,12 +52,65 @@ const char *dmn__step_state_name(dmn_step_state_t s)
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
 
+static const char *conn_state_name(dmn_conn_state_t s)
+{
+    static const char *const names[] = {"new", "idle", "waiting", "active",
+                                        "posted", "shutdown", "closed"};
+    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+#define C_(x) (1u << DMN_CONN_##x)
+/* The states each connection state may go to. */
+static const unsigned conn_next_ok[] = {
+    [DMN_CONN_NEW] = C_(IDLE) | C_(CLOSED),
+    [DMN_CONN_IDLE] = C_(WAITING) | C_(SHUTDOWN) | C_(CLOSED),
+    [DMN_CONN_WAITING] = C_(ACTIVE) | C_(SHUTDOWN) | C_(CLOSED),
+    [DMN_CONN_ACTIVE] = C_(POSTED) | C_(IDLE) | C_(SHUTDOWN) | C_(CLOSED),
+    [DMN_CONN_POSTED] = C_(ACTIVE) | C_(IDLE) | C_(CLOSED),
+    [DMN_CONN_SHUTDOWN] = C_(CLOSED),
+    [DMN_CONN_CLOSED] = 0,
+};
+#undef C_
+
+void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
+{
+    if (c->cstate == next)
+        return;
+    if (!(conn_next_ok[c->cstate] & (1u << next))) {
+        RD_ERROR("client %u: %s -> %s refused", c->id,
+                 conn_state_name(c->cstate), conn_state_name(next));
+        return;
+    }
+    RD_DEBUG("client %u: %s -> %s", c->id, conn_state_name(c->cstate),
+             conn_state_name(next));
+    if (next == DMN_CONN_CLOSED)
+        c->flags &= ~DMN_CONN_F_MEMBER; /* no longer a trainer here */
+    c->cstate = next;
+}
+
 uint32_t dmn__trainer_count(const dmn_t *d)
 {
     uint32_t n = 0;
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        n += c->member || c->waiting_begin;
+        n += dmn__conn_counted(c);
     return n;
+}
+
+static int is_member(const dmn_conn_t *c)
+{
+    return (c->flags & DMN_CONN_F_MEMBER) != 0;
+}
+
+static int has_state(const dmn_conn_t *c)
+{
+    return (c->flags & DMN_CONN_F_HAS_STATE) != 0;
+}
+
+/* c leaves the step it is in to redo it: the step cannot complete. */
+static void leave_to_redo(dmn_t *d, dmn_conn_t *c)
+{
+    dmn__conn_set_state(c, DMN_CONN_IDLE);
+    d->flags |= DMN_F_ANY_REDO;
 }
 
 /* STATUS= for systemd: at most once a second (each one is a blocking
@@ -78,18 +131,15 @@ static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
 static void fail_posted(dmn_t *d, int32_t status, int redo)
 {
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!c->posted)
+        if (c->cstate != DMN_CONN_POSTED)
             continue;
-        c->posted = 0;
-        if (redo) {
-            c->active = 0;
-            c->redo = 1;
-        }
+        if (redo)
+            leave_to_redo(d, c);
+        else
+            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
         dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, status);
     }
-    if (redo)
-        d->any_redo = 1;
-    d->coll_open = 0;
+    d->flags &= ~DMN_F_COLL_OPEN;
 }
 
 static void check_done(dmn_t *d)
@@ -105,7 +155,7 @@ static void on_leave(void *arg, int status)
     dmn_t *d = arg;
     if (status != 0)
         RD_WARN("leaving the job: %s", st_strerror(status));
-    d->leave_done = 1;
+    d->flags |= DMN_F_LEAVE_DONE;
     check_done(d);
 }
 
@@ -125,22 +175,21 @@ static void step_set_state(dmn_t *d, dmn_step_state_t to)
         d->stats.aborted_steps++;
         if (d->break_ms == 0)
             d->break_ms = dmn__now_ms();
-        d->break_pending = 0;
+        d->flags &= ~DMN_F_BREAK_PENDING;
         fail_posted(d, RINGD_ERESHAPE, 1);
         break;
     case DMN_STEP_DRAINED:
         RD_INFO("drained at step %llu: telling trainers to stop",
                 (unsigned long long)d->step);
         for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-            if (!c->waiting_begin)
+            if (c->cstate != DMN_CONN_WAITING)
                 continue;
-            c->waiting_begin = 0;
-            c->told_shutdown = 1;
+            dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
             dmn__reply_status(c, PROTO_T_STEP_BEGIN, c->begin_seq,
                               RINGD_ESHUTDOWN);
         }
         if (d->be->ops->leave(d->be, on_leave, d) != 0)
-            d->leave_done = 1;
+            d->flags |= DMN_F_LEAVE_DONE;
         check_done(d);
         break;
     default:
@@ -152,7 +201,7 @@ static void step_set_state(dmn_t *d, dmn_step_state_t to)
 static void snapshot_state(dmn_t *d)
 {
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!c->member || !c->has_state)
+        if (!is_member(c) || !has_state(c))
             continue;
         const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                        c->state.bytes);
@@ -181,11 +230,11 @@ static void maybe_close(dmn_t *d)
     if (d->state != DMN_STEP_RUNNING && d->state != DMN_STEP_BROKEN)
         return;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        if (c->active)
+        if (dmn__conn_in_step(c))
             return;
     /* Completed only if someone finished it: a step that every trainer
      * abandoned (left, or went back to redo it) is not a step. */
-    if (!d->any_redo && d->ended > 0) {
+    if (!(d->flags & DMN_F_ANY_REDO) && d->ended > 0) {
         d->stats.steps++;
         d->be->ops->step_end(d->be, d->step);
         snapshot_state(d);
@@ -201,7 +250,7 @@ static void maybe_close(dmn_t *d)
         dmn__ckpt_boundary(d, d->step);
     }
     step_set_state(d, DMN_STEP_IDLE);
-    if (d->drain_requested)
+    if (d->flags & DMN_F_DRAIN_REQUESTED)
         step_set_state(d, DMN_STEP_DRAINED);
     else
         try_start(d);
@@ -210,13 +259,14 @@ static void maybe_close(dmn_t *d)
 /* Copy the job's state into a joiner's region; 1 when restored. */
 static int restore_joiner(dmn_t *d, dmn_conn_t *j)
 {
-    if (!j->has_state)
+    if (!has_state(j))
         return 0;
     void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
                              j->state.bytes);
     const void *src = NULL;
     for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
-        if (c->member && c->has_state && c->state.bytes == j->state.bytes)
+        if (is_member(c) && has_state(c) &&
+            c->state.bytes == j->state.bytes)
             src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                c->state.bytes);
     if (src == NULL && d->snapshot_bytes == j->state.bytes &&
@@ -238,10 +288,11 @@ static void try_start(dmn_t *d)
         return;
     uint32_t waiting = 0, members = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->member && !c->waiting_begin)
+        int w = c->cstate == DMN_CONN_WAITING;
+        if (is_member(c) && !w)
             return; /* a member is still busy with the last step */
-        waiting += c->waiting_begin;
-        members += c->member;
+        waiting += w;
+        members += is_member(c);
     }
     /* --trainers N gathers N trainers before a job (re)starts from no
      * member; afterwards trainers may leave and join at boundaries. */
@@ -253,7 +304,6 @@ static void try_start(dmn_t *d)
     if (d->be->ops->ready != NULL) {
         int r = d->be->ops->ready(d->be, on_backend_ready, d);
         if (r == 0) {
-            d->ready_pending = 1;
             set_status(d, "waiting for the job's view (step %llu)", d->step);
             return; /* on_backend_ready calls try_start again */
         }
@@ -268,58 +318,55 @@ static void try_start(dmn_t *d)
     d->last_generation = d->view.generation;
     d->step = d->view.step;
     dmn__ckpt_prepare(d);
-    d->any_redo = 0;
+    d->flags &= ~DMN_F_ANY_REDO;
     d->ended = 0;
     step_set_state(d, DMN_STEP_RUNNING);
 
     uint32_t rank = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!c->waiting_begin)
+        if (c->cstate != DMN_CONN_WAITING)
             continue;
-        int restored = d->restored_pending;
-        if (!c->member) {
+        int restored = (d->flags & DMN_F_RESTORED_PENDING) != 0;
+        if (!is_member(c)) {
             restored |= restore_joiner(d, c);
             d->stats.trainers_joined++;
         }
         c->local_rank = rank++;
-        c->waiting_begin = 0;
-        c->active = 1;
-        c->redo = 0;
+        dmn__conn_set_state(c, DMN_CONN_ACTIVE);
         proto_step_rep_t r = {0, d->view.rank_offset + c->local_rank,
                               d->view.global_trainers, c->local_rank,
                               waiting, (uint32_t)restored, d->step,
                               d->view.generation};
         (void)dmn__reply(c, PROTO_T_STEP_BEGIN, c->begin_seq, &r, sizeof(r));
     }
-    d->restored_pending = 0;
+    d->flags &= ~DMN_F_RESTORED_PENDING;
     /* Members are marked after the loop so that joiners restore only from
      * trainers that finished the previous step. */
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        c->member |= c->active;
+        if (dmn__conn_in_step(c))
+            c->flags |= DMN_CONN_F_MEMBER;
     set_status(d, "training: step %llu", d->step);
 }
 
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
     if (d->state == DMN_STEP_DRAINED) {
-        c->told_shutdown = 1;
+        dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
         dmn__reply_status(c, PROTO_T_STEP_BEGIN, seq, RINGD_ESHUTDOWN);
         check_done(d);
         return;
     }
-    if (c->active) {
+    if (dmn__conn_in_step(c)) {
         /* Abandoning a step without step_end: the others cannot finish
          * it consistently, so everyone redoes it. */
         RD_WARN("client %u restarted step %llu without ending it", c->id,
                 (unsigned long long)d->step);
-        c->active = 0;
-        c->redo = 1;
-        d->any_redo = 1;
+        leave_to_redo(d, c);
         if (d->state == DMN_STEP_RUNNING)
             step_set_state(d, DMN_STEP_BROKEN);
     }
-    c->waiting_begin = 1;
     c->begin_seq = seq;
+    dmn__conn_set_state(c, DMN_CONN_WAITING);
     maybe_close(d);
     try_start(d);
 }
@@ -391,13 +438,13 @@ static void coll_done(void *arg, int status)
     int copy_out = !d->coll_direct && (r->kind == PROTO_COLL_BROADCAST ||
                                        d->coll_bufs[0] == d->staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!c->posted)
+        if (c->cstate != DMN_CONN_POSTED)
             continue;
         void *dst = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
                                  r->count * esz);
         if (dst != NULL && copy_out)
             memcpy(dst, d->staging, r->count * esz);
-        c->posted = 0;
+        dmn__conn_set_state(c, DMN_CONN_ACTIVE);
         dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
     }
     double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
@@ -409,9 +456,9 @@ static void coll_done(void *arg, int status)
     d->stats.coll_seconds += secs;
     if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
-    d->coll_open = 0;
+    d->flags &= ~DMN_F_COLL_OPEN;
     step_set_state(d, DMN_STEP_RUNNING);
-    if (d->break_pending)
+    if (d->flags & DMN_F_BREAK_PENDING)
         step_set_state(d, DMN_STEP_BROKEN);
 }
 
@@ -440,7 +487,7 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
     uint32_t n = 0;
     *root_p = -1;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!c->posted)
+        if (c->cstate != DMN_CONN_POSTED)
             continue;
         if (r->kind == PROTO_COLL_BROADCAST &&
             d->view.rank_offset + c->local_rank == r->root)
@@ -463,7 +510,7 @@ static void launch(dmn_t *d)
     size_t bytes = r->count * proto_dtype_size(r->dtype);
     uint32_t posted = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        posted += c->posted;
+        posted += c->cstate == DMN_CONN_POSTED;
     size_t cap = d->coll_bufs_cap, scap = d->staging_size;
     int direct = posted == 1 && d->zero_copy;
     if (grow((void **)&d->coll_bufs, &cap, posted ? posted : 1,
@@ -516,15 +563,13 @@ static void launch(dmn_t *d)
 void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req)
 {
-    if (c->active && d->state == DMN_STEP_BROKEN) {
-        c->active = 0;
-        c->redo = 1;
-        d->any_redo = 1;
+    if (dmn__conn_in_step(c) && d->state == DMN_STEP_BROKEN) {
+        leave_to_redo(d, c);
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
         maybe_close(d);
         return;
     }
-    if (!c->active || d->state != DMN_STEP_RUNNING) {
+    if (!dmn__conn_in_step(c) || d->state != DMN_STEP_RUNNING) {
         dmn__reply_error(c, seq, RINGD_ESTATE,
                          "collective outside a step (state %s)",
                          dmn__step_state_name(d->state));
@@ -537,7 +582,8 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         return;
     }
     /* A trainer that already ended the step will post nothing more. */
-    if ((d->coll_open && !coll_matches(&d->coll, req)) || d->ended > 0) {
+    int open = (d->flags & DMN_F_COLL_OPEN) != 0;
+    if ((open && !coll_matches(&d->coll, req)) || d->ended > 0) {
         RD_WARN("client %u: collective %u does not match the other "
                 "trainers'", c->id, req->coll_seq);
         d->stats.coll_errors++;
@@ -545,31 +591,31 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
         return;
     }
-    if (!d->coll_open) {
+    if (!open) {
         d->coll = *req;
-        d->coll_open = 1;
+        d->flags |= DMN_F_COLL_OPEN;
     }
-    c->posted = 1;
     c->coll_msg_seq = seq;
     c->coll = *req;
+    dmn__conn_set_state(c, DMN_CONN_POSTED);
     for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-        if (o->active && !o->posted)
+        if (o->cstate == DMN_CONN_ACTIVE)
             return;
     launch(d);
 }
 
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
-    if (!c->active) {
+    if (!dmn__conn_in_step(c)) {
         dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step");
         return;
     }
-    if (d->coll_open) {
+    if (d->flags & DMN_F_COLL_OPEN) {
         RD_WARN("client %u ended step %llu while others wait in a "
                 "collective", c->id, (unsigned long long)d->step);
         fail_posted(d, RINGD_EMISMATCH, 0);
     }
-    c->active = 0;
+    dmn__conn_set_state(c, DMN_CONN_IDLE);
     d->ended++;
     dmn__reply_status(c, PROTO_T_STEP_END, seq, 0);
     maybe_close(d);
@@ -577,8 +623,9 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
 {
-    if (c->member || c->waiting_begin) {
-        if (c->bye) {
+    int counted = dmn__conn_counted(c), bye = (c->flags & DMN_CONN_F_BYE);
+    if (counted) {
+        if (bye) {
             RD_INFO("trainer %u (pid %d) left", c->id, (int)c->pid);
         } else {
             d->stats.trainers_lost++;
@@ -587,22 +634,19 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
                     dmn__step_state_name(d->state));
         }
     }
-    int in_step = c->active, counted = c->member || c->waiting_begin;
-    if (c->active) {
-        c->active = 0;
+    int in_step = dmn__conn_in_step(c);
+    dmn__conn_set_state(c, DMN_CONN_CLOSED);
+    if (in_step) {
         if (d->state == DMN_STEP_RUNNING)
             step_set_state(d, DMN_STEP_BROKEN);
         else if (d->state == DMN_STEP_REDUCING)
-            d->break_pending = 1;
+            d->flags |= DMN_F_BREAK_PENDING;
     }
-    c->posted = 0;
-    c->waiting_begin = 0;
-    c->member = 0;
-    if (counted && !c->bye && d->state != DMN_STEP_DRAINED &&
+    if (counted && !bye && d->state != DMN_STEP_DRAINED &&
         d->be->ops->trainer_lost != NULL) {
         uint32_t remaining = 0;
         for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-            remaining += o != c && (o->member || o->waiting_begin);
+            remaining += o != c && dmn__conn_counted(o);
         d->be->ops->trainer_lost(d->be, in_step, remaining);
     }
     if (d->state == DMN_STEP_DRAINED) {
@@ -619,7 +663,8 @@ static dmn_conn_t *state_primary(dmn_t *d, void **ptr_p)
 {
     for (int pass = 0; pass < 2; pass++)
         for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-            if (!c->has_state || (pass == 0 ? !c->member : !c->waiting_begin))
+            if (!has_state(c) || (pass == 0 ? !is_member(c)
+                                            : c->cstate != DMN_CONN_WAITING))
                 continue;
             *ptr_p = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                   c->state.bytes);
@@ -646,7 +691,7 @@ static void propagate_state(dmn_t *d)
     if (p == NULL)
         return;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c == p || !c->has_state || c->state.bytes != p->state.bytes)
+        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
             continue;
         void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                  c->state.bytes);
@@ -664,17 +709,17 @@ static void maybe_restore(dmn_t *d)
 {
     void *state;
     size_t bytes;
-    if (d->restore_checked || d->ckpt_root == NULL)
+    if ((d->flags & DMN_F_RESTORE_CHECKED) || d->ckpt_root == NULL)
         return;
     dmn__step_get_state(d, &state, &bytes);
     if (state == NULL)
         return; /* no state registered yet: look again next time */
-    d->restore_checked = 1;
+    d->flags |= DMN_F_RESTORE_CHECKED;
     uint64_t step;
     if (dmn__ckpt_restore(d, &step) != 0)
         return;
     propagate_state(d);
-    d->restored_pending = 1;
+    d->flags |= DMN_F_RESTORED_PENDING;
     if (d->be->ops->set_step != NULL)
         d->be->ops->set_step(d->be, step);
 }
@@ -682,7 +727,6 @@ static void maybe_restore(dmn_t *d)
 static void on_backend_ready(void *arg, int status)
 {
     dmn_t *d = arg;
-    d->ready_pending = 0;
     if (status != 0)
         RD_WARN("backend not ready: %s", st_strerror(status));
     try_start(d);
@@ -693,7 +737,7 @@ void dmn__step_on_view(void *arg, const job_view_t *view)
     dmn_t *d = arg;
     if (view->restored) {
         propagate_state(d);
-        d->restored_pending = 1;
+        d->flags |= DMN_F_RESTORED_PENDING;
     }
     if (d->state == DMN_STEP_RUNNING &&
         view->generation != d->view.generation) {
@@ -709,19 +753,19 @@ void dmn__step_force_drained(dmn_t *d)
 
 void dmn__step_drain(dmn_t *d)
 {
-    d->drain_requested = 1;
+    d->flags |= DMN_F_DRAIN_REQUESTED;
     if (d->state == DMN_STEP_IDLE)
         step_set_state(d, DMN_STEP_DRAINED);
 }
 
 int dmn_done(const dmn_t *d)
 {
-    if (d->state != DMN_STEP_DRAINED || !d->leave_done)
+    if (d->state != DMN_STEP_DRAINED || !(d->flags & DMN_F_LEAVE_DONE))
         return 0;
-    if (d->drain_timed_out)
+    if (d->flags & DMN_F_DRAIN_TIMED_OUT)
         return 1;
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        if (c->member && !c->told_shutdown)
+        if (is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
             return 0;
     return 1;
 }

@@ -51,6 +51,7 @@ typedef struct {
     long ckpt_at;          /* ask for a checkpoint after this step; -1 */
     long dump_every;       /* --dump: parameters every N steps; 0 */
     const char *dump;
+    long stop_in;    /* fault injection: SIGSTOP itself in this step */
 } opts_t;
 
 typedef struct {
@@ -429,6 +430,8 @@ RINGD_DEFAULT_SOCKET ")\n"
 "                    has begun, before its collectives\n"
 "  --stop-after-step S  fault injection for tests: SIGSTOP itself after\n"
 "                    step S, before the next step_begin\n"
+"  --stop-in-step S  fault injection for tests: SIGSTOP itself once step S\n"
+"                    has begun, before its collectives\n"
 "  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
 "  --dump-every N    ... after every N-th step (default 0: never)\n");
@@ -437,7 +440,7 @@ RINGD_DEFAULT_SOCKET ")\n"
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
-                  NULL, 0, 0, -1, -1, -1, 0, NULL};
+                  NULL, 0, 0, -1, -1, -1, 0, NULL, -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -481,6 +484,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->crash_at = strtol(v, &end, 10);
         } else if (strcmp(a, "--stop-after-step") == 0) {
             o->stop_after = strtol(v, &end, 10);
+        } else if (strcmp(a, "--stop-in-step") == 0) {
+            o->stop_in = strtol(v, &end, 10);
         } else if (strcmp(a, "--ckpt-at") == 0) {
             o->ckpt_at = strtol(v, &end, 10);
         } else if (strcmp(a, "--dump-every") == 0) {
@@ -638,6 +643,10 @@ static int train(trainer_t *t)
         long s = (long)v.step;
         if (s == o->crash_at && t->c != NULL)
             raise(SIGKILL); /* mid-step: the daemon counts us in it */
+        if (s == o->stop_in && t->c != NULL) {
+            t->o.stop_in = -1; /* once: not again when the step is redone */
+            raise(SIGSTOP);    /* mid-step: the others wait in a collective */
+        }
         if (gradients(&t->dense, &t->m, &t->g, &t->sc, t->data, s, o->batch,
                       v.rank, v.world, o, t->stats) != 0)
             return -1;

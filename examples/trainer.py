@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """trainer.py - the MLP digits classifier of trainer.c, in numpy, trained
-data-parallel through the ringd Python binding (client/python/ringd.py).
+data-parallel through the ringd Python binding (the ringd package in client/python).
 
 Same data (scikit-learn's digits from Debian's python3-sklearn, else a
 deterministic synthetic set), same model (64 -> hidden ReLU -> 10), same

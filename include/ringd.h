@@ -133,11 +133,25 @@ int ringd_connect(ringd_client_t **c_p, const char *socket_path,
  * A shared buffer of `bytes` bytes (rounded up to a page), zero-filled,
  * mapped read-write in this process and in the daemon (a memfd sealed
  * against resizing, so neither side can fault the other). Returns NULL on
- * failure (see ringd_last_error()). The client owns it: it stays valid
- * until ringd_close(), across reconnects. Tensors passed to ringd_allreduce
- * and ringd_broadcast must lie inside such a buffer.
+ * failure (see ringd_last_error()): RINGD_ENOMEM also when the daemon's
+ * per-client limits (--max-client-buffers, --max-client-mib) are reached.
+ * The client owns it: it stays valid until ringd_buffer_free() or
+ * ringd_close(), across reconnects. Tensors passed to ringd_allreduce and
+ * ringd_broadcast must lie inside such a buffer.
  */
 void *ringd_buffer(ringd_client_t *c, size_t bytes);
+
+/*
+ * Free a buffer: ptr is what ringd_buffer() returned. The daemon unmaps it,
+ * then this process does; ptr and every pointer into the buffer are
+ * invalid afterwards, and its id is reused by a later ringd_buffer().
+ * Allowed inside a step. While disconnected it frees at once (the daemon's
+ * mapping went with the connection).
+ * Errors (the buffer is then still valid): RINGD_EINVAL (ptr does not
+ * start a buffer of c), RINGD_ESTATE (the buffer holds the state region,
+ * or a collective on it is outstanding), RINGD_ETIMEDOUT, RINGD_EPROTO.
+ */
+int ringd_buffer_free(ringd_client_t *c, void *ptr);
 
 /*
  * Declare [ptr, ptr+bytes), inside one ringd buffer, as this trainer's

@@ -149,8 +149,8 @@ int mb__node_parse(const char *node, const char *json, size_t len,
     const char *why;
     int rc = node_parse(node, json, len, 1, &rec, &why);
     if (rc != 0)
-        RD_ERROR("mb: bad node record for '%s' (%s): %.200s", node, why,
-                 json);
+        RD_ERROR("mb: bad node record for '%s' (%s): %.*s", node, why,
+                 (int)(len < 200 ? len : 200), json);
     *m = rec.member;
     return rc;
 }
@@ -214,8 +214,9 @@ static int parse_view_members(const cJSON *arr, const cJSON *joiners,
         *why_p = "a joiner that is not a member";
         if (i < 0)
             return ST_EPROTO;
+        /* A name listed twice is one joiner: n_joiners counts members. */
+        v->n_joiners += !v->members[i].joiner;
         v->members[i].joiner = 1;
-        v->n_joiners++;
     }
     return 0;
 }
@@ -267,7 +268,8 @@ int mb__view_parse(const char *json, size_t len, mb__view_t *v)
     const char *why;
     int rc = view_parse(json, len, v, &why);
     if (rc != 0)
-        RD_ERROR("mb: bad view (%s): %.300s", why, json);
+        RD_ERROR("mb: bad view (%s): %.*s", why,
+                 (int)(len < 300 ? len : 300), json);
     return rc;
 }
 

@@ -16,6 +16,11 @@
  *
  * Shared buffers: PROTO_T_BUF_ADD carries a memfd in SCM_RIGHTS; the daemon
  * maps it MAP_SHARED and later requests name (buf_id, offset).
+ * PROTO_T_BUF_FREE unmaps one again; the daemon refuses while a collective
+ * or the state region names it. Ids are the client's (it reuses the lowest
+ * free one); the daemon's table of them grows as ids do, bounded by
+ * PROTO_MAX_BUFFERS, and its per-client limits (count and bytes) bound what
+ * one client may map.
  *
  * Header-only on purpose: the client library and the daemon include it and
  * link nothing extra.
@@ -32,7 +37,7 @@
 #define PROTO_VERSION 1
 #define PROTO_REPLY 0x8000u
 #define PROTO_MAX_MSG 512       /* no message is larger */
-#define PROTO_MAX_BUFFERS 64    /* per client */
+#define PROTO_MAX_BUFFERS 65536 /* ids per client: < 1 MiB of table */
 #define PROTO_MAX_BUF_BYTES (1ull << 40)
 #define PROTO_TEXT 120
 
@@ -47,6 +52,7 @@ typedef enum {
     PROTO_T_STATUS = 8,
     PROTO_T_ERROR = 9, /* reply only */
     PROTO_T_BYE = 10,  /* request only, no reply: a clean leave */
+    PROTO_T_BUF_FREE = 11,
     PROTO_T_COUNT
 } proto_type_t;
 
@@ -83,6 +89,11 @@ typedef struct {
     uint64_t offset;
     uint64_t bytes;
 } proto_state_set_t;
+
+typedef struct {
+    uint32_t buf_id;
+    uint32_t pad;
+} proto_buf_free_t;
 
 typedef struct {
     uint32_t kind;     /* proto_coll_t */
@@ -142,6 +153,7 @@ _Static_assert(sizeof(proto_hdr_t) == 16, "header layout");
 _Static_assert(sizeof(proto_hello_t) == 40, "hello layout");
 _Static_assert(sizeof(proto_buf_add_t) == 16, "buf_add layout");
 _Static_assert(sizeof(proto_state_set_t) == 24, "state_set layout");
+_Static_assert(sizeof(proto_buf_free_t) == 8, "buf_free layout");
 _Static_assert(sizeof(proto_coll_req_t) == 40, "coll layout");
 _Static_assert(sizeof(proto_status_rep_t) == 8, "status layout");
 _Static_assert(sizeof(proto_step_rep_t) == 40, "step layout");
@@ -155,6 +167,7 @@ static inline size_t proto_req_size(uint32_t type)
     case PROTO_T_BUF_ADD: return sizeof(proto_buf_add_t);
     case PROTO_T_STATE_SET: return sizeof(proto_state_set_t);
     case PROTO_T_COLL: return sizeof(proto_coll_req_t);
+    case PROTO_T_BUF_FREE: return sizeof(proto_buf_free_t);
     default: return 0;
     }
 }

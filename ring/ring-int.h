@@ -27,11 +27,23 @@ typedef enum {
     COLL_ALLREDUCE,
     COLL_ALLGATHER,
     COLL_BCAST,
-    COLL_SHIFT,
 } ring_coll_t;
 
-/* ring_shift's length header: message 0, 8 bytes little endian. */
-#define RING_SHIFT_HDR 8
+/*
+ * The collective in flight: what the channel engine's message geometry
+ * and apply step read. Set whole by the collective's entry point before
+ * coll_begin, so nothing of the previous one leaks into it.
+ */
+typedef struct {
+    ring_coll_t kind;
+    kern_dtype_t dt;
+    kern_op_t op;
+    size_t es, wire_es;  /* element size in the buffer, on the wire */
+    int wire;            /* f32 sent as 16-bit (opts.wire) */
+    uint32_t root;       /* COLL_BCAST */
+    int err;             /* first error of this collective */
+    uint32_t err_rank;   /* its suspect */
+} ring_coll_desc_t;
 
 /* What a received message does to the user's buffer. */
 typedef enum { ACT_REDUCE, ACT_REDUCE_FINAL, ACT_COPY } ring_act_t;
@@ -84,25 +96,8 @@ struct ring {
     uint32_t suspect;
     atomic_int abort_req;
     int leaked; /* requests never completed: keep the arena */
-    /* Current collective. */
-    ring_coll_t kind;
-    kern_dtype_t dt;
-    kern_op_t op;
-    size_t es, wire_es;
-    int wire;
-    uint32_t root;
-    /* ring_shift: what goes right, where the left's message lands. */
-    const uint8_t *shift_src;
-    size_t shift_len;
-    uint8_t *shift_dst;
-    size_t shift_cap;
-    size_t shift_rlen;  /* announced by the left neighbour's header */
-    int shift_refuse;   /* longer than shift_cap: receive, drop, refuse */
-    uint8_t shift_hdr[RING_SHIFT_HDR];
-    int soft_err;       /* complete, ring usable, but this rank refuses */
-    uint32_t seq;
-    int err;            /* first error of this collective */
-    uint32_t err_rank;  /* its suspect */
+    ring_coll_desc_t coll; /* the collective in flight */
+    uint32_t seq;          /* collective sequence, in every tag */
     unsigned nchan;
     ring_stats_t stats;
 };

@@ -43,10 +43,10 @@ static void ring_set_state(ring_t *r, ring_state_t to, int rc, uint32_t who)
 /* First error of the running collective wins; it is logged once, here. */
 static void coll_fail(ring_t *r, int rc, uint32_t who)
 {
-    if (r->err != 0)
+    if (r->coll.err != 0)
         return;
-    r->err = rc;
-    r->err_rank = who;
+    r->coll.err = rc;
+    r->coll.err_rank = who;
     if (rc == ST_EABORTED)
         RD_WARN("ring gen %" PRIu64 " seq %u: aborted", r->generation,
                 r->seq);
@@ -88,7 +88,7 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
     uint32_t n = r->n, s = m / c->k;
     *seg_p = 0;
     *dep_p = RING_NO_DEP;
-    switch (r->kind) {
+    switch (r->coll.kind) {
     case COLL_ALLREDUCE:
         /* Steps 0..n-2 reduce-scatter, then n-1 steps of allgather. */
         *seg_p = s < n - 1 ? ring__mod_n((int64_t)c->pos - s, n)
@@ -101,9 +101,7 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
         break;
     case COLL_BCAST:
         *seg_p = 0;
-        *dep_p = c->pos == r->root ? RING_NO_DEP : m;
-        break;
-    case COLL_SHIFT: /* see shift_span(): no dependencies */
+        *dep_p = c->pos == r->coll.root ? RING_NO_DEP : m;
         break;
     }
 }
@@ -116,7 +114,7 @@ static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
     uint32_t n = r->n, s = m / c->k;
     *seg_p = 0;
     *act_p = ACT_COPY;
-    switch (r->kind) {
+    switch (r->coll.kind) {
     case COLL_ALLREDUCE:
         if (s < n - 1) {
             *seg_p = ring__mod_n((int64_t)c->pos - s - 1, n);
@@ -131,7 +129,6 @@ static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
         *act_p = ACT_COPY;
         break;
     case COLL_BCAST:
-    case COLL_SHIFT: /* see shift_span() */
         *seg_p = 0;
         *act_p = ACT_COPY;
         break;
@@ -194,92 +191,29 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
                   ring_act_t act)
 {
     ring_t *r = c->ring;
-    void *dst = c->base + off * r->es;
+    void *dst = c->base + off * r->coll.es;
     if (act == ACT_COPY) {
-        if (r->wire && r->wire_es == 2) {
+        if (r->coll.wire && r->coll.wire_es == 2) {
             if (r->opts.wire == RING_WIRE_BF16)
                 kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
             else
                 kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
         } else {
-            memcpy(dst, sl->buf, cnt * r->es);
+            memcpy(dst, sl->buf, cnt * r->coll.es);
         }
         return;
     }
-    if (r->wire)
-        kern_reduce_wire(wire_dt(r), r->op, dst, sl->buf, cnt);
+    if (r->coll.wire)
+        kern_reduce_wire(wire_dt(r), r->coll.op, dst, sl->buf, cnt);
     else
-        kern_reduce(r->dt, r->op, dst, sl->buf, cnt);
+        kern_reduce(r->coll.dt, r->coll.op, dst, sl->buf, cnt);
     if (act != ACT_REDUCE_FINAL)
         return;
     /* This rank owns the chunk now: finish it once for everyone. */
-    if (r->op == KERN_AVG)
-        kern_avg_finish(r->dt, dst, cnt, r->n);
-    if (r->wire)
+    if (r->coll.op == KERN_AVG)
+        kern_avg_finish(r->coll.dt, dst, cnt, r->n);
+    if (r->coll.wire)
         wire_round(r, dst, sl->buf, cnt);
-}
-
-/*
- * ring_shift's messages: 0 is the length header, m >= 1 carries bytes
- * [(m-1)·chunk, m·chunk) of a message of len bytes. Returns the span of
- * message m (its offset in *off_p, when given).
- */
-static size_t shift_span(const ring_t *r, uint32_t m, size_t len,
-                         size_t *off_p)
-{
-    if (m == 0)
-        return RING_SHIFT_HDR;
-    size_t off = (size_t)(m - 1) * r->opts.chunk_bytes;
-    if (off_p != NULL)
-        *off_p = off;
-    size_t left = len - off;
-    return left < r->opts.chunk_bytes ? left : r->opts.chunk_bytes;
-}
-
-static size_t shift_nchunks(const ring_t *r, size_t len)
-{
-    return (len + r->opts.chunk_bytes - 1) / r->opts.chunk_bytes;
-}
-
-/*
- * Apply a validated ring_shift message. The header fixes how many data
- * messages follow; a length that cannot be sent (more messages than the
- * tag's index holds) is forged and kills the ring (ST_EPEER_FORGED,
- * naming the left neighbour). A possible length larger than recvcap is
- * received into the staging slots and dropped, so the ring stays in step,
- * and the collective then returns ST_EPEER_FORGED on this rank only.
- */
-static void shift_apply(ring_chan_t *c, ring_slot_t *sl, size_t len)
-{
-    ring_t *r = c->ring;
-    if (c->next_proc > 0) {
-        size_t off = 0;
-        shift_span(r, c->next_proc, r->shift_rlen, &off);
-        if (!r->shift_refuse)
-            memcpy(r->shift_dst + off, sl->buf, len);
-        return;
-    }
-    uint64_t rlen = 0;
-    for (int i = RING_SHIFT_HDR - 1; i >= 0; i--)
-        rlen = rlen << 8 | sl->buf[i];
-    if (rlen > SIZE_MAX - r->opts.chunk_bytes ||
-        shift_nchunks(r, (size_t)rlen) > TP_TAG_IDX_MASK) {
-        RD_ERROR("ring_shift: rank %u announced %" PRIu64 " bytes",
-                 c->from->rank, rlen);
-        r->stats.forged++;
-        r->soft_err = ST_EPEER_FORGED; /* even if our sends complete */
-        coll_fail(r, ST_EPEER_FORGED, c->from->rank);
-        return;
-    }
-    r->shift_rlen = (size_t)rlen;
-    if (r->shift_rlen > r->shift_cap) {
-        RD_ERROR("ring_shift: rank %u sends %zu bytes, room for %zu; "
-                 "dropping it", c->from->rank, r->shift_rlen, r->shift_cap);
-        r->stats.forged++;
-        r->shift_refuse = 1;
-        r->soft_err = ST_EPEER_FORGED;
-    }
-    c->nrecv = 1 + (uint32_t)shift_nchunks(r, r->shift_rlen);
 }
 
 /* Validate and apply the next receive, if it has arrived. */
@@ -293,14 +227,10 @@ static int chan_consume(ring_chan_t *c)
         return 0;
     uint32_t seg = 0;
     ring_act_t act = ACT_COPY;
-    size_t off = 0, cnt = 0, want;
-    if (r->kind == COLL_SHIFT) {
-        want = shift_span(r, c->next_proc, r->shift_rlen, NULL);
-    } else {
-        msg_recv(c, c->next_proc, &seg, &act);
-        chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
-        want = cnt * r->wire_es;
-    }
+    size_t off = 0, cnt = 0;
+    msg_recv(c, c->next_proc, &seg, &act);
+    chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
+    size_t want = cnt * r->coll.wire_es;
     RD_DEBUG("chan %u recv m %u seg %u status %d len %zu want %zu", c->id,
              c->next_proc, seg, sl->req.status, sl->req.length, want);
     if (sl->req.status == ST_EPEER_FORGED ||
@@ -320,10 +250,7 @@ static int chan_consume(ring_chan_t *c)
         sl->state = SLOT_FREE;
         return 1;
     }
-    if (r->kind == COLL_SHIFT)
-        shift_apply(c, sl, want);
-    else
-        apply(c, sl, off, cnt, act);
+    apply(c, sl, off, cnt, act);
     sl->state = SLOT_FREE;
     c->next_proc++;
     c->last_rx = rd_now_ns();
@@ -336,17 +263,11 @@ static int post_send(ring_chan_t *c, uint32_t m)
     ring_slot_t *sl = &c->ss[m % r->opts.send_depth];
     uint32_t seg = 0, dep;
     size_t off = 0, cnt;
-    const void *src;
-    if (r->kind == COLL_SHIFT) {
-        cnt = shift_span(r, m, r->shift_len, &off);
-        src = m == 0 ? r->shift_hdr : r->shift_src + off;
-    } else {
-        msg_send(c, m, &seg, &dep);
-        chunk_range(c, seg, m % c->k, &off, &cnt);
-        src = c->base + off * r->es;
-    }
+    msg_send(c, m, &seg, &dep);
+    chunk_range(c, seg, m % c->k, &off, &cnt);
+    const void *src = c->base + off * r->coll.es;
     tp_mem_t *mem = NULL;
-    if (r->wire) {
+    if (r->coll.wire) {
         if (r->opts.wire == RING_WIRE_BF16)
             kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
         else
@@ -360,7 +281,7 @@ static int post_send(ring_chan_t *c, uint32_t m)
     RD_DEBUG("chan %u send m %u seg %u off %zu cnt %zu", c->id, m, seg, off,
              cnt);
     sl->state = SLOT_POSTED; /* the callback may run inside tp_send */
-    int rc = tp_send(c->to->peer, src, cnt * r->wire_es, chan_tag(c, m), mem,
+    int rc = tp_send(c->to->peer, src, cnt * r->coll.wire_es, chan_tag(c, m), mem,
                      &sl->req);
     if (rc != 0)
         sl->state = SLOT_FREE;
@@ -392,7 +313,7 @@ static int chan_pump(ring_chan_t *c)
 {
     ring_t *r = c->ring;
     int work = chan_reap_sends(c);
-    if (r->err != 0)
+    if (r->coll.err != 0)
         return work;
     while (c->next_post < c->nrecv &&
            c->next_post < c->next_proc + r->opts.recv_depth &&
@@ -405,9 +326,9 @@ static int chan_pump(ring_chan_t *c)
         c->next_post++;
         work++;
     }
-    while (chan_consume(c) && r->err == 0)
+    while (chan_consume(c) && r->coll.err == 0)
         work++;
-    while (r->err == 0 && c->next_send < c->nsend) {
+    while (r->coll.err == 0 && c->next_send < c->nsend) {
         uint32_t seg, dep;
         msg_send(c, c->next_send, &seg, &dep);
         if (dep != RING_NO_DEP && dep >= c->next_proc)
@@ -548,8 +469,7 @@ static void coll_unwind(ring_t *r)
 
 static void coll_begin(ring_t *r, unsigned nchan)
 {
-    r->err = 0;
-    r->soft_err = 0;
+    r->coll.err = 0;
     r->nchan = nchan;
     int64_t now = rd_now_ns();
     for (unsigned i = 0; i < nchan; i++) {
@@ -615,9 +535,9 @@ static int coll_turn(ring_t *r, int *work_p)
      * After an error no send is posted any more: once the posted ones
      * are reaped nothing can move (and no deadline would fire), so a
      * failure that lands after the last receive but before the last
-     * sends (an abort, a refused ring_shift header) ends here too.
+     * sends (an abort) ends here too.
      */
-    return done || (r->err != 0 && (!recvd || quiet));
+    return done || (r->coll.err != 0 && (!recvd || quiet));
 }
 
 /* Progress until the collective is over; returns the idle time in ns. */
@@ -664,29 +584,28 @@ static int coll_run(ring_t *r)
     int complete = 1;
     for (unsigned i = 0; i < r->nchan; i++)
         complete &= chan_done(&r->chan[i]);
-    if (r->err != 0 && !complete) {
-        int rc = r->err;
+    if (r->coll.err != 0 && !complete) {
+        int rc = r->coll.err;
         coll_unwind(r);
-        ring_set_state(r, RING_FAILED, rc, r->err_rank);
+        ring_set_state(r, RING_FAILED, rc, r->coll.err_rank);
         return rc;
     }
     drain_stale(r);
     coll_stats(r, t0, wait_ns);
-    if (r->soft_err == 0)
-        r->stats.collectives++;
+    r->stats.collectives++;
     ring_link_t *gone = r->left.fail_rc ? &r->left
                       : r->right.fail_rc ? &r->right : NULL;
-    if (r->err == 0 && gone != NULL) {
-        r->err = gone->fail_rc;
-        r->err_rank = gone->rank;
+    if (r->coll.err == 0 && gone != NULL) {
+        r->coll.err = gone->fail_rc;
+        r->coll.err_rank = gone->rank;
         RD_WARN("ring gen %" PRIu64 ": rank %u failed after the collective",
                 r->generation, gone->rank);
     }
-    if (r->err != 0)
-        ring_set_state(r, RING_FAILED, r->err, r->err_rank);
+    if (r->coll.err != 0)
+        ring_set_state(r, RING_FAILED, r->coll.err, r->coll.err_rank);
     else
         ring_set_state(r, RING_READY, 0, 0);
-    return r->soft_err;
+    return 0;
 }
 
 /* A collective may start: the ring is alive and nobody asked to abort. */
@@ -708,10 +627,10 @@ static void chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
                        size_t count, uint32_t nseg)
 {
     ring_t *r = c->ring;
-    size_t celems = r->opts.chunk_bytes / r->es;
+    size_t celems = r->opts.chunk_bytes / r->coll.es;
     size_t maxseg = (count + nseg - 1) / nseg;
     size_t k = (maxseg + celems - 1) / celems;
-    c->base = buf + first * r->es;
+    c->base = buf + first * r->coll.es;
     c->count = count;
     c->nseg = nseg;
     c->k = k ? (uint32_t)k : 1;
@@ -744,12 +663,10 @@ int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
         r->stats.collectives++;
         return 0; /* AVG over one rank divides by one */
     }
-    r->kind = COLL_ALLREDUCE;
-    r->dt = dt;
-    r->op = op;
-    r->es = es;
-    r->wire = r->opts.wire != RING_WIRE_NONE && dt == KERN_F32;
-    r->wire_es = r->wire ? 2 : es;
+    int wire = r->opts.wire != RING_WIRE_NONE && dt == KERN_F32;
+    r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
+                                 .es = es, .wire_es = wire ? 2 : es,
+                                 .wire = wire};
     unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
     size_t half = nchan == 2 ? count / 2 : count;
     chan_setup(&r->chan[0], buf, 0, half, r->n);
@@ -770,11 +687,8 @@ int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
     if (rc != 0 || block_bytes == 0 || r->n == 1 ||
         (rc = coll_setup_check(r, total, 1)))
         return rc;
-    r->kind = COLL_ALLGATHER;
-    r->dt = KERN_U8;
-    r->op = KERN_SUM;
-    r->es = r->wire_es = 1;
-    r->wire = 0;
+    r->coll = (ring_coll_desc_t){.kind = COLL_ALLGATHER, .dt = KERN_U8,
+                                 .op = KERN_SUM, .es = 1, .wire_es = 1};
     ring_chan_t *c = &r->chan[0];
     chan_setup(c, buf, 0, total, r->n);
     c->nsend = c->nrecv = (r->n - 1) * c->k;
@@ -792,12 +706,10 @@ int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
     if (rc != 0 || bytes == 0 || r->n == 1 ||
         (rc = coll_setup_check(r, bytes * r->n, 1)))
         return rc;
-    r->kind = COLL_BCAST;
-    r->dt = KERN_U8;
-    r->op = KERN_SUM;
-    r->es = r->wire_es = 1;
-    r->wire = 0;
-    r->root = root; /* channel 0 positions are ranks */
+    /* root: channel 0 positions are ranks */
+    r->coll = (ring_coll_desc_t){.kind = COLL_BCAST, .dt = KERN_U8,
+                                 .op = KERN_SUM, .es = 1, .wire_es = 1,
+                                 .root = root};
     ring_chan_t *c = &r->chan[0];
     chan_setup(c, buf, 0, bytes, 1);
     uint32_t rel = ring__mod_n((int64_t)r->rank - root, r->n);
@@ -805,65 +717,6 @@ int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
     c->nrecv = rel == 0 ? 0 : c->k;
     coll_begin(r, 1);
     return coll_run(r);
-}
-
-/*
- * Message 0 is an 8-byte length header, then the bytes in chunks straight
- * from sendbuf; the receiver learns from the header how many follow. No
- * send waits for a receive, so the whole ring moves at once.
- */
-int ring_shift(ring_t *r, const void *sendbuf, size_t sendlen, void *recvbuf,
-               size_t recvcap, size_t *recvlen_p)
-{
-    if ((sendlen && sendbuf == NULL) || (recvcap && recvbuf == NULL) ||
-        recvlen_p == NULL) {
-        RD_ERROR("ring_shift: NULL buffer or length pointer");
-        return ST_EINVAL;
-    }
-    int rc = coll_check(r);
-    if (rc != 0)
-        return rc;
-    if (shift_nchunks(r, sendlen) > TP_TAG_IDX_MASK) {
-        RD_ERROR("ring_shift: %zu bytes is too large for chunk %zu",
-                 sendlen, r->opts.chunk_bytes);
-        return ST_EINVAL;
-    }
-    if (r->n == 1) {
-        if (sendlen > recvcap) {
-            RD_ERROR("ring_shift: %zu bytes, room for %zu", sendlen,
-                     recvcap);
-            r->stats.forged++;
-            return ST_EPEER_FORGED;
-        }
-        if (sendlen > 0)
-            memmove(recvbuf, sendbuf, sendlen);
-        r->stats.collectives++;
-        *recvlen_p = sendlen;
-        return 0;
-    }
-    r->kind = COLL_SHIFT;
-    r->dt = KERN_U8;
-    r->op = KERN_SUM;
-    r->es = r->wire_es = 1;
-    r->wire = 0;
-    r->shift_src = sendbuf;
-    r->shift_len = sendlen;
-    r->shift_dst = recvbuf;
-    r->shift_cap = recvcap;
-    r->shift_rlen = 0;
-    r->shift_refuse = 0;
-    for (int i = 0; i < RING_SHIFT_HDR; i++)
-        r->shift_hdr[i] = (uint8_t)((uint64_t)sendlen >> (8 * i));
-    ring_chan_t *c = &r->chan[0];
-    chan_setup(c, recvbuf, 0, 0, 1);
-    c->nsend = 1 + (uint32_t)shift_nchunks(r, sendlen);
-    c->nrecv = 1; /* the header says how many follow */
-    coll_begin(r, 1);
-    rc = coll_run(r);
-    if (rc != 0)
-        return rc;
-    *recvlen_p = r->shift_rlen;
-    return 0;
 }
 
 int ring_barrier(ring_t *r)

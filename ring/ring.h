@@ -1,6 +1,6 @@
 /*
  * ring.h - fault-aware ring collectives over the transport: allreduce,
- * broadcast, allgather, barrier and shift among the members of one view.
+ * broadcast, allgather and barrier among the members of one view.
  *
  * A ring_t is made for one view (generation, ordered members, my rank) and
  * dies with it: after any failure or abort every collective on it returns
@@ -97,27 +97,6 @@ int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 int ring_allgather(ring_t *ring, void *buf, size_t block_bytes);
 /* Returns once every rank has entered the barrier. */
 int ring_barrier(ring_t *ring);
-
-/*
- * Every rank sends sendbuf[0..sendlen) to its right neighbour (rank+1 mod
- * n) and receives its left neighbour's message into recvbuf; *recvlen_p is
- * its length (set on success only). Lengths may differ per rank and may be
- * 0. The buffers must not overlap (n > 1) and stay untouched until return.
- * With n == 1 the rank's own message is copied. Besides the codes above:
- *   ST_EPEER_FORGED  the left neighbour's message is longer than recvcap
- *                    (or no legal length at all). For a legal length the
- *                    bytes are received and dropped, recvbuf is not
- *                    written, every other rank completes, and the ring
- *                    stays usable (on_fail is not called: the caller knows
- *                    whether recvcap or the peer is wrong; the suspect is
- *                    the left neighbour). An impossible length kills the
- *                    ring and names the left neighbour, like ST_EPEER.
- *   ST_EINVAL        a NULL buffer with a nonzero length, recvlen_p NULL,
- *                    or sendlen needs more than 2^20-1 chunks.
- * After an error recvbuf may hold a validated prefix of the message.
- */
-int ring_shift(ring_t *ring, const void *sendbuf, size_t sendlen,
-               void *recvbuf, size_t recvcap, size_t *recvlen_p);
 
 /*
  * Thread-safe. Makes the collective in progress (and every later one)

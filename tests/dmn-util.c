@@ -1,6 +1,7 @@
 #include "tests/dmn-util.h"
 
 #include <math.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -318,3 +319,31 @@ double td_param_diff(const char *pa, const char *pb)
     return worst;
 }
 
+/* 1 once every thread of process pid is stopped: kill(SIGSTOP) returns
+ * before the target has stopped, and a thread still running could finish
+ * a collective the test means to catch it in. */
+int td_all_stopped(void *pid_p)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)*(pid_t *)pid_p);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 0;
+    int stopped = 1, n = 0;
+    struct dirent *e;
+    while (stopped && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sp[400];
+        snprintf(sp, sizeof(sp), "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(sp, "r");
+        char *rp = f != NULL && fgets(buf, sizeof(buf), f) != NULL
+                       ? strrchr(buf, ')') : NULL;
+        stopped = rp != NULL && (rp[2] == 'T' || rp[2] == 't');
+        n++;
+        if (f != NULL)
+            fclose(f);
+    }
+    closedir(d);
+    return stopped && n > 0;
+}

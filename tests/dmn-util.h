@@ -45,6 +45,9 @@ int td_wait_file(const char *path, const char *needle, int timeout_ms);
 /* Poll pred(arg) every 10 ms until it returns non-zero (0) or timeout_ms
  * passes (-1): for conditions no file or descriptor announces. */
 int td_poll(int (*pred)(void *), void *arg, int timeout_ms);
+/* For td_poll: 1 once every thread of process *(pid_t *)pid_p is stopped
+ * (kill(SIGSTOP) returns before the target has stopped). */
+int td_all_stopped(void *pid_p);
 int td_file_has(const char *path, const char *needle);
 /* Read a whole file (caller frees); NULL if absent. */
 char *td_read(const char *path, size_t *len_p);

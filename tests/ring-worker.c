@@ -16,20 +16,14 @@
  *   forge    rank 0 first sends a stale-generation and a wrong-size message
  *            to rank 1, then all run matrix-like checks; rank 1 asserts
  *            both were counted
- *   bigshift like big, with ring_shift of the buffer instead
- *   shiftforge  rank 0 slips rank 1 an impossible ring_shift header
  *   late     rank 1 enters the first collective 1 s late, which a long
  *            ring_set_deadline() covers
  *   abort    like big, but a second thread calls ring_abort() once the
  *            collective runs (rank 0 only)
  *   regen    four rings of successive generations in the same processes
- *   shift    one ring_shift per --counts entry; in round t rank r sends
- *            counts[(r+t) % ncounts] bytes; checked against the pattern;
- *            with --short R rank R's recvcap is one byte short in round 0
- *            (ST_EPEER_FORGED, buffer untouched, ring still usable)
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
  *          --deadline-of R:MS (rank R only; wins over --deadline)
- *          --counts LIST --count N --iters K --expect-fail --short R
+ *          --counts LIST --count N --iters K --expect-fail
  * Exit status 0 is a pass; failures print why on stderr.
  */
 #include <errno.h>
@@ -66,7 +60,6 @@ typedef struct {
     int ncounts;
     size_t count;
     int iters, expect_fail;
-    int short_rank; /* shift: whose recvcap is one byte short, or -1 */
     tp_t *tp;
     ring_t *ring;
     FILE *out;
@@ -418,10 +411,9 @@ static void *abort_thread(void *arg)
     return NULL;
 }
 
-static void mode_big(int abort_it, int shift)
+static void mode_big(int abort_it)
 {
     float *buf = malloc(W.count * sizeof(float));
-    float *rbuf = shift ? malloc(W.count * sizeof(float)) : NULL;
     pthread_t th;
     /*
      * Finish connection setup before the abort: UCX 1.13 asserts
@@ -441,11 +433,7 @@ static void mode_big(int abort_it, int shift)
         if (it == 0)
             write_file(name, "1\n", 2);
         atomic_store(&W.running, 1);
-        size_t got;
-        int rc = shift ? ring_shift(W.ring, buf, W.count * sizeof(float),
-                                    rbuf, W.count * sizeof(float), &got)
-                       : ring_allreduce(W.ring, buf, W.count, KERN_F32,
-                                        KERN_SUM);
+        int rc = ring_allreduce(W.ring, buf, W.count, KERN_F32, KERN_SUM);
         if (rc != 0) {
             if (!W.expect_fail)
                 DIE("allreduce: %s", st_strerror(rc));
@@ -453,17 +441,11 @@ static void mode_big(int abort_it, int shift)
             if (abort_it)
                 pthread_join(th, NULL);
             free(buf);
-            free(rbuf);
             return;
         }
     }
     if (W.expect_fail)
         DIE("no failure seen in %d iterations", W.iters);
-    free(rbuf);
-    if (shift) {
-        free(buf);
-        return;
-    }
     /* Closed form: after k sums of n ranks, x * n^k. */
     double scale = pow((double)W.n, W.iters);
     for (size_t i = 0; i < W.count; i++)
@@ -584,115 +566,6 @@ static void mode_regen(void)
     }
 }
 
-/* ---- shift ------------------------------------------------------------ */
-
-static size_t shift_len(uint32_t r, int t)
-{
-    return W.counts[(r + (uint32_t)t) % (uint32_t)W.ncounts];
-}
-
-static uint8_t shift_byte(uint32_t r, int t, size_t i)
-{
-    return (uint8_t)(i * 131 + (i >> 12) * 7 + r * 29 + (uint32_t)t * 5 + 3);
-}
-
-#define SHIFT_GUARD 64
-
-static void mode_shift(void)
-{
-    uint32_t left = (W.rank + W.n - 1) % W.n;
-    uint64_t refused = 0;
-    for (int t = 0; t < W.ncounts; t++) {
-        size_t slen = shift_len(W.rank, t), want = shift_len(left, t);
-        uint8_t *sb = malloc(slen + 1);
-        for (size_t i = 0; i < slen; i++)
-            sb[i] = shift_byte(W.rank, t, i);
-        int refuse = t == 0 && (int)W.rank == W.short_rank && want > 0;
-        /* Tight on even rounds, roomy on odd ones. */
-        size_t cap = refuse ? want - 1 : want + (t % 2 ? 4093 : 0);
-        uint8_t *rb = malloc(cap + SHIFT_GUARD);
-        memset(rb, 0xEE, cap + SHIFT_GUARD);
-        size_t got = SIZE_MAX;
-        int rc = ring_shift(W.ring, sb, slen, rb, cap, &got);
-        if (refuse) {
-            if (rc != ST_EPEER_FORGED || got != SIZE_MAX)
-                DIE("shift %d: rc %d, len %zu; want refusal", t, rc, got);
-            for (size_t i = 0; i < cap + SHIFT_GUARD; i++)
-                if (rb[i] != 0xEE)
-                    DIE("shift %d: refused message wrote byte %zu", t, i);
-            refused++;
-        } else {
-            if (rc != 0)
-                DIE("shift %d (%zu bytes): %s", t, slen, st_strerror(rc));
-            if (got != want)
-                DIE("shift %d: got %zu bytes, want %zu", t, got, want);
-            for (size_t i = 0; i < want; i++)
-                if (rb[i] != shift_byte(left, t, i))
-                    DIE("shift %d: byte %zu of %zu", t, i, want);
-            for (size_t i = want; i < cap + SHIFT_GUARD; i++)
-                if (rb[i] != 0xEE)
-                    DIE("shift %d: wrote past the message at %zu", t, i);
-        }
-        fprintf(W.out, "shift %d ok\n", t);
-        free(sb);
-        free(rb);
-    }
-    ring_stats_t st;
-    ring_stats(W.ring, &st);
-    if (st.forged != refused ||
-        st.collectives != (uint64_t)W.ncounts - refused)
-        DIE("stats: %" PRIu64 " forged, %" PRIu64 " collectives", st.forged,
-            st.collectives);
-}
-
-/*
- * Rank 0 sends rank 1 a ring_shift header announcing 2^64-1 bytes ahead of
- * its real one (rank 1 sees it queued before anyone starts). Rank 1 must
- * fail the ring with ST_EPEER_FORGED naming rank 0, in bounded time.
- */
-static void mode_shiftforge(void)
-{
-    static uint8_t hdr[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
-    uint64_t tag = tp_tag_make(W.gen, 0, 0, 0);
-    W.expect_fail = 1; /* the ring is meant to die: no final barrier */
-    if (W.rank == 0) {
-        size_t alen;
-        void *addr = read_addr(1, &alen);
-        tp_peer_t *p;
-        int rc = tp_peer_connect(W.tp, addr, alen, NULL, NULL, &p);
-        free(addr);
-        tp_req_t req = {.cb = forge_cb};
-        if (rc != 0 || (rc = tp_send(p, hdr, 8, tag, NULL, &req)) != 0)
-            DIE("forge: %s", st_strerror(rc));
-        int64_t deadline = now_ms() + 10000;
-        while (req.status == ST_AGAIN && now_ms() < deadline)
-            tp_progress(W.tp);
-        wait_file("forge-seen");
-        tp_peer_close(p, 0);
-    } else {
-        size_t len = 0;
-        int64_t deadline = now_ms() + 10000;
-        while (!tp_probe(W.tp, tag, UINT64_MAX, &len)) {
-            tp_progress(W.tp);
-            if (now_ms() > deadline)
-                DIE("forged header never arrived");
-        }
-        write_file("forge-seen", "1\n", 2);
-    }
-    uint8_t sb[1000] = {1}, rb[1000];
-    size_t got;
-    int rc = ring_shift(W.ring, sb, sizeof sb, rb, sizeof rb, &got);
-    uint32_t who = UINT32_MAX;
-    int why = ring_suspect(W.ring, &who);
-    fprintf(stderr, "shift rc %d suspect %d/%u on_fail %d\n", rc, why, who,
-            W.onfail_count);
-    if (W.rank == 1 && (rc != ST_EPEER_FORGED || why != ST_EPEER_FORGED ||
-                        who != 0 || W.onfail_count != 1))
-        DIE("rc %d, suspect %d/%u, on_fail %d: want forged, rank 0", rc,
-            why, who, W.onfail_count);
-    fprintf(W.out, "shiftforge done\n");
-}
-
 /*
  * A late rank: the ring runs with a 500 ms deadline (--deadline), but the
  * first collective gets 5 s and rank 1 enters it 1 s late; then the short
@@ -742,7 +615,6 @@ static void parse(int argc, char **argv)
     W.gen = 7;
     W.iters = 1;
     W.count = 1 << 20;
-    W.short_rank = -1;
     ring_opts_default(&W.opts);
     W.opts.on_fail = on_fail;
     /*
@@ -772,7 +644,6 @@ static void parse(int argc, char **argv)
         }
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
-        else if (!strcmp(a, "--short")) W.short_rank = atoi(v), i++;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
         else if (!strcmp(a, "--wire")) {
             W.opts.wire = !strcmp(v, "bf16") ? RING_WIRE_BF16 : RING_WIRE_F16;
@@ -797,21 +668,15 @@ int main(int argc, char **argv)
     else if (!strcmp(W.mode, "coll"))
         mode_coll();
     else if (!strcmp(W.mode, "big"))
-        mode_big(0, 0);
-    else if (!strcmp(W.mode, "bigshift"))
-        mode_big(0, 1);
+        mode_big(0);
     else if (!strcmp(W.mode, "abort"))
-        mode_big(1, 0);
+        mode_big(1);
     else if (!strcmp(W.mode, "forge"))
         mode_forge();
     else if (!strcmp(W.mode, "regen"))
         mode_regen();
-    else if (!strcmp(W.mode, "shift"))
-        mode_shift();
     else if (!strcmp(W.mode, "late"))
         mode_late();
-    else if (!strcmp(W.mode, "shiftforge"))
-        mode_shiftforge();
     else
         DIE("unknown mode %s", W.mode);
     /*

@@ -5,13 +5,16 @@
  * and in sanitizer builds (an ASAN libringd.so cannot be loaded into an
  * uninstrumented python without LD_PRELOAD tricks).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
+#include "tests/mb-fixture.h"
 #include "tests/task.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -140,5 +143,284 @@ TEST_IMPL(client_python_errors)
     fake.pid = 0;
     ASSERT_EQ(td_exit_code(victim.pid, 30000), 128 + 9);
     victim.pid = 0;
+    return 0;
+}
+
+/* 1 once process *pid_p is stopped, reaping the stop. */
+static int py_stopped(void *pid_p)
+{
+    int st;
+    pid_t pid = *(pid_t *)pid_p;
+    return waitpid(pid, &st, WUNTRACED | WNOHANG) == pid && WIFSTOPPED(st);
+}
+
+/*
+ * ringd.Fenced for real (tests/client-fenced.py): two ring nodes with a
+ * 2 s lease. b's trainer stops itself in step 5 before its allreduce, so
+ * a's trainer waits in its step-5 allreduce; then a's daemon is stopped
+ * and b's trainer resumed. b evicts a when a's lease expires and goes on
+ * alone; on SIGCONT a fences itself and its trainer's allreduce raises
+ * exactly ringd.Fenced (code EFENCED).
+ */
+TEST_IMPL(client_python_fenced)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    fx_etcd_t etcd = {0};
+    fx_etcd_start(&etcd, 0);
+    td_daemon_t d[2];
+    const char *ids[2] = {"a", "b"};
+    for (int i = 0; i < 2; i++) {
+        td_init(&d[i], i ? "client-pyf-b" : "client-pyf-a");
+        d[i].networked = 1;
+    }
+    if (!have_numpy(py, td_path(&d[0], "numpy.log")))
+        return TEST_SKIP;
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/client-fenced.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    for (int i = 0; i < 2; i++) {
+        const char *flags[] = {"--etcd", etcd.url, "--job", "pyfence",
+                               "--node-id", ids[i], "--trainers", "1",
+                               "--lease-ttl", "2", "--min-nodes", "2",
+                               "--log-level", i ? "info" : "debug", NULL};
+        ASSERT_OK(td_start(&d[i], flags));
+    }
+    pid_t p[2];
+    const char *roles[2] = {"fenced", "stop"};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[] = {py, script, d[i].sock, roles[i], NULL};
+        p[i] = th_spawn((char *const *)argv, td_path(&d[i], "py.log"));
+        td_track(p[i]);
+    }
+    ASSERT_MSG(td_poll(py_stopped, &p[1], 60000) == 0,
+               "b's trainer never stopped in step 5");
+    ASSERT_OK(td_wait_file(d[0].log, "step 5: running -> reducing", 30000));
+    ASSERT_OK(kill(d[0].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &d[0].pid, 10000) == 0,
+               "a's daemon did not stop");
+    ASSERT_OK(kill(p[1], SIGCONT));
+    ASSERT_OK(td_wait_file(d[1].log, "view 2: 1 member,", 30000));
+    ASSERT_OK(kill(d[0].pid, SIGCONT));
+    for (int i = 0; i < 2; i++) {
+        int rc = td_exit_code(p[i], 60000);
+        if (rc != 0) {
+            td_dump(td_path(&d[i], "py.log"));
+            td_dump(d[i].log);
+        }
+        ASSERT_EQ(rc, 0);
+    }
+    ASSERT(td_file_has(td_path(&d[0], "py.log"), "ok fenced"));
+    ASSERT(td_file_has(d[0].log, "ring backend: fenced"));
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&d[i], 30000), 0);
+    return fx_done();
+}
+
+/* Run argv to completion (logging to log); its exit status. */
+static int run(const char *const *argv, const char *log)
+{
+    pid_t pid = th_spawn((char *const *)argv, log);
+    td_track(pid);
+    int rc = td_exit_code(pid, 120000);
+    if (rc != 0)
+        td_dump(log);
+    return rc;
+}
+
+/* The package installs with the ordinary tools, offline, and finds
+ * libringd.so beside itself or where make install put it, never in the
+ * source tree; a wrong RINGD_LIB is a clear error naming it. */
+TEST_IMPL(client_python_package)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t t;
+    td_init(&t, "client-pypkg");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        return TEST_SKIP;
+    char src[600], root[600], lib[600], venv[600], vpy[700], pip[700];
+    src_path(src, sizeof(src), "client/python");
+    src_path(root, sizeof(root), "Makefile");
+    *strrchr(root, '/') = '\0';
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    snprintf(venv, sizeof(venv), "%s/venv", t.dir);
+    snprintf(vpy, sizeof(vpy), "%s/bin/python", venv);
+    snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
+    const char *log = td_path(&t, "pkg.log");
+    /* A copy: pip builds in the tree it is given. */
+    const char *cp[] = {"/bin/cp", "-r", src, td_path(&t, "src"), NULL};
+    ASSERT_EQ(run(cp, log), 0);
+    const char *mk[] = {py, "-m", "venv", "--system-site-packages", venv,
+                        NULL};
+    ASSERT_EQ(run(mk, log), 0);
+    const char *inst[] = {pip, "install", "--no-index",
+                          "--no-build-isolation", "--quiet",
+                          td_path(&t, "src"), NULL};
+    ASSERT_EQ(run(inst, log), 0);
+
+    /* Beside itself: no RINGD_LIB, no source tree on the path (-I). */
+    unsetenv("RINGD_LIB");
+    const char *ship[] = {vpy, "-I", "-c",
+        "import importlib.util as u, shutil, os, sys\n"
+        "shutil.copy(sys.argv[1], os.path.dirname("
+        "u.find_spec('ringd').origin))", lib, NULL};
+    ASSERT_EQ(run(ship, log), 0);
+    const char *beside[] = {vpy, "-I", "-c",
+        "import sys, os, ringd\n"
+        "assert 'torch' not in sys.modules, 'import ringd pulled in torch'\n"
+        "assert ringd.__file__.startswith(sys.argv[1]), ringd.__file__\n"
+        "want = os.path.join(os.path.dirname(ringd.__file__), "
+        "'libringd.so')\n"
+        "assert ringd.lib_path == want, ringd.lib_path\n"
+        "print('beside ok')", venv, NULL};
+    ASSERT_EQ(run(beside, log), 0);
+
+    /* make install into a prefix: the library from $(PREFIX)/lib. */
+    char prefix[700], pyset[700], bset[700], pdir[800];
+    snprintf(prefix, sizeof(prefix), "PREFIX=%s/prefix", t.dir);
+    snprintf(bset, sizeof(bset), "BUILD=%s", th_bindir());
+    snprintf(pdir, sizeof(pdir), "%s/prefix/lib/python3/dist-packages",
+             t.dir);
+    const char *make[] = {"/usr/bin/make", "-s", "-C", root, bset, prefix,
+                          "install", NULL};
+    ASSERT_EQ(run(make, log), 0);
+    snprintf(pyset, sizeof(pyset), "%s/prefix/lib/libringd.so", t.dir);
+    setenv("PYTHONPATH", pdir, 1);
+    const char *installed[] = {py, "-c",
+        "import sys, ringd\n"
+        "assert ringd.__file__.startswith(sys.argv[2]), ringd.__file__\n"
+        "assert ringd.lib_path == sys.argv[1], ringd.lib_path\n"
+        "print('installed ok')", pyset, pdir, NULL};
+    ASSERT_EQ(run(installed, log), 0);
+
+    /* A RINGD_LIB that is wrong is the only place looked at. */
+    setenv("RINGD_LIB", td_path(&t, "nowhere/libringd.so"), 1);
+    const char *wrong[] = {py, "-c",
+        "import sys\n"
+        "try:\n"
+        "    import ringd\n"
+        "except OSError as e:\n"
+        "    assert sys.argv[1] in str(e), e\n"
+        "    print('clear:', e)\n"
+        "else:\n"
+        "    sys.exit('loaded ' + ringd.lib_path)",
+        td_path(&t, "nowhere/libringd.so"), NULL};
+    ASSERT_EQ(run(wrong, log), 0);
+    ASSERT(td_file_has(log, "beside ok"));
+    ASSERT(td_file_has(log, "installed ok"));
+    return 0;
+}
+
+static int py_imports(const char *py, const char *module, const char *log)
+{
+    const char *argv[] = {py, "-c", module, NULL};
+    pid_t pid = th_spawn((char *const *)argv, log);
+    td_track(pid);
+    return td_exit_code(pid, 60000) == 0;
+}
+
+/* tests/py/binding.py --part part against ringd --trainers 2. */
+static int run_binding(const char *part)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t t;
+    td_init(&t, "client-pybind");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        return TEST_SKIP;
+    if (strcmp(part, "torch") == 0 &&
+        !py_imports(py, "import torch", td_path(&t, "torch.log"))) {
+        printf("# SKIP: torch cannot be imported by %s\n", py);
+        td_dump(td_path(&t, "torch.log"));
+        return TEST_SKIP;
+    }
+    char lib[600], script[600], pypath[600], pid[32];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/py/binding.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    snprintf(pid, sizeof(pid), "%d", (int)t.pid);
+    const char *argv[] = {py, script, "--socket", t.sock, "--daemon-pid",
+                          pid, "--part", part, NULL};
+    const char *log = td_path(&t, "binding.log");
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    int rc = td_exit_code(p, 240000);
+    td_dump(log);
+    ASSERT_EQ(rc, 0);
+    char want[32];
+    snprintf(want, sizeof(want), "PASS %s", part);
+    ASSERT(td_file_has(log, want));
+    /* Bad input was refused in Python: the daemon saw no bad message. */
+    ASSERT(!td_file_has(t.log, "rejected message"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* Every ringd dtype from numpy (bf16 as uint16 bits), clear errors for
+ * bad arrays, 500 buffers in one step, freed in the daemon when the
+ * arrays are dropped. */
+TEST_IMPL(client_python_dtypes_and_freeing)
+{
+    return run_binding("numpy");
+}
+
+/* ringd.torch: tensors in ringd memory reduced in place for every dtype,
+ * NotContiguous / NotRingdMemory / UnsupportedDtype with the daemon
+ * unharmed, 500 tensors in one step freed after. Skips (and says so) only
+ * when torch cannot be imported. */
+TEST_IMPL(client_python_torch_tensors)
+{
+    return run_binding("torch");
+}
+
+/* ringd.torch.elastic without a job (tests/py/elastic_unit.py): the
+ * ElasticSampler through simulated view changes and redone steps sees
+ * every sample of each epoch exactly once; State's tensors are the state
+ * region, training through it is bitwise unchanged, another replica
+ * restores model, Adam's moments and step, sampler, RNG and extras from
+ * its bytes, and another layout is refused. Skips only without torch. */
+TEST_IMPL(client_python_elastic_unit)
+{
+    const char *py = "/usr/bin/python3";
+    if (SAN_BUILD || access(py, X_OK) != 0)
+        return TEST_SKIP;
+    td_daemon_t t;
+    td_init(&t, "client-pyel");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        return TEST_SKIP;
+    if (!py_imports(py, "import torch", td_path(&t, "torch.log"))) {
+        printf("# SKIP: torch cannot be imported by %s\n", py);
+        return TEST_SKIP;
+    }
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/py/elastic_unit.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    ASSERT_OK(td_start(&t, NULL));
+    const char *argv[] = {py, script, "--socket", t.sock, NULL};
+    const char *log = td_path(&t, "elastic.log");
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    int rc = td_exit_code(p, 240000);
+    td_dump(log);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(log, "PASS elastic"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }

@@ -160,7 +160,7 @@ TEST_IMPL(dmn_malformed_messages)
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 20, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EINVAL, "unknown buffer id");
     r = ok;
-    r.buf_id = 1000;
+    r.buf_id = PROTO_MAX_BUFFERS;
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 21, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EPROTO, "buffer id out of range");
     r = ok;
@@ -472,5 +472,82 @@ TEST_IMPL(dmn_drain_healthz)
     t.pid = 0;
     for (int i = 0; i < 2; i++)
         close(r[i].fd);
+    return 0;
+}
+
+/* BUF_FREE is answered at once, even with a collective pending, and
+ * refused for the buffer that collective (or the state region) is in; the
+ * pending collective then completes normally. */
+TEST_IMPL(dmn_buf_free_refusals)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-buffree");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    /* A second buffer (id 1) for trainer 0, and its state in id 0. */
+    int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT(mfd >= 0);
+    ASSERT_OK(ftruncate(mfd, 4096));
+    ASSERT_OK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK));
+    proto_buf_add_t ba = {1, 0, 4096};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_ADD, 3, &ba, sizeof(ba),
+             mfd);
+    close(mfd);
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 4);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
+
+    /* Trainer 0 posts on buffer 1 and waits for trainer 1. */
+    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 1, RINGD_F32, 0, 4,
+                            RINGD_SUM, 0};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 5, &sum, sizeof(sum),
+             -1);
+    proto_buf_free_t f = {1, 0};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_FREE, 6, &f, sizeof(f),
+             -1);
+    expect_error(r[0].fd, RINGD_ESTATE, "collective outstanding");
+    f.buf_id = 9;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_FREE, 7, &f, sizeof(f),
+             -1);
+    expect_error(r[0].fd, RINGD_EINVAL, "unknown buffer id");
+    sum.buf_id = 0;
+    r[1].mem[0] = 5.0f;
+    send_msg(r[1].fd, PROTO_VERSION, PROTO_T_COLL, 5, &sum, sizeof(sum),
+             -1);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(recv_reply(r[i].fd, &type, NULL, 0), 0);
+        ASSERT_EQ(type, PROTO_T_COLL);
+    }
+    ASSERT(r[1].mem[0] == 5.0f); /* trainer 0's buffer 1 held zeros */
+
+    /* Done: buffer 1 goes; collectives naming it are refused after. */
+    f.buf_id = 1;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_FREE, 8, &f, sizeof(f),
+             -1);
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    ASSERT_EQ(type, PROTO_T_BUF_FREE);
+    sum.buf_id = 1;
+    sum.coll_seq = 1;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 9, &sum, sizeof(sum),
+             -1);
+    expect_error(r[0].fd, RINGD_EINVAL, "unknown buffer id");
+    /* The state region's buffer cannot go. */
+    proto_state_set_t ss = {0, 0, 0, 64};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_STATE_SET, 10, &ss, sizeof(ss),
+             -1);
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    f.buf_id = 0;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_FREE, 11, &f, sizeof(f),
+             -1);
+    expect_error(r[0].fd, RINGD_ESTATE, "state region");
+    close(r[0].fd);
+    close(r[1].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }

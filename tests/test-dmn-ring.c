@@ -44,6 +44,8 @@ static const char *stop_after; /* when set, trainers stop themselves */
 static const char *ckpt_interval = "50";
 static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
 static const char *ucx_opt;  /* when set, --ucx-opt */
+static const char *log_level; /* when set, --log-level */
+static const char *stop_in;  /* when set, trainers stop in that step */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -59,7 +61,7 @@ static void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", "2", "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL};
+                           NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
@@ -78,6 +80,10 @@ static void node_init(cluster_t *c, int i, const char *trainers,
         flags[k++] = "--ucx-opt";
         flags[k++] = ucx_opt;
     }
+    if (log_level != NULL) {
+        flags[k++] = "--log-level";
+        flags[k++] = log_level;
+    }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
 }
@@ -92,11 +98,15 @@ static pid_t trainer(cluster_t *c, int i, int k, const char *steps)
                           td_path(&c->d[i], hl), "--save",
                           td_path(&c->d[i], sv), "--log-every", "20",
                           crash_at ? "--crash-at-step" : NULL, crash_at,
-                          NULL, NULL, NULL};
+                          NULL, NULL, NULL, NULL, NULL};
+    int at = crash_at ? 10 : 8;
     if (stop_after != NULL) {
-        int at = crash_at ? 10 : 8;
-        args[at] = "--stop-after-step";
-        args[at + 1] = stop_after;
+        args[at++] = "--stop-after-step";
+        args[at++] = stop_after;
+    }
+    if (stop_in != NULL) {
+        args[at++] = "--stop-in-step";
+        args[at++] = stop_in;
     }
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }
@@ -940,5 +950,91 @@ TEST_IMPL(dmn_ring_drain)
     for (int i = 0; i < 3; i++)
         if (i != 1)
             ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* 1 once the trainer process pid is stopped (SIGSTOP), reaping the
+ * stop so the test sees it exactly once. */
+static int trainer_stopped(void *pid_p)
+{
+    int st;
+    return waitpid(*(pid_t *)pid_p, &st, WUNTRACED | WNOHANG) ==
+               *(pid_t *)pid_p && WIFSTOPPED(st);
+}
+
+/*
+ * A daemon SIGSTOPped past its lease TTL (2 s) while its trainer waits in
+ * a collective. n0's trainer stops itself in step 200, so the others'
+ * trainers post their step-200 allreduce and wait; n2's daemon is stopped
+ * once it reduces its part, then n0's trainer resumes. n0 and n1 wait for
+ * n2 until its lease expires, then redo step 200 as a 2-node job. After
+ * SIGCONT, n2 finds its lease gone: it fences, the collective it was in
+ * is dropped (even one that completed from buffered data) and its trainer
+ * gets RINGD_EFENCED; it registers again as a new member and joins with
+ * the job's state. Its step 200 of the old view never counts: its trainer
+ * logs no step between 199 and its join, every step it logged has the
+ * others' hash, and all end identical in a 3-node view.
+ */
+TEST_IMPL(dmn_ring_fence_stopped)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "1", "3");
+    node_init(&c, 1, "1", "3");
+    log_level = "debug";
+    node_init(&c, 2, "1", "3");
+    log_level = NULL;
+    const char *steps = "3000";
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, steps);
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    ASSERT_OK(td_wait_file(c.d[2].log, "step 200: running -> reducing",
+                           30000));
+    ASSERT_OK(kill(c.d[2].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &c.d[2].pid, 10000) == 0,
+               "n2's daemon did not stop");
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    const char *h00 = td_path(&c.d[0], "h0");
+    /* The others redo step 200 without n2 once its lease expired. */
+    ASSERT_OK(td_wait_file(h00, "step 200 ", 30000));
+    ASSERT(td_file_has(c.d[0].log, ": 2 members, me #"));
+    ASSERT_OK(kill(c.d[2].pid, SIGCONT));
+
+    const char *t2 = td_path(&c.d[2], "t0.log");
+    ASSERT_OK(td_wait_file(c.d[2].log, "ring backend: fenced", 10000));
+    /* Its part of step 200 went out before the stop and the others' parts
+     * were buffered: on waking the collective completes, and is dropped. */
+    ASSERT_OK(td_wait_file(c.d[2].log, "a collective finished after this "
+                           "node's lease ran out: dropped", 10000));
+    ASSERT_OK(td_wait_file(t2, "collective: the node is fenced (lease "
+                               "lost); redoing the step", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, ": 3 members, me #", 30000));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(c.d[0].log, " 1 joiner"));
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(h00, &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(t2, "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT_EQ(h0.world[199], 3);
+    ASSERT_EQ(h0.world[200], 2);
+    ASSERT(h2.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h2.have[s], "n2 logged step %d while evicted", s);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h2), 200);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(h0.world[2999], 3);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }

@@ -247,51 +247,6 @@ TEST_IMPL(ring_regen_n2)
     return 0;
 }
 
-/*
- * ring_shift: per-rank lengths rotate through 0, odd sizes and a few MiB
- * over 64 KiB chunks; one rank's recvcap is a byte short in round 0 (the
- * rank whose left neighbour then sends a nonempty message).
- */
-#define SHIFT_LENS "--counts 0,1,65537,3145733,9 --chunk 65536"
-
-TEST_IMPL(ring_shift_n1)
-{
-    run_ok(1, "shift", "--counts 9,0,1,65537,3145733 --short 0", "tcp", 0);
-    return 0;
-}
-
-TEST_IMPL(ring_shift_n2)
-{
-    run_ok(2, "shift", SHIFT_LENS, "tcp", 0);
-    return 0;
-}
-
-TEST_IMPL(ring_shift_n3)
-{
-    run_ok(3, "shift", SHIFT_LENS " --short 2", "tcp", 0); /* cap 0 */
-    return 0;
-}
-
-TEST_IMPL(ring_shift_n4)
-{
-    run_ok(4, "shift", SHIFT_LENS " --short 0", "tcp", 0);
-    return 0;
-}
-
-/* An impossible length header kills the ring, naming the sender. */
-TEST_IMPL(ring_shift_forged_n2)
-{
-    run_ok(2, "shiftforge", "", "tcp", 0);
-    return 0;
-}
-
-/* One large message per rank with the default 1 MiB chunk. */
-TEST_IMPL(ring_shift_large_n2)
-{
-    run_ok(2, "shift", "--counts 67108869,50331648", "tcp", 0);
-    return 0;
-}
-
 /* ring_set_deadline: a long first collective for a late rank. */
 TEST_IMPL(ring_deadline_late_n3)
 {
@@ -403,12 +358,6 @@ static void kill_one(const char *tls, int shm, int n, int victim)
 
 TEST_IMPL(ring_kill_n3) { kill_one("tcp", 0, 3, 1); return 0; }
 
-/* ring_shift of 256 MiB per rank, SIGKILL of one: same bounds. */
-TEST_IMPL(ring_shift_kill_n3)
-{
-    kill_one_mode("bigshift", "tcp", 0, 3, 2);
-    return 0;
-}
 TEST_IMPL(ring_kill_shm_n3) { kill_one("sm,self", 1, 3, 2); return 0; }
 
 /*

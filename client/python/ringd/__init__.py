@@ -1,0 +1,402 @@
+"""ringd - Python binding of libringd (ctypes), numpy arrays over the
+shared buffers. `import ringd` needs numpy only; `import ringd.torch`
+adds the PyTorch layer and needs torch.
+
+    import numpy as np, ringd
+    with ringd.Client() as c:
+        params = c.buffer(n, np.float32)     # numpy view of shared memory
+        grads = c.buffer(n, np.float32)
+        c.state(params)
+        while True:
+            v = c.step_begin()
+            if v.step >= steps:
+                break
+            grads[:] = compute(params, shard(v.rank, v.world))
+            try:
+                c.allreduce(grads, "avg")
+            except ringd.Reshape:
+                continue                    # redo the step on the new view
+            params -= lr * grads
+            c.step_end()
+
+Arrays handed to allreduce/broadcast must be views into buffers from
+Client.buffer() (no copy ever goes through the socket). numpy has no
+bfloat16: Client.buffer(n, "bf16") gives a uint16 array of the raw bits,
+and allreduce(a, dtype="bf16") reduces it as bfloat16. A buffer is freed
+when no array over it is left (at the client's next call), or at once by
+Client.free(array).
+
+libringd.so is found through $RINGD_LIB (only there, when set), then
+beside this file (a package that ships it), then the library directory
+`make install` wrote into ringd/_config.py, then the dynamic linker's
+path. The path loaded is ringd.lib_path.
+"""
+import bisect
+import ctypes
+import os
+import weakref
+from collections import namedtuple
+
+import numpy as np
+
+OK = 0
+EINVAL = -1
+ENODAEMON = -2
+EDISCONNECTED = -3
+EVERSION = -4
+EPROTO = -5
+ERESHAPE = -6
+ENOMEM = -7
+ENOTSUP = -8
+ESYS = -9
+ETIMEDOUT = -10
+EMISMATCH = -11
+ESHUTDOWN = -12
+EFENCED = -13
+ESTATE = -14
+EABORTED = -15
+
+# ringd_dtype_t: wire dtypes and their element sizes.
+F32, F64, F16, BF16, I32, I64, U8 = range(7)
+DTYPE_NAMES = {"f32": F32, "f64": F64, "f16": F16, "bf16": BF16,
+               "i32": I32, "i64": I64, "u8": U8}
+DTYPE_SIZES = {F32: 4, F64: 8, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
+
+# numpy dtypes that map to a ringd dtype by themselves; bf16 travels as
+# uint16 bits and must be named.
+_NP_DTYPES = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
+              np.dtype(np.float16): F16, np.dtype(np.int32): I32,
+              np.dtype(np.int64): I64, np.dtype(np.uint8): U8}
+_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+View = namedtuple("View", "rank world local_rank local_world step "
+                          "generation restored")
+
+
+class Error(Exception):
+    """A libringd failure: .code is the RINGD_* code."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class Reshape(Error):
+    """The view changed during a collective: redo the step."""
+
+
+class Disconnected(Error):
+    """The daemon went away; step_begin() reconnects."""
+
+
+class Shutdown(Error):
+    """The daemon drains: stop training."""
+
+
+class Fenced(Error):
+    """The node lost its etcd lease: redo the step; step_begin() raises
+    it again until the node is back in the job."""
+
+
+class _Opts(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32),
+                ("timeout_ms", ctypes.c_uint32),
+                ("auto_reconnect", ctypes.c_int),
+                ("name", ctypes.c_char_p)]
+
+
+class _View(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_uint32), ("world", ctypes.c_uint32),
+                ("local_rank", ctypes.c_uint32),
+                ("local_world", ctypes.c_uint32),
+                ("step", ctypes.c_uint64), ("generation", ctypes.c_uint64),
+                ("restored", ctypes.c_int)]
+
+
+def _candidates():
+    """Where libringd.so may be, in order. $RINGD_LIB, when set, is the
+    only place: a user who names a library must get that one or an
+    error, never another found elsewhere."""
+    env = os.environ.get("RINGD_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, "libringd.so")]
+    try:
+        from ringd import _config
+        paths.append(os.path.join(_config.LIBDIR, "libringd.so"))
+    except ImportError:
+        pass
+    paths.append("libringd.so")
+    return paths
+
+
+def _load():
+    tried = []
+    lib = None
+    for path in _candidates():
+        bare = os.sep not in path
+        if not bare and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    if lib is None:
+        raise OSError("libringd.so not found: tried %s; set RINGD_LIB or "
+                      "run make install" % ", ".join(tried))
+    P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    sig = {
+        "ringd_opts_init": (None, [ctypes.POINTER(_Opts)]),
+        "ringd_connect": (I, [ctypes.POINTER(P), ctypes.c_char_p,
+                              ctypes.POINTER(_Opts)]),
+        "ringd_buffer": (P, [P, S]),
+        "ringd_state": (I, [P, P, S]),
+        "ringd_step_begin": (I, [P, ctypes.POINTER(_View)]),
+        "ringd_allreduce": (I, [P, P, S, I, I]),
+        "ringd_broadcast": (I, [P, P, S, ctypes.c_uint32]),
+        "ringd_step_end": (I, [P]),
+        "ringd_checkpoint": (I, [P]),
+        "ringd_reconnect": (I, [P]),
+        "ringd_strerror": (ctypes.c_char_p, [I]),
+        "ringd_last_error": (ctypes.c_char_p, [P]),
+        "ringd_close": (None, [P]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    # Older libraries lack it; Client.free() then says so.
+    if hasattr(lib, "ringd_buffer_free"):
+        lib.ringd_buffer_free.restype = I
+        lib.ringd_buffer_free.argtypes = [P, P]
+    return lib, path
+
+
+_lib, lib_path = _load()
+
+
+def strerror(code):
+    return _lib.ringd_strerror(code).decode()
+
+
+def dtype_code(dtype):
+    """The ringd dtype of a name ("bf16"), an enum value or a numpy
+    dtype; raises Error (EINVAL) naming what ringd lacks."""
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype]
+    if isinstance(dtype, int) and dtype in DTYPE_SIZES:
+        return dtype
+    try:
+        nd = np.dtype(dtype)
+    except TypeError:
+        nd = None
+    if nd in _NP_DTYPES:
+        return _NP_DTYPES[nd]
+    raise Error(EINVAL, "ringd has no dtype %s (it reduces %s)" %
+                (nd if nd is not None else repr(dtype),
+                 ", ".join(DTYPE_NAMES)))
+
+
+class Client:
+    """One connection to the local ringd. Not thread-safe."""
+
+    def __init__(self, socket=None, name=None, timeout_ms=0,
+                 auto_reconnect=True):
+        opts = _Opts()
+        _lib.ringd_opts_init(ctypes.byref(opts))
+        opts.timeout_ms = timeout_ms
+        opts.auto_reconnect = 1 if auto_reconnect else 0
+        self._name = (name or "python").encode()
+        opts.name = self._name
+        self._c = ctypes.c_void_p()
+        path = socket.encode() if socket else None
+        rc = _lib.ringd_connect(ctypes.byref(self._c), path,
+                                ctypes.byref(opts))
+        if rc != 0:
+            raise Error(rc, "ringd_connect: " + strerror(rc))
+        self._staging = {}
+        # Base addresses of buffers no array refers to any more; freed at
+        # the next call, never from inside a garbage collection.
+        self._dead = []
+        self._live = {}         # base address -> its finalizer
+        self._bases = []        # sorted base addresses of live buffers
+        self._sizes = {}        # base address -> bytes
+
+    def _check(self, rc, what):
+        if rc == 0:
+            return
+        msg = "%s: %s" % (what, _lib.ringd_last_error(self._c).decode())
+        cls = {ERESHAPE: Reshape, EDISCONNECTED: Disconnected,
+               ESHUTDOWN: Shutdown, EFENCED: Fenced}.get(rc, Error)
+        raise cls(rc, msg)
+
+    def raw_buffer(self, nbytes):
+        """(address, writable memoryview of nbytes) over a new shared
+        buffer. The buffer is freed once nothing refers to the memoryview
+        (or its exporter) any more, at the client's next call."""
+        self._reap()
+        nbytes = max(int(nbytes), 1)
+        addr = _lib.ringd_buffer(self._c, nbytes)
+        if not addr:
+            raise Error(ENOMEM, "ringd_buffer: " +
+                        _lib.ringd_last_error(self._c).decode())
+        raw = (ctypes.c_char * nbytes).from_address(addr)
+        self._live[addr] = weakref.finalize(raw, self._dead.append, addr)
+        bisect.insort(self._bases, addr)
+        self._sizes[addr] = nbytes
+        return addr, memoryview(raw).cast("B")
+
+    def owns(self, addr, nbytes):
+        """Whether [addr, addr+nbytes) lies inside one live buffer."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i < 0:
+            return False
+        base = self._bases[i]
+        return addr + nbytes <= base + self._sizes[base]
+
+    def buffers(self):
+        """How many buffers this client has mapped."""
+        return len(self._bases)
+
+    def _forget(self, addr):
+        self._live.pop(addr, None)
+        if self._sizes.pop(addr, None) is not None:
+            del self._bases[bisect.bisect_left(self._bases, addr)]
+
+    def buffer(self, shape, dtype=np.float32):
+        """A zeroed numpy array in memory shared with the daemon; "bf16"
+        gives uint16 bits. Freed when no array over it is left, or by
+        free()."""
+        code = dtype_code(dtype)
+        npd = np.dtype(np.uint16) if code == BF16 else np.dtype(
+            {F32: np.float32, F64: np.float64, F16: np.float16,
+             I32: np.int32, I64: np.int64, U8: np.uint8}[code])
+        count = int(np.prod(shape))
+        _, mv = self.raw_buffer(count * npd.itemsize)
+        return np.frombuffer(mv, dtype=npd, count=count).reshape(shape)
+
+    def _free_addr(self, addr):
+        if not hasattr(_lib, "ringd_buffer_free"):
+            raise Error(ENOTSUP, "ringd_buffer_free: not in " + lib_path)
+        self._check(_lib.ringd_buffer_free(self._c, addr),
+                    "ringd_buffer_free")
+        fin = self._live.get(addr)
+        if fin is not None:
+            fin.detach()
+        self._forget(addr)
+
+    def collect(self):
+        """Free now the buffers no array refers to any more (otherwise
+        done at the next buffer() or step_begin())."""
+        self._reap()
+
+    def _reap(self):
+        while self._dead and self._c:
+            addr = self._dead.pop()
+            try:
+                self._free_addr(addr)
+            except Error:
+                # The state region's buffer: ringd_close frees it.
+                self._forget(addr)
+
+    def free(self, array):
+        """Free the buffer that array (from buffer()) starts; the array
+        and every view of it must not be used afterwards."""
+        addr = _address(array)
+        if addr not in self._live:
+            raise Error(EINVAL, "free: %#x does not start a buffer of this "
+                                "client" % addr)
+        self._free_addr(addr)
+
+    def state(self, array):
+        self._check(_lib.ringd_state(self._c, _address(array),
+                                     array.nbytes), "ringd_state")
+
+    def step_begin(self):
+        self._reap()
+        v = _View()
+        self._check(_lib.ringd_step_begin(self._c, ctypes.byref(v)),
+                    "ringd_step_begin")
+        return View(v.rank, v.world, v.local_rank, v.local_world, v.step,
+                    v.generation, bool(v.restored))
+
+    def allreduce_raw(self, addr, count, dtype, op="avg"):
+        """In place over count elements of ringd dtype at addr."""
+        self._check(_lib.ringd_allreduce(self._c, addr, count, dtype,
+                                         _OPS[op]), "ringd_allreduce")
+
+    def allreduce(self, array, op="avg", dtype=None):
+        """In place; raises Reshape when the step must be redone. dtype
+        names the wire type when the array's own is not it ("bf16" for
+        uint16 bits)."""
+        if not array.flags.c_contiguous:
+            raise Error(EINVAL, "allreduce: the array is not contiguous")
+        if dtype is None and array.dtype not in _NP_DTYPES:
+            raise Error(EINVAL, "allreduce: ringd has no dtype %s (name "
+                                "the wire dtype, e.g. dtype='bf16' for "
+                                "uint16 bits)" % array.dtype)
+        code = _NP_DTYPES[array.dtype] if dtype is None else dtype_code(dtype)
+        if array.nbytes % DTYPE_SIZES[code]:
+            raise Error(EINVAL, "allreduce: %d bytes is not a whole number "
+                                "of %s" % (array.nbytes, dtype))
+        self.allreduce_raw(_address(array), array.nbytes // DTYPE_SIZES[code],
+                           code, op)
+
+    def broadcast_raw(self, addr, nbytes, root=0):
+        self._check(_lib.ringd_broadcast(self._c, addr, nbytes, root),
+                    "ringd_broadcast")
+
+    def broadcast(self, array, root=0):
+        self.broadcast_raw(_address(array), array.nbytes, root)
+
+    def allreduce_torch(self, tensor, op="avg"):
+        """allreduce for a torch tensor (any device): copied through a
+        staging ringd buffer kept per (numel, dtype). ringd.torch reduces
+        tensors in ringd memory without the copies."""
+        import torch  # noqa: F401  (only where torch is installed)
+        host = tensor.detach().cpu().contiguous().numpy()
+        key = (host.size, host.dtype)
+        if key not in self._staging:
+            self._staging[key] = self.buffer(host.size, host.dtype)
+        buf = self._staging[key]
+        buf[:] = host.reshape(-1)
+        self.allreduce(buf, op)
+        tensor.copy_(torch.from_numpy(buf.reshape(host.shape)))
+
+    def step_end(self):
+        self._check(_lib.ringd_step_end(self._c), "ringd_step_end")
+
+    def checkpoint(self):
+        """Ask for a checkpoint, taken on every node at the end of the next
+        step that starts; raises (RINGD_ENOTSUP) if checkpoints are off."""
+        self._check(_lib.ringd_checkpoint(self._c), "ringd_checkpoint")
+
+    def reconnect(self):
+        self._check(_lib.ringd_reconnect(self._c), "ringd_reconnect")
+
+    def close(self):
+        """Unmaps every buffer: arrays from buffer() must not be used
+        afterwards."""
+        if self._c:
+            for fin in self._live.values():
+                fin.detach()
+            self._live.clear()
+            self._dead.clear()
+            self._bases.clear()
+            self._sizes.clear()
+            _lib.ringd_close(self._c)
+            self._c = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _address(array):
+    if hasattr(array, "data_ptr"):      # a torch tensor
+        return array.data_ptr()
+    return array.__array_interface__["data"][0]

@@ -1,0 +1,407 @@
+"""ringd.torch.elastic - state that survives view changes, and the step loop.
+
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler,
+                          epoch=0)
+    state.register_reset_callbacks([lambda world: rescale_lr(world)])
+
+    def train_step(state, view):
+        xb, yb = batch(state.sampler.batch())      # this rank's share
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()                                 # a DistributedOptimizer
+
+    elastic.run(train_step, state, steps=1000)
+
+How the state reaches ringd's state region: it lives there. State() puts
+the model's parameters and buffers and the optimizer's state tensors
+(Adam's moments and step counters included) into one ringd buffer and
+makes the live tensors views of it (tensor.data is rebound; the objects
+the model and optimizer hold stay the same), so at every step end the
+region already holds them and the daemon's checkpoints and joiners get
+them without a copy. What is not a tensor (epoch, the sampler's
+position, RNG states, the optimizer's hyperparameters, non-tensor extras)
+is written as JSON into a fixed-size part of the region by commit(),
+before each step end. The region starts with a header and the layout
+(names, shapes, dtypes, offsets), so a checkpoint can be read without the
+program that wrote it, and a restore checks that the layout is its own.
+
+CPU tensors only: the CUDA path (tensors staged through the region when
+the daemon needs them) is not built yet.
+"""
+import base64
+import hashlib
+import json
+import random
+import struct
+import time
+
+import numpy as np
+import torch
+
+import ringd
+import ringd.torch as rt
+
+MAGIC = b"RNGDSTAT"
+VERSION = 1
+# magic, version, layout bytes, meta capacity, meta bytes, data offset,
+# total bytes, layout hash (16 bytes)
+_HDR = struct.Struct("<8sIIIIQQ16s")
+_ALIGN = 64
+META_CAP = 256 << 10
+
+
+def _align(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """Partitions what is left of the epoch over the current trainers.
+
+    Each step takes the next world * batch_size samples of the epoch's
+    order (a permutation seeded by (seed, epoch) when shuffling) and gives
+    rank r its contiguous share; the last, short step splits what is left
+    as evenly as it goes. Only commit() (after a step completed) moves the
+    position on, so a step redone on a new view takes the same samples,
+    repartitioned: after any number of view changes every sample of an
+    epoch is seen exactly once.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=True, seed=0):
+        self.n = len(dataset)
+        self.batch_size = int(batch_size)
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.epoch = 0
+        self.processed = 0      # samples of this epoch already trained on
+        self.rank, self.world = 0, 1
+        self._order = None
+
+    def set_world(self, rank, world):
+        self.rank, self.world = int(rank), int(world)
+
+    def set_epoch(self, epoch):
+        self.epoch, self.processed, self._order = int(epoch), 0, None
+
+    def order(self):
+        if self._order is None:
+            if self.shuffle:
+                g = torch.Generator()
+                g.manual_seed(self.seed * 1000003 + self.epoch)
+                self._order = torch.randperm(self.n, generator=g).tolist()
+            else:
+                self._order = list(range(self.n))
+        return self._order
+
+    def _share(self, start, rank):
+        left = self.n - start
+        step = min(self.world * self.batch_size, left)
+        q, extra = divmod(step, self.world)
+        lo = start + rank * q + min(rank, extra)
+        return lo, lo + q + (1 if rank < extra else 0), step
+
+    def batch(self, rank=None):
+        """This rank's indices for the current step ([] once the epoch is
+        done)."""
+        lo, hi, _ = self._share(self.processed,
+                                self.rank if rank is None else rank)
+        return self.order()[lo:hi]
+
+    def global_batch(self):
+        """Every rank's indices of the current step, in rank order."""
+        return [self.batch(r) for r in range(self.world)]
+
+    def done(self):
+        return self.processed >= self.n
+
+    def commit(self):
+        """The current step completed: move past its samples."""
+        self.processed += self._share(self.processed, 0)[2]
+
+    def __iter__(self):
+        """This rank's samples of the rest of the epoch, step by step, as
+        if the world stayed as it is."""
+        pos = self.processed
+        while pos < self.n:
+            lo, hi, step = self._share(pos, self.rank)
+            yield from self.order()[lo:hi]
+            pos += step
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed": self.processed,
+                "seed": self.seed, "n": self.n}
+
+    def load_state_dict(self, d):
+        if d["n"] != self.n or d["seed"] != self.seed:
+            raise ValueError("ElasticSampler: saved for %d samples seed %d, "
+                             "this one has %d seed %d" %
+                             (d["n"], d["seed"], self.n, self.seed))
+        self.epoch, self.processed = d["epoch"], d["processed"]
+        self._order = None
+
+
+def _materialize_optimizer(opt):
+    """Make the optimizer create its state now (Adam creates it lazily at
+    the first step), as it would on a fresh start: one step on zero
+    gradients, parameters put back, the new state zeroed. A zero moment
+    and a zero step counter are what the first real step would have
+    started from, so training is unchanged; but the layout is known from
+    the start, the same on a joiner as on the job."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    if all(len(opt.state[p]) > 0 for p in params):
+        return
+    saved = [p.detach().clone() for p in params]
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    with torch.no_grad():
+        for p, s in zip(params, saved):
+            p.copy_(s)
+    for p, g in zip(params, grads):
+        p.grad = g
+    for p in params:
+        for v in opt.state[p].values():
+            if torch.is_tensor(v):
+                v.zero_()
+
+
+def _b64(b):
+    return base64.b64encode(b).decode()
+
+
+def _rng_state():
+    return {"torch": _b64(torch.get_rng_state().numpy().tobytes()),
+            "numpy": _np_rng_to_json(np.random.get_state()),
+            "python": _py_rng_to_json(random.getstate())}
+
+
+def _np_rng_to_json(s):
+    return [s[0], _b64(np.asarray(s[1], np.uint32).tobytes()), s[2], s[3],
+            s[4]]
+
+
+def _np_rng_from_json(s):
+    return (s[0], np.frombuffer(base64.b64decode(s[1]), np.uint32), s[2],
+            s[3], s[4])
+
+
+def _py_rng_to_json(s):
+    return [s[0], list(s[1]), s[2]]
+
+
+def _py_rng_from_json(s):
+    return (s[0], tuple(s[1]), s[2])
+
+
+def _set_rng(r):
+    torch.set_rng_state(torch.frombuffer(
+        bytearray(base64.b64decode(r["torch"])), dtype=torch.uint8))
+    np.random.set_state(_np_rng_from_json(r["numpy"]))
+    random.setstate(_py_rng_from_json(r["python"]))
+
+
+class State:
+    """Everything a replica needs, in ringd's state region (see the
+    module's docstring). Tensor extras live in the region like parameters;
+    other extras (ints, floats, strings, lists, dicts) go into the JSON
+    part and come back as attributes: state.epoch, state.best, ..."""
+
+    def __init__(self, model=None, optimizer=None, sampler=None, client=None,
+                 meta_cap=META_CAP, **extras):
+        self.client = rt._pick(client)
+        self.model, self.optimizer, self.sampler = model, optimizer, sampler
+        self._reset_callbacks = []
+        self._tensors = []          # (name, live tensor)
+        self._plain = {}
+        seen = set()
+
+        def add(name, t):
+            # A tensor held twice (tied weights) has one place.
+            if id(t) not in seen:
+                seen.add(id(t))
+                self._tensors.append((name, t))
+        if model is not None:
+            for name, t in model.state_dict(keep_vars=True).items():
+                add("model/" + name, t)
+        if optimizer is not None:
+            _materialize_optimizer(optimizer)
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            for i, p in enumerate(params):
+                for k, v in sorted(optimizer.state[p].items()):
+                    if torch.is_tensor(v):
+                        add("optim/%d/%s" % (i, k), v)
+        for k, v in sorted(extras.items()):
+            if torch.is_tensor(v):
+                add("extra/" + k, v)
+            else:
+                self._plain[k] = v
+        self._build(meta_cap)
+        self.commit()
+
+    def __getattr__(self, name):
+        plain = self.__dict__.get("_plain", {})
+        if name in plain:
+            return plain[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        if "_plain" in self.__dict__ and name in self._plain:
+            self._plain[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _build(self, meta_cap):
+        layout, off = [], 0
+        for name, t in self._tensors:
+            if t.device.type != "cpu":
+                raise rt.NotRingdMemory(
+                    "elastic.State: %s is on %s; only CPU tensors can live "
+                    "in the state region so far" % (name, t.device))
+            nbytes = t.numel() * t.element_size()
+            layout.append({"name": name, "shape": list(t.shape),
+                           "dtype": str(t.dtype).replace("torch.", ""),
+                           "offset": off, "nbytes": nbytes})
+            off = _align(off + nbytes)
+        self.layout = layout
+        ljson = json.dumps(layout, separators=(",", ":")).encode()
+        self._layout_hash = hashlib.blake2b(ljson, digest_size=16).digest()
+        self._meta_off = _align(_HDR.size + len(ljson))
+        self._data_off = _align(self._meta_off + meta_cap)
+        self.nbytes = self._data_off + off
+        self._meta_cap = meta_cap
+        _, mv = self.client.raw_buffer(self.nbytes)
+        self._mv = mv
+        self.region = np.frombuffer(mv, np.uint8, count=self.nbytes)
+        self.region[_HDR.size:_HDR.size + len(ljson)] = np.frombuffer(
+            ljson, np.uint8)
+        self._write_header(0, len(ljson))
+        for ent, (name, t) in zip(layout, self._tensors):
+            if ent["nbytes"] == 0:
+                continue
+            view = torch.frombuffer(mv, dtype=t.dtype,
+                                    count=t.numel(),
+                                    offset=self._data_off + ent["offset"])
+            view = view.view(t.shape)
+            view.copy_(t.detach())
+            t.data = view
+        self.client.state(self.region)
+
+    def _write_header(self, meta_len, layout_len=None):
+        if layout_len is None:
+            layout_len = _HDR.unpack_from(self._mv, 0)[2]
+        _HDR.pack_into(self._mv, 0, MAGIC, VERSION, layout_len,
+                       self._meta_cap, meta_len, self._data_off,
+                       self.nbytes, self._layout_hash)
+
+    def register_reset_callbacks(self, callbacks):
+        """fn(world) for each, called when the view changes (not at the
+        first step): rescale the learning rate, rebuild what depends on
+        the world size."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self, world):
+        if self.sampler is not None:
+            self.sampler.set_world(self.sampler.rank, world)
+        for fn in self._reset_callbacks:
+            fn(world)
+
+    def _meta(self):
+        m = {"plain": self._plain, "rng": _rng_state()}
+        if self.sampler is not None:
+            m["sampler"] = self.sampler.state_dict()
+        if self.optimizer is not None:
+            m["param_groups"] = [
+                {k: v for k, v in g.items() if k != "params"}
+                for g in self.optimizer.param_groups]
+        return m
+
+    def commit(self):
+        """Write what is not a tensor into the region. elastic.run calls
+        it after each step's update, before the step ends."""
+        meta = json.dumps(self._meta(), separators=(",", ":")).encode()
+        if len(meta) > self._meta_cap:
+            raise ValueError("elastic.State: %d bytes of non-tensor state "
+                             "exceed meta_cap=%d" % (len(meta),
+                                                     self._meta_cap))
+        a = self._meta_off
+        self.region[a:a + len(meta)] = np.frombuffer(meta, np.uint8)
+        self._write_header(len(meta))
+
+    def restore(self):
+        """The region was just overwritten with the job's state (a joiner,
+        view.restored): check it is laid out as ours, then load what is
+        not a tensor (the tensors already are the region)."""
+        magic, ver, llen, cap, mlen, doff, total, lhash = _HDR.unpack_from(
+            self._mv, 0)
+        if magic != MAGIC or ver != VERSION:
+            raise ValueError("elastic.State: the restored region is not a "
+                             "ringd.torch state (magic %r)" % magic)
+        if lhash != self._layout_hash or total != self.nbytes:
+            raise ValueError("elastic.State: the job's state has another "
+                             "layout (a different model or optimizer)")
+        a = self._meta_off
+        m = json.loads(bytes(self.region[a:a + mlen]))
+        self._plain.update(m["plain"])
+        _set_rng(m["rng"])
+        if self.sampler is not None and "sampler" in m:
+            self.sampler.load_state_dict(m["sampler"])
+        if self.optimizer is not None and "param_groups" in m:
+            for g, saved in zip(self.optimizer.param_groups,
+                                m["param_groups"]):
+                g.update(saved)
+
+    def digest(self):
+        """blake2b-64 of the tensors' bytes in the region (replicas that
+        are bitwise identical have the same)."""
+        return hashlib.blake2b(self.region[self._data_off:].tobytes(),
+                               digest_size=8).hexdigest()
+
+
+def run(step_fn, state, steps=None, fenced_wait_s=60.0):
+    """The step loop: step_fn(state, view) computes and applies one step
+    (its collectives raise ringd.Reshape when the view changes mid-step:
+    the step is redone on the new view). A joiner's state is loaded before
+    its first step (view.restored); on_reset callbacks run with the new
+    world size whenever the generation changes. Stops when the job's step
+    counter reaches `steps`, when step_fn returns False, or when the
+    daemon drains (ringd.Shutdown). Returns the last view."""
+    c = state.client
+    gen, fenced_since, v = None, None, None
+    while True:
+        try:
+            v = c.step_begin()
+        except ringd.Shutdown:
+            return v
+        except ringd.Fenced:
+            # The node lost its lease; step_begin raises until it is back.
+            fenced_since = fenced_since or time.monotonic()
+            if time.monotonic() - fenced_since > fenced_wait_s:
+                raise
+            time.sleep(0.1)
+            continue
+        fenced_since = None
+        if v.restored:
+            state.restore()
+        if state.sampler is not None:
+            state.sampler.set_world(v.rank, v.world)
+        if gen is not None and v.generation != gen:
+            state.on_reset(v.world)
+        gen = v.generation
+        if steps is not None and v.step >= steps:
+            return v
+        try:
+            more = step_fn(state, v)
+        except (ringd.Reshape, ringd.Disconnected, ringd.Fenced):
+            continue                    # redo the step on the new view
+        if state.sampler is not None:
+            state.sampler.commit()
+        state.commit()
+        try:
+            c.step_end()
+        except ringd.Error:
+            continue                    # step_begin reconnects
+        if more is False:
+            return v

@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""The ringd package against a real ringd started with --trainers 2 (by
+tests/test-client-python.c): two trainers as two threads, one Client
+each (libringd calls release the GIL), going through the same phases,
+one step each.
+
+--part numpy: every ringd dtype (bf16 as uint16 bits), clear errors for
+bad arrays, 500 buffers in one step freed when dropped.
+--part torch: tensors in ringd memory reduced in place (zero copy), every
+dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, 500 tensors in
+one step freed when dropped. Exits 0 and prints "PASS <part>", or
+"SKIP ..." when torch cannot be imported.
+"""
+import argparse
+import sys
+import threading
+
+import numpy as np
+
+import ringd
+
+NEL = 8
+
+
+def daemon_maps(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return f.read().count("memfd:ringd-buffer")
+
+
+def run_phases(sock, phases):
+    """Each phase(c, rank, sync) runs on both trainers inside one step;
+    sync() is a barrier between the two. Raises the first failure."""
+    bar = threading.Barrier(2, timeout=120)
+    errs = []
+
+    def trainer():
+        try:
+            c = ringd.Client(sock, name="binding.py")
+            for phase in phases:
+                v = c.step_begin()
+                assert v.world == 2, v
+                phase(c, v.rank, bar.wait)
+                c.step_end()
+            c.close()
+        except BaseException as e:  # re-raised in the main thread
+            errs.append(e)
+            bar.abort()
+    th = [threading.Thread(target=trainer) for _ in range(2)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(300)
+    if errs:
+        raise errs[0]
+
+
+def expect_raise(call, exc, text, msgs):
+    try:
+        call()
+    except exc as e:
+        assert text in str(e), (text, str(e))
+        if isinstance(e, ringd.Error):
+            assert e.code == ringd.EINVAL, e.code
+        msgs.append("%s: %s" % (type(e).__name__, e))
+    else:
+        raise AssertionError("no %s for %s" % (exc.__name__, text))
+
+
+def freeing_phases(o, alloc, reduce_one, say):
+    """Phases: count the daemon's mappings, 500 buffers in one step, then
+    all freed once dropped."""
+    base = {}
+
+    def before(c, rank, sync):
+        c.collect()
+        sync()
+        if rank == 0:
+            base["n"] = daemon_maps(o.daemon_pid)
+        sync()
+
+    def many(c, rank, sync):
+        bufs = [alloc(c) for _ in range(500)]
+        for i, b in enumerate(bufs):
+            b[:] = (rank + 1) * i
+            reduce_one(c, b)
+        assert all((b == 3 * i).all() for i, b in enumerate(bufs))
+        assert c.buffers() == 500, c.buffers()
+        sync()
+        if rank == 0:
+            n = daemon_maps(o.daemon_pid)
+            assert n == base["n"] + 1000, (n, base)
+        sync()
+
+    def after(c, rank, sync):
+        c.collect()
+        assert c.buffers() == 0, c.buffers()
+        sync()
+        if rank == 0:
+            n = daemon_maps(o.daemon_pid)
+            assert n == base["n"], (n, base)
+            print(say)
+        sync()
+    return [before, many, after]
+
+
+def bf16_bits(x):
+    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(
+        np.uint16)
+
+
+def bf16_value(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def numpy_phases(o):
+    want = np.arange(1, NEL + 1) * 3.0  # rank 0 gives 1x, rank 1 2x
+
+    def dtypes(c, rank, sync):
+        for name in ("f32", "f64", "f16", "i32", "i64", "u8"):
+            a = c.buffer(NEL, name)
+            a[:] = np.arange(1, NEL + 1) * (rank + 1)
+            c.allreduce(a, "sum")
+            assert np.array_equal(a.astype(np.float64), want), (name, a)
+        b = c.buffer(NEL, "bf16")
+        assert b.dtype == np.uint16
+        b[:] = bf16_bits(np.arange(1, NEL + 1) * (rank + 1))
+        c.allreduce(b, "sum", dtype="bf16")
+        assert np.array_equal(bf16_value(b), want), bf16_value(b)
+        m = c.buffer(NEL, "bf16")
+        m[:] = bf16_bits(np.full(NEL, 2.0 + rank))
+        c.allreduce(m, "max", dtype=ringd.BF16)
+        assert (bf16_value(m) == 3.0).all(), bf16_value(m)
+        if rank == 0:
+            print("dtypes ok: f32 f64 f16 bf16 i32 i64 u8")
+
+    def bad(c, rank, sync):
+        a = c.buffer((4, 4), np.float32)
+        msgs = []
+        expect_raise(lambda: c.allreduce(a[:, 1]), ringd.Error,
+                     "not contiguous", msgs)
+        expect_raise(lambda: c.buffer(4, np.int16), ringd.Error,
+                     "no dtype int16", msgs)
+        expect_raise(lambda: c.allreduce(np.zeros(4, np.float32)),
+                     ringd.Error, "not inside a buffer", msgs)
+        expect_raise(lambda: c.allreduce(a.view(np.complex64)),
+                     ringd.Error, "no dtype complex64", msgs)
+        a[:] = rank + 1
+        c.allreduce(a, "sum")  # the daemon is unharmed
+        assert (a == 3).all()
+        if rank == 0:
+            print("bad input:\n  " + "\n  ".join(msgs))
+
+    return [dtypes, bad] + freeing_phases(
+        o, lambda c: c.buffer(4, np.float32),
+        lambda c, b: c.allreduce(b, "sum"),
+        "500 buffers reduced in one step, then freed")
+
+
+def torch_phases(o):
+    import torch
+    import ringd.torch as rt
+
+    dts = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+           torch.int32, torch.int64, torch.uint8]
+    want = torch.arange(1, NEL + 1, dtype=torch.float64) * 3
+
+    def dtypes(c, rank, sync):
+        for dt in dts:
+            t = rt.zeros(NEL, dtype=dt, client=c)
+            ptr = t.data_ptr()
+            t.copy_(torch.arange(1, NEL + 1) * (rank + 1))
+            r = rt.allreduce_(t, op="sum", client=c)
+            assert r is t and t.data_ptr() == ptr  # in place, zero copy
+            assert torch.equal(t.double(), want), (dt, t)
+        # A contiguous slice of a ringd tensor reduces only itself.
+        m = rt.zeros((4, 4), client=c)
+        m.fill_(rank + 1)
+        rt.allreduce_(m[1:3], op="avg", client=c)
+        assert (m[1:3] == 1.5).all() and (m[0] == rank + 1).all(), m
+        if rank == 0:
+            print("torch dtypes ok:", " ".join(str(d) for d in dts))
+
+    def bad(c, rank, sync):
+        msgs = []
+        m = rt.zeros((4, 4), client=c)
+        expect_raise(lambda: rt.allreduce_(m.t(), client=c),
+                     rt.NotContiguous, "not contiguous", msgs)
+        expect_raise(lambda: rt.allreduce_(torch.zeros(4), client=c),
+                     rt.NotRingdMemory, "not in ringd memory", msgs)
+        expect_raise(lambda: rt.zeros(4, dtype=torch.int16, client=c),
+                     rt.UnsupportedDtype, "no dtype torch.int16", msgs)
+        expect_raise(lambda: rt.allreduce_(
+            torch.zeros(2, dtype=torch.complex64), client=c),
+            rt.UnsupportedDtype, "no dtype torch.complex64", msgs)
+        expect_raise(lambda: rt.allreduce_(m.view(torch.int8), client=c),
+                     rt.UnsupportedDtype, "no dtype torch.int8", msgs)
+        m.fill_(rank + 1)
+        rt.allreduce_(m, op="sum", client=c)  # the daemon is unharmed
+        assert (m == 3).all()
+        if rank == 0:
+            print("torch bad input:\n  " + "\n  ".join(msgs))
+
+    def reduce_async(c, t):
+        h = rt.allreduce_async_(t, op="sum", client=c)
+        assert h.wait() is t
+
+    return [dtypes, bad] + freeing_phases(
+        o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
+        "500 tensors reduced in one step, then freed")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--daemon-pid", type=int, required=True)
+    ap.add_argument("--part", choices=("numpy", "torch"), required=True)
+    o = ap.parse_args()
+    if o.part == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            print("SKIP torch cannot be imported: %s" % e)
+            return 0
+        phases = torch_phases(o)
+    else:
+        phases = numpy_phases(o)
+    run_phases(o.socket, phases)
+    print("PASS", o.part)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""ringd.torch.elastic without a job: the ElasticSampler under simulated
+view changes and redone steps, and State's region (zero copy, restore on
+another replica, the layout check) against a real ringd at --socket (no
+step is needed for buffers). Prints "PASS elastic" or "SKIP ...".
+"""
+import argparse
+import random
+import sys
+
+
+def sampler_sim(ElasticSampler):
+    rnd = random.Random(12345)
+    n, b = 1003, 7
+    s = ElasticSampler(range(n), batch_size=b, shuffle=True, seed=5)
+    orders, changes, redone = [], 0, 0
+    for epoch in range(4):
+        s.set_epoch(epoch)
+        seen = []
+        world = rnd.randint(1, 5)
+        s.set_world(0, world)
+        while not s.done():
+            shares = s.global_batch()
+            flat = [i for sh in shares for i in sh]
+            assert len(flat) == len(set(flat)), "overlapping shares"
+            assert all(len(sh) <= b for sh in shares)
+            assert len(shares) == world
+            # Every rank, asked on its own, computes its share.
+            for r in range(world):
+                t = ElasticSampler(range(n), batch_size=b, seed=5)
+                t.load_state_dict(s.state_dict())
+                t.set_world(r, world)
+                assert t.batch() == shares[r]
+            if rnd.random() < 0.2:
+                # The step is aborted by a view change: redone, no commit.
+                world = rnd.randint(1, 5)
+                s.set_world(0, world)
+                changes += 1
+                redone += 1
+                continue
+            seen.extend(flat)
+            s.commit()
+            if rnd.random() < 0.1:
+                world = rnd.randint(1, 5)   # a change between steps
+                s.set_world(0, world)
+                changes += 1
+        assert sorted(seen) == list(range(n)), "epoch %d: not exactly once" \
+            % epoch
+        orders.append(s.order()[:20])
+    assert orders[0] != orders[1], "shuffle does not change per epoch"
+    # __iter__ with a fixed world is the steps' shares, in order.
+    s.set_epoch(9)
+    s.set_world(2, 3)
+    it = list(s)
+    steps = []
+    while not s.done():
+        steps.extend(s.batch())
+        s.commit()
+    assert it == steps and len(it) > 0
+    # Mid-epoch state moves to a fresh sampler.
+    s.set_epoch(1)
+    s.commit()
+    s.commit()
+    t = ElasticSampler(range(n), batch_size=b, seed=5)
+    t.load_state_dict(s.state_dict())
+    t.set_world(2, 3)
+    assert list(t) == list(s)
+    print("sampler: 4 epochs, %d view changes (%d steps redone), every "
+          "sample exactly once" % (changes, redone))
+
+
+def make(seed, torch, hidden=16):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, hidden),
+                                torch.nn.BatchNorm1d(hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    return model, opt
+
+
+def train(model, opt, steps, torch, seed=7):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(16, 8, generator=g)
+        y = torch.randint(0, 3, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def state_checks(sock):
+    import torch
+    import ringd
+    import ringd.torch as rt
+    from ringd.torch import elastic
+
+    c1 = ringd.Client(sock, name="elastic-a")
+    c2 = ringd.Client(sock, name="elastic-b")
+    # Materialising Adam's state changes nothing about training.
+    m0, o0 = make(1, torch)
+    ma, oa = make(1, torch)
+    sa = elastic.State(model=ma, optimizer=oa, client=c1, epoch=0,
+                       best=0.5)
+    train(m0, o0, 5, torch)
+    train(ma, oa, 5, torch)
+    for (n0, p0), (_, pa) in zip(m0.state_dict().items(),
+                                 ma.state_dict().items()):
+        assert torch.equal(p0, pa), n0
+    print("state: training with the region is bitwise the same as without")
+    # The live tensors are the region: an optimizer step changes it.
+    for p in list(ma.parameters()) + list(ma.buffers()):
+        assert c1.owns(p.data_ptr(), p.numel() * p.element_size())
+    for st in oa.state.values():
+        for v in st.values():
+            assert c1.owns(v.data_ptr(), v.numel() * v.element_size())
+    before = sa.digest()
+    train(ma, oa, 1, torch)
+    assert sa.digest() != before
+    names = [e["name"] for e in sa.layout]
+    assert "optim/0/exp_avg" in names and "optim/0/step" in names, names
+    assert "model/1.num_batches_tracked" in names, names
+
+    # Another replica receives the bytes (as a joiner does) and restores.
+    sampler = elastic.ElasticSampler(range(100), batch_size=4, seed=3)
+    sa.sampler = sampler
+    sampler.set_epoch(2)
+    sampler.commit()
+    sa.epoch, sa.best = 2, 0.75
+    torch.manual_seed(99)
+    sa.commit()
+    want_rand = torch.rand(3)
+    mb, ob = make(2, torch)
+    sb = elastic.State(model=mb, optimizer=ob, client=c2,
+                       sampler=elastic.ElasticSampler(range(100),
+                                                      batch_size=4, seed=3),
+                       epoch=0, best=0.0)
+    sb.region[:] = sa.region
+    sb.restore()
+    assert sb.digest() == sa.digest()
+    for (n, pa), (_, pb) in zip(ma.state_dict().items(),
+                                mb.state_dict().items()):
+        assert torch.equal(pa, pb), n
+    for pa, pb in zip(ma.parameters(), mb.parameters()):
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(oa.state[pa][k], ob.state[pb][k]), k
+    assert float(ob.state[list(mb.parameters())[0]]["step"]) == 6.0
+    assert sb.epoch == 2 and sb.best == 0.75
+    assert sb.sampler.state_dict() == sampler.state_dict()
+    assert torch.equal(torch.rand(3), want_rand), "RNG state not restored"
+    # Both go on identically from there.
+    train(ma, oa, 3, torch, seed=11)
+    train(mb, ob, 3, torch, seed=11)
+    assert sa.digest() == sb.digest()
+    print("state: a replica restored from the region has the model, Adam's "
+          "moments and step (6), sampler, RNG and extras")
+
+    # A different model cannot load it.
+    c3 = ringd.Client(sock, name="elastic-c")
+    mc, oc = make(2, torch, hidden=32)
+    sc = elastic.State(model=mc, optimizer=oc, client=c3)
+    sc.region[:sc.nbytes] = 0
+    sc.region[:64] = sa.region[:64]
+    try:
+        sc.restore()
+    except ValueError as e:
+        assert "another layout" in str(e), e
+        print("state: other layout refused:", e)
+    else:
+        raise AssertionError("restore of another layout accepted")
+    try:
+        elastic.State(model=torch.nn.Linear(2, 2).to("meta"), client=c3)
+    except (rt.NotRingdMemory, NotImplementedError, RuntimeError) as e:
+        print("state: non-CPU tensor refused:", type(e).__name__)
+    for c in (c1, c2, c3):
+        c.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    o = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("SKIP torch cannot be imported: %s" % e)
+        return 0
+    from ringd.torch.elastic import ElasticSampler
+    sampler_sim(ElasticSampler)
+    state_checks(o.socket)
+    print("PASS elastic")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
