@@ -99,6 +99,7 @@ typedef enum {
 
 /* Upper bounds (seconds) of the recovery histogram's finite buckets. */
 #define DMN_RECOVERY_BUCKETS 10
+#define DMN_LAG_PERIOD_MS 10 /* the loop-lag timer (dmn.c) */
 extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
 
 typedef struct {
@@ -107,6 +108,8 @@ typedef struct {
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
+    double loop_lag_max;   /* seconds: worst lateness of the lag timer
+                              since the last /metrics scrape */
     uint64_t coll_errors;
     uint64_t view_changes;
     uint64_t aborted_steps;
@@ -186,6 +189,8 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     uv_timer_t drain_timer;
+    uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
+    uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
     /* The collective being gathered or reduced (DMN_F_COLL_OPEN). */
     proto_coll_req_t coll;
