@@ -223,6 +223,21 @@ static int two_ckpts_complete(void *arg)
     return found >= 2;
 }
 
+/* SIGKILL every daemon and trainer of c at once, then reap them: killing
+ * and reaping one node at a time let the last one, alone in a new view,
+ * take a 1-shard checkpoint before its turn came. */
+static void kill_job(cluster_t *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        kill(c->trainer[i][0], SIGKILL);
+        kill(c->d[i].pid, SIGKILL);
+    }
+    for (int i = 0; i < c->n; i++) {
+        th_kill(c->trainer[i][0]);
+        th_kill(c->d[i].pid);
+    }
+}
+
 /* Every daemon of c logged a view with all c->n members. */
 static int all_in_view(void *arg)
 {
@@ -446,10 +461,7 @@ TEST_IMPL(dmn_ring_ckpt_restart)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
                "no two checkpoints completed");
-    for (int i = 0; i < 2; i++) {
-        th_kill(c.trainer[i][0]);
-        th_kill(c.d[i].pid);
-    }
+    kill_job(&c);
     char before[600], root[600], path[700];
     snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
     int64_t want = newest_stored(dir, 0, UINT64_MAX);
@@ -457,6 +469,11 @@ TEST_IMPL(dmn_ring_ckpt_restart)
     ASSERT_GE(in_etcd, 100);
     ASSERT_GE(want, in_etcd); /* the store never lags etcd */
     store_root(root, sizeof(root), dir, -1);
+    ckpt_manifest_t *m = NULL;
+    ASSERT_OK(ckpt_store_load_manifest(root, (uint64_t)want, &m));
+    ASSERT_MSG(m->nshards == 2, "checkpoint %lld has %u shards",
+               (long long)want, m->nshards);
+    ckpt_manifest_free(m);
     ASSERT_OK(ckpt_store_step_dir(root, (uint64_t)want, path,
                                   sizeof(path) - 20));
     strcat(path, "/shard-00001.rckp");
@@ -688,7 +705,7 @@ static uint32_t member_index(const ckpt_manifest_t *m, const char *node)
  * back to the checkpoint before. Either way the restarted job replays the
  * first run's steps bit for bit and the nodes end identical.
  */
-static void per_node_restart(int lose_both)
+static int per_node_restart(int lose_both)
 {
     cluster_env();
     cluster_t c = {.n = 3};
@@ -703,10 +720,7 @@ static void per_node_restart(int lose_both)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
                "no two checkpoints completed");
-    for (int i = 0; i < 3; i++) {
-        th_kill(c.trainer[i][0]);
-        th_kill(c.d[i].pid);
-    }
+    kill_job(&c);
     char before[600];
     snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
     int64_t newest = newest_stored(dir, 3, UINT64_MAX);
@@ -719,6 +733,8 @@ static void per_node_restart(int lose_both)
         ASSERT_GE(want, 50);
     }
     ckpt_manifest_t *m = stored_manifest(dir, 3, (uint64_t)newest);
+    ASSERT_MSG(m->nshards == 3, "checkpoint %lld has %u shards",
+               (long long)newest, m->nshards);
     uint32_t k = member_index(m, "n1");
     ASSERT_EQ(m->shards[k].owner, k);
     uint32_t rep = m->shards[k].replica;
@@ -766,18 +782,17 @@ static void per_node_restart(int lose_both)
     free(dir);
     ckpt_dir = NULL;
     ckpt_per_node = 0;
+    return fx_done(); /* while c, which the fixture points to, lives */
 }
 
 TEST_IMPL(dmn_ring_ckpt_per_node_restart)
 {
-    per_node_restart(0);
-    return fx_done();
+    return per_node_restart(0);
 }
 
 TEST_IMPL(dmn_ring_ckpt_per_node_fallback)
 {
-    per_node_restart(1);
-    return fx_done();
+    return per_node_restart(1);
 }
 
 /* 1 once process pid sleeps in poll(2) (x86-64 syscall 7): the trainer
@@ -812,9 +827,12 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     fx_etcd_start(&c.etcd, 0);
     node_init(&c, 0, "1", "2");
     node_init(&c, 1, "1", "2");
-    c.trainer[0][0] = trainer(&c, 0, 0, "1500");
+    /* Steps enough that n1, alone once n0 is out, cannot finish before
+     * n0's new trainer is back, however slow that rejoin is on a loaded
+     * machine (1500 lost that race about 1 run in 3 under load). */
+    c.trainer[0][0] = trainer(&c, 0, 0, "8000");
     stop_after = "100";
-    c.trainer[1][0] = trainer(&c, 1, 0, "1500");
+    c.trainer[1][0] = trainer(&c, 1, 0, "8000");
     stop_after = NULL;
     int st;
     ASSERT_EQ(waitpid(c.trainer[1][0], &st, WUNTRACED), c.trainer[1][0]);
@@ -828,7 +846,7 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     kill(c.trainer[1][0], SIGCONT);
     ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 1", 30000));
     ASSERT(!td_file_has(c.d[0].log, "registering again"));
-    c.trainer[0][1] = trainer(&c, 0, 1, "1500");
+    c.trainer[0][1] = trainer(&c, 0, 1, "8000");
     ASSERT_OK(td_wait_file(td_path(&c.d[0], "h1"), "world 2", 30000));
     expect_exit0(&c, 0, 1, c.trainer[0][1]);
     expect_exit0(&c, 1, 0, c.trainer[1][0]);
@@ -969,11 +987,11 @@ static int trainer_stopped(void *pid_p)
  * once it reduces its part, then n0's trainer resumes. n0 and n1 wait for
  * n2 until its lease expires, then redo step 200 as a 2-node job. After
  * SIGCONT, n2 finds its lease gone: it fences, the collective it was in
- * is dropped (even one that completed from buffered data) and its trainer
- * gets RINGD_EFENCED; it registers again as a new member and joins with
- * the job's state. Its step 200 of the old view never counts: its trainer
- * logs no step between 199 and its join, every step it logged has the
- * others' hash, and all end identical in a 3-node view.
+ * is dropped (even when it completed from buffered data first) and its
+ * trainer gets RINGD_EFENCED; it registers again as a new member and
+ * joins with the job's state. Its step 200 of the old view never counts:
+ * its trainer logs no step between 199 and its join, every step it logged
+ * has the others' hash, and all end identical in a 3-node view.
  */
 TEST_IMPL(dmn_ring_fence_stopped)
 {
@@ -1007,10 +1025,6 @@ TEST_IMPL(dmn_ring_fence_stopped)
 
     const char *t2 = td_path(&c.d[2], "t0.log");
     ASSERT_OK(td_wait_file(c.d[2].log, "ring backend: fenced", 10000));
-    /* Its part of step 200 went out before the stop and the others' parts
-     * were buffered: on waking the collective completes, and is dropped. */
-    ASSERT_OK(td_wait_file(c.d[2].log, "a collective finished after this "
-                           "node's lease ran out: dropped", 10000));
     ASSERT_OK(td_wait_file(t2, "collective: the node is fenced (lease "
                                "lost); redoing the step", 10000));
     ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 10000));
@@ -1018,6 +1032,12 @@ TEST_IMPL(dmn_ring_fence_stopped)
     for (int i = 0; i < 3; i++)
         expect_exit0(&c, i, 0, c.trainer[i][0]);
     ASSERT(td_file_has(c.d[0].log, " 1 joiner"));
+    /* Most often its part of step 200 went out before the stop and the
+     * others' parts were buffered, so on waking the collective completed
+     * before the fence timer fired: it must have been dropped (else the
+     * fence aborted it first). Either way step 200 is not counted below. */
+    if (!td_file_has(c.d[2].log, "lease ran out: dropped"))
+        fprintf(stderr, "note: the fence aborted n2's collective first\n");
 
     static td_hashes_t h0, h1, h2;
     td_read_hashes(h00, &h0);
