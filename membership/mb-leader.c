@@ -25,8 +25,27 @@
 #include "common/log.h"
 #include "common/status.h"
 
+/* 1 when a suspect key names this incarnation (node, lease). */
+static int suspected(mb_t *mb, const char *node, int64_t lease)
+{
+    char key[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0) != 0)
+        return 0;
+    mb_kv_t *kv = mb__mirror_find(mb, key);
+    if (kv == NULL)
+        return 0;
+    cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+    int64_t l = 0;
+    int named = rd_json_i64(j, "lease", &l) == 0 && l == lease;
+    cJSON_Delete(j);
+    return named;
+}
+
 /* The live set: every node record in the mirror (a record exists exactly
- * as long as its lease). Returns the count; members are owned copies. */
+ * as long as its lease), less the suspects: their leases are being
+ * revoked, and waiting for each record's deletion would write one view
+ * per dead node where one view can drop them all. Returns the count;
+ * members are owned copies. */
 static size_t collect_alive(mb_t *mb, mb_member_t **out)
 {
     size_t plen = strlen(mb->nodes_prefix), n = 0;
@@ -36,6 +55,8 @@ static size_t collect_alive(mb_t *mb, mb_member_t **out)
     for (size_t i = 0; i < mb->n_kvs; i++) {
         const mb_kv_t *kv = &mb->kvs[i];
         if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
+            continue;
+        if (suspected(mb, kv->key + plen, kv->lease))
             continue;
         if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
             continue;
