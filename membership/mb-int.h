@@ -89,6 +89,8 @@ struct mb {
     uint64_t fence_at_ms;    /* loop time the lease may have run out */
     long retry_ms;
     int campaign_inflight, view_inflight, view_again;
+    long view_retry_ms;      /* backoff of the next failed view txn */
+    int view_tries;          /* view txns failed in a row */
     int64_t suspect_rev_done;
 
     etcd_watch_t *watch;
