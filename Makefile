@@ -8,6 +8,7 @@
 #   make demo       the demo (see README.md)
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
 #   make install    what each module installs (PREFIX=/usr/local, DESTDIR)
+#   make deb        Debian packages in build/debs/ (debian/, debhelper)
 #   make clean      remove build/
 #
 # Knobs: BUILD=dir, CUDA=auto|0|1, CUDA_HOME, NVCC_GENCODE, SAN=1, V=1.
@@ -27,6 +28,14 @@ DESTDIR ?=
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
+BINDIR ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DOCDIR ?= $(PREFIX)/share/doc/ringd
+# Debian: /etc and /lib/systemd/system for PREFIX=/usr (packages), under
+# the prefix otherwise (/usr/local/etc, /usr/local/lib/systemd/system).
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 
 CC ?= cc
 WARN := -Wall -Wextra -Werror -Wstrict-prototypes -Wmissing-prototypes \
@@ -77,7 +86,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo chaos clean install
+.PHONY: all deps test asan bench demo chaos clean install deb
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -149,7 +158,28 @@ deps:
 # for packaging, paths written into installed files omit it.
 install: $(INSTALL_TARGETS)
 
+# Debian packages (ringd, libringd, libringd-dev, python3-ringd) from
+# debian/, built with debhelper in a copy of the tree under build/, the
+# .debs left in build/debs/. debhelper and dpkg-dev are installed here,
+# for this target only.
+DEB_TOOLS := debhelper dpkg-dev fakeroot
+deb:
+	@missing=$$(for p in $(DEB_TOOLS) $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	      | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	        $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	rm -rf build/debsrc && mkdir -p build/debsrc/ringd build/debs
+	tar --exclude=./build --exclude=./.git -cf - . \
+	    | tar -xf - -C build/debsrc/ringd
+	cd build/debsrc/ringd && dpkg-buildpackage -b -us -uc
+	mv build/debsrc/*.deb build/debs/
+	@ls build/debs/*.deb
+
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path '*/debsrc' -prune -o -name '*.d' -type f -print 2>/dev/null)

@@ -327,41 +327,87 @@ static double stall_rows(const void *src, size_t bytes, int reps)
     return st[reps / 2];
 }
 
-int main(int argc, char **argv)
+/* One row per codec mode: the snapshot copy, then the encode of every
+ * shard; fills ratio[] (raw bytes / encoded bytes). */
+static void mode_rows(const float *w0, const float *w1, float *stage,
+                      size_t bytes, const char *root, uint32_t nshards,
+                      double *ratio)
 {
-    size_t mib = 1024;
-    uint32_t nshards = 4;
-    int ksteps = 50, reps = 7, nb = 0, c;
-    const char *fa = NULL, *fb[8];
+    printf("mode\tstall_ms\ttotal_ms\tMBps\tratio\n");
+    for (int i = 0; i < NMODES; i++) {
+        const float *src = modes[i].delta ? w1 : w0;
+        double t0 = now_s();
+        memcpy(stage, src, bytes); /* the snapshot, as the writer's */
+        double t1 = now_s();
+        size_t out = encode_all(&modes[i], root, (uint64_t)(10 + i), stage,
+                                w0, bytes, nshards);
+        double t2 = now_s();
+        ratio[i] = (double)bytes / (double)out;
+        printf("%s\t%.1f\t%.0f\t%.0f\t%.3f\n", modes[i].name,
+               (t1 - t0) * 1e3,
+               (t2 - t0) * 1e3, (double)bytes / 1e6 / (t2 - t0), ratio[i]);
+        fflush(stdout);
+        ckpt_store_retain(root, 0);
+    }
+}
+
+typedef struct {
+    size_t mib;
+    uint32_t nshards;
+    int ksteps, reps, nb;
+    const char *fa, *fb[8];
+} bench_opts_t;
+
+/* 0, or the exit status for a bad command line (0 for -h). */
+static int parse_args(int argc, char **argv, bench_opts_t *o, int *exit_p)
+{
+    int c;
+    *o = (bench_opts_t){.mib = 1024, .nshards = 4, .ksteps = 50, .reps = 7};
     while ((c = getopt(argc, argv, "s:n:k:l:t:a:b:r:h")) != -1) {
         switch (c) {
-        case 'a': fa = optarg; break;
+        case 'a': o->fa = optarg; break;
         case 'b':
-            if (nb == 8) {
+            if (o->nb == 8) {
                 fprintf(stderr, "ckpt: at most 8 -b\n");
-                return 2;
+                *exit_p = 2;
+                return -1;
             }
-            fb[nb++] = optarg;
+            o->fb[o->nb++] = optarg;
             break;
-        case 'r': reps = atoi(optarg); break;
+        case 'r': o->reps = atoi(optarg); break;
         case 'l': zlevel = atoi(optarg); break;
         case 't': zthreads = atoi(optarg); break;
-        case 's': mib = (size_t)atol(optarg); break;
-        case 'n': nshards = (uint32_t)atoi(optarg); break;
-        case 'k': ksteps = atoi(optarg); break;
+        case 's': o->mib = (size_t)atol(optarg); break;
+        case 'n': o->nshards = (uint32_t)atoi(optarg); break;
+        case 'k': o->ksteps = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: %s [-s MiB] [-n shards] [-k steps] "
                     "[-l zstd level] [-t zstd threads] [-r reps] "
                     "[-a A -b B [-b B2]...]\n", argv[0]);
-            return c == 'h' ? 0 : 2;
+            *exit_p = c == 'h' ? 0 : 2;
+            return -1;
         }
     }
-    if (mib == 0 || nshards == 0 || ksteps < 1 || reps < 1 ||
-        (nb > 0 && fa == NULL)) {
+    if (o->mib == 0 || o->nshards == 0 || o->ksteps < 1 || o->reps < 1 ||
+        (o->nb > 0 && o->fa == NULL)) {
         fprintf(stderr, "ckpt: -s, -n, -k and -r must be positive, -b "
                 "needs -a\n");
-        return 2;
+        *exit_p = 2;
+        return -1;
     }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    int code;
+    if (parse_args(argc, argv, &o, &code) != 0)
+        return code;
+    size_t mib = o.mib;
+    uint32_t nshards = o.nshards;
+    int ksteps = o.ksteps, reps = o.reps, nb = o.nb;
+    const char *fa = o.fa, *const *fb = o.fb;
     size_t bytes = mib << 20, n = bytes / 4;
     float *w0 = malloc(bytes), *w1 = malloc(bytes), *g = malloc(bytes);
     float *stage = ckpt_stage_alloc(bytes); /* as ckpt_writer_reserve */
@@ -390,22 +436,7 @@ int main(int argc, char **argv)
     printf("# ckpt: %zu MiB f32 state, N(0,0.02^2), %u shards, zstd level "
            "%d, %d worker threads, delta after %d SGD steps\n", mib,
            nshards, zlevel, zthreads, ksteps);
-    printf("mode\tstall_ms\ttotal_ms\tMBps\tratio\n");
-    for (int i = 0; i < NMODES; i++) {
-        const float *src = modes[i].delta ? w1 : w0;
-        double t0 = now_s();
-        memcpy(stage, src, bytes); /* the snapshot, as the writer's */
-        double t1 = now_s();
-        size_t out = encode_all(&modes[i], root, (uint64_t)(10 + i), stage,
-                                w0, bytes, nshards);
-        double t2 = now_s();
-        ratio[i] = (double)bytes / (double)out;
-        printf("%s\t%.1f\t%.0f\t%.0f\t%.3f\n", modes[i].name,
-               (t1 - t0) * 1e3,
-               (t2 - t0) * 1e3, (double)bytes / 1e6 / (t2 - t0), ratio[i]);
-        fflush(stdout);
-        ckpt_store_retain(root, 0);
-    }
+    mode_rows(w0, w1, stage, bytes, root, nshards, ratio);
     delta_gain_note(ratio);
     shuffle_speed(w1, stage, bytes);
     long dsteps = ksteps;

@@ -287,6 +287,7 @@ else
     rd_start_etcd chaos
     ETCD_PIDS=("$ETCD_PID")
 fi
+echo "chaos: etcd at $ETCD_URL ($([ "$ETCD_SECURE" = 1 ] && echo "TLS, password auth" || echo "plain http, no auth"))"
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
@@ -314,7 +315,7 @@ start_node() {
     [ "$NETNS" = 1 ] && dev=eth0
     rd_host_cmd "$h"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
-        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job chaos \
+        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos \
         --node-id "node$k" --host "host$h" --socket "$T/node$k.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
         "${CKPT_ARGS[@]}" >"$T/ringd-$k.log" 2>&1 &
@@ -673,7 +674,7 @@ for f in "${PLAN[@]}"; do
         if [ "$ETCD3" = 1 ]; then
             m=$(( r % 3 )); ep=${ETCD_PIDS[m]}
             # Is it the raft leader? (member_id == leader in its status)
-            role=$(curl -fs -m 1 -X POST "http://127.0.0.1:${EPS[m]}/v3/maintenance/status" -d '{}' 2>/dev/null |
+            role=$("${ETCD_CURL[@]}" -fs -m 1 -X POST "$ETCD_SCHEME://127.0.0.1:${EPS[m]}/v3/maintenance/status" -d '{}' 2>/dev/null |
                 sed -n 's/.*"member_id":"\([0-9]*\)".*"leader":"\([0-9]*\)".*/\1 \2/p' |
                 awk '{ print ($1 == $2 ? "the leader" : "a follower") }')
             log "fault $kind: SIGKILL etcd member $m of 3 (${role:-role unknown}, pid $ep), restarted on its data dir 3 s later (step $pre)"
@@ -719,7 +720,7 @@ for f in "${PLAN[@]}"; do
         ;;
     scale_down)
         log "fault $kind: ringctl drain node$v (step $pre)"
-        "$B/ringctl" --etcd "$ETCD_URL" --job chaos drain "node$v" >"$T/drain-$v.log" 2>&1 ||
+        "$B/ringctl" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos drain "node$v" >"$T/drain-$v.log" 2>&1 ||
             die "ringctl drain node$v failed: $(cat "$T/drain-$v.log")"
         drop_live "$v"
         EXPECT[${DPID[$v]}]=drained; EXPECT[${TPID[$v]}]=drained

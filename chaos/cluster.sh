@@ -15,26 +15,80 @@ rd_free_port() {
     done
 }
 
+# etcd security: by default etcd serves clients over TLS (a CA and a
+# server certificate made here with openssl) with password auth on, and
+# the daemons and ringctl get ETCD_SEC (--etcd-ca, --etcd-user,
+# --etcd-password-file). The server asks for no client certificate:
+# etcd 3.4's JSON gateway refuses those once auth is on. ETCD_SECURE=0
+# runs plain http without auth. Peer traffic stays plain http on loopback.
+ETCD_SECURE=${ETCD_SECURE:-1}
+ETCD_SEC=()
+ETCD_SCHEME=http
+ETCD_TLS_ARGS=()
+ETCD_CURL=(curl)
+rd_etcd_pki() {
+    [ "$ETCD_SECURE" = 1 ] || return 0
+    local d="$T/pki" san="IP:127.0.0.1"
+    [ "$NETNS" = 1 ] && san="$san,IP:$SUBNET.1"
+    mkdir -p "$d" && chmod 700 "$d"
+    {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=ringd-test-ca \
+            -keyout "$d/ca.key" -out "$d/ca.crt" &&
+        openssl req -newkey rsa:2048 -nodes -subj /CN=etcd \
+            -keyout "$d/etcd.key" -out "$d/etcd.csr" &&
+        printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >"$d/ext.cnf" &&
+        openssl x509 -req -in "$d/etcd.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+            -CAcreateserial -days 2 -extfile "$d/ext.cnf" -out "$d/etcd.crt"
+    } >"$d/openssl.log" 2>&1 || die "openssl failed (see $d/openssl.log)"
+    # Random passwords, in files only the caller can read.
+    (umask 077
+     openssl rand -hex 16 >"$d/root.pw" && openssl rand -hex 16 >"$d/ringd.pw") ||
+        die "openssl rand failed"
+    ETCD_SCHEME=https
+    ETCD_TLS_ARGS=(--cert-file "$d/etcd.crt" --key-file "$d/etcd.key")
+    ETCD_CURL=(curl --cacert "$d/ca.crt")
+    ETCD_SEC=(--etcd-ca "$d/ca.crt" --etcd-user ringd --etcd-password-file "$d/ringd.pw")
+}
+
+# Users once the cluster is up: root (for etcdctl) and ringd, whose role
+# reads and writes /ringd/ only; then auth on. $1: a client URL.
+rd_etcd_auth() {
+    [ "$ETCD_SECURE" = 1 ] || return 0
+    local d="$T/pki" c
+    c=(env ETCDCTL_API=3 etcdctl --endpoints "$1" --cacert "$d/ca.crt")
+    {
+        "${c[@]}" user add root --interactive=false <"$d/root.pw" &&
+        "${c[@]}" user add ringd --interactive=false <"$d/ringd.pw" &&
+        "${c[@]}" role add ringd &&
+        "${c[@]}" role grant-permission ringd --prefix=true readwrite /ringd/ &&
+        "${c[@]}" user grant-role ringd ringd &&
+        "${c[@]}" auth enable
+    } >"$T/etcd-auth.log" 2>&1 || die "etcd auth setup failed (see $T/etcd-auth.log)"
+}
+
 # Start etcd named $1 on loopback (and the bridge, with namespaces), wait
 # for /health (bounded). Sets EP, ETCD_CMD (the command line, for a
 # restart), ETCD_PID and ETCD_URL (the address the nodes use).
 rd_start_etcd() {
-    local name=$1 listen
+    local name=$1 listen s
+    rd_etcd_pki
+    s=$ETCD_SCHEME
     EP=$(rd_free_port)
-    listen="http://127.0.0.1:$EP"
-    [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:$EP"
+    listen="$s://127.0.0.1:$EP"
+    [ "$NETNS" = 1 ] && listen="$listen,$s://$SUBNET.1:$EP"
     ETCD_CMD=(etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen"
-        --advertise-client-urls "http://127.0.0.1:$EP"
+        --advertise-client-urls "$s://127.0.0.1:$EP"
         --listen-peer-urls "http://127.0.0.1:$((EP + 1))"
         --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))"
         --initial-cluster "$name=http://127.0.0.1:$((EP + 1))"
-        --log-level warn --logger zap)
+        "${ETCD_TLS_ARGS[@]}" --log-level warn --logger zap)
     "${ETCD_CMD[@]}" >"$T/etcd.log" 2>&1 &
     ETCD_PID=$!
     PIDS+=("$ETCD_PID")
     rd_wait_etcd 10 || die "etcd did not come up (see $T/etcd.log)"
-    ETCD_URL="http://127.0.0.1:$EP"
-    [ "$NETNS" = 1 ] && ETCD_URL="http://$SUBNET.1:$EP"
+    rd_etcd_auth "$s://127.0.0.1:$EP"
+    ETCD_URL="$s://127.0.0.1:$EP"
+    [ "$NETNS" = 1 ] && ETCD_URL="$s://$SUBNET.1:$EP"
     return 0
 }
 
@@ -43,8 +97,8 @@ rd_start_etcd() {
 rd_wait_etcd() {
     local deadline=$(( $(date +%s%3N) + $1 * 1000 )) port=${2:-$EP}
     while [ "$(date +%s%3N)" -lt "$deadline" ]; do
-        curl -fs -m 1 "http://127.0.0.1:$port/health" 2>/dev/null | grep -q true &&
-            return 0
+        "${ETCD_CURL[@]}" -fs -m 1 "$ETCD_SCHEME://127.0.0.1:$port/health" 2>/dev/null |
+            grep -q true && return 0
         sleep 0.05
     done
     return 1
@@ -70,18 +124,21 @@ rd_etcd_member() { # rd_etcd_member NAME I: ETCD_CMD for member I
     for j in 0 1 2; do
         cluster+="${cluster:+,}$name-$j=http://127.0.0.1:$((EPS[j] + 1))"
     done
-    listen="http://127.0.0.1:${EPS[i]}"
-    [ "$NETNS" = 1 ] && listen="$listen,http://$SUBNET.1:${EPS[i]}"
+    local s=$ETCD_SCHEME
+    listen="$s://127.0.0.1:${EPS[i]}"
+    [ "$NETNS" = 1 ] && listen="$listen,$s://$SUBNET.1:${EPS[i]}"
     ETCD_CMD=(etcd --name "$name-$i" --data-dir "$T/etcd-$i"
         --listen-client-urls "$listen"
-        --advertise-client-urls "http://127.0.0.1:${EPS[i]}"
+        --advertise-client-urls "$s://127.0.0.1:${EPS[i]}"
         --listen-peer-urls "http://127.0.0.1:$((EPS[i] + 1))"
         --initial-advertise-peer-urls "http://127.0.0.1:$((EPS[i] + 1))"
         --initial-cluster "$cluster" --initial-cluster-state new
-        --initial-cluster-token "$name-$$" --log-level warn --logger zap)
+        --initial-cluster-token "$name-$$" "${ETCD_TLS_ARGS[@]}"
+        --log-level warn --logger zap)
 }
 rd_start_etcd3() {
     local name=$1 i p j ok
+    rd_etcd_pki
     EPS=()
     while [ ${#EPS[@]} -lt 3 ]; do
         p=$(rd_free_port); ok=1
@@ -99,9 +156,10 @@ rd_start_etcd3() {
         rd_wait_etcd 20 "${EPS[i]}" ||
             die "etcd member $i did not come up (see $T/etcd-$i.log)"
     done
+    rd_etcd_auth "$ETCD_SCHEME://127.0.0.1:${EPS[0]}"
     ETCD_URL=
     for i in 0 1 2; do
-        ETCD_URL+="${ETCD_URL:+,}http://$([ "$NETNS" = 1 ] && echo "$SUBNET.1" || echo 127.0.0.1):${EPS[i]}"
+        ETCD_URL+="${ETCD_URL:+,}$ETCD_SCHEME://$([ "$NETNS" = 1 ] && echo "$SUBNET.1" || echo 127.0.0.1):${EPS[i]}"
     done
     EP=${EPS[0]}
     ETCD_PID=${ETCD_PIDS[0]}

@@ -191,24 +191,26 @@ int ckpt_writer_create(const ckpt_writer_opts_t *opts, ckpt_writer_t **w_p)
     if (w == NULL)
         return ST_ENOMEM;
     w->opts = *opts;
+    int rc = ST_ENOMEM;
     w->root = strdup(opts->root);
     if (w->root == NULL)
         goto err_free;
     w->opts.root = w->root;
-    int rc = ckpt_mkdirs(w->root);
+    rc = ckpt_mkdirs(w->root);
     if (rc != 0) {
         RD_ERROR("checkpoint: cannot create %s: %s", w->root,
                  st_strerror(rc));
-        free(w->root);
-        free(w);
-        return rc;
+        goto err_root;
     }
-    if (ckpt_encoder_create(&w->enc) != 0)
+    rc = ckpt_encoder_create(&w->enc);
+    if (rc != 0)
         goto err_root;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        rc = ST_ENOMEM;
         goto err_sync;
+    }
     *w_p = w;
     return 0;
 
@@ -220,7 +222,7 @@ err_root:
     free(w->root);
 err_free:
     free(w);
-    return ST_ENOMEM;
+    return rc;
 }
 
 void ckpt_writer_flush(ckpt_writer_t *w)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,19 @@ typedef struct {
 static const cfg_key_t keys[] = {
     {"etcd", K_STR, F(etcd), 0, 0, "URLS",
      "etcd endpoints, comma-separated (http://10.0.0.1:2379,...)"},
+    {"etcd-ca", K_STR, F(etcd_ca), 0, 0, "FILE",
+     "CA bundle that signed etcd's certificate, for https:// endpoints "
+     "(default: the system's CAs)"},
+    {"etcd-cert", K_STR, F(etcd_cert), 0, 0, "FILE",
+     "client certificate for etcd (with --etcd-key), when etcd checks "
+     "client certificates"},
+    {"etcd-key", K_STR, F(etcd_key), 0, 0, "FILE",
+     "the client certificate's private key"},
+    {"etcd-user", K_STR, F(etcd_user), 0, 0, "NAME",
+     "etcd user for password authentication (with --etcd-password-file)"},
+    {"etcd-password-file", K_STR, F(etcd_password_file), 0, 0, "FILE",
+     "file whose first line is the etcd user's password (mode 0600 or "
+     "0640: a password is never given on the command line)"},
     {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
@@ -49,6 +63,13 @@ static const cfg_key_t keys[] = {
      "(the lease) normally notices a dead node first (default 10000)"},
     {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",
      "set UCX_KEY=VAL for UCX (repeatable), e.g. TLS=tcp"},
+    {"socket-group", K_STR, F(socket_group), 0, 0, "GROUP",
+     "group of the local socket: its members (besides root and ringd's "
+     "own user) may connect (default: ringd's group)"},
+    {"socket-mode", K_STR, F(socket_mode), 0, 0, "MODE",
+     "permission bits of the local socket, octal (default 0660); every "
+     "connection is checked against the kernel's credentials of the peer "
+     "(SO_PEERCRED) whatever the mode"},
     {"socket", K_STR, F(socket_path), 0, 0, "PATH",
      "local API socket (default /run/ringd/ringd.sock)"},
     {"ckpt-dir", K_STR, F(ckpt_dir), 0, 0, "DIR",
@@ -109,6 +130,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
+    set_str(&cfg->socket_mode, "0660");
     set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");
     set_str(&cfg->metrics_addr, "127.0.0.1:9464");
     set_str(&cfg->log_level, "info");
@@ -334,6 +356,75 @@ static int parse_flags(dmn_config_t *cfg, int argc, char **argv, int apply,
     return 0;
 }
 
+/* A file the daemon will need later, checked now so that a typo is a
+ * start-up error (exit 2), not a node that never joins. */
+static int check_readable(const char *key, const char *path, FILE *err)
+{
+    struct stat st;
+    if (path == NULL)
+        return 0;
+    if (access(path, R_OK) != 0 || stat(path, &st) != 0) {
+        fprintf(err, "ringd: cannot read %s file %s: %s\n", key, path,
+                strerror(errno));
+        return ST_ECONFIG;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(err, "ringd: %s file %s is not a regular file\n", key,
+                path);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
+static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
+{
+    if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL)) {
+        fprintf(err, "ringd: --etcd-cert and --etcd-key go together\n");
+        return ST_ECONFIG;
+    }
+    if ((cfg->etcd_user == NULL) != (cfg->etcd_password_file == NULL)) {
+        fprintf(err, "ringd: --etcd-user and --etcd-password-file go "
+                "together\n");
+        return ST_ECONFIG;
+    }
+    if (check_readable("etcd-ca", cfg->etcd_ca, err) != 0 ||
+        check_readable("etcd-cert", cfg->etcd_cert, err) != 0 ||
+        check_readable("etcd-key", cfg->etcd_key, err) != 0 ||
+        check_readable("etcd-password", cfg->etcd_password_file, err) != 0)
+        return ST_ECONFIG;
+    return 0;
+}
+
+/* The socket's group and mode, resolved once at start-up so that a typo
+ * is exit 2, not a socket nobody can use. */
+static int validate_socket(dmn_config_t *cfg, FILE *err)
+{
+    char *end;
+    unsigned long m = strtoul(cfg->socket_mode, &end, 8);
+    if (cfg->socket_mode[0] < '0' || cfg->socket_mode[0] > '7' ||
+        *end != '\0' || m > 0777) {
+        fprintf(err, "ringd: bad socket mode '%s' (want octal, e.g. 0660)\n",
+                cfg->socket_mode);
+        return ST_ECONFIG;
+    }
+    cfg->socket_mode_bits = (uint32_t)m;
+    cfg->socket_gid = (uint32_t)getegid();
+    if (cfg->socket_group == NULL)
+        return 0;
+    const struct group *g = getgrnam(cfg->socket_group);
+    unsigned long n = strtoul(cfg->socket_group, &end, 10);
+    if (g != NULL) {
+        cfg->socket_gid = (uint32_t)g->gr_gid;
+    } else if (cfg->socket_group[0] >= '0' && cfg->socket_group[0] <= '9' &&
+               *end == '\0' && n < UINT32_MAX) {
+        cfg->socket_gid = (uint32_t)n;
+    } else {
+        fprintf(err, "ringd: unknown socket group '%s'\n", cfg->socket_group);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
 static int validate(dmn_config_t *cfg, FILE *err)
 {
     rd_log_level_t lvl;
@@ -358,7 +449,9 @@ static int validate(dmn_config_t *cfg, FILE *err)
         }
         set_str(&cfg->backend, "ring");
     }
-    return 0;
+    if (validate_socket(cfg, err) != 0)
+        return ST_ECONFIG;
+    return validate_etcd_security(cfg, err);
 }
 
 int dmn_config_load(dmn_config_t *cfg, int argc, char **argv, FILE *err)

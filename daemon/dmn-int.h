@@ -55,7 +55,8 @@ typedef struct dmn_conn {
     uv_poll_t poll;
     int fd;
     uint32_t id;
-    pid_t pid;
+    pid_t pid;            /* the kernel's (SO_PEERCRED), not the HELLO's */
+    uid_t uid;
     char name[32];
     dmn_conn_state_t cstate;
     unsigned flags;       /* DMN_CONN_F_* */
@@ -173,6 +174,8 @@ struct dmn {
     uint64_t accept_log_ms;
     uint64_t refused_over_cap;  /* closed at once: max-clients reached */
     uint64_t cap_log_ms;
+    uint64_t refused_peers;     /* closed at once: credentials not allowed */
+    uint64_t peer_log_ms;
     uint32_t next_conn_id;
 
     /* Metrics HTTP server (metrics.c). */

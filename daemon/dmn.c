@@ -33,6 +33,11 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
     *jc = (job_config_t){
         .spec = cfg->backend != NULL ? cfg->backend : "solo",
         .etcd = cfg->etcd,
+        .etcd_ca = cfg->etcd_ca,
+        .etcd_cert = cfg->etcd_cert,
+        .etcd_key = cfg->etcd_key,
+        .etcd_user = cfg->etcd_user,
+        .etcd_password_file = cfg->etcd_password_file,
         .job = cfg->job,
         .node = cfg->node_id,
         .host = cfg->host,
@@ -66,22 +71,34 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
                      .on_drain = dmn__on_backend_drain};
     int rc = job_create(loop, &jc, &cbs, &d->be);
     if (rc != 0)
-        goto err;
+        goto err_timer;
     d->be->ops->get_view(d->be, &d->view);
+    /* The stop functions also undo a start that failed half way. */
     rc = dmn__server_start(d);
     if (rc != 0)
-        goto err;
+        goto err_server;
     rc = dmn__ckpt_start(d);
     if (rc != 0)
-        goto err;
+        goto err_ckpt;
     rc = dmn__metrics_start(d);
     if (rc != 0)
-        goto err;
+        goto err_metrics;
     *d_p = d;
     return 0;
 
-err:
-    dmn_destroy(d);
+err_metrics:
+    dmn__metrics_stop(d);
+err_ckpt:
+    dmn__ckpt_stop(d);
+err_server:
+    dmn__server_stop(d);
+    job_destroy(d->be);
+err_timer:
+    /* d is freed when its last handle has closed (the caller runs the
+     * loop, as after dmn_destroy). */
+    d->flags |= DMN_F_DESTROYING;
+    d->open_handles++;
+    uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     return rc;
 }
 

@@ -21,12 +21,21 @@
 typedef struct dmn_config {
     char *config_path;      /* NULL: DMN_DEFAULT_CONFIG if it exists */
     char *etcd;             /* comma-separated endpoints */
+    char *etcd_ca;          /* etcd TLS: CA bundle (NULL: the system's) */
+    char *etcd_cert;        /* etcd TLS client certificate and key */
+    char *etcd_key;
+    char *etcd_user;        /* etcd auth user, with its password file */
+    char *etcd_password_file;
     char *job;
     char *node_id;          /* default: hostname */
     char *host;             /* ring grouping; default: hostname */
     uint32_t min_nodes;     /* the first view waits for this many */
     uint32_t ring_deadline_ms; /* a ring collective with no progress */
     char *socket_path;
+    char *socket_group;     /* group name or number; NULL: ringd's own */
+    char *socket_mode;      /* octal permission bits, default "0660" */
+    uint32_t socket_mode_bits; /* parsed by dmn_config_load */
+    uint32_t socket_gid;    /* resolved by dmn_config_load */
     char *ckpt_dir;
     uint32_t ckpt_interval; /* steps; 0 = never */
     uint32_t lease_ttl;     /* seconds */

@@ -10,6 +10,12 @@ PKGS += libuv libsystemd libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringd
 TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c
 
+INSTALL_TARGETS += install-daemon
+.PHONY: install-daemon
+install-daemon: $(BUILD)/ringd
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/ringd $(DESTDIR)$(BINDIR)/ringd
+
 $(BUILD)/ringd: $(BUILD)/daemon/main.o $(BUILD)/libringd_core.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CORE_LIB) $(PKG_LIBS) $(LIBS)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -88,11 +89,14 @@ void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
 static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)
 {
     dmn__conn_set_state(c, DMN_CONN_IDLE);
-    c->pid = (pid_t)h->pid;
     memcpy(c->name, h->name, sizeof(c->name));
     c->name[sizeof(c->name) - 1] = '\0';
-    RD_INFO("client %u connected (pid %d%s%s)", c->id, (int)c->pid,
-            c->name[0] ? ", " : "", c->name);
+    /* c->pid is the kernel's; the HELLO's pid is only the client's say. */
+    if ((pid_t)h->pid != c->pid)
+        RD_WARN("client %u (pid %d) claims pid %u in its HELLO", c->id,
+                (int)c->pid, h->pid);
+    RD_INFO("client %u connected (pid %d, uid %u%s%s)", c->id, (int)c->pid,
+            (unsigned)c->uid, c->name[0] ? ", " : "", c->name);
     dmn__reply_status(c, PROTO_T_HELLO, seq, 0);
 }
 
@@ -409,6 +413,55 @@ static void refuse_over_cap(dmn_t *d, int fd)
     close(fd);
 }
 
+/* Is gid among the peer's groups (SO_PEERGROUPS: the kernel's list of
+ * the peer's supplementary groups at connect time)? */
+static int peer_in_group(int fd, gid_t gid)
+{
+    gid_t groups[256];
+    socklen_t len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return 0; /* ERANGE: over 256 groups; refuse rather than guess */
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        if (groups[i] == gid)
+            return 1;
+    return 0;
+}
+
+/*
+ * Whoever may connect: root, ringd's own user, and members of the
+ * socket's group (primary or supplementary), judged on the credentials
+ * the kernel recorded at connect(), which the peer cannot forge. The
+ * socket's mode already keeps others out of the path; this holds even
+ * when the mode is looser, or the socket was reached some other way.
+ * Returns 1 to serve, 0 when refused (logged, rate-limited).
+ */
+static int peer_allowed(dmn_t *d, int fd, struct ucred *cr)
+{
+    socklen_t len = sizeof(*cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) != 0) {
+        RD_WARN("refused a local connection: SO_PEERCRED: %s",
+                strerror(errno));
+        return 0;
+    }
+    gid_t g = (gid_t)d->cfg->socket_gid;
+    if (cr->uid == 0 || cr->uid == geteuid() || cr->gid == g ||
+        peer_in_group(fd, g))
+        return 1;
+    d->refused_peers++;
+    uint64_t now = uv_now(d->loop);
+    if (d->peer_log_ms == 0 || now - d->peer_log_ms >= 10000) {
+        const struct group *gr = getgrgid(g);
+        RD_WARN("refused a local connection from pid %d uid %u gid %u: "
+                "not root, not ringd's uid %u, not in the socket group %s "
+                "(%u) (%llu refused so far)", (int)cr->pid,
+                (unsigned)cr->uid, (unsigned)cr->gid, (unsigned)geteuid(),
+                gr != NULL ? gr->gr_name : "?", (unsigned)g,
+                (unsigned long long)d->refused_peers);
+        d->peer_log_ms = now;
+    }
+    return 0;
+}
+
 static void on_accept(uv_poll_t *p, int status, int events)
 {
     dmn_t *d = p->data;
@@ -427,6 +480,11 @@ static void on_accept(uv_poll_t *p, int status, int events)
         return;
     }
     d->accept_backoff_ms = 0;
+    struct ucred cr;
+    if (!peer_allowed(d, fd, &cr)) {
+        close(fd);
+        return;
+    }
     if (d->nconns >= d->cfg->max_clients) {
         refuse_over_cap(d, fd);
         return;
@@ -440,7 +498,11 @@ static void on_accept(uv_poll_t *p, int status, int events)
     }
     c->d = d;
     c->fd = fd;
+    c->pid = cr.pid;
+    c->uid = cr.uid;
     c->id = ++d->next_conn_id;
+    RD_INFO("client %u accepted (pid %d, uid %u)", c->id, (int)c->pid,
+            (unsigned)c->uid);
     c->poll.data = c;
     dmn_conn_t **tail = &d->conns;
     while (*tail != NULL)
@@ -507,11 +569,25 @@ int dmn__server_start(dmn_t *d)
     d->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK |
                                        SOCK_CLOEXEC, 0);
     if (d->listen_fd < 0 ||
-        bind(d->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        listen(d->listen_fd, 64) != 0) {
+        bind(d->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         rc = -errno;
         RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
         goto err_close;
+    }
+    /* Group and mode before listen(): until then a connect() is refused,
+     * so nobody gets in under the umask's looser bits. */
+    if (chown(path, (uid_t)-1, (gid_t)d->cfg->socket_gid) != 0 ||
+        chmod(path, (mode_t)d->cfg->socket_mode_bits) != 0) {
+        rc = -errno;
+        RD_ERROR("cannot set group %u and mode %04o on %s: %s",
+                 (unsigned)d->cfg->socket_gid,
+                 (unsigned)d->cfg->socket_mode_bits, path, strerror(errno));
+        goto err_unlink;
+    }
+    if (listen(d->listen_fd, 64) != 0) {
+        rc = -errno;
+        RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
+        goto err_unlink;
     }
     rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
     if (rc != 0)
@@ -521,7 +597,8 @@ int dmn__server_start(dmn_t *d)
     d->accept_timer.data = d;
     d->flags |= DMN_F_LISTENING;
     uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
-    RD_INFO("listening on %s", path);
+    RD_INFO("listening on %s (group %u, mode %04o)", path,
+            (unsigned)d->cfg->socket_gid, (unsigned)d->cfg->socket_mode_bits);
     return 0;
 
 err_unlink:

@@ -126,7 +126,14 @@ static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
         d->hooks.on_status(d->hooks.arg, buf);
 }
 
-/* Reply to every trainer whose collective is pending, and forget it. */
+/*
+ * Reply to every trainer whose collective is pending, and forget it. The
+ * step is void only if someone is told to redo it (leave_to_redo): when
+ * none waits (a trainer lost after the step's last collective), the
+ * survivors have the whole result, apply it and end the step, and voiding
+ * it then would make them apply it twice; a later collective of the step
+ * still answers RINGD_ERESHAPE (dmn__step_coll) and voids it there.
+ */
 static void fail_posted(dmn_t *d, int32_t status, int redo)
 {
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {

@@ -73,6 +73,7 @@ fi
 
 # ---- etcd --------------------------------------------------------------------
 rd_start_etcd demo
+echo "demo: etcd at $ETCD_URL ($([ "$ETCD_SECURE" = 1 ] && echo "TLS, password auth" || echo "plain http, no auth"))"
 
 # ---- nodes ---------------------------------------------------------------------
 declare -A DPID TPID
@@ -82,7 +83,7 @@ start_node() {
     [ "$NETNS" = 1 ] && dev=eth0
     rd_host_cmd "$i"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
-        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" --job demo \
+        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job demo \
         --node-id "node$i" --host "host$i" --socket "$T/node$i.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
         >"$T/ringd-$i.log" 2>&1 &

@@ -608,6 +608,63 @@ static int dump_params(const trainer_t *t, long steps)
     return ok ? 0 : -1;
 }
 
+/* ringd_step_begin with the trainer's answers to what it returns: 0 to
+ * run the step, 1 to ask again (fenced: the node is rejoining), 2 when
+ * the daemon drains, -1 on error. */
+static int begin_step(trainer_t *t, ringd_view_t *v, int *fenced_tries)
+{
+    int rc = ringd_step_begin(t->c, v);
+    if (rc == RINGD_ESHUTDOWN) {
+        printf("daemon drains: stopping before step %llu\n",
+               (unsigned long long)v->step);
+        return 2;
+    }
+    if (rc == RINGD_EFENCED && ++*fenced_tries <= 600) {
+        /* wait (up to a minute) for the node to rejoin */
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        return 1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "trainer: step_begin: %s\n", ringd_last_error(t->c));
+        return -1;
+    }
+    *fenced_tries = 0;
+    if (v->restored)
+        printf("joined at step %llu: parameters restored\n",
+               (unsigned long long)v->step);
+    return 0;
+}
+
+/* After step s was applied: a requested checkpoint, a parameter dump,
+ * the hash-log line. 0 or -1. */
+static int after_step(trainer_t *t, const ringd_view_t *v, long s,
+                      double shard_loss)
+{
+    const opts_t *o = &t->o;
+    if (t->c != NULL && s == o->ckpt_at) {
+        int crc = ringd_checkpoint(t->c);
+        printf("checkpoint requested after step %ld: %s\n", s,
+               ringd_strerror(crc));
+    }
+    if (o->dump != NULL && o->dump_every > 0 &&
+        (s + 1) % o->dump_every == 0 && dump_params(t, s + 1) != 0)
+        return -1;
+    if (t->hash_log != NULL) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        fprintf(t->hash_log, "step %ld gen %llu rank %u world %u hash "
+                "%016llx t_ms %lld loss %.5f\n", s,
+                (unsigned long long)v->generation, v->rank, v->world,
+                (unsigned long long)fnv1a(t->params, (size_t)t->nparams *
+                                                         sizeof(float)),
+                (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+                shard_loss);
+        fflush(t->hash_log);
+    }
+    return 0;
+}
+
 /* Returns 0 after the last step, 2 when the daemon drains, -1 on error. */
 static int train(trainer_t *t)
 {
@@ -616,27 +673,11 @@ static int train(trainer_t *t)
     int fenced_tries = 0;
     for (;;) {
         if (t->c != NULL) {
-            int rc = ringd_step_begin(t->c, &v);
-            if (rc == RINGD_ESHUTDOWN) {
-                printf("daemon drains: stopping before step %llu\n",
-                       (unsigned long long)v.step);
-                return 2;
-            }
-            if (rc == RINGD_EFENCED && ++fenced_tries <= 600) {
-                /* wait (up to a minute) for the node to rejoin */
-                struct timespec ts = {0, 100 * 1000 * 1000};
-                nanosleep(&ts, NULL);
+            int rc = begin_step(t, &v, &fenced_tries);
+            if (rc == 1)
                 continue;
-            }
-            if (rc != 0) {
-                fprintf(stderr, "trainer: step_begin: %s\n",
-                        ringd_last_error(t->c));
-                return -1;
-            }
-            fenced_tries = 0;
-            if (v.restored)
-                printf("joined at step %llu: parameters restored\n",
-                       (unsigned long long)v.step);
+            if (rc != 0)
+                return rc;
         }
         if ((long)v.step >= o->steps)
             return 0;
@@ -669,26 +710,8 @@ static int train(trainer_t *t)
                     ringd_last_error(t->c));
             continue; /* step_begin reconnects */
         }
-        if (t->c != NULL && s == o->ckpt_at) {
-            int crc = ringd_checkpoint(t->c);
-            printf("checkpoint requested after step %ld: %s\n", s,
-                   ringd_strerror(crc));
-        }
-        if (o->dump != NULL && o->dump_every > 0 &&
-            (s + 1) % o->dump_every == 0 && dump_params(t, s + 1) != 0)
+        if (after_step(t, &v, s, shard_loss) != 0)
             return -1;
-        if (t->hash_log != NULL) {
-            struct timespec now;
-            clock_gettime(CLOCK_REALTIME, &now);
-            fprintf(t->hash_log, "step %ld gen %llu rank %u world %u hash "
-                    "%016llx t_ms %lld loss %.5f\n", s,
-                    (unsigned long long)v.generation, v.rank, v.world,
-                    (unsigned long long)fnv1a(t->params, (size_t)t->nparams *
-                                                             sizeof(float)),
-                    (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
-                    shard_loss);
-            fflush(t->hash_log);
-        }
         if (s == o->stop_after && t->c != NULL)
             raise(SIGSTOP); /* between steps: a test resumes it */
         if (log_now && v.rank == 0)

@@ -175,6 +175,11 @@ typedef struct {
 typedef struct {
     const char *spec;          /* "solo", "fake:reshape=S[,S...]", "ring" */
     const char *etcd;          /* ring: comma-separated endpoints */
+    const char *etcd_ca;       /* ring: etcd security, each NULL for none: */
+    const char *etcd_cert;     /*   CA bundle, client certificate and key, */
+    const char *etcd_key;      /*   user and the file holding its */
+    const char *etcd_user;     /*   password (etcd_config_t) */
+    const char *etcd_password_file;
     const char *job;           /* ring: the job's name in etcd */
     const char *node;          /* ring: this node's id, unique in the job */
     const char *host;          /* ring: nodes of one host are adjacent */

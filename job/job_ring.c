@@ -743,6 +743,11 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->ttl_s = (int)cfg->lease_ttl;
     mc->min_members = (int)cfg->min_nodes;
     mc->etcd.endpoints = cfg->etcd;
+    mc->etcd.ca_file = cfg->etcd_ca;
+    mc->etcd.cert_file = cfg->etcd_cert;
+    mc->etcd.key_file = cfg->etcd_key;
+    mc->etcd.user = cfg->etcd_user;
+    mc->etcd.password_file = cfg->etcd_password_file;
 }
 
 /* The main loop's handles and the command slot's lock: first, so that

@@ -111,18 +111,24 @@ int job__rbck_create(const char *job, const char *node, const char *root,
                      job_rbck_t **k_p)
 {
     job_rbck_t *k = calloc(1, sizeof(*k));
-    if (k == NULL || (k->node = strdup(node)) == NULL ||
-        (k->job = strdup(job)) == NULL ||
-        (root != NULL && (k->root = strdup(root)) == NULL)) {
-        if (k != NULL) {
-            free(k->node);
-            free(k->job);
-        }
-        free(k);
+    if (k == NULL)
         return ST_ENOMEM;
-    }
+    if ((k->node = strdup(node)) == NULL)
+        goto err_free;
+    if ((k->job = strdup(job)) == NULL)
+        goto err_node;
+    if (root != NULL && (k->root = strdup(root)) == NULL)
+        goto err_job;
     *k_p = k;
     return 0;
+
+err_job:
+    free(k->job);
+err_node:
+    free(k->node);
+err_free:
+    free(k);
+    return ST_ENOMEM;
 }
 
 void job__rbck_destroy(job_rbck_t *k)

@@ -213,17 +213,19 @@ int job__solo_create(uv_loop_t *loop, const char *fake_args,
     /* Generation 0: no view yet; the first trainers make generation 1. */
     s->view = (job_view_t){.generation = 0, .node_count = 1};
     s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
-    if (fake_args != NULL && fake_parse(s, fake_args) != 0) {
-        free(s);
-        return ST_ECONFIG;
-    }
-    int rc = uv_timer_init(loop, &s->timer);
+    int rc = ST_ECONFIG;
+    if (fake_args != NULL && fake_parse(s, fake_args) != 0)
+        goto err_free;
+    rc = uv_timer_init(loop, &s->timer);
     if (rc != 0) {
         RD_ERROR("backend: uv_timer_init: %s", uv_strerror(rc));
-        free(s);
-        return rc;
+        goto err_free;
     }
     s->timer.data = s;
     *be_p = &s->base;
     return 0;
+
+err_free:
+    free(s);
+    return rc;
 }

@@ -18,7 +18,9 @@
 #include <curl/curl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/status.h"
@@ -232,6 +234,16 @@ static void req_http_done(etcd_req_t *r, long http)
     int status = json ? grpc_status(code) : ST_EPROTO;
     if (r->kind == ETCD_K_AUTH && code == GRPC_INVALID_ARGUMENT)
         status = -EACCES; /* "authentication failed, invalid user/pw" */
+    if (json == NULL && http == 400 && r->buf != NULL &&
+        strstr(r->buf, "CommonName of client") != NULL) {
+        /* etcd 3.4's gateway answers every request that carries a client
+         * certificate this way once auth is on: no retry will pass. */
+        RD_ERROR("etcd %s: etcd refuses a client certificate together "
+                 "with password auth through its JSON gateway: give ringd "
+                 "a user or a client certificate, not both", r->path);
+        req_complete_error(r, -EACCES);
+        return;
+    }
     RD_ERROR("etcd %s: HTTP %ld: %s (code %d)", r->path, http,
              json ? msg : "reply is not JSON", code);
     req_complete_error(r, status);
@@ -585,6 +597,50 @@ static void free_strings(etcd_t *e)
     free(e->token);
 }
 
+#define ETCD_MAX_PASSWORD 4096
+
+int etcd_password_file_read(const char *path, char **pw_p)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        RD_ERROR("etcd: cannot read password file %s: %s", path,
+                 strerror(errno));
+        return ST_ECONFIG;
+    }
+    struct stat st;
+    char buf[ETCD_MAX_PASSWORD + 2];
+    size_t n = 0;
+    const char *bad = NULL;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        bad = "not a regular file";
+    else
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+    if (bad == NULL && ferror(f))
+        bad = "read error";
+    fclose(f);
+    buf[n] = '\0';
+    size_t len = strcspn(buf, "\r\n");
+    if (bad == NULL && memchr(buf, '\0', n) != NULL)
+        bad = "NUL byte in the file";
+    else if (bad == NULL && len == 0)
+        bad = "the first line is empty";
+    else if (bad == NULL && len > ETCD_MAX_PASSWORD)
+        bad = "the first line is too long";
+    if (bad != NULL) {
+        RD_ERROR("etcd: password file %s: %s", path, bad);
+        return ST_ECONFIG;
+    }
+    if (st.st_mode & S_IROTH)
+        RD_WARN("etcd: password file %s is readable by every user "
+                "(chmod 0600 or 0640)", path);
+    char *pw = strndup(buf, len);
+    memset(buf, 0, sizeof(buf));
+    if (pw == NULL)
+        return ST_ENOMEM;
+    *pw_p = pw;
+    return 0;
+}
+
 int etcd_create(uv_loop_t *loop, const etcd_config_t *cfg, etcd_t **etcd_p)
 {
     pthread_once(&curl_once, curl_init);
@@ -607,6 +663,11 @@ int etcd_create(uv_loop_t *loop, const etcd_config_t *cfg, etcd_t **etcd_p)
     rc = ST_ENOMEM;
     if (fail)
         goto err_strings;
+    if (cfg->password == NULL && cfg->password_file != NULL) {
+        rc = etcd_password_file_read(cfg->password_file, &e->password);
+        if (rc != 0)
+            goto err_strings;
+    }
     e->connect_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms
                                                 : 1000;
     e->request_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms

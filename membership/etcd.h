@@ -43,7 +43,19 @@ typedef struct {
     const char *key_file;    /* TLS client key (or NULL) */
     const char *user;        /* auth: NULL disables */
     const char *password;
+    /* auth: read the password from this file instead (its first line);
+     * a password never has to be on a command line. Used when password
+     * is NULL. */
+    const char *password_file;
 } etcd_config_t;
+
+/*
+ * Read a password file: its first line without the line end. The file
+ * must be a regular file with a non-empty first line and no NUL byte;
+ * one that others may read is accepted with a warning. Returns 0 and a
+ * malloc'd *pw_p, or ST_ECONFIG (logged, naming the file).
+ */
+int etcd_password_file_read(const char *path, char **pw_p);
 
 /* One key-value pair. key and value are NUL-terminated copies (value may
  * also hold NULs: use value_len). */

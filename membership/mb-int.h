@@ -51,6 +51,9 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 
 #define MB_RETRY_MIN_MS 100
 #define MB_RETRY_MAX_MS 1000
+/* etcd refusing our credentials is a configuration problem an operator
+ * must fix: retry slowly, saying so each time. */
+#define MB_RETRY_DENIED_MS 10000
 
 typedef struct {
     char *key;
@@ -88,6 +91,10 @@ struct mb {
     uint64_t ka_sent_ms;
     uint64_t fence_at_ms;    /* loop time the lease may have run out */
     long retry_ms;
+    int fence_reason;        /* why the next fence happens; 0: lease */
+    int auth_probe;          /* etcd auth on: check it at each keepalive */
+    int probe_inflight;
+    unsigned denied;         /* etcd refusals since the last success */
     int campaign_inflight, view_inflight, view_again;
     long view_retry_ms;      /* backoff of the next failed view txn */
     int view_tries;          /* view txns failed in a row */

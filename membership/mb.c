@@ -105,12 +105,37 @@ static void on_retry_timer(uv_timer_t *t)
         reg_begin(mb);
 }
 
-static void schedule_retry(mb_t *mb)
+/*
+ * Registration failed. An outage is retried quickly and quietly (etcd.c
+ * logs each endpoint that fails). A refusal (-EACCES: TLS verification,
+ * a client certificate, a wrong password, a revoked user or role) will
+ * not go away by itself: it is logged as such on every try and retried
+ * every MB_RETRY_DENIED_MS, so an operator who fixes etcd's side gets the
+ * node back without restarting it.
+ */
+static void schedule_retry_after(mb_t *mb, int status, const char *what)
 {
+    if (status == -EACCES) {
+        mb->denied++;
+        RD_ERROR("mb %s: etcd refused this node's credentials at %s (TLS "
+                 "verification or authentication failed: check etcd-ca, "
+                 "etcd-cert, etcd-key, etcd-user and its password file, "
+                 "or whether the user or its role was revoked); not in "
+                 "the job, retry %u in %d s", mb->me.node, what,
+                 mb->denied, MB_RETRY_DENIED_MS / 1000);
+        uv_timer_start(&mb->retry_timer, on_retry_timer,
+                       MB_RETRY_DENIED_MS, 0);
+        return;
+    }
     uv_timer_start(&mb->retry_timer, on_retry_timer,
                    (uint64_t)mb->retry_ms, 0);
     mb->retry_ms = mb->retry_ms * 2 > MB_RETRY_MAX_MS ? MB_RETRY_MAX_MS
                                                       : mb->retry_ms * 2;
+}
+
+static void schedule_retry(mb_t *mb)
+{
+    schedule_retry_after(mb, 0, NULL);
 }
 
 static void on_fence_timer(uv_timer_t *t)
@@ -131,12 +156,52 @@ static void arm_fence(mb_t *mb, uint64_t sent_ms, int64_t ttl_s)
                    deadline > now ? deadline - now : 0, 0);
 }
 
+/* Credentials refused: no later request will pass either, so fence now
+ * rather than serve until the lease runs out. */
+static void fence_denied(mb_t *mb, const char *what)
+{
+    RD_ERROR("mb %s: etcd refused this node's credentials at %s (the "
+             "user, its role or its password changed, or the certificate "
+             "is no longer accepted): fenced", mb->me.node, what);
+    mb->fence_reason = -EACCES;
+    transition(mb, MB_EV_LEASE_LOST, "etcd refused credentials");
+}
+
+static void on_probe(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    (void)res;
+    mb->probe_inflight = 0;
+    if (mb->ka_gen != mb->reg_gen || !mb__holds_lease(mb->state))
+        return;
+    if (status == -EACCES)
+        fence_denied(mb, "its credentials check");
+}
+
+/*
+ * etcd 3.4 renews a lease for any token, even one of a user deleted or
+ * stripped of its role since, so a keepalive alone would keep a revoked
+ * node in the job. With auth on, each keepalive is followed by a read of
+ * the node's own key, which etcd does check.
+ */
+static void probe_credentials(mb_t *mb)
+{
+    if (!mb->auth_probe || mb->probe_inflight)
+        return;
+    if (etcd_get(mb->etcd, mb->my_key, 0, on_probe, mb) == 0)
+        mb->probe_inflight = 1;
+}
+
 static void on_keepalive(int status, const etcd_result_t *res, void *data)
 {
     mb_t *mb = data;
     mb->ka_inflight = 0;
     if (mb->ka_gen != mb->reg_gen || !mb__holds_lease(mb->state))
         return;
+    if (status == -EACCES) {
+        fence_denied(mb, "keepalive");
+        return;
+    }
     if (status != 0) {
         RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
                 st_strerror(status));
@@ -147,6 +212,7 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
         return;
     }
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
+    probe_credentials(mb);
 }
 
 static void on_ka_timer(uv_timer_t *t)
@@ -168,9 +234,10 @@ static void on_node_put(int status, const etcd_result_t *res, void *data)
     if (status != 0) {
         mb->old_lease = mb->lease;
         mb->lease = 0;
-        schedule_retry(mb);
+        schedule_retry_after(mb, status, "the node record");
         return;
     }
+    mb->denied = 0;
     mb->my_key_rev = res->revision;
     transition(mb, MB_EV_REGISTERED, "node record written");
 }
@@ -185,7 +252,7 @@ static void on_granted(int status, const etcd_result_t *res, void *data)
     if (mb->state != MB_REGISTERING)
         return;
     if (status != 0) {
-        schedule_retry(mb);
+        schedule_retry_after(mb, status, "the lease grant");
         return;
     }
     mb->lease = res->lease_id;
@@ -216,7 +283,8 @@ static void on_old_revoked(int status, const etcd_result_t *res, void *data)
     if (status == 0 || status == -ENOENT)
         mb->old_lease = 0;
     if (status != 0 && status != -ENOENT) {
-        schedule_retry(mb); /* etcd is not answering yet */
+        /* etcd is not answering yet, or refuses us */
+        schedule_retry_after(mb, status, "the old lease's revoke");
         return;
     }
     grant(mb);
@@ -453,8 +521,10 @@ static void enter_fenced(mb_t *mb)
     mb->old_lease = mb->lease;
     mb->lease = 0;
     mb->campaign_inflight = 0;
+    int reason = mb->fence_reason != 0 ? mb->fence_reason : ST_EFENCED;
+    mb->fence_reason = 0;
     if (mb->cb.on_fenced != NULL)
-        mb->cb.on_fenced(ST_EFENCED, mb->data);
+        mb->cb.on_fenced(reason, mb->data);
     if (mb->state == MB_FENCED)
         uv_timer_start(&mb->retry_timer, on_retry_timer, 0, 0);
 }
@@ -564,6 +634,7 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->view.source_index = -1;
     mb->retry_ms = MB_RETRY_MIN_MS;
     mb->view_retry_ms = MB_RETRY_MIN_MS;
+    mb->auth_probe = cfg->etcd.user != NULL;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,
                             &mb->again_timer};

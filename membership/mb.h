@@ -68,9 +68,11 @@ typedef struct {
     /* A view containing this node was installed; in generation order,
      * none repeated. */
     void (*on_view)(const mb_view_t *view, void *data);
-    /* This node lost its lease (could not renew it in time, or was
-     * evicted): stop serving collectives. It re-registers by itself as a
-     * new member once etcd answers; a later on_view says when it is in. */
+    /* This node lost its lease (reason ST_EFENCED: could not renew it in
+     * time, or was evicted; -EACCES: etcd refused this node's
+     * credentials, logged as such): stop serving collectives. It
+     * re-registers by itself as a new member once etcd answers (or takes
+     * its credentials again); a later on_view says when it is in. */
     void (*on_fenced)(int reason, void *data);
     /* /ringd/<job>/drain/<node> appeared: leave at the next step boundary
      * by calling mb_leave(). */

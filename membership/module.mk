@@ -3,7 +3,8 @@
 LIB_SRCS += membership/etcd.c membership/etcd-watch.c membership/etcd-json.c \
             membership/mb.c membership/mb-view.c \
             membership/mb-leader.c membership/mb-keys.c
-TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c
+TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c \
+             tests/test-mb-keys.c
 PKGS += libuv libcurl libcjson
 BENCH_BINS += $(BUILD)/bench/viewchange
 

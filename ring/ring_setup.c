@@ -170,6 +170,25 @@ static void chans_setup(ring_t *r)
     r->stats.left_rank = r->left.rank;
 }
 
+/* The staging slots and arena (arena_setup), also partly set up. */
+static void arena_free(ring_t *r)
+{
+    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+        free(r->chan[i].rs);
+        free(r->chan[i].ss);
+    }
+    tp_mem_unmap(r->arena_mem);
+    free(r->arena);
+}
+
+/* Both neighbours' endpoints (one when n == 2), also one of them. */
+static void links_close(ring_t *r, int force)
+{
+    tp_peer_close(r->left.peer, force);
+    if (r->right.peer != r->left.peer)
+        tp_peer_close(r->right.peer, force);
+}
+
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
                 ring_t **ring_p)
 {
@@ -193,15 +212,18 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     r->left.rank = r->right.rank = view->rank;
     atomic_init(&r->abort_req, 0);
     if ((rc = arena_setup(r)) != 0)
-        goto err_free;
+        goto err_arena;
     if (r->n > 1 && (rc = links_setup(r, view)) != 0)
-        goto err_free;
+        goto err_links;
     chans_setup(r);
     *ring_p = r;
     return 0;
 
-err_free:
-    ring_destroy(r);
+err_links:
+    links_close(r, 0); /* as ring_destroy closes a ring never used */
+err_arena:
+    arena_free(r);
+    free(r);
     return rc;
 }
 
@@ -216,20 +238,12 @@ void ring_destroy(ring_t *r)
      */
     int force = r->state == RING_FAILED ||
                 atomic_load_explicit(&r->abort_req, memory_order_acquire);
-    tp_peer_close(r->left.peer, force);
-    if (r->right.peer != r->left.peer)
-        tp_peer_close(r->right.peer, force);
+    links_close(r, force);
     /*
      * Requests UCX never completed still point at the slots (their
      * callbacks write there) and at the staging arena: leak both.
      */
-    if (!r->leaked) {
-        for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
-            free(r->chan[i].rs);
-            free(r->chan[i].ss);
-        }
-        tp_mem_unmap(r->arena_mem);
-        free(r->arena);
-    }
+    if (!r->leaked)
+        arena_free(r);
     free(r);
 }

@@ -127,7 +127,10 @@ static void spawn(fx_etcd_t *et)
     if (et->tls) {
         char *t[] = {"--cert-file", sc, "--key-file", sk,
                      "--trusted-ca-file", ca, "--client-cert-auth"};
-        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        /* FX_TLS_SERVER: etcd 3.4 demands client certificates as soon as
+         * it has a trusted CA, so it gets none. */
+        size_t nt = et->tls == FX_TLS_SERVER ? 4 : sizeof(t) / sizeof(t[0]);
+        for (size_t i = 0; i < nt; i++)
             argv[n++] = t[i];
     }
     for (int i = 0; i < et->n_extra; i++)
@@ -182,10 +185,15 @@ void fx_etcd_signal(fx_etcd_t *et, int sig)
 
 int fx_etcdctl(fx_etcd_t *et, const char *args)
 {
-    char cmd[2048];
+    char cmd[4096], tls[1600] = "", user[96] = "";
+    if (et->tls)
+        snprintf(tls, sizeof(tls), "--cacert=%s/ca.crt --cert=%s/client.crt "
+                 "--key=%s/client.key", et->dir, et->dir, et->dir);
+    if (et->ctl_user[0] != '\0')
+        snprintf(user, sizeof(user), "--user=%s", et->ctl_user);
     snprintf(cmd, sizeof(cmd),
-             "ETCDCTL_API=3 etcdctl --endpoints=%s %s >> %s/etcdctl.log 2>&1",
-             et->url, args, et->dir);
+             "ETCDCTL_API=3 etcdctl --endpoints=%s %s %s %s "
+             ">> %s/etcdctl.log 2>&1", et->url, tls, user, args, et->dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

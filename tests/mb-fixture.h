@@ -15,11 +15,18 @@ typedef struct {
     pid_t pid;
     char *dir;      /* temp dir: data/, certs, etcd.log */
     int cport, pport;
-    int tls;        /* https with client certificates */
+    int tls;        /* 0, FX_TLS_CLIENT_CERTS or FX_TLS_SERVER */
     char url[128];
     char extra[4][64]; /* extra etcd flags */
     int n_extra;
+    char ctl_user[64]; /* "user:password" for etcdctl once auth is on */
 } fx_etcd_t;
+
+/* https: clients must show a certificate the test CA signed. */
+#define FX_TLS_CLIENT_CERTS 1
+/* https with a server certificate only: what etcd 3.4's JSON gateway
+ * takes together with password auth. */
+#define FX_TLS_SERVER 2
 
 /* Start etcd (tls: make certs with openssl first). Fails the test on
  * error. */

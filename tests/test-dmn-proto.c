@@ -102,13 +102,9 @@ static void hello(int fd)
     ASSERT_EQ(type, PROTO_T_HELLO);
 }
 
-TEST_IMPL(dmn_malformed_messages)
+/* Headers that lie, before and instead of a HELLO. */
+static void bad_headers(int fd)
 {
-    td_daemon_t t;
-    td_init(&t, "dmn-proto");
-    ASSERT_OK(td_start(&t, NULL));
-    int fd = raw_connect(t.sock);
-
     /* Before HELLO. */
     send_msg(fd, PROTO_VERSION, PROTO_T_STEP_BEGIN, 7, NULL, 0, -1);
     expect_error(fd, RINGD_ESTATE, "before HELLO");
@@ -130,7 +126,11 @@ TEST_IMPL(dmn_malformed_messages)
     send_msg(fd, PROTO_VERSION, 77, 5, NULL, 0, -1);
     expect_error(fd, RINGD_EPROTO, "unknown message type");
 
-    hello(fd);
+}
+
+/* One page registered as buffer 0 after BUF_ADDs that must be refused. */
+static void bad_buffers(int fd)
+{
     /* A buffer of one page, then collectives that miss it. */
     int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     ASSERT(mfd >= 0);
@@ -153,8 +153,12 @@ TEST_IMPL(dmn_malformed_messages)
     expect_error(fd, RINGD_EINVAL, "without a file descriptor");
     close(mfd);
 
-    proto_coll_req_t ok = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
-                           RINGD_SUM, 0};
+}
+
+/* Collectives and a state region that miss buffer 0 or name nonsense. */
+static void bad_collectives(int fd, const proto_coll_req_t *okp)
+{
+    proto_coll_req_t ok = *okp;
     proto_coll_req_t r = ok;
     r.buf_id = 5;
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 20, &r, sizeof(r), -1);
@@ -193,6 +197,22 @@ TEST_IMPL(dmn_malformed_messages)
     proto_state_set_t ss = {0, 0, 4000, 200};
     send_msg(fd, PROTO_VERSION, PROTO_T_STATE_SET, 29, &ss, sizeof(ss), -1);
     expect_error(fd, RINGD_EINVAL, "state region");
+
+}
+
+TEST_IMPL(dmn_malformed_messages)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-proto");
+    ASSERT_OK(td_start(&t, NULL));
+    int fd = raw_connect(t.sock);
+    bad_headers(fd);
+    hello(fd);
+    bad_buffers(fd);
+    proto_coll_req_t ok = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
+                           RINGD_SUM, 0};
+    bad_collectives(fd, &ok);
+    uint32_t type;
 
     /* After all that, this connection still works: a full step. */
     send_msg(fd, PROTO_VERSION, PROTO_T_STEP_BEGIN, 30, NULL, 0, -1);
@@ -548,6 +568,42 @@ TEST_IMPL(dmn_buf_free_refusals)
     expect_error(r[0].fd, RINGD_ESTATE, "state region");
     close(r[0].fd);
     close(r[1].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* A trainer lost after the step's last collective (before its step_end)
+ * does not void the step: the survivor applied the result and ends it, so
+ * the next step is the next one, not the same again (which would apply
+ * that update twice). */
+TEST_IMPL(dmn_lost_after_collectives_keeps_step)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-lostafter");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    proto_step_rep_t v0 = raw_step_reply(&r[0]);
+    (void)raw_step_reply(&r[1]);
+    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
+                            RINGD_SUM, 0};
+    proto_coll_req_t two[2] = {sum, sum};
+    both_coll(r, two, 0);
+    close(r[1].fd); /* as a SIGKILL would, before its step_end */
+    ASSERT_OK(td_wait_file(t.log, "lost at step", 10000));
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_STEP_END, 4, NULL, 0, -1);
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), 0);
+    raw_step_begin(&r[0], 5);
+    proto_step_rep_t v1 = raw_step_reply(&r[0]);
+    ASSERT_EQ(v1.status, 0);
+    ASSERT_EQ(v1.world, 1);
+    ASSERT_EQ(v1.step, v0.step + 1);
+    close(r[0].fd);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }

@@ -765,9 +765,12 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     fx_etcd_start(&c.etcd, 0);
     node_init(&c, 0, "1", "2");
     node_init(&c, 1, "1", "2");
-    c.trainer[0][0] = trainer(&c, 0, 0, "1500");
+    /* Steps enough that n1, alone once n0 is out, cannot finish before
+     * n0's new trainer is back, however slow that rejoin is on a loaded
+     * machine (1500 lost that race about 1 run in 3 under load). */
+    c.trainer[0][0] = trainer(&c, 0, 0, "8000");
     stop_after = "100";
-    c.trainer[1][0] = trainer(&c, 1, 0, "1500");
+    c.trainer[1][0] = trainer(&c, 1, 0, "8000");
     stop_after = NULL;
     int st;
     ASSERT_EQ(waitpid(c.trainer[1][0], &st, WUNTRACED), c.trainer[1][0]);
@@ -781,7 +784,7 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
     kill(c.trainer[1][0], SIGCONT);
     ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 1", 30000));
     ASSERT(!td_file_has(c.d[0].log, "registering again"));
-    c.trainer[0][1] = trainer(&c, 0, 1, "1500");
+    c.trainer[0][1] = trainer(&c, 0, 1, "8000");
     ASSERT_OK(td_wait_file(td_path(&c.d[0], "h1"), "world 2", 30000));
     expect_exit0(&c, 0, 1, c.trainer[0][1]);
     expect_exit0(&c, 1, 0, c.trainer[1][0]);

@@ -132,21 +132,9 @@ static int both_in_view(void *p)
         ASSERT_EQ(rc_, (want));                                              \
     } while (0)
 
-TEST_IMPL(dmn_ringctl_etcd)
+/* members: both nodes, one leader; --json the records. */
+static void check_members(const char *log, const char *url)
 {
-    td_daemon_t t;
-    td_init(&t, "dmn-ctl-etcd");
-    const char *log = td_path(&t, "ctl.log");
-    ASSERT_OK(uv_loop_init(&loop));
-    fx_etcd_start(&etcd_, 0);
-    const char *url = etcd_.url;
-    ctl_member_t m[2];
-    start_member(&m[0], "n1", "h1");
-    start_member(&m[1], "n2", "h2");
-    ASSERT_MSG(fx_run_until_fn(&loop, both_in_view, m, 15000),
-               "no view with both members");
-
-    /* members: both nodes, one leader; --json the records. */
     RUN_OK(log, "--etcd", url, "--job", "ctl", "members");
     ASSERT(td_file_has(log, "NODE"));
     ASSERT(td_file_has(log, "n1 "));
@@ -164,9 +152,12 @@ TEST_IMPL(dmn_ringctl_etcd)
     ASSERT(td_file_has(log, "\"slots\":4"));
     ASSERT(td_file_has(log, "\"leader\":true"));
     ASSERT(td_file_has(log, "\"leader\":false"));
+}
 
-    /* view: generation >= 1 and both members in ring order; here the job
-     * and endpoints come from the environment. */
+/* view: generation >= 1 and both members in ring order; here the job and
+ * endpoints come from the environment. */
+static void check_view(const char *log, const char *url, uint64_t want_gen)
+{
     setenv("RINGD_ETCD", url, 1);
     setenv("RINGD_JOB", "ctl", 1);
     RUN_OK(log, "view");
@@ -178,7 +169,7 @@ TEST_IMPL(dmn_ringctl_etcd)
     unsigned long long gen = 0;
     ASSERT_MSG(sscanf(out, "generation %llu", &gen) == 1, "view: %s", out);
     ASSERT_GE(gen, 1);
-    ASSERT_EQ(gen, m[0].gen);
+    ASSERT_EQ(gen, want_gen);
     ASSERT(strstr(out, "n1") != NULL && strstr(out, "n2") != NULL);
     ASSERT(strstr(out, "   0  n1") != NULL);
     ASSERT(strstr(out, "   1  n2") != NULL);
@@ -186,12 +177,15 @@ TEST_IMPL(dmn_ringctl_etcd)
     RUN_OK(log, "--etcd", url, "--job", "ctl", "--json", "view");
     ASSERT(td_file_has(log, "{\"generation\":"));
     ASSERT(td_file_has(log, "\"members\":[{\"node\":\"n1\""));
+}
 
-    /* checkpoints: none yet. */
+/* No checkpoints yet; drain: an unknown node is refused, n1 gets
+ * on_drain. */
+static void check_drain(const char *log, const char *url, ctl_member_t *m)
+{
     RUN_OK(log, "--etcd", url, "--job", "ctl", "checkpoints");
     ASSERT(td_file_has(log, "no checkpoints"));
 
-    /* drain: an unknown node is refused, n1 gets on_drain. */
     RUN_RC(log, 1, "--etcd", url, "--job", "ctl", "drain", "nosuch");
     ASSERT(td_file_has(log, "'nosuch' is not a registered node"));
     ASSERT_EQ(fx_etcdctl(&etcd_, "get /ringd/ctl/drain/nosuch "
@@ -205,14 +199,18 @@ TEST_IMPL(dmn_ringctl_etcd)
     ASSERT_EQ(m[1].drained, 0);
     RUN_OK(log, "--etcd", url, "--job", "ctl", "drain", "n1");
     ASSERT(td_file_has(log, "already requested"));
+}
 
-    /* checkpoints: a garbage value and a manifest, listed by step. */
+/* checkpoints: a garbage value and a manifest, listed by step. */
+static void check_checkpoints(const char *log, const char *url)
+{
     ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/ctl/ckpt/5 'garbage{\x01'"), 0);
     ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/ctl/ckpt/10 "
                                  "'{\"path\":\"/ck/10\",\"bytes\":7,"
                                  "\"nodes\":[\"n1\"]}'"), 0);
     RUN_RC(log, 1, "--etcd", url, "--job", "ctl", "checkpoints");
-    out = td_read(log, &len);
+    size_t len;
+    char *out = td_read(log, &len);
     ASSERT(out != NULL);
     char *s5 = strstr(out, "step 5  (not a JSON object");
     char *s10 = strstr(out, "step 10  path=/ck/10  bytes=7  nodes=[\"n1\"]");
@@ -222,8 +220,11 @@ TEST_IMPL(dmn_ringctl_etcd)
     ASSERT(td_file_has(log, "{\"step\":5,\"key\":\"/ringd/ctl/ckpt/5\","
                             "\"valid\":false}"));
     ASSERT(td_file_has(log, "\"value\":{\"path\":\"/ck/10\""));
+}
 
-    /* Hostile values under another job: never a crash, exit 1. */
+/* Hostile values under another job: never a crash, exit 1. */
+static void check_hostile(const char *log, const char *url)
+{
     ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/evil/nodes/x '[1,2'"), 0);
     ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/evil/nodes/y "
                                  "'{\"host\":7,\"slots\":\"a\"}'"), 0);
@@ -262,7 +263,12 @@ TEST_IMPL(dmn_ringctl_etcd)
     ASSERT_EQ(fx_etcdctl(&etcd_, "put /ringd/evil/ckpt/abc ''"), 0);
     RUN_RC(log, 1, "--etcd", url, "--job", "evil", "checkpoints");
     ASSERT(td_file_has(log, "step abc  (not a JSON object: 0 bytes)"));
+}
 
+/* Usage errors, then etcd gone: a clear line, exit 1, within the
+ * client's timeouts. */
+static void check_usage_and_down(const char *log, const char *url)
+{
     /* Usage: no job, no etcd, an unknown option. */
     RUN_RC(log, 2, "--etcd", url, "members");
     ASSERT(td_file_has(log, "needs --etcd URLS and --job NAME"));
@@ -279,7 +285,27 @@ TEST_IMPL(dmn_ringctl_etcd)
     RUN_RC(log, 1, "--etcd", url, "--job", "ctl", "drain", "n2");
     ASSERT(td_file_has(log, "cannot reach etcd at"));
     ASSERT_LT(th_now_ms() - t0, 10000);
+}
 
+TEST_IMPL(dmn_ringctl_etcd)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-ctl-etcd");
+    const char *log = td_path(&t, "ctl.log");
+    ASSERT_OK(uv_loop_init(&loop));
+    fx_etcd_start(&etcd_, 0);
+    const char *url = etcd_.url;
+    ctl_member_t m[2];
+    start_member(&m[0], "n1", "h1");
+    start_member(&m[1], "n2", "h2");
+    ASSERT_MSG(fx_run_until_fn(&loop, both_in_view, m, 15000),
+               "no view with both members");
+    check_members(log, url);
+    check_view(log, url, m[0].gen);
+    check_drain(log, url, m);
+    check_checkpoints(log, url);
+    check_hostile(log, url);
+    check_usage_and_down(log, url);
     mb_destroy(m[0].mb);
     mb_destroy(m[1].mb);
     fx_loop_drain(&loop);

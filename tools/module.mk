@@ -5,6 +5,12 @@
 PKGS += libuv libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringctl
 
+INSTALL_TARGETS += install-tools
+.PHONY: install-tools
+install-tools: $(BUILD)/ringctl
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/ringctl $(DESTDIR)$(BINDIR)/ringctl
+
 $(BUILD)/ringctl: $(BUILD)/tools/ringctl.o $(BUILD)/libringd_core.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CORE_LIB) $(PKG_LIBS) $(LIBS)

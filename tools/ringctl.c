@@ -36,6 +36,8 @@ typedef struct {
     const char *job;
     const char *ckpt_dir;
     int json;
+    const char *etcd_ca, *etcd_cert, *etcd_key; /* TLS, as ringd's keys */
+    const char *etcd_user, *etcd_password_file; /* auth */
 } ctl_opts_t;
 
 typedef struct {
@@ -234,8 +236,9 @@ static int ctl_etcd_fail(const ctl_etcd_t *c, int rc)
                 url);
         break;
     case -EACCES:
-        fprintf(stderr, "ringctl: etcd at %s refused access (permission "
-                "denied or authentication failed)\n", url);
+        fprintf(stderr, "ringctl: etcd at %s refused access (TLS "
+                "verification, client certificate, user or password: "
+                "see --etcd-ca, --etcd-cert, --etcd-user)\n", url);
         break;
     default:
         fprintf(stderr, "ringctl: etcd at %s: request failed: %s\n", url,
@@ -274,7 +277,16 @@ static int ctl_get(ctl_etcd_t *c, const char *key, int prefix,
 static int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
 {
     etcd_config_t cfg = {.endpoints = o->etcd, .connect_timeout_ms = 1000,
-                         .request_timeout_ms = 3000};
+                         .request_timeout_ms = 3000,
+                         .ca_file = o->etcd_ca, .cert_file = o->etcd_cert,
+                         .key_file = o->etcd_key, .user = o->etcd_user,
+                         .password_file = o->etcd_password_file};
+    if ((o->etcd_user == NULL) != (o->etcd_password_file == NULL) ||
+        (o->etcd_cert == NULL) != (o->etcd_key == NULL)) {
+        fprintf(stderr, "ringctl: --etcd-user goes with "
+                "--etcd-password-file, --etcd-cert with --etcd-key\n");
+        return EXIT_USAGE;
+    }
     long n_eps = 1;
     for (const char *p = o->etcd; *p; p++)
         n_eps += *p == ',';
@@ -282,6 +294,12 @@ static int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
     c->run_ms = n_eps * (cfg.connect_timeout_ms + cfg.request_timeout_ms) +
                 1000;
     int rc = etcd_create(NULL, &cfg, &c->etcd);
+    if (rc != 0 && o->etcd_password_file != NULL) {
+        fprintf(stderr, "ringctl: bad --etcd '%s' or --etcd-password-file "
+                "'%s': %s\n", o->etcd, o->etcd_password_file,
+                st_strerror(rc));
+        return rc == ST_ECONFIG ? EXIT_USAGE : EXIT_DOWN;
+    }
     if (rc != 0) {
         fprintf(stderr, "ringctl: bad --etcd '%s': %s\n", o->etcd,
                 st_strerror(rc));
@@ -748,6 +766,13 @@ static void usage(FILE *out)
 "                 $RINGD_ETCD); required by members, view, drain,\n"
 "                 checkpoints\n"
 "  --job NAME     the job (default $RINGD_JOB); required with --etcd\n"
+"  --etcd-ca FILE CA bundle for https:// endpoints ($RINGD_ETCD_CA)\n"
+"  --etcd-cert FILE, --etcd-key FILE\n"
+"                 client certificate and key ($RINGD_ETCD_CERT,\n"
+"                 $RINGD_ETCD_KEY)\n"
+"  --etcd-user NAME, --etcd-password-file FILE\n"
+"                 etcd user and the file whose first line is its\n"
+"                 password ($RINGD_ETCD_USER, $RINGD_ETCD_PASSWORD_FILE)\n"
 "  --ckpt-dir DIR checkpoint directory for verify (default\n"
 "                 /var/lib/ringd/ckpt); the job's files are in DIR/JOB\n"
 "                 (DIR/standalone without --job); verify reads the\n"
@@ -761,12 +786,24 @@ static void usage(FILE *out)
 "2 usage error.\n");
 }
 
+/* An environment default; empty counts as unset. */
+static const char *env_opt(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
 int main(int argc, char **argv)
 {
     ctl_opts_t o = {getenv("RINGD_SOCKET"), getenv("RINGD_ETCD"),
                     getenv("RINGD_JOB"), "/var/lib/ringd/ckpt", 0};
     if (o.socket == NULL || o.socket[0] == '\0')
         o.socket = RINGD_DEFAULT_SOCKET;
+    o.etcd_ca = env_opt("RINGD_ETCD_CA");
+    o.etcd_cert = env_opt("RINGD_ETCD_CERT");
+    o.etcd_key = env_opt("RINGD_ETCD_KEY");
+    o.etcd_user = env_opt("RINGD_ETCD_USER");
+    o.etcd_password_file = env_opt("RINGD_ETCD_PASSWORD_FILE");
     /* The etcd client logs each endpoint that fails over; an operator
      * wants the one line ringctl prints, unless asked for more. */
     if (getenv("RINGD_LOG_LEVEL") == NULL)
@@ -787,6 +824,17 @@ int main(int argc, char **argv)
             o.job = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--ckpt-dir") == 0) {
             o.ckpt_dir = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--etcd-ca") == 0) {
+            o.etcd_ca = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--etcd-cert") == 0) {
+            o.etcd_cert = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--etcd-key") == 0) {
+            o.etcd_key = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--etcd-user") == 0) {
+            o.etcd_user = argv[++i];
+        } else if (i + 1 < argc &&
+                   strcmp(a, "--etcd-password-file") == 0) {
+            o.etcd_password_file = argv[++i];
         } else {
             fprintf(stderr, "ringctl: unknown option or missing value: "
                     "'%s' (see --help)\n", a);

@@ -54,14 +54,22 @@ static int worker_create(tp_t *tp)
     s = ucp_worker_get_address(tp->worker, &tp->addr, &tp->addr_len);
     if (s != UCS_OK) {
         RD_ERROR("ucp_worker_get_address: %s", ucs_status_string(s));
-        return ST_ELINK;
+        goto err_worker;
     }
     s = ucp_worker_get_efd(tp->worker, &tp->efd);
     if (s != UCS_OK) {
         RD_ERROR("ucp_worker_get_efd: %s", ucs_status_string(s));
-        return ST_ELINK;
+        goto err_addr;
     }
     return 0;
+
+err_addr:
+    ucp_worker_release_address(tp->worker, tp->addr);
+    tp->addr = NULL;
+err_worker:
+    ucp_worker_destroy(tp->worker);
+    tp->worker = NULL;
+    return ST_ELINK;
 }
 
 int tp_create(const tp_config_t *cfg, tp_t **tp_p)
@@ -76,12 +84,12 @@ int tp_create(const tp_config_t *cfg, tp_t **tp_p)
         return ST_ENOMEM;
     tp->err_mode_none = cfg->err_mode_none;
 
+    int rc = ST_ECONFIG;
     ucp_config_t *ucfg;
     ucs_status_t s = ucp_config_read(NULL, NULL, &ucfg);
     if (s != UCS_OK) {
         RD_ERROR("ucp_config_read: %s", ucs_status_string(s));
-        free(tp);
-        return ST_ECONFIG;
+        goto err_free;
     }
     ucp_params_t p = {0};
     p.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -90,16 +98,20 @@ int tp_create(const tp_config_t *cfg, tp_t **tp_p)
     ucp_config_release(ucfg);
     if (s != UCS_OK) {
         RD_ERROR("ucp_init: %s", ucs_status_string(s));
-        free(tp);
-        return ST_ELINK;
+        rc = ST_ELINK;
+        goto err_free;
     }
-    int rc = worker_create(tp);
-    if (rc != 0) {
-        tp_destroy(tp);
-        return rc;
-    }
+    rc = worker_create(tp);
+    if (rc != 0)
+        goto err_ctx;
     *tp_p = tp;
     return 0;
+
+err_ctx:
+    ucp_cleanup(tp->ctx);
+err_free:
+    free(tp);
+    return rc;
 }
 
 /*

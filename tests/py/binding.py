@@ -12,6 +12,7 @@ one step freed when dropped. Exits 0 and prints "PASS <part>", or
 "SKIP ..." when torch cannot be imported.
 """
 import argparse
+import gc
 import sys
 import threading
 
@@ -72,6 +73,8 @@ def freeing_phases(o, alloc, reduce_one, say):
     base = {}
 
     def before(c, rank, sync):
+        gc.collect()    # earlier phases' cycles (optimizer hooks), both
+        sync()          # clients' garbage found before either collects
         c.collect()
         sync()
         if rank == 0:
@@ -200,11 +203,48 @@ def torch_phases(o):
         if rank == 0:
             print("torch bad input:\n  " + "\n  ".join(msgs))
 
+    held = {}
+
+    def differ(c, rank, sync):
+        # Parameters that differ across trainers: a clear error, once.
+        torch.manual_seed(100 + rank)
+        m = torch.nn.Linear(4, 2)
+        opt = torch.optim.Adam(m.parameters(), lr=0.1)
+        d = rt.DistributedOptimizer(opt, named_parameters=m.named_parameters(),
+                                    client=c)
+        m(torch.ones(3, 4)).sum().backward()
+        try:
+            d.step()
+        except ValueError as e:
+            assert "parameters differ across trainers" in str(e), e
+            if rank == 0:
+                print("differing parameters: ValueError:", e)
+        else:
+            raise AssertionError("differing parameters not detected")
+        held[rank] = (m, opt, d)
+
+    def broadcast(c, rank, sync):
+        m, opt, d = held[rank]
+        if rank == 1:
+            opt.param_groups[0]["lr"] = 0.5
+        rt.broadcast_parameters(m.state_dict(), root_rank=0, client=c)
+        rt.broadcast_optimizer_state(opt, root_rank=0, client=c)
+        assert opt.param_groups[0]["lr"] == 0.1
+        d.zero_grad()
+        m(torch.ones(3, 4) * (rank + 1)).sum().backward()
+        d.step()  # checked again (a new view), equal now, then reduced
+        held[rank] = torch.cat([p.detach().reshape(-1)
+                                for p in m.parameters()])
+        sync()
+        if rank == 0:
+            assert torch.equal(held[0], held[1]), held
+            print("after broadcast_parameters: replicas identical")
+
     def reduce_async(c, t):
         h = rt.allreduce_async_(t, op="sum", client=c)
         assert h.wait() is t
 
-    return [dtypes, bad] + freeing_phases(
+    return [dtypes, bad, differ, broadcast] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed")
 

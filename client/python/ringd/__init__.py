@@ -217,6 +217,7 @@ class Client:
         if rc != 0:
             raise Error(rc, "ringd_connect: " + strerror(rc))
         self._staging = {}
+        self.view = None        # from the last step_begin()
         # Base addresses of buffers no array refers to any more; freed at
         # the next call, never from inside a garbage collection.
         self._dead = []
@@ -319,8 +320,9 @@ class Client:
         v = _View()
         self._check(_lib.ringd_step_begin(self._c, ctypes.byref(v)),
                     "ringd_step_begin")
-        return View(v.rank, v.world, v.local_rank, v.local_world, v.step,
-                    v.generation, bool(v.restored))
+        self.view = View(v.rank, v.world, v.local_rank, v.local_world,
+                         v.step, v.generation, bool(v.restored))
+        return self.view
 
     def allreduce_raw(self, addr, count, dtype, op="avg"):
         """In place over count elements of ringd dtype at addr."""

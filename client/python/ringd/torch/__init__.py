@@ -173,3 +173,8 @@ def step_begin(client=None):
 
 def step_end(client=None):
     _pick(client).step_end()
+
+
+from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
+    Compression, DistributedOptimizer, broadcast_optimizer_state,
+    broadcast_parameters)

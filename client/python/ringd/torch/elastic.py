@@ -366,7 +366,8 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
     the step is redone on the new view). A joiner's state is loaded before
     its first step (view.restored); on_reset callbacks run with the new
     world size whenever the generation changes. Stops when the job's step
-    counter reaches `steps`, when step_fn returns False, or when the
+    counter reaches `steps` (an int, or a function giving the limit or
+    None, asked at every step), when step_fn returns False, or when the
     daemon drains (ringd.Shutdown). Returns the last view."""
     c = state.client
     gen, fenced_since, v = None, None, None
@@ -390,7 +391,8 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
         if gen is not None and v.generation != gen:
             state.on_reset(v.world)
         gen = v.generation
-        if steps is not None and v.step >= steps:
+        limit = steps() if callable(steps) else steps
+        if limit is not None and v.step >= limit:
             return v
         try:
             more = step_fn(state, v)

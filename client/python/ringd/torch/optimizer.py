@@ -1,0 +1,320 @@
+"""DistributedOptimizer and the first-sync broadcasts of ringd.torch.
+
+    opt = rt.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                  compression=rt.Compression.bf16)
+
+Gradients live in fusion buckets: each bucket is one ringd buffer and the
+.grad of each of its parameters is a view of it, so backward accumulates
+straight into shared memory (with compression, into a local bucket that
+is cast into a ringd buffer of the wire dtype). A hook on each
+parameter's gradient accumulator counts it ready; a bucket whose
+parameters are all ready is reduced at once, in bucket order (every
+trainer posts the same collectives in the same order, which ringd
+requires). step() reduces what is left, then runs the wrapped optimizer.
+Today each bucket's reduction completes inside the hook (libringd's
+collectives block); the bucket's reduce() is the one place that becomes
+asynchronous, with step() waiting on the handles.
+"""
+import hashlib
+
+import torch
+
+import ringd
+import ringd.torch as rt
+
+
+class Compression:
+    """The wire dtype of gradients: none (their own), fp16 or bf16."""
+    none = None
+    fp16 = torch.float16
+    bf16 = torch.bfloat16
+
+
+class _Bucket:
+    def __init__(self, index, params, dtype, wire, client):
+        self.index = index
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        if wire is None or wire == dtype:
+            self.flat = rt.zeros(self.numel, dtype=dtype, client=client)
+            self.wire = self.flat
+        else:
+            self.flat = torch.zeros(self.numel, dtype=dtype)
+            self.wire = rt.zeros(self.numel, dtype=wire, client=client)
+        self.views = []
+        off = 0
+        for p in params:
+            self.views.append(self.flat[off:off + p.numel()].view_as(p))
+            off += p.numel()
+        self.ready = 0          # parameters whose gradient is complete
+        self.handle = None
+
+    def bind(self):
+        """Make each .grad the bucket's view (copying a gradient that
+        autograd put elsewhere, e.g. after zero_grad(set_to_none=True))."""
+        for p, v in zip(self.params, self.views):
+            if p.grad is None:
+                v.zero_()
+            elif p.grad.data_ptr() != v.data_ptr():
+                v.copy_(p.grad)
+            p.grad = v
+
+    def reduce(self, client):
+        self.bind()
+        if self.wire is not self.flat:
+            self.wire.copy_(self.flat)
+        self.handle = rt.allreduce_async_(self.wire, op="avg", client=client)
+
+    def wait(self, scale):
+        self.handle.wait()
+        self.handle = None
+        if self.wire is not self.flat:
+            self.flat.copy_(self.wire)
+        if scale != 1.0:
+            self.flat.mul_(scale)
+
+
+class DistributedOptimizer:
+    """Wraps a torch optimizer: gradients averaged over the job's trainers
+    of the step (ringd's avg divides by that step's trainer count), then
+    the wrapped step. backward_passes_per_step=k accumulates k backward
+    passes locally and reduces on the k-th; the k gradients are averaged,
+    so k passes over batches of b equal one pass over k*b with a mean
+    loss. Raises ringd.Reshape from step() (or backward()) when the view
+    changed: redo the step (elastic.run does)."""
+
+    def __init__(self, optimizer, named_parameters=None,
+                 compression=Compression.none, backward_passes_per_step=1,
+                 bucket_cap_mb=25, client=None, check_equal=True):
+        self.optimizer = optimizer
+        self.client = rt._pick(client)
+        self.k = int(backward_passes_per_step)
+        if self.k < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        if named_parameters is not None:
+            named = list(named_parameters)
+        else:
+            named = [("param.%d" % i, p) for i, p in enumerate(
+                p for g in optimizer.param_groups for p in g["params"])]
+        names = [n for n, _ in named]
+        if len(set(names)) != len(names):
+            raise ValueError("named_parameters: duplicate names")
+        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        params = [p for _, p in named if p.requires_grad]
+        if any(id(p) not in in_opt for p in params):
+            raise ValueError("named_parameters holds a parameter the "
+                             "optimizer does not update")
+        for n, p in named:
+            if p.device.type != "cpu":
+                raise rt.NotRingdMemory(
+                    "parameter %s is on %s: DistributedOptimizer takes CPU "
+                    "parameters so far" % (n, p.device))
+            if compression is not None and not p.dtype.is_floating_point:
+                raise rt.UnsupportedDtype("parameter %s is %s: compression "
+                                          "applies to floating point" %
+                                          (n, p.dtype))
+            rt.wire_dtype(p.dtype)
+        self.names = {id(p): n for n, p in named}
+        self.buckets = self._make_buckets(params, compression,
+                                          int(bucket_cap_mb * (1 << 20)))
+        self._bucket_of = {}
+        for b in self.buckets:
+            for p in b.params:
+                self._bucket_of[id(p)] = b
+            b.bind()
+        self._count = {}            # backward passes seen per parameter
+        self._next = 0              # the next bucket to reduce, in order
+        self._broken = None         # a Reshape raised inside a hook
+        self._check = check_equal
+        self._checked_gen = None
+        self._hooks = []
+        for p in params:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append((acc, acc.register_hook(self._hook(p))))
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, d):
+        self.optimizer.load_state_dict(d)
+
+    def _make_buckets(self, params, compression, cap):
+        # Reverse registration order is about the order backward produces
+        # gradients in, so early buckets fill first.
+        buckets, cur, cur_bytes = [], [], 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            if cur and (cur_bytes + nbytes > cap or cur[0].dtype != p.dtype):
+                buckets.append(cur)
+                cur, cur_bytes = [], 0
+            cur.append(p)
+            cur_bytes += nbytes
+        if cur:
+            buckets.append(cur)
+        return [_Bucket(i, ps, ps[0].dtype, compression, self.client)
+                for i, ps in enumerate(buckets)]
+
+    def _hook(self, p):
+        def hook(*_):
+            n = self._count[id(p)] = self._count.get(id(p), 0) + 1
+            if n == self.k:
+                b = self._bucket_of[id(p)]
+                b.ready += 1
+                if b.ready == len(b.params):
+                    self._flush(all_buckets=False)
+        return hook
+
+    def _flush(self, all_buckets):
+        """Reduce, in bucket order, every bucket that is complete (all of
+        them at step())."""
+        if self._broken is not None:
+            return
+        try:
+            self._check_equal()
+            while self._next < len(self.buckets):
+                b = self.buckets[self._next]
+                if not all_buckets and b.ready < len(b.params):
+                    return
+                b.reduce(self.client)
+                self._next += 1
+        except (ringd.Reshape, ringd.Disconnected, ringd.Fenced,
+                ValueError) as e:
+            # Raised from step(): an exception inside an autograd hook
+            # would reach the caller wrapped.
+            self._broken = e
+
+    def _check_equal(self):
+        """Before the first reduction of each view: parameters that
+        differ across trainers (no broadcast_parameters, a joiner that did
+        not restore) are an error, not a silent divergence. Every trainer
+        of a new view (joiners in their first step) does it at the same
+        step, so all post the same collectives."""
+        v = self.client.view
+        gen = v.generation if v is not None else None
+        if not self._check or gen == self._checked_gen:
+            return
+        h = hashlib.blake2b(digest_size=7)
+        for b in self.buckets:
+            for p in b.params:
+                h.update(p.detach().contiguous().numpy().tobytes())
+        d = int.from_bytes(h.digest(), "little")
+        t = rt.zeros(2, dtype=torch.int64, client=self.client)
+        t[0], t[1] = d, -d
+        rt.allreduce_(t[0:1], op="max", client=self.client)
+        rt.allreduce_(t[1:2], op="max", client=self.client)
+        self._checked_gen = gen
+        if int(t[0]) != -int(t[1]):
+            raise ValueError("DistributedOptimizer: the parameters differ "
+                             "across trainers; call "
+                             "ringd.torch.broadcast_parameters() first")
+
+    def synchronize(self):
+        """Reduce every bucket not yet reduced and wait for all; raises
+        ringd.Reshape when the view changed (redo the step)."""
+        passes = max(self._count.values(), default=self.k)
+        if passes < self.k:
+            raise RuntimeError("DistributedOptimizer.step() after %d of %d "
+                               "backward passes" % (passes, self.k))
+        self._flush(all_buckets=True)
+        err, self._broken = self._broken, None
+        try:
+            if err is not None:
+                raise err
+            for b in self.buckets:
+                if b.handle is not None:
+                    b.wait(1.0 / self.k)
+        finally:
+            self._reset()
+
+    def _reset(self):
+        for b in self.buckets:
+            b.ready = 0
+            b.handle = None
+        self._count = {}
+        self._next = 0
+
+    def step(self, closure=None):
+        """After k backward passes: reduce, then the wrapped step."""
+        self.synchronize()
+        return self.optimizer.step(closure)
+
+    def zero_grad(self, set_to_none=False):
+        """Zero the buckets in place (.grad stays the bucket's view); a
+        redone step starts here too, so the counts start over."""
+        for b in self.buckets:
+            b.flat.zero_()
+            b.bind()
+        self._reset()
+        self._broken = None
+
+    def close(self):
+        for _, h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+def _tensors_of(params):
+    if hasattr(params, "items"):
+        items = list(params.items())
+    else:
+        items = list(params)
+    return [(n, t) for n, t in items if torch.is_tensor(t)]
+
+
+def broadcast_parameters(params, root_rank=0, client=None):
+    """Overwrite params (a state_dict, or (name, tensor) pairs) with the
+    root trainer's, inside a step: one broadcast of their bytes through a
+    ringd buffer."""
+    c = rt._pick(client)
+    tensors = _tensors_of(params)
+    total = sum(t.numel() * t.element_size() for _, t in tensors)
+    if total == 0:
+        return
+    buf = rt.zeros(total, dtype=torch.uint8, client=c)
+    off = 0
+    views = []
+    for _, t in tensors:
+        n = t.numel() * t.element_size()
+        v = buf[off:off + n]
+        v.copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+        views.append(v)
+        off += n
+    rt.broadcast_(buf, root=root_rank, client=c)
+    with torch.no_grad():
+        for (_, t), v in zip(tensors, views):
+            t.copy_(v.view(t.dtype).view_as(t))
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, client=None):
+    """Give every trainer the root's optimizer state (moments, step
+    counters) and hyperparameters, inside a step. The state is created
+    first where it does not exist yet, as a fresh optimizer would."""
+    from ringd.torch import elastic
+    import json
+    c = rt._pick(client)
+    opt = getattr(optimizer, "optimizer", optimizer)
+    elastic._materialize_optimizer(opt)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    tensors = [("%d/%s" % (i, k), v) for i, p in enumerate(params)
+               for k, v in sorted(opt.state[p].items()) if torch.is_tensor(v)]
+    broadcast_parameters(tensors, root_rank, c)
+    groups = json.dumps([{k: v for k, v in g.items() if k != "params"}
+                         for g in opt.param_groups]).encode()
+    n = rt.zeros(1, dtype=torch.int64, client=c)
+    n[0] = len(groups)
+    rt.broadcast_(n, root=root_rank, client=c)
+    b = rt.zeros(int(n[0]), dtype=torch.uint8, client=c)
+    if len(groups) == int(n[0]):    # the root's (others are overwritten)
+        b.copy_(torch.frombuffer(bytearray(groups), dtype=torch.uint8))
+    rt.broadcast_(b, root=root_rank, client=c)
+    for g, saved in zip(opt.param_groups,
+                        json.loads(bytes(b.numpy().tobytes()))):
+        g.update(saved)

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""A small Adam-trained MLP through ringd.torch (DistributedOptimizer,
+elastic.State, ElasticSampler, elastic.run), driven by
+tests/test-client-python.c against a real ringd.
+
+--mode ringd   one trainer of the job (until --steps, or the step number
+               the test writes into --stop-file); logs one line per completed step:
+               "step S gen G rank R world W epoch E digest D adam_step A
+               idx i,j,..." (idx: the step's global batch), "restored S
+               ..." when it joined, "final digest D", and saves the model's
+               state_dict to --out.
+--mode ref     one process, no daemon, the same global batches (world 1,
+               batch world*batch*k), plain Adam; saves to --out.
+--compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1.
+--check LOG...      every epoch completed in the logs saw each sample
+                    exactly once, the steps' batches agree across logs.
+"""
+import argparse
+import sys
+
+
+def data(torch, n):
+    g = torch.Generator()
+    g.manual_seed(4242)
+    x = torch.randn(n, 8, generator=g)
+    w = torch.randn(8, 3, generator=g)
+    y = (x @ w).argmax(dim=1)
+    return x, y
+
+
+def model_and_opt(torch, o):
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
+                            torch.nn.Linear(32, 3))
+    if o.opt == "sgd":
+        # Unlike Adam's, its update scales with the gradient: a wrong
+        # average shows.
+        return m, torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.5)
+    return m, torch.optim.Adam(m.parameters(), lr=o.lr)
+
+
+def micro_steps(torch, model, x, y, idx, k):
+    """k backward passes over idx split in k equal parts, mean loss
+    each."""
+    part = len(idx) // k
+    for j in range(k):
+        sl = idx[j * part:(j + 1) * part]
+        loss = torch.nn.functional.cross_entropy(model(x[sl]), y[sl])
+        loss.backward()
+
+
+def run_ref(o, torch):
+    from ringd.torch.elastic import ElasticSampler
+    x, y = data(torch, o.n)
+    model, opt = model_and_opt(torch, o)
+    s = ElasticSampler(range(o.n), batch_size=o.world * o.batch * o.k,
+                       seed=3)
+    for step in range(o.steps):
+        if s.done():
+            s.set_epoch(s.epoch + 1)
+        opt.zero_grad()
+        micro_steps(torch, model, x, y, s.batch(), 1)
+        opt.step()
+        s.commit()
+    torch.save(model.state_dict(), o.out)
+    print("final ref")
+
+
+def run_ringd(o, torch):
+    import ringd.torch as rt
+    from ringd.torch import elastic
+    rt.init(o.socket, name="elastic_train")
+    x, y = data(torch, o.n)
+    model, opt = model_and_opt(torch, o)
+    sampler = elastic.ElasticSampler(range(o.n), batch_size=o.batch * o.k,
+                                     seed=3)
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler,
+                          epoch=0)
+    comp = {"none": rt.Compression.none, "fp16": rt.Compression.fp16,
+            "bf16": rt.Compression.bf16}[o.compression]
+    dopt = rt.DistributedOptimizer(opt,
+                                   named_parameters=model.named_parameters(),
+                                   compression=comp,
+                                   backward_passes_per_step=o.k)
+    log = open(o.log, "a")
+    resets = []
+    state.register_reset_callbacks([resets.append])
+    first = [True]
+
+    def adam_step():
+        st = opt.state[next(model.parameters())]
+        return float(st["step"]) if "step" in st else -1
+
+    def step_fn(state, v):
+        if first[0] and v.restored:
+            log.write("restored %d digest %s adam_step %g epoch %d "
+                      "processed %d\n" % (v.step, state.digest(),
+                                          adam_step(), sampler.epoch,
+                                          sampler.processed))
+            log.flush()
+        first[0] = False
+        if sampler.done():
+            sampler.set_epoch(sampler.epoch + 1)
+            state.epoch = sampler.epoch
+        glob = [i for sh in sampler.global_batch() for i in sh]
+        dopt.zero_grad()
+        micro_steps(torch, model, x, y, sampler.batch(), o.k)
+        dopt.step()
+        log.write("step %d gen %d rank %d world %d epoch %d digest %s "
+                  "adam_step %g idx %s\n" %
+                  (v.step, v.generation, v.rank, v.world, sampler.epoch,
+                   state.digest(), adam_step(),
+                   ",".join(map(str, glob))))
+        log.flush()
+        if o.pace_ms:
+            import time
+            time.sleep(o.pace_ms / 1000.0)  # lets the test kill mid-run
+    def limit():
+        # The test names the last step once the job did what it watches.
+        try:
+            with open(o.stop_file) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
+    v = elastic.run(step_fn, state,
+                    steps=limit if o.stop_file else o.steps)
+    log.write("final digest %s step %s resets %s\n" %
+              (state.digest(), v.step if v else "-", resets))
+    log.close()
+    torch.save(model.state_dict(), o.out)
+    print("final digest", state.digest())
+    rt.client().close()
+
+
+def compare(a, b, tol, torch):
+    da, db = torch.load(a), torch.load(b)
+    worst = max(float((da[k] - db[k]).abs().max()) for k in da)
+    print("max |a-b| = %.3g (tolerance %g)" % (worst, tol))
+    return 0 if worst <= tol else 1
+
+
+def check(logs, n):
+    steps = {}
+    for path in logs:
+        for line in open(path):
+            f = line.split()
+            if f[0] != "step":
+                continue
+            s, epoch = int(f[1]), int(f[9])
+            idx = tuple(int(i) for i in f[15].split(","))
+            steps.setdefault(s, set()).add((epoch, idx))
+    per_epoch = {}
+    for s in sorted(steps):
+        if len(steps[s]) != 1:
+            print("step %d: trainers disagree on its batch: %s" %
+                  (s, sorted(steps[s])))
+            return 1
+        epoch, idx = next(iter(steps[s]))
+        per_epoch.setdefault(epoch, []).extend(idx)
+    full = 0
+    for e, seen in sorted(per_epoch.items()):
+        if len(seen) != len(set(seen)):
+            print("epoch %d: a sample seen twice" % e)
+            return 1
+        if e < max(per_epoch):      # the last one may be unfinished
+            if sorted(seen) != list(range(n)):
+                print("epoch %d: %d of %d samples" % (e, len(seen), n))
+                return 1
+            full += 1
+    print("epochs: %d complete, each sample exactly once, over %d steps"
+          % (full, len(steps)))
+    return 0 if full >= 1 else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("ringd", "ref"))
+    ap.add_argument("--socket")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--n", type=int, default=96)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--k", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
+    ap.add_argument("--pace-ms", type=int, default=0)
+    ap.add_argument("--stop-file")
+    ap.add_argument("--log")
+    ap.add_argument("--out")
+    ap.add_argument("--compare", nargs=3)
+    ap.add_argument("--check", nargs="+")
+    o = ap.parse_args()
+    try:
+        import torch
+    except ImportError as e:
+        print("SKIP torch cannot be imported: %s" % e)
+        return 0
+    if o.compare:
+        return compare(o.compare[0], o.compare[1], float(o.compare[2]),
+                       torch)
+    if o.check:
+        return check(o.check, o.n)
+    if o.mode == "ref":
+        run_ref(o, torch)
+    else:
+        run_ringd(o, torch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
