@@ -232,9 +232,14 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
     default:
         c->status = ST_EINVAL;
     }
-    if (c->status != 0 && b->ring != NULL &&
-        ring_suspect(b->ring, &c->suspect) == 0)
-        c->suspect = UINT32_MAX; /* no failure named */
+    if (c->status != 0 && b->ring != NULL) {
+        int cause = ring_suspect(b->ring, &c->suspect);
+        if (cause == 0)
+            c->suspect = UINT32_MAX; /* no failure named */
+        else if (c->status == ST_EABORTED)
+            c->status = cause; /* a peer broke the ring before this
+                                  command began: report that peer */
+    }
 }
 
 void *job__ring_thread_main(void *arg)
