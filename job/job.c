@@ -86,10 +86,8 @@ void *job_reduce_local(const job_reduce_t *r)
     return r->staging;
 }
 
-void job_reduce_finish(const job_reduce_t *r, void *buf)
+void job_reduce_copy_back(const job_reduce_t *r, void *buf)
 {
-    if (r->avg_divisor != 0)
-        (void)kern_avg_finish(r->dt, buf, r->count, r->avg_divisor);
     size_t bytes = r->count * kern_dtype_size(r->dt);
     for (uint32_t i = 0; i < r->nbufs; i++)
         if (r->bufs[i] != buf)

@@ -90,15 +90,17 @@ typedef struct {
     kern_dtype_t dt;
     kern_op_t op;          /* SUM, PROD, MIN or MAX */
     uint32_t avg_divisor;  /* non-zero: divide the result by it, once
-                              (AVG over the job's trainers) */
+                              (AVG over the job's trainers; the ring
+                              backend's ring divides each chunk at its
+                              owner, ring_allreduce_avg) */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding
  * the node's reduction when there are several (job.c). */
 void *job_reduce_local(const job_reduce_t *r);
-/* After a successful cross-node part on buf (job_reduce_local's result):
- * the AVG division, then the copy into every other buffer. */
-void job_reduce_finish(const job_reduce_t *r, void *buf);
+/* After a successful cross-node part on buf (job_reduce_local's result,
+ * the AVG division done): the copy into every other buffer. */
+void job_reduce_copy_back(const job_reduce_t *r, void *buf);
 
 /* Collective completion: status is 0, ST_ERESHAPE, ST_EFENCED or < 0. */
 typedef void (*job_done_cb)(void *arg, int status);

@@ -205,9 +205,14 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 static int rt_allreduce(ring_t *r, const job_reduce_t *red)
 {
     void *buf = job_reduce_local(red);
-    int rc = ring_allreduce(r, buf, red->count, red->dt, red->op);
+    /* The ring divides each chunk as its owner finishes it: no pass of
+     * its own over the buffer for an average. */
+    int rc = red->avg_divisor != 0
+                 ? ring_allreduce_avg(r, buf, red->count, red->dt,
+                                      red->avg_divisor)
+                 : ring_allreduce(r, buf, red->count, red->dt, red->op);
     if (rc == 0)
-        job_reduce_finish(red, buf);
+        job_reduce_copy_back(red, buf);
     return rc;
 }
 

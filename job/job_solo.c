@@ -75,8 +75,13 @@ static void solo_fire(uv_timer_t *t)
     int status = s->done_status;
     /* The node is the job: the local reduction is the whole allreduce,
      * done here rather than inside the op (no re-entrant completion). */
-    if (status == 0 && s->red.nbufs > 0)
-        job_reduce_finish(&s->red, job_reduce_local(&s->red));
+    if (status == 0 && s->red.nbufs > 0) {
+        void *buf = job_reduce_local(&s->red);
+        if (s->red.avg_divisor != 0)
+            (void)kern_avg_finish(s->red.dt, buf, s->red.count,
+                                  s->red.avg_divisor);
+        job_reduce_copy_back(&s->red, buf);
+    }
     s->red.nbufs = 0;
     cb(s->done_arg, status);
     if (status == ST_ERESHAPE && s->cbs.on_view != NULL)
