@@ -821,7 +821,7 @@ static int in_poll(void *pid_p)
 TEST_IMPL(dmn_ring_trainer_lost_waiting)
 {
 #if !defined(__x86_64__)
-    return TEST_SKIP; /* in_poll knows x86-64 syscall numbers */
+    TEST_SKIP_WHY("in_poll knows x86-64 syscall numbers only");
 #endif
     cluster_env();
     cluster_t c = {.n = 2};
