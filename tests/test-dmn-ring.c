@@ -47,6 +47,7 @@ static const char *ucx_opt;  /* when set, --ucx-opt */
 static const char *log_level; /* when set, --log-level */
 static const char *stop_in;  /* when set, trainers stop in that step */
 static const char *lease_ttl = "2"; /* --lease-ttl */
+static const char *step_timeout; /* when set, --step-timeout */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -62,7 +63,7 @@ static void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
@@ -84,6 +85,10 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     if (log_level != NULL) {
         flags[k++] = "--log-level";
         flags[k++] = log_level;
+    }
+    if (step_timeout != NULL) {
+        flags[k++] = "--step-timeout";
+        flags[k++] = step_timeout;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
@@ -1067,5 +1072,74 @@ TEST_IMPL(dmn_ring_kill_two_adjacent)
     ASSERT_EQ(h0.world[101], 2);
     ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
     ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * --step-timeout: n0's trainer stops itself in step 200, after step_begin
+ * and before its collective, while n1's and n2's wait for it there. After
+ * the timeout n0's daemon names that trainer (its pid), takes it out of
+ * the step and steps out of the job, so n1 and n2 redo step 200 as a
+ * 2-node job instead of waiting. Resumed, the trainer's collective answers
+ * RINGD_ERESHAPE, its step_begin brings n0 back as a joiner with the job's
+ * state, and the three end identical in a 3-node view. n0 logs no step
+ * from 200 until it joined (its step 200 never counted).
+ */
+TEST_IMPL(dmn_ring_step_timeout)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    step_timeout = "1500";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    step_timeout = NULL;
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    char named[64];
+    snprintf(named, sizeof(named), "(pid %d) sent nothing for ",
+             (int)c.trainer[0][0]);
+    int rc = td_wait_file(c.d[0].log, named, 30000);
+    if (rc != 0)
+        td_dump(c.d[0].log);
+    ASSERT_MSG(rc == 0, "n0 never timed its trainer out of the step");
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 2", 30000));
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(td_path(&c.d[0], "t0.log"),
+                                 "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT(h0.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h0.have[s], "n0 logged step %d while out", s);
+    /* n1 and n2 went on as a 2-node job and took n0 back. One of them
+     * may have received a step in the state rather than computed it (it
+     * was one step behind at a view change): it need not log it. */
+    ASSERT_EQ(worlds_seen(&h1), (1u << 3) | (1u << 2));
+    ASSERT_EQ(h1.world[199], 3);
+    for (int s = 0; s < 3000; s++)
+        ASSERT_MSG(h1.have[s] || h2.have[s], "step %d ran nowhere", s);
+    ASSERT_GE(td_same_hashes(&h1, &h2), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h1), 200);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h1.world[2999], 3);
+    char *m = td_http_get(c.d[0].metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    ASSERT_MSG(strstr(m, "ringd_trainers_stalled_total 1\n") != NULL,
+               "n0's /metrics does not count one stalled trainer");
+    free(m);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
