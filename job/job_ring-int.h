@@ -126,6 +126,7 @@ typedef struct {
     uv_timer_t defer;
     uv_timer_t suspect_timer;
     char *quiet_node;     /* neighbour that went quiet (deadline) */
+    int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */
 } rb_t;
 

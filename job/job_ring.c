@@ -228,14 +228,32 @@ static void ready_fire(rb_t *b, int status)
         cb(b->ready_arg, status);
 }
 
+/*
+ * A neighbour went quiet (the ring deadline) and no view came within its
+ * lease TTL. If its daemon still renews its lease, it is alive: what the
+ * ring waits for is a slow trainer somewhere (an evaluation, a data
+ * loader), not a failure, and evicting anyone would be wrong. Ask for a
+ * new generation of the same members instead: the leader answers every
+ * member's request with one view, the ring is built again, and it waits
+ * at its first collective for the slow node to come back. Only a
+ * neighbour whose record is gone while no view removed it is suspected.
+ */
 static void on_suspect_timer(uv_timer_t *t)
 {
     rb_t *b = t->data;
     if (b->quiet_node == NULL)
         return;
-    RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
-            "suspecting it", b->quiet_node);
-    mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+    if (mb_member_alive(b->mb, b->quiet_node, b->quiet_lease)) {
+        RD_WARN("ring backend: %s is quiet but its daemon renews its lease "
+                "(a slow trainer, not a failure): asking for a new "
+                "generation of the same members", b->quiet_node);
+        if (b->cur != NULL && b->pending == NULL)
+            (void)mb_request_view(b->mb, "ring deadline, member alive");
+    } else {
+        RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
+                "suspecting it", b->quiet_node);
+        mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+    }
     free(b->quiet_node);
     b->quiet_node = NULL;
 }
@@ -272,6 +290,7 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
     }
     if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
         b->quiet_node = strdup(node);
+        b->quiet_lease = b->cur->members[rank].lease;
         uv_timer_start(&b->suspect_timer, on_suspect_timer,
                        (uint64_t)b->ttl_s * 1000 + 1000, 0);
     }

@@ -1143,3 +1143,69 @@ TEST_IMPL(dmn_ring_step_timeout)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * Liveness is not progress: n0's trainer stops itself in step 200 for
+ * longer than the ring deadline (2 s here) plus the lease TTL, while n1's
+ * and n2's wait for it in a collective. Their daemons' deadlines fire, but
+ * n0's daemon keeps renewing its lease: the neighbours it went quiet on
+ * are alive, so nobody is suspected or evicted (the ring is only built
+ * again, with the same members). Resumed, n0's trainer finishes with the
+ * others, every view has all three members, and all end identical.
+ */
+TEST_IMPL(dmn_ring_slow_trainer)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    deadline = "2000";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    deadline = NULL;
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    /* The event: a neighbour's deadline fired, its lease TTL passed with
+     * no view, and it found the quiet node alive. */
+    const char *alive = "is quiet but its daemon renews its lease";
+    int rc = td_wait_file(c.d[1].log, alive, 30000);
+    if (rc != 0)
+        rc = td_wait_file(c.d[2].log, alive, 1000);
+    if (rc != 0) {
+        td_dump(c.d[1].log);
+        td_dump(c.d[2].log);
+    }
+    ASSERT_MSG(rc == 0, "no neighbour found the slow node alive");
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    for (int i = 0; i < 3; i++) {
+        ASSERT_MSG(!td_file_has(c.d[i].log, " suspects "),
+                   "n%d suspected a live node", i);
+        ASSERT_MSG(!td_file_has(c.d[i].log, ": 2 members, me #"),
+                   "n%d installed a view without a live node", i);
+        ASSERT(!td_file_has(c.d[i].log, "FENCED"));
+        ASSERT_MSG(!td_file_has(c.d[i].log, " 1 joiner") &&
+                       !td_file_has(c.d[i].log, " 2 joiners"),
+                   "n%d saw an evicted node join again", i);
+    }
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    ASSERT_EQ(worlds_seen(&h0), 1u << 3);
+    ASSERT_EQ(worlds_seen(&h1), 1u << 3);
+    ASSERT_EQ(worlds_seen(&h2), 1u << 3);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_GE(td_same_hashes(&h1, &h2), 2990);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
