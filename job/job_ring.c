@@ -751,6 +751,25 @@ static const job_ops_t rb_ops = {
     .destroy = rb_destroy,
 };
 
+/*
+ * The ring's deadline hook, on the ring thread. Every member of the
+ * running ring's view is alive until a view says otherwise: a dead daemon
+ * fails its endpoints (UCX), a hung or cut-off one loses its lease, and
+ * either brings a new view, which aborts the collective (mb_on_view,
+ * abort_running). So a quiet rank while no abort was asked is a slow
+ * trainer: wait. Known gap: a daemon whose ring thread is wedged while its
+ * main loop renews the lease is waited for too.
+ */
+static int rt_member_alive(void *arg, uint32_t rank)
+{
+    rb_t *b = arg;
+    (void)rank;
+    pthread_mutex_lock(&b->mu);
+    int alive = !b->abort_flag;
+    pthread_mutex_unlock(&b->mu);
+    return alive;
+}
+
 /* What membership needs, from the job's config. */
 static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
 {
@@ -811,6 +830,8 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->ring_opts);
     if (cfg->ring_deadline_ms > 0)
         b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    b->ring_opts.on_quiet = rt_member_alive;
+    b->ring_opts.on_quiet_arg = b;
     init_sync(b, loop);
 
     tp_config_t tc;
