@@ -618,9 +618,13 @@ for f in "${PLAN[@]}"; do
         settle; LIVE+=("$v"); log "  node$v's trainer continued"
         ;;
     kill_adjacent)
-        # Two ring neighbours SIGKILLed at once. Ring order is join order
-        # here (one node per host, newcomers at the end): ascending slots.
-        mapfile -t ring < <(printf '%s\n' "${LIVE[@]}" | sort -n)
+        # Two ring neighbours SIGKILLed at once. Ring order: each live
+        # daemon's index in the newest view it logged.
+        mapfile -t ring < <(for k in "${LIVE[@]}"; do
+            sed -n "s/.*mb node$k: view \([0-9]*\), [0-9]* members, index \([0-9]*\).*/\1 \2 $k/p" \
+                "$T/ringd-$k.log" | tail -1
+        done | sort -k1,1nr -k2,2n | awk 'NR == 1 { g = $1 } $1 == g { print $3 }')
+        [ ${#ring[@]} -ge 2 ] || mapfile -t ring < <(printf '%s\n' "${LIVE[@]}" | sort -n)
         i=$(( r % ${#ring[@]} )); v=${ring[$i]}; w=${ring[$(( (i + 1) % ${#ring[@]} ))]}
         log "fault $kind: SIGKILL node$v's and node$w's daemons at once (step $pre)"
         kill -9 "${DPID[$v]}" "${DPID[$w]}" 2>/dev/null

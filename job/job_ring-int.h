@@ -76,6 +76,8 @@ typedef struct {
     /* results */
     int status;
     uint32_t suspect; /* ring rank, when status is a peer failure */
+    uint32_t suspect2; /* the other neighbour, when its endpoint failed too;
+                          UINT32_MAX: none */
     uint64_t step_out;
     int state_replaced;
 } rb_cmd_t;

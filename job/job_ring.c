@@ -321,6 +321,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
                 (unsigned long long)c->view->generation,
                 st_strerror(c->status));
         handle_peer_failure(b, c->status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_SYNCING)
             job_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
@@ -364,6 +365,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
         handle_peer_failure(b, status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "collective failed");
         status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
@@ -376,6 +378,7 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
 {
     if (c->status != 0) {
         handle_peer_failure(b, c->status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "agreement failed");
         return;

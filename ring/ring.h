@@ -121,6 +121,10 @@ int ring_set_deadline(ring_t *ring, int deadline_ms);
 /* The failure that killed the ring: 0, or its code and the suspect rank. */
 int ring_suspect(const ring_t *ring, uint32_t *rank_p);
 
+/* The neighbour other than `named` whose endpoint failed too (both of a
+ * rank's neighbours die at once): 1 with its rank, or 0. */
+int ring_other_failed(const ring_t *ring, uint32_t named, uint32_t *rank_p);
+
 typedef struct {
     uint64_t collectives;    /* completed successfully */
     uint64_t stale_dropped;  /* messages of old generations/collectives */

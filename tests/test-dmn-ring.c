@@ -1013,21 +1013,26 @@ static unsigned worlds_seen(const td_hashes_t *h)
 }
 
 /*
- * Two adjacent daemons (n1, n2 of a 4-node ring) SIGKILLed at once while
- * every trainer is stopped between steps, with a 30 s lease TTL: no lease
- * expiry can remove them in time. n0's ring sees its successor's endpoint
- * fail and n3's its predecessor's while no collective runs; each report
- * must reach the leader (the first collective after the failure returns
- * an abort, and that abort still names the dead neighbour) and go into a
- * view, so the survivors go on as a 2-node job long before either lease
- * runs out (the wait below is shorter than the TTL) and finish every
- * step, bitwise identical. No step runs in a 3-node world: a view that
- * still held a dead node could not complete one.
+ * Two daemons (a, b of a 4-node ring) SIGKILLed at once while every
+ * trainer is stopped between steps, with a 30 s lease TTL: no lease
+ * expiry can remove them in time. The survivors' rings see the failed
+ * endpoints while no collective runs; each failure must reach the leader
+ * (the first command after it returns an abort, and that abort still
+ * names the dead neighbour; a survivor whose two neighbours both died
+ * names both) and go into a view, so the survivors go on as a 2-node job
+ * long before either lease runs out (the wait below is shorter than the
+ * TTL) and finish every step, bitwise identical. No step runs in a
+ * 3-node world: a view that still held a dead node could not complete
+ * one.
  */
-TEST_IMPL(dmn_ring_kill_two_adjacent)
+static int kill_two(int a, int b)
 {
     cluster_env();
     cluster_t c = {.n = 4};
+    int s[2], k = 0;
+    for (int i = 0; i < 4; i++)
+        if (i != a && i != b)
+            s[k++] = i;
     fx_etcd_start(&c.etcd, 0);
     lease_ttl = "30";
     for (int i = 0; i < 4; i++)
@@ -1040,39 +1045,53 @@ TEST_IMPL(dmn_ring_kill_two_adjacent)
     for (int i = 0; i < 4; i++)
         ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
                    "n%d's trainer never stopped after step 100", i);
-    kill(c.d[1].pid, SIGKILL);
-    kill(c.d[2].pid, SIGKILL);
-    th_kill(c.d[1].pid);
-    th_kill(c.d[2].pid);
-    c.d[1].pid = c.d[2].pid = 0;
-    th_kill(c.trainer[1][0]);
-    th_kill(c.trainer[2][0]);
-    ASSERT_OK(td_wait_file(c.d[0].log, "peer endpoint failed", 10000));
-    ASSERT_OK(td_wait_file(c.d[3].log, "peer endpoint failed", 10000));
-    kill(c.trainer[0][0], SIGCONT);
-    kill(c.trainer[3][0], SIGCONT);
-    int rc = td_wait_file(td_path(&c.d[0], "h0"), "world 2", 20000);
-    if (rc != 0) {
-        td_dump(c.d[0].log);
-        td_dump(c.d[3].log);
+    kill(c.d[a].pid, SIGKILL);
+    kill(c.d[b].pid, SIGKILL);
+    th_kill(c.d[a].pid);
+    th_kill(c.d[b].pid);
+    c.d[a].pid = c.d[b].pid = 0;
+    th_kill(c.trainer[a][0]);
+    th_kill(c.trainer[b][0]);
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(td_wait_file(c.d[s[i]].log, "peer endpoint failed",
+                               10000));
+    for (int i = 0; i < 2; i++)
+        kill(c.trainer[s[i]][0], SIGCONT);
+    for (int i = 0; i < 2; i++) {
+        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), "world 2", 20000);
+        if (rc != 0) {
+            td_dump(c.d[s[0]].log);
+            td_dump(c.d[s[1]].log);
+        }
+        ASSERT_MSG(rc == 0, "n%d never went on as a 2-node job before the "
+                            "dead nodes' leases (30 s) could expire", s[i]);
     }
-    ASSERT_MSG(rc == 0, "n0 never went on as a 2-node job before the "
-                        "dead nodes' leases (30 s) could expire");
-    ASSERT_OK(td_wait_file(td_path(&c.d[3], "h0"), "world 2", 20000));
-    expect_exit0(&c, 0, 0, c.trainer[0][0]);
-    expect_exit0(&c, 3, 0, c.trainer[3][0]);
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, s[i], 0, c.trainer[s[i]][0]);
 
-    static td_hashes_t h0, h3;
-    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
-    td_read_hashes(td_path(&c.d[3], "h0"), &h3);
-    ASSERT_EQ(worlds_seen(&h0), (1u << 4) | (1u << 2));
-    ASSERT_EQ(worlds_seen(&h3), (1u << 4) | (1u << 2));
-    ASSERT_EQ(td_same_hashes(&h0, &h3), 3000);
-    ASSERT_EQ(h0.world[100], 4);
-    ASSERT_EQ(h0.world[101], 2);
-    ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
-    ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
+    static td_hashes_t h[2];
+    for (int i = 0; i < 2; i++) {
+        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
+        ASSERT_EQ(worlds_seen(&h[i]), (1u << 4) | (1u << 2));
+    }
+    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), 3000);
+    ASSERT_EQ(h[0].world[100], 4);
+    ASSERT_EQ(h[0].world[101], 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[s[i]], 30000), 0);
     return fx_done();
+}
+
+/* n1 and n2: each survivor has one dead neighbour. */
+TEST_IMPL(dmn_ring_kill_two_adjacent)
+{
+    return kill_two(1, 2);
+}
+
+/* n1 and n3: both neighbours of each survivor die at once. */
+TEST_IMPL(dmn_ring_kill_both_neighbours)
+{
+    return kill_two(1, 3);
 }
 
 /*
