@@ -609,12 +609,10 @@ static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
     return 0;
 }
 
-static int rb_allreduce(job_t *be, void *buf, size_t count,
-                        kern_dtype_t dt, kern_op_t op, job_done_cb cb,
+static int rb_allreduce(job_t *be, const job_reduce_t *r, job_done_cb cb,
                         void *arg)
 {
-    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .buf = buf, .count = count,
-                  .dt = dt, .op = op};
+    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .red = *r};
     return start_collective((rb_t *)be, &c, cb, arg);
 }
 

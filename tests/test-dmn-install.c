@@ -136,9 +136,16 @@ TEST_IMPL(dmn_install_tree)
     fclose(f);
     char out[600];
     snprintf(out, sizeof(out), "%s", td_path(&t, "p"));
-    snprintf(cmd, sizeof(cmd), "cc %s -o %s $(PKG_CONFIG_SYSROOT_DIR=%s "
+    /* A sanitizer build installs an instrumented library: link the same
+     * runtime. */
+#ifdef __SANITIZE_ADDRESS__
+    const char *san = "-fsanitize=address,undefined";
+#else
+    const char *san = "";
+#endif
+    snprintf(cmd, sizeof(cmd), "cc %s %s -o %s $(PKG_CONFIG_SYSROOT_DIR=%s "
              "PKG_CONFIG_LIBDIR=%s/usr/lib/pkgconfig pkg-config --cflags "
-             "--libs ringd) && LD_LIBRARY_PATH=%s/usr/lib %s", prog, out,
+             "--libs ringd) && LD_LIBRARY_PATH=%s/usr/lib %s", san, prog, out,
              destdir, destdir, destdir, out);
     const char *clog = td_path(&t, "cc.log");
     int rc = run_sh(cmd, clog);
