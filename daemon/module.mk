@@ -8,7 +8,8 @@ LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
 LIB_SRCS += daemon/msg.c
 PKGS += libuv libsystemd libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringd
-TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c
+TEST_SRCS += $(wildcard tests/test-dmn-*.c) tests/dmn-util.c \
+             tests/ring-cluster.c
 
 INSTALL_TARGETS += install-daemon
 .PHONY: install-daemon

@@ -17,274 +17,9 @@
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
+#include "tests/ring-cluster.h"
 #include "tests/task.h"
 
-#define MAXN 4
-
-typedef struct {
-    fx_etcd_t etcd;
-    td_daemon_t d[MAXN];
-    pid_t trainer[MAXN][2];
-    int n;
-} cluster_t;
-
-static void cluster_env(void)
-{
-    /* Ring traffic stays on loopback; a restarted daemon may reuse a
-     * port still in TIME_WAIT. */
-    setenv("UCX_NET_DEVICES", "lo", 1);
-    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
-}
-
-static const char *ckpt_dir; /* when set, nodes checkpoint there */
-static const char *deadline; /* when set, --ring-deadline-ms */
-static const char *crash_at; /* when set, trainers kill themselves there */
-static const char *stop_after; /* when set, trainers stop themselves */
-static const char *ckpt_interval = "50";
-static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
-static const char *ucx_opt;  /* when set, --ucx-opt */
-static const char *log_level; /* when set, --log-level */
-static const char *stop_in;  /* when set, trainers stop in that step */
-static const char *lease_ttl = "2"; /* --lease-ttl */
-static const char *step_timeout; /* when set, --step-timeout */
-
-/* Daemon i of the job (not started). */
-static void node_init(cluster_t *c, int i, const char *trainers,
-                      const char *min_nodes)
-{
-    char name[32];
-    snprintf(name, sizeof(name), "dmn-ring-n%d", i);
-    td_init(&c->d[i], name);
-    c->d[i].networked = 1;
-    static char ids[MAXN][16];
-    snprintf(ids[i], sizeof(ids[i]), "n%d", i);
-    const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
-                           "--node-id", ids[i], "--trainers", trainers,
-                           "--lease-ttl", lease_ttl, "--min-nodes", min_nodes,
-                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL, NULL, NULL};
-    static char dirs[MAXN][512];
-    int k = 12;
-    if (ckpt_dir != NULL) {
-        snprintf(dirs[i], sizeof(dirs[i]), "%s%s%s", ckpt_dir,
-                 ckpt_per_node ? "/" : "", ckpt_per_node ? ids[i] : "");
-        flags[k++] = "--ckpt-dir";
-        flags[k++] = dirs[i];
-        flags[k++] = "--ckpt-interval";
-        flags[k++] = ckpt_interval;
-    }
-    if (deadline != NULL) {
-        flags[k++] = "--ring-deadline-ms";
-        flags[k++] = deadline;
-    }
-    if (ucx_opt != NULL) {
-        flags[k++] = "--ucx-opt";
-        flags[k++] = ucx_opt;
-    }
-    if (log_level != NULL) {
-        flags[k++] = "--log-level";
-        flags[k++] = log_level;
-    }
-    if (step_timeout != NULL) {
-        flags[k++] = "--step-timeout";
-        flags[k++] = step_timeout;
-    }
-    if (td_start(&c->d[i], flags) != 0)
-        TEST_FAIL_("daemon n%d did not start", i);
-}
-
-static pid_t trainer(cluster_t *c, int i, int k, const char *steps)
-{
-    char hl[32], sv[32], lg[32];
-    snprintf(hl, sizeof(hl), "h%d", k);
-    snprintf(sv, sizeof(sv), "p%d", k);
-    snprintf(lg, sizeof(lg), "t%d.log", k);
-    const char *args[] = {"--steps", steps, "--hash-log",
-                          td_path(&c->d[i], hl), "--save",
-                          td_path(&c->d[i], sv), "--log-every", "20",
-                          crash_at ? "--crash-at-step" : NULL, crash_at,
-                          NULL, NULL, NULL, NULL, NULL};
-    int at = crash_at ? 10 : 8;
-    if (stop_after != NULL) {
-        args[at++] = "--stop-after-step";
-        args[at++] = stop_after;
-    }
-    if (stop_in != NULL) {
-        args[at++] = "--stop-in-step";
-        args[at++] = stop_in;
-    }
-    return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
-}
-
-/* How many times needle occurs in the file at path. */
-static int td_count(const char *path, const char *needle)
-{
-    char *s = td_read(path, NULL);
-    int n = 0;
-    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
-        n++;
-    free(s);
-    return n;
-}
-
-static void expect_exit0(cluster_t *c, int i, int k, pid_t p)
-{
-    char lg[32];
-    snprintf(lg, sizeof(lg), "t%d.log", k);
-    int rc = td_exit_code(p, 180000);
-    if (rc != 0) {
-        td_dump(td_path(&c->d[i], lg));
-        td_dump(c->d[i].log);
-    }
-    ASSERT_MSG(rc == 0, "trainer %d of n%d exited %d", k, i, rc);
-}
-
-/* ---- checkpoint restarts: what the stores and etcd hold ---------------- */
-
-/* Store of node i (per-node directories) or the shared one (i < 0). */
-static void store_root(char *out, size_t len, const char *dir, int i)
-{
-    if (i < 0)
-        snprintf(out, len, "%s/ringtest", dir);
-    else
-        snprintf(out, len, "%s/n%d/ringtest", dir, i);
-}
-
-/* The newest step below `below` with a MANIFEST.json in any of the n
- * stores (n == 0: the shared one); -1 when none has one. */
-static int64_t newest_stored(const char *dir, int n, uint64_t below)
-{
-    int64_t best = -1;
-    for (int i = n > 0 ? 0 : -1; i < (n > 0 ? n : 0); i++) {
-        char root[600];
-        uint64_t *steps = NULL;
-        size_t k = 0;
-        store_root(root, sizeof(root), dir, i);
-        ASSERT_OK(ckpt_store_list(root, &steps, &k));
-        for (size_t j = 0; j < k; j++)
-            if (steps[j] < below && (int64_t)steps[j] > best)
-                best = (int64_t)steps[j];
-        free(steps);
-    }
-    return best;
-}
-
-/* The newest manifest key ckpt/<S> in etcd; -1 when there is none. */
-static int64_t newest_in_etcd(cluster_t *c, const char *out)
-{
-    char *const argv[] = {"/usr/bin/etcdctl", "--endpoints", c->etcd.url,
-                          "get", "--prefix", "--keys-only",
-                          "/ringd/ringtest/ckpt/", NULL};
-    int st = -1;
-    pid_t p = th_spawn(argv, out);
-    ASSERT_GT(p, 0);
-    ASSERT_OK(th_wait(p, 15000, &st));
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    char *s = td_read(out, NULL);
-    ASSERT(s != NULL);
-    int64_t best = -1;
-    const char *pre = "/ringd/ringtest/ckpt/";
-    for (char *l = strtok(s, "\n"); l != NULL; l = strtok(NULL, "\n")) {
-        unsigned long long step;
-        if (strncmp(l, pre, strlen(pre)) == 0 &&
-            sscanf(l + strlen(pre), "%llu", &step) == 1 &&
-            (int64_t)step > best)
-            best = (int64_t)step;
-    }
-    free(s);
-    return best;
-}
-
-/* The step number right after the first `needle` in the file; -1 if the
- * file has no such line. */
-static int64_t logged_step(const char *path, const char *needle)
-{
-    char *s = td_read(path, NULL);
-    char *at = s != NULL ? strstr(s, needle) : NULL;
-    unsigned long long step;
-    int64_t r = at != NULL && sscanf(at + strlen(needle), "%llu", &step) == 1
-                    ? (int64_t)step : -1;
-    free(s);
-    return r;
-}
-
-/* The first step a hash log holds. */
-static int first_step(const td_hashes_t *h)
-{
-    for (int s = 0; s < TD_MAX_STEPS; s++)
-        if (h->have[s])
-            return s;
-    return -1;
-}
-
-/* Two complete checkpoints logged by the nodes of c (so one is a delta;
- * a busy machine may skip some steps' checkpoints under back pressure). */
-static int two_ckpts_complete(void *arg)
-{
-    cluster_t *c = arg;
-    int found = 0;
-    for (int i = 0; i < c->n; i++)
-        found += td_count(c->d[i].log, "complete (every shard has 2");
-    return found >= 2;
-}
-
-/* SIGKILL every daemon and trainer of c at once, then reap them: killing
- * and reaping one node at a time let the last one, alone in a new view,
- * take a 1-shard checkpoint before its turn came. */
-static void kill_job(cluster_t *c)
-{
-    for (int i = 0; i < c->n; i++) {
-        kill(c->trainer[i][0], SIGKILL);
-        kill(c->d[i].pid, SIGKILL);
-    }
-    for (int i = 0; i < c->n; i++) {
-        th_kill(c->trainer[i][0]);
-        th_kill(c->d[i].pid);
-    }
-}
-
-/* Every daemon of c logged a view with all c->n members. */
-static int all_in_view(void *arg)
-{
-    cluster_t *c = arg;
-    char want[32];
-    snprintf(want, sizeof(want), ": %d members, me #", c->n);
-    for (int i = 0; i < c->n; i++)
-        if (!td_file_has(c->d[i].log, want))
-            return 0;
-    return 1;
-}
-
-/* Start c's daemons again (fresh directories, same node ids, the same
- * checkpoint stores) and their trainers once every daemon is in one view:
- * a restore needs every member's store. */
-static void restart_job(cluster_t *c, const char *min_nodes,
-                        const char *steps)
-{
-    for (int i = 0; i < c->n; i++)
-        node_init(c, i, "1", min_nodes);
-    ASSERT_MSG(td_poll(all_in_view, c, 30000) == 0,
-               "the restarted daemons never shared a view");
-    for (int i = 0; i < c->n; i++)
-        c->trainer[i][0] = trainer(c, i, 0, steps);
-    for (int i = 0; i < c->n; i++)
-        expect_exit0(c, i, 0, c->trainer[i][0]);
-}
-
-/* The restarted job replayed the first run: it began at `step` and every
- * step both runs logged has the same hash. */
-static void expect_replay(const char *before_log, const char *after_log,
-                          int64_t step)
-{
-    static td_hashes_t before, after;
-    td_read_hashes(before_log, &before);
-    td_read_hashes(after_log, &after);
-    ASSERT_EQ(first_step(&after), step);
-    ASSERT_MSG(before.have[step], "the first run never logged step %d",
-               (int)step);
-    ASSERT_GT(td_same_hashes(&before, &after), 0);
-}
 
 /* 3 nodes x 2 trainers reach the parameters of one process on the same
  * global batch, and all six replicas are bitwise identical at every step. */
@@ -445,72 +180,6 @@ TEST_IMPL(dmn_ring_kill_and_join)
 }
 
 /*
- * A 2-node job checkpointing into a shared directory is killed whole after
- * two checkpoints, and the primary shard of member 1 of the newest one is
- * deleted. Started again, both nodes restore alone from the shared
- * directory: the newest complete step (the one etcd or the store names
- * last, never an older one), that shard from its replica; the restarted
- * job replays the steps after it with the first run's hashes, and the
- * nodes end identical.
- */
-TEST_IMPL(dmn_ring_ckpt_restart)
-{
-    cluster_env();
-    cluster_t c = {.n = 2};
-    fx_etcd_start(&c.etcd, 0);
-    char *dir = th_mkdtemp("dmn-ring-ck");
-    ASSERT(dir != NULL);
-    ckpt_dir = dir;
-    for (int i = 0; i < 2; i++)
-        node_init(&c, i, "1", "2");
-    for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
-               "no two checkpoints completed");
-    kill_job(&c);
-    char before[600], root[600], path[700];
-    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
-    int64_t want = newest_stored(dir, 0, UINT64_MAX);
-    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
-    ASSERT_GE(in_etcd, 100);
-    ASSERT_GE(want, in_etcd); /* the store never lags etcd */
-    store_root(root, sizeof(root), dir, -1);
-    ckpt_manifest_t *m = NULL;
-    ASSERT_OK(ckpt_store_load_manifest(root, (uint64_t)want, &m));
-    ASSERT_MSG(m->nshards == 2, "checkpoint %lld has %u shards",
-               (long long)want, m->nshards);
-    ckpt_manifest_free(m);
-    ASSERT_OK(ckpt_store_step_dir(root, (uint64_t)want, path,
-                                  sizeof(path) - 20));
-    strcat(path, "/shard-00001.rckp");
-    ASSERT_OK(unlink(path));
-
-    restart_job(&c, "2", "3000");
-    char line[96];
-    snprintf(line, sizeof(line), "restored from the checkpoint of step %"
-             PRId64 " (1 shard from replicas)", want);
-    for (int i = 0; i < 2; i++) {
-        int64_t got = logged_step(c.d[i].log, "restored from the "
-                                              "checkpoint of step ");
-        if (got != want)
-            td_dump(c.d[i].log);
-        ASSERT_EQ(got, want);
-        ASSERT(td_file_has(c.d[i].log, line));
-        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
-                           "parameters restored"));
-    }
-    expect_replay(before, td_path(&c.d[0], "h0"), want);
-    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
-              0);
-    for (int i = 0; i < 2; i++)
-        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
-    th_rmtree(dir);
-    free(dir);
-    ckpt_dir = NULL;
-    return fx_done();
-}
-
-/*
  * Trainers die, daemons stay. n0 runs 2 trainers, n1 and n2 one each, and
  * the ring deadline is longer than the test may run, so only the daemons'
  * own handling can keep the job going:
@@ -527,18 +196,18 @@ TEST_IMPL(dmn_ring_trainer_lost)
     cluster_env();
     cluster_t c = {.n = 3};
     fx_etcd_start(&c.etcd, 0);
-    deadline = "600000";
+    rc_deadline = "600000";
     node_init(&c, 0, "2", "3");
     node_init(&c, 1, "1", "3");
     node_init(&c, 2, "1", "3");
-    deadline = NULL;
+    rc_deadline = NULL;
     const char *steps = "1500";
     c.trainer[0][0] = trainer(&c, 0, 0, steps);
-    crash_at = "100";
+    rc_crash_at = "100";
     c.trainer[0][1] = trainer(&c, 0, 1, steps);
-    crash_at = "400";
+    rc_crash_at = "400";
     c.trainer[1][0] = trainer(&c, 1, 0, steps);
-    crash_at = NULL;
+    rc_crash_at = NULL;
     c.trainer[2][0] = trainer(&c, 2, 0, steps);
     const char *h00 = td_path(&c.d[0], "h0");
 
@@ -581,226 +250,6 @@ TEST_IMPL(dmn_ring_trainer_lost)
     return fx_done();
 }
 
-/*
- * Every node has its own checkpoint directory, so no node ever sees the
- * whole set of files: the manifest can only come from etcd. One trainer
- * asks for a checkpoint after step 7 (ringd_checkpoint); the request
- * travels with the step-8 agreement, so both nodes write step 9, and the
- * manifest key appears once both shards have their two copies; the
- * directories hold no MANIFEST.json.
- */
-TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
-{
-    cluster_env();
-    cluster_t c = {.n = 2};
-    fx_etcd_start(&c.etcd, 0);
-    char *dir = th_mkdtemp("dmn-ring-ckm");
-    ASSERT(dir != NULL);
-    ckpt_dir = dir;
-    ckpt_interval = "100000";
-    ckpt_per_node = 1;
-    for (int i = 0; i < 2; i++)
-        node_init(&c, i, "1", "2");
-    char hl[600], sv[600], lg[600];
-    snprintf(hl, sizeof(hl), "%s", td_path(&c.d[0], "h0"));
-    snprintf(sv, sizeof(sv), "%s", td_path(&c.d[0], "p0"));
-    snprintf(lg, sizeof(lg), "%s", td_path(&c.d[0], "t0.log"));
-    /* The same collectives as trainer() (--log-every 20), plus the
-     * request. */
-    const char *args[] = {"--steps", "30", "--hash-log", hl, "--save", sv,
-                          "--log-every", "20", "--ckpt-at", "7", NULL};
-    c.trainer[0][0] = td_trainer(&c.d[0], args, lg);
-    c.trainer[1][0] = trainer(&c, 1, 0, "30");
-    for (int i = 0; i < 2; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
-    ASSERT(td_file_has(lg, "checkpoint requested after step 7: success"));
-    int done = td_wait_file(c.d[0].log, "checkpoint of step 9 complete",
-                            10000) == 0 ||
-               td_wait_file(c.d[1].log, "checkpoint of step 9 complete",
-                            1000) == 0;
-    if (!done) {
-        td_dump(c.d[0].log);
-        td_dump(c.d[1].log);
-    }
-    ASSERT(done);
-    /* Exactly one checkpoint: the interval never came. */
-    ASSERT(!td_file_has(c.d[0].log, "checkpoint of step 10 ") &&
-           !td_file_has(c.d[1].log, "checkpoint of step 10 "));
-    /* A node's MANIFEST.json, if there yet, is a copy of etcd's (node
-     * ids), never one built from its own files (it has 2 of 4). */
-    for (int i = 0; i < 2; i++) {
-        char m[700];
-        snprintf(m, sizeof(m), "%s/n%d/ringtest/step-%020d/MANIFEST.json",
-                 dir, i, 9);
-        ASSERT(!td_file_has(m, "member0"));
-    }
-    char out[600];
-    snprintf(out, sizeof(out), "%s", td_path(&c.d[0], "ctl.out"));
-    char path[512];
-    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
-    char *const argv[] = {path, "--etcd", c.etcd.url, "--job", "ringtest",
-                          "--json", "checkpoints", NULL};
-    int st = -1;
-    pid_t p = th_spawn(argv, out);
-    ASSERT_GT(p, 0);
-    ASSERT_OK(th_wait(p, 15000, &st));
-    if (!td_file_has(out, "{\"step\":9,") ||
-        td_file_has(out, "ckpt-parts"))
-        td_dump(out);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ASSERT(td_file_has(out, "{\"step\":9,"));
-    ASSERT(!td_file_has(out, "\"step\":10"));
-    ASSERT(td_file_has(out, "\"member\":\"n0\""));
-    ASSERT(td_file_has(out, "\"member\":\"n1\""));
-    for (int i = 0; i < 2; i++)
-        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
-    th_rmtree(dir);
-    free(dir);
-    ckpt_dir = NULL;
-    ckpt_per_node = 0;
-    ckpt_interval = "50";
-    return fx_done();
-}
-
-/* Delete one copy (primary: shard-<k>, else replica-<k>) of shard k of
- * `step` from node i's store. */
-static void delete_copy(const char *dir, int i, uint64_t step, uint32_t k,
-                        int replica)
-{
-    char root[600], path[800];
-    store_root(root, sizeof(root), dir, i);
-    ASSERT_OK(ckpt_store_step_dir(root, step, path, 700));
-    snprintf(path + strlen(path), 100, "/%s-%05u.rckp",
-             replica ? "replica" : "shard", k);
-    ASSERT_MSG(unlink(path) == 0, "cannot delete %s", path);
-}
-
-/* The manifest of `step` from the first of n stores that has it. */
-static ckpt_manifest_t *stored_manifest(const char *dir, int n,
-                                        uint64_t step)
-{
-    for (int i = 0; i < n; i++) {
-        char root[600];
-        ckpt_manifest_t *m = NULL;
-        store_root(root, sizeof(root), dir, i);
-        if (ckpt_store_load_manifest(root, step, &m) == 0)
-            return m;
-    }
-    TEST_FAIL_("no store has the manifest of step %llu",
-               (unsigned long long)step);
-}
-
-/* The index of node id `node` among m's members. */
-static uint32_t member_index(const ckpt_manifest_t *m, const char *node)
-{
-    for (uint32_t i = 0; i < m->nshards; i++)
-        if (strcmp(m->members[i], node) == 0)
-            return i;
-    TEST_FAIL_("%s is no member of checkpoint %llu", node,
-               (unsigned long long)m->step);
-}
-
-/*
- * A 3-node job with one checkpoint directory per node runs until two
- * checkpoints completed and is SIGKILLed whole. No node can restore alone
- * (it holds 2 of the 3 shards' files), so the restarted nodes restore
- * together through the ring. `lose_both` 0: n1's primary copy of its own
- * shard of the newest checkpoint is deleted, so that shard must come from
- * its replica on the next node, and the job resumes at the newest step;
- * 1: that shard's replica goes too, no member holds it, and the job falls
- * back to the checkpoint before. Either way the restarted job replays the
- * first run's steps bit for bit and the nodes end identical.
- */
-static int per_node_restart(int lose_both)
-{
-    cluster_env();
-    cluster_t c = {.n = 3};
-    fx_etcd_start(&c.etcd, 0);
-    char *dir = th_mkdtemp("dmn-ring-ckp");
-    ASSERT(dir != NULL);
-    ckpt_dir = dir;
-    ckpt_per_node = 1;
-    for (int i = 0; i < 3; i++)
-        node_init(&c, i, "1", "3");
-    for (int i = 0; i < 3; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    ASSERT_MSG(td_poll(two_ckpts_complete, &c, 60000) == 0,
-               "no two checkpoints completed");
-    kill_job(&c);
-    char before[600];
-    snprintf(before, sizeof(before), "%s", td_path(&c.d[0], "h0"));
-    int64_t newest = newest_stored(dir, 3, UINT64_MAX);
-    int64_t in_etcd = newest_in_etcd(&c, td_path(&c.d[0], "etcd.out"));
-    ASSERT_GE(in_etcd, 100);
-    ASSERT_GE(newest, in_etcd); /* the stores never lag etcd */
-    int64_t want = newest;
-    if (lose_both) {
-        want = newest_stored(dir, 3, (uint64_t)newest);
-        ASSERT_GE(want, 50);
-    }
-    ckpt_manifest_t *m = stored_manifest(dir, 3, (uint64_t)newest);
-    ASSERT_MSG(m->nshards == 3, "checkpoint %lld has %u shards",
-               (long long)newest, m->nshards);
-    uint32_t k = member_index(m, "n1");
-    ASSERT_EQ(m->shards[k].owner, k);
-    uint32_t rep = m->shards[k].replica;
-    int rep_node = m->members[rep][1] - '0';
-    ASSERT_NE(rep_node, 1);
-    delete_copy(dir, 1, (uint64_t)newest, k, 0);
-    if (lose_both)
-        delete_copy(dir, rep_node, (uint64_t)newest, k, 1);
-    ckpt_manifest_free(m);
-
-    restart_job(&c, "3", "3000");
-    char line[128];
-    for (int i = 0; i < 3; i++) {
-        int64_t got = logged_step(c.d[i].log, "restore: the state of step ");
-        if (got != want)
-            td_dump(c.d[i].log);
-        ASSERT_EQ(got, want);
-        ASSERT(td_file_has(td_path(&c.d[i], "t0.log"),
-                           "parameters restored"));
-        /* Its primary copy was deleted: only the replica may serve. */
-        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
-                 " sent from this node's primary", k, newest);
-        ASSERT(!td_file_has(c.d[i].log, line));
-        snprintf(line, sizeof(line), "restore: step %" PRId64 " has 1 of "
-                 "3 shards on no member", newest);
-        ASSERT_EQ(td_file_has(c.d[i].log, line), lose_both);
-    }
-    if (!lose_both) {
-        snprintf(line, sizeof(line), "restore: shard %u of step %" PRId64
-                 " sent from this node's replica copy", k, want);
-        ASSERT(td_file_has(c.d[rep_node].log, line));
-    }
-    expect_replay(before, td_path(&c.d[0], "h0"), want);
-    static td_hashes_t after, other;
-    td_read_hashes(td_path(&c.d[0], "h0"), &after);
-    for (int i = 1; i < 3; i++) {
-        td_read_hashes(td_path(&c.d[i], "h0"), &other);
-        ASSERT_GT(td_same_hashes(&after, &other), 0);
-        ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"),
-                                td_path(&c.d[i], "p0")), 0);
-    }
-    for (int i = 0; i < 3; i++)
-        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
-    th_rmtree(dir);
-    free(dir);
-    ckpt_dir = NULL;
-    ckpt_per_node = 0;
-    return fx_done(); /* while c, which the fixture points to, lives */
-}
-
-TEST_IMPL(dmn_ring_ckpt_per_node_restart)
-{
-    return per_node_restart(0);
-}
-
-TEST_IMPL(dmn_ring_ckpt_per_node_fallback)
-{
-    return per_node_restart(1);
-}
-
 /* 1 once process pid sleeps in poll(2) (x86-64 syscall 7): the trainer
  * waiting for its step_begin reply. */
 static int in_poll(void *pid_p)
@@ -837,9 +286,9 @@ TEST_IMPL(dmn_ring_trainer_lost_waiting)
      * n0's new trainer is back, however slow that rejoin is on a loaded
      * machine (1500 lost that race about 1 run in 3 under load). */
     c.trainer[0][0] = trainer(&c, 0, 0, "8000");
-    stop_after = "100";
+    rc_stop_after = "100";
     c.trainer[1][0] = trainer(&c, 1, 0, "8000");
-    stop_after = NULL;
+    rc_stop_after = NULL;
     int st;
     ASSERT_EQ(waitpid(c.trainer[1][0], &st, WUNTRACED), c.trainer[1][0]);
     ASSERT(WIFSTOPPED(st));
@@ -900,10 +349,10 @@ TEST_IMPL(dmn_ring_ucx_opt)
         ASSERT(!td_file_has(t.log, "node record written"));
     }
     unsetenv("UCX_TLS");
-    ucx_opt = "TLS=tcp";
+    rc_ucx_opt = "TLS=tcp";
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
-    ucx_opt = NULL;
+    rc_ucx_opt = NULL;
     for (int i = 0; i < 2; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "30");
     for (int i = 0; i < 2; i++)
@@ -1006,13 +455,13 @@ TEST_IMPL(dmn_ring_fence_stopped)
     fx_etcd_start(&c.etcd, 0);
     node_init(&c, 0, "1", "3");
     node_init(&c, 1, "1", "3");
-    log_level = "debug";
+    rc_log_level = "debug";
     node_init(&c, 2, "1", "3");
-    log_level = NULL;
+    rc_log_level = NULL;
     const char *steps = "3000";
-    stop_in = "200";
+    rc_stop_in = "200";
     c.trainer[0][0] = trainer(&c, 0, 0, steps);
-    stop_in = NULL;
+    rc_stop_in = NULL;
     for (int i = 1; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, steps);
     ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
@@ -1097,14 +546,14 @@ static int kill_two(int a, int b)
         if (i != a && i != b)
             s[k++] = i;
     fx_etcd_start(&c.etcd, 0);
-    lease_ttl = "30";
+    rc_lease_ttl = "30";
     for (int i = 0; i < 4; i++)
         node_init(&c, i, "1", "4");
-    lease_ttl = "2";
-    stop_after = "100";
+    rc_lease_ttl = "2";
+    rc_stop_after = "100";
     for (int i = 0; i < 4; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
-    stop_after = NULL;
+    rc_stop_after = NULL;
     for (int i = 0; i < 4; i++)
         ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
                    "n%d's trainer never stopped after step 100", i);
@@ -1172,13 +621,13 @@ TEST_IMPL(dmn_ring_step_timeout)
     cluster_env();
     cluster_t c = {.n = 3};
     fx_etcd_start(&c.etcd, 0);
-    step_timeout = "1500";
+    rc_step_timeout = "1500";
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
-    step_timeout = NULL;
-    stop_in = "200";
+    rc_step_timeout = NULL;
+    rc_stop_in = "200";
     c.trainer[0][0] = trainer(&c, 0, 0, "3000");
-    stop_in = NULL;
+    rc_stop_in = NULL;
     for (int i = 1; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
@@ -1247,13 +696,13 @@ TEST_IMPL(dmn_ring_slow_trainer)
     cluster_env();
     cluster_t c = {.n = 3};
     fx_etcd_start(&c.etcd, 0);
-    deadline = "2000";
+    rc_deadline = "2000";
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
-    deadline = NULL;
-    stop_in = "200";
+    rc_deadline = NULL;
+    rc_stop_in = "200";
     c.trainer[0][0] = trainer(&c, 0, 0, "3000");
-    stop_in = NULL;
+    rc_stop_in = NULL;
     for (int i = 1; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
