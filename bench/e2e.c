@@ -68,6 +68,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/e2e.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "include/ringd.h"
 #include "ring/ring.h"
@@ -76,245 +78,6 @@
 #include "tests/mb-fixture.h"
 #include "transport/tp.h"
 
-#define MiB ((size_t)1024 * 1024)
-#define MAXN 4
-#define MAXT 2
-#define MAXSIZES 8
-#define MAXROUNDS 16
-#define CMD_TIMEOUT_MS 180000
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void die(const char *what, const char *detail)
-{
-    fprintf(stderr, "e2e: %s: %s\n", what, detail);
-    exit(1);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* ---- the worker side: one command per line on stdin ------------------- */
-
-/*
- * "run BYTES ITERS [MS]": one warm-up and ITERS timed collectives (a
- * trainer first sleeps MS ms in each step, standing in for compute);
- * BYTES 0: a trainer's steps hold no collective and the whole step
- * (step_begin + step_end) is timed. Answers "ok USEC" (the median) or
- * "err TEXT". "quit" ends the process. The coordinator never runs two
- * groups at once, so the idle group sleeps in read() and takes no CPU
- * from the measured one.
- */
-typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
-                           double *us);
-
-static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
-{
-    char line[128];
-    while (fgets(line, sizeof(line), stdin) != NULL) {
-        size_t bytes;
-        int iters, ms = 0;
-        if (strncmp(line, "quit", 4) == 0)
-            break;
-        if (sscanf(line, "run %zu %d %d", &bytes, &iters, &ms) < 2 ||
-            bytes > max || iters < 1 || iters > 4096 || ms < 0) {
-            printf("err bad command\n");
-            fflush(stdout);
-            continue;
-        }
-        double t[4097];
-        int rc = 0;
-        for (int i = 0; i <= iters && rc == 0; i++)
-            rc = op(arg, buf, bytes, ms, &t[i]);
-        double mean = 0;
-        for (int i = 1; i <= iters; i++)
-            mean += t[i] / iters;
-        if (rc != 0)
-            printf("err %s\n", st_strerror(rc));
-        else
-            printf("ok %.1f %.1f\n", median(t + 1, iters), mean);
-        fflush(stdout);
-    }
-}
-
-/* A trainer: one step per collective, the allreduce timed alone. */
-static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
-                      double *us)
-{
-    ringd_client_t *c = arg;
-    float *f = buf;
-    for (int tries = 0; tries < 100; tries++) {
-        ringd_view_t v;
-        int64_t t0 = now_ns();
-        int rc = ringd_step_begin(c, &v);
-        if (rc != 0) {
-            fprintf(stderr, "e2e trainer: step_begin: %s\n",
-                    ringd_last_error(c));
-            return -EIO;
-        }
-        if (bytes == 0) {
-            if ((rc = ringd_step_end(c)) != 0)
-                return -EIO;
-            *us = (double)(now_ns() - t0) / 1000.0;
-            return 0;
-        }
-        struct timespec compute = {ms / 1000, (long)(ms % 1000) * 1000000};
-        if (ms > 0)
-            nanosleep(&compute, NULL);
-        f[0] = 1.0f;
-        t0 = now_ns();
-        rc = ringd_allreduce(c, buf, bytes / sizeof(float), RINGD_F32,
-                             RINGD_AVG);
-        int64_t t1 = now_ns();
-        if (rc == RINGD_ERESHAPE)
-            continue;
-        if (rc != 0) {
-            fprintf(stderr, "e2e trainer: allreduce: %s\n",
-                    ringd_last_error(c));
-            return -EIO;
-        }
-        /* Every trainer wrote 1 into f[0], so the average is 1: a result
-         * that is not means the path dropped or doubled a contribution. */
-        if (f[0] != 1.0f) {
-            fprintf(stderr, "e2e trainer: f[0] = %g, want 1\n", f[0]);
-            return -EIO;
-        }
-        if ((rc = ringd_step_end(c)) != 0) {
-            fprintf(stderr, "e2e trainer: step_end: %s\n",
-                    ringd_last_error(c));
-            return -EIO;
-        }
-        *us = (double)(t1 - t0) / 1000.0;
-        return 0;
-    }
-    return ST_ETIMEDOUT;
-}
-
-static int trainer_main(const char *sock, size_t max, size_t state)
-{
-    ringd_client_t *c;
-    ringd_opts_t o;
-    ringd_opts_init(&o);
-    o.name = "e2e";
-    int rc = ringd_connect(&c, sock, &o);
-    if (rc != 0)
-        die("trainer connect", ringd_strerror(rc));
-    void *buf = ringd_buffer(c, max);
-    if (buf == NULL)
-        die("trainer buffer", ringd_last_error(c));
-    memset(buf, 0, max);
-    if (state > 0) {
-        /* Touched, so the daemon's copies of it move real pages. */
-        void *st = ringd_buffer(c, state);
-        if (st == NULL)
-            die("trainer state", ringd_last_error(c));
-        memset(st, 0x3c, state);
-        if (ringd_state(c, st, state) != 0)
-            die("trainer state", ringd_last_error(c));
-    }
-    worker_loop(trainer_op, c, buf, max);
-    ringd_close(c);
-    return 0;
-}
-
-typedef struct {
-    tp_t *tp;
-    ring_t *ring;
-} raw_t;
-
-static int ring_op(void *arg, void *buf, size_t bytes, int ms, double *us)
-{
-    raw_t *r = arg;
-    (void)ms;
-    ((float *)buf)[0] = 1.0f;
-    int64_t t0 = now_ns();
-    int rc = ring_allreduce(r->ring, buf, bytes / sizeof(float), KERN_F32,
-                            KERN_AVG);
-    *us = (double)(now_ns() - t0) / 1000.0;
-    if (rc == 0 && ((float *)buf)[0] != 1.0f)
-        return -EIO;
-    return rc;
-}
-
-/* Worker addresses through files in dir, as bench/ringbench does. */
-static void ring_exchange(tp_t *tp, const char *dir, uint32_t rank,
-                          uint32_t n, void **addrs, size_t *lens)
-{
-    const void *a;
-    size_t len;
-    char tmp[4096], fin[4096];
-    tp_address(tp, &a, &len);
-    snprintf(tmp, sizeof(tmp), "%s/addr.%u.tmp", dir, rank);
-    snprintf(fin, sizeof(fin), "%s/addr.%u", dir, rank);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(a, 1, len, f) != len || fclose(f) || rename(tmp, fin))
-        die("ring address", strerror(errno));
-    for (uint32_t r = 0; r < n; r++) {
-        struct stat st;
-        snprintf(fin, sizeof(fin), "%s/addr.%u", dir, r);
-        int64_t deadline = now_ns() + 60000000000LL;
-        /* The peer's rename is the event; nothing signals it but the
-         * file itself. */
-        while (stat(fin, &st) != 0) {
-            if (now_ns() > deadline)
-                die("ring address", "peer never wrote its address");
-            struct timespec ts = {0, 2000000};
-            nanosleep(&ts, NULL);
-        }
-        addrs[r] = malloc((size_t)st.st_size);
-        f = fopen(fin, "rb");
-        if (!f || fread(addrs[r], 1, (size_t)st.st_size, f) !=
-                      (size_t)st.st_size)
-            die("ring address", "short read");
-        fclose(f);
-        lens[r] = (size_t)st.st_size;
-    }
-}
-
-static int ring_main(const char *dir, uint32_t rank, uint32_t n, size_t max)
-{
-    raw_t r = {0};
-    void *addrs[MAXN];
-    size_t lens[MAXN];
-    int rc = tp_create(NULL, &r.tp);
-    if (rc != 0)
-        die("tp_create", st_strerror(rc));
-    ring_exchange(r.tp, dir, rank, n, addrs, lens);
-    ring_view_t v = {.generation = 1, .nranks = n, .rank = rank,
-                     .addrs = (const void *const *)addrs,
-                     .addr_lens = lens};
-    ring_opts_t o;
-    ring_opts_default(&o);
-    if ((rc = ring_create(r.tp, &v, &o, &r.ring)) != 0)
-        die("ring_create", st_strerror(rc));
-    if ((rc = ring_barrier(r.ring)) != 0)
-        die("ring barrier", st_strerror(rc));
-    void *buf = calloc(1, max);
-    if (buf == NULL)
-        die("ring buffer", "out of memory");
-    worker_loop(ring_op, &r, buf, max);
-    ring_barrier(r.ring);
-    ring_destroy(r.ring);
-    tp_destroy(r.tp);
-    free(buf);
-    for (uint32_t i = 0; i < n; i++)
-        free(addrs[i]);
-    return 0;
-}
 
 /* ---- the coordinator -------------------------------------------------- */
 
@@ -326,7 +89,7 @@ typedef struct {
 
 static pid_t kids[64];
 static int nkids;
-static char *tmp_dir; /* removed at exit, also after die() */
+static char *tmp_dir; /* removed at exit, also after e2e__die() */
 
 static void kill_kids(void)
 {
@@ -348,10 +111,10 @@ static void worker_spawn(worker_t *w, char *const *argv, const char *log)
 {
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0)
-        die("pipe", strerror(errno));
+        e2e__die("pipe", strerror(errno));
     pid_t pid = fork();
     if (pid < 0)
-        die("fork", strerror(errno));
+        e2e__die("fork", strerror(errno));
     if (pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
@@ -376,15 +139,15 @@ static void worker_spawn(worker_t *w, char *const *argv, const char *log)
 static void worker_line(worker_t *w, char *line, size_t cap)
 {
     size_t len = 0;
-    int64_t deadline = now_ns() + (int64_t)CMD_TIMEOUT_MS * 1000000;
+    int64_t deadline = (int64_t)rd_now_ns() + (int64_t)CMD_TIMEOUT_MS * 1000000;
     while (len + 1 < cap) {
-        int left = (int)((deadline - now_ns()) / 1000000);
+        int left = (int)((deadline - (int64_t)rd_now_ns()) / 1000000);
         struct pollfd p = {w->from, POLLIN, 0};
         if (left <= 0 || poll(&p, 1, left) <= 0)
-            die("worker", "no answer in time (see the logs)");
+            e2e__die("worker", "no answer in time (see the logs)");
         ssize_t n = read(w->from, line + len, 1);
         if (n <= 0)
-            die("worker", "exited (see the logs)");
+            e2e__die("worker", "exited (see the logs)");
         if (line[len] == '\n')
             break;
         len++;
@@ -408,7 +171,7 @@ static double group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
         double us, mean;
         worker_line(&w[i], line, sizeof(line));
         if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
-            die("worker run", line);
+            e2e__die("worker run", line);
         if (want_mean)
             us = mean;
         if (us > worst)
@@ -544,7 +307,7 @@ static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
             flags[13] = CKPT_INTERVAL;
         }
         if (td_start(&c->d[i], flags) != 0)
-            die("daemon", "did not start (log above)");
+            e2e__die("daemon", "did not start (log above)");
     }
     for (int i = 0; i < n; i++)
         for (int k = 0; k < t; k++) {
@@ -586,10 +349,10 @@ static void *control_main(void *arg)
 {
     (void)arg;
     for (;;) {
-        int64_t due = now_ns() + 10000000;
+        int64_t due = (int64_t)rd_now_ns() + 10000000;
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
-        double late = (double)(now_ns() - due) / 1e6;
+        double late = (double)((int64_t)rd_now_ns() - due) / 1e6;
         if (late > ctl_lag_ms)
             ctl_lag_ms = late;
     }
@@ -648,10 +411,10 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
             cpu[s][r] = (c1 - c0) / n / ((double)bytes * (it + 1) / 1e9);
         }
     for (int s = 0; s < b->nsizes; s++) {
-        rows[s].e2e_us = median(e2e[s], b->rounds);
-        rows[s].ring_us = median(ring[s], b->rounds);
-        rows[s].ratio = median(ratio[s], b->rounds);
-        rows[s].cpu_per_gb = median(cpu[s], b->rounds);
+        rows[s].e2e_us = e2e__median(e2e[s], b->rounds);
+        rows[s].ring_us = e2e__median(ring[s], b->rounds);
+        rows[s].ratio = e2e__median(ratio[s], b->rounds);
+        rows[s].cpu_per_gb = e2e__median(cpu[s], b->rounds);
     }
     double lag = cluster_lag_ms(&cl);
     if (lag > lag_max_ms)
@@ -722,12 +485,12 @@ static void run_mem(bench_t *b, mem_t *out)
         son[r] = group_run(on.tr, 4, 0, nsteps);
     }
     want_mean = 0;
-    double stall_ms = (median(son, b->rounds) - median(soff, b->rounds)) *
+    double stall_ms = (e2e__median(son, b->rounds) - e2e__median(soff, b->rounds)) *
                       nsteps / 2 / 1e3;
     out->stall_ms_per_gib = stall_ms * (1024.0 * MiB) / MEM_STATE;
     out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
     out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
-    out->ar_ratio = median(ton, b->rounds) / median(toff, b->rounds);
+    out->ar_ratio = e2e__median(ton, b->rounds) / e2e__median(toff, b->rounds);
     cluster_down(&on);
     cluster_down(&off);
     kill_kids();
@@ -765,10 +528,10 @@ static void run_steps(bench_t *b, steps_t *out)
         group_run_ms(plain.tr, 2, MiB, 10, COMPUTE_MS);
         cpu[r] = (cluster_cpu(&plain) - c0) / 2 / 11 * 1e3;
     }
-    double base = median(tp, b->rounds) / 1e3;
-    out->overhead_ms[0] = median(t2, b->rounds) / 1e3 - base;
-    out->overhead_ms[1] = median(t1, b->rounds) / 1e3 - base;
-    out->cpu_ms_per_step = median(cpu, b->rounds);
+    double base = e2e__median(tp, b->rounds) / 1e3;
+    out->overhead_ms[0] = e2e__median(t2, b->rounds) / 1e3 - base;
+    out->overhead_ms[1] = e2e__median(t1, b->rounds) / 1e3 - base;
+    out->cpu_ms_per_step = e2e__median(cpu, b->rounds);
     cluster_down(&st1);
     cluster_down(&st2);
     cluster_down(&plain);
@@ -820,7 +583,7 @@ static void run_gloo(bench_t *b, int n, double *us, const char **algo)
                 double t;
                 worker_line(&w[r], line, sizeof(line));
                 if (sscanf(line, "%zu %lf", &bytes, &t) != 2)
-                    die("gloo", line);
+                    e2e__die("gloo", line);
                 if (t > worst)
                     worst = t;
             }
@@ -851,14 +614,14 @@ static void parse(bench_t *b, int argc, char **argv)
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             b->rounds = atoi(argv[++i]);
         else
-            die("usage", "e2e [--full|--quick] [--rounds R]");
+            e2e__die("usage", "e2e [--full|--quick] [--rounds R]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
     if (b->quick)
         b->rounds = 1;
     if (b->rounds < 1 || b->rounds > MAXROUNDS)
-        die("usage", "--rounds 1..16");
+        e2e__die("usage", "--rounds 1..16");
     static const size_t full[] = {1, 4, 16, 64, 256};
     static const size_t dflt[] = {1, 16, 64};
     const size_t *s = b->full ? full : dflt;
@@ -897,7 +660,7 @@ static int coordinator(bench_t *b)
     const char *galgo[2][MAXSIZES];
     b->tmp = tmp_dir = th_mkdtemp("ringd-e2e");
     if (b->tmp == NULL)
-        die("temp dir", strerror(errno));
+        e2e__die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
     pthread_t ctl;
     if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
@@ -965,10 +728,10 @@ static int coordinator(bench_t *b)
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--trainer") == 0)
-        return trainer_main(argv[2], strtoull(argv[3], NULL, 10),
+        return e2e__trainer_main(argv[2], strtoull(argv[3], NULL, 10),
                             strtoull(argv[4], NULL, 10));
     if (argc == 6 && strcmp(argv[1], "--ring") == 0)
-        return ring_main(argv[2], (uint32_t)atoi(argv[3]),
+        return e2e__ring_main(argv[2], (uint32_t)atoi(argv[3]),
                          (uint32_t)atoi(argv[4]),
                          strtoull(argv[5], NULL, 10));
     bench_t b = {0};
