@@ -97,6 +97,8 @@ struct mb {
     unsigned denied;         /* etcd refusals since the last success */
     int campaign_inflight, view_inflight, view_again;
     int64_t suspect_rev_done;
+    uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
+    size_t secret_len;
 
     etcd_watch_t *watch;
     mb_kv_t *kvs;
@@ -112,6 +114,15 @@ struct mb {
 int mb__holds_lease(mb_state_t s);
 mb_kv_t *mb__mirror_find(mb_t *mb, const char *key);
 void mb__reconcile_soon(mb_t *mb);
+
+/* mb-sign.c: the hex HMAC of fields with the job secret; without a
+ * secret the signature is "" and every one is accepted. */
+#define MB_SIG_HEX 65
+int mb__sign(const mb_t *mb, const char *const *fields, size_t n,
+             char hex[MB_SIG_HEX]);
+/* 1 when sig is the fields' signature (or there is no secret). */
+int mb__sig_ok(const mb_t *mb, const char *const *fields, size_t n,
+               const char *sig);
 
 /* mb-leader.c */
 int mb__is_leader(mb_t *mb);

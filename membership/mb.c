@@ -19,6 +19,8 @@
 
 #include <cjson/cJSON.h>
 
+#include <openssl/crypto.h>
+
 #include "common/log.h"
 #include "common/status.h"
 
@@ -624,9 +626,18 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     if (ecfg.connect_timeout_ms <= 0 ||
         ecfg.connect_timeout_ms > ecfg.request_timeout_ms)
         ecfg.connect_timeout_ms = ecfg.request_timeout_ms;
+    if (cfg->secret_len > 0) {
+        mb->secret = malloc(cfg->secret_len);
+        if (mb->secret == NULL) {
+            rc = ST_ENOMEM;
+            goto err_member;
+        }
+        memcpy(mb->secret, cfg->secret, cfg->secret_len);
+        mb->secret_len = cfg->secret_len;
+    }
     rc = etcd_create(loop, &ecfg, &mb->etcd);
     if (rc != 0)
-        goto err_member;
+        goto err_secret;
     make_keys(mb, cfg->job);
     mb->loop = loop;
     mb->cb = *cb;
@@ -644,6 +655,8 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     *mb_p = mb;
     return 0;
 
+err_secret:
+    free(mb->secret);
 err_member:
     mb__member_free(&mb->me);
 err_free:
@@ -716,6 +729,9 @@ static void mb_close_cb(uv_handle_t *h)
         kv_free(&mb->kvs[--mb->n_kvs]);
     free(mb->kvs);
     mb__member_free(&mb->me);
+    if (mb->secret != NULL)
+        OPENSSL_cleanse(mb->secret, mb->secret_len);
+    free(mb->secret);
     free(mb);
 }
 

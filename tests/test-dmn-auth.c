@@ -1,0 +1,218 @@
+/*
+ * The job secret: the proof's pure core, the secret file's checks, and
+ * real daemons on a real etcd: a node with the wrong secret is refused by
+ * its ring neighbours and the job goes on without it; etcd writes of a
+ * process that has etcd access but not the secret change no view.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "job/job_auth.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/task.h"
+
+#define AUTH_JOB "authjob"
+#define AUTH_STEPS 3000
+#define AUTH_STEPS_S "3000"
+
+static const char secret_a[] = "0123456789abcdef-the-job-secret";
+static const char secret_b[] = "0123456789abcdef-another-secret";
+
+TEST_IMPL(dmn_auth_proof)
+{
+    job_auth_t *a = NULL, *b = NULL;
+    ASSERT_OK(job_auth_create(secret_a, strlen(secret_a), &a));
+    ASSERT_OK(job_auth_create(secret_b, strlen(secret_b), &b));
+    uint8_t n1[JOB_AUTH_NONCE_BYTES], n2[JOB_AUTH_NONCE_BYTES];
+    ASSERT_OK(job_auth_nonce(n1));
+    ASSERT_OK(job_auth_nonce(n2));
+    ASSERT(memcmp(n1, n2, sizeof(n1)) != 0);
+    uint8_t p[JOB_AUTH_PROOF_BYTES];
+    ASSERT_OK(job_auth_proof(a, "job", 7, "n0", "n1", n1, n2, p));
+    ASSERT_OK(job_auth_verify(a, "job", 7, "n0", "n1", n1, n2, p));
+    /* Every input is bound: change any one and it fails. */
+    ASSERT_EQ(job_auth_verify(b, "job", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "jo", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 8, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n1", "n0", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n2", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n1", n2, n1, p),
+              ST_EPEER_FORGED);
+    /* Field boundaries count: "n0"+"n1" is not "n"+"0n1". */
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n", "0n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    p[31] ^= 1;
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    job_auth_destroy(a);
+    job_auth_destroy(b);
+    /* Too short a secret is refused. */
+    ASSERT_EQ(job_auth_create("short", 5, &a), ST_ECONFIG);
+    return 0;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    ASSERT_MSG(f != NULL, "%s: %s", path, strerror(errno));
+    ASSERT(fputs(text, f) >= 0);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_EQ(chmod(path, mode), 0);
+}
+
+/* A world-readable secret file is refused, by the loader and by ringd's
+ * configuration check (exit 2 with the reason). */
+TEST_IMPL(dmn_auth_secret_file)
+{
+    char *dir = th_mkdtemp("ringd-auth-");
+    ASSERT(dir != NULL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/secret", dir);
+    job_auth_t *a = NULL;
+    write_file(path, "0123456789abcdef\n", 0644);
+    ASSERT_EQ(job_auth_load(path, &a), ST_ECONFIG);
+    write_file(path, "0123456789abcdef\n", 0640);
+    ASSERT_OK(job_auth_load(path, &a));
+    job_auth_destroy(a);
+
+    write_file(path, "0123456789abcdef\n", 0604);
+    td_daemon_t t;
+    td_init(&t, "dmn-auth-cfg");
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/ringd", th_bindir());
+    char *const argv[] = {bin, "--etcd", "http://127.0.0.1:1", "--job", "j",
+                          "--socket", t.sock, "--metrics", "off",
+                          "--job-secret-file", path, NULL};
+    pid_t pid = th_spawn(argv, t.log);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(td_exit_code(pid, 15000), 2);
+    ASSERT(td_file_has(t.log, "readable by every user"));
+    th_rmtree(dir);
+    free(dir);
+    return 0;
+}
+
+typedef struct {
+    fx_etcd_t etcd;
+    td_daemon_t d[3];
+    pid_t trainer[3];
+    char secret_dir[256];
+} auth_job_t;
+
+static void auth_env(auth_job_t *j)
+{
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    char *dir = th_mkdtemp("ringd-auth-");
+    ASSERT(dir != NULL);
+    snprintf(j->secret_dir, sizeof(j->secret_dir), "%s", dir);
+    free(dir);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/a", j->secret_dir);
+    write_file(p, secret_a, 0600);
+    snprintf(p, sizeof(p), "%s/b", j->secret_dir);
+    write_file(p, secret_b, 0600);
+    fx_etcd_start(&j->etcd, 0);
+}
+
+/* Node i of AUTH_JOB with secret file which ("a" or "b"), and its
+ * trainer. */
+static void auth_node(auth_job_t *j, int i, const char *which,
+                      const char *min_nodes)
+{
+    static char ids[3][8], secrets[3][300];
+    char name[32];
+    snprintf(ids[i], sizeof(ids[i]), "n%d", i);
+    snprintf(secrets[i], sizeof(secrets[i]), "%s/%s", j->secret_dir, which);
+    snprintf(name, sizeof(name), "dmn-auth-n%d", i);
+    td_daemon_t *d = &j->d[i];
+    td_init(d, name);
+    d->networked = 1;
+    const char *flags[] = {"--etcd", j->etcd.url, "--job", AUTH_JOB,
+                           "--node-id", ids[i], "--trainers", "1",
+                           "--lease-ttl", "2", "--min-nodes", min_nodes,
+                           "--job-secret-file", secrets[i], NULL};
+    ASSERT_MSG(td_start(d, flags) == 0, "daemon n%d did not start", i);
+    const char *args[] = {"--steps", AUTH_STEPS_S, "--hash-log",
+                          td_path(d, "h"), "--log-every", "100", NULL};
+    j->trainer[i] = td_trainer(d, args, td_path(d, "t.log"));
+}
+
+static void expect_exit0(auth_job_t *j, int i)
+{
+    int rc = td_exit_code(j->trainer[i], 180000);
+    if (rc != 0) {
+        td_dump(td_path(&j->d[i], "t.log"));
+        td_dump(j->d[i].log);
+    }
+    ASSERT_MSG(rc == 0, "trainer of n%d exited %d", i, rc);
+}
+
+/* The two members trained the whole job together, unfenced, and the
+ * last steps ran on a view of the two of them. */
+static void expect_job_of_two(auth_job_t *j)
+{
+    expect_exit0(j, 0);
+    expect_exit0(j, 1);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&j->d[0], "h"), &h0);
+    td_read_hashes(td_path(&j->d[1], "h"), &h1);
+    ASSERT_EQ(h0.hash[AUTH_STEPS - 1], h1.hash[AUTH_STEPS - 1]);
+    ASSERT_EQ(h0.world[AUTH_STEPS - 1], 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_MSG(!td_file_has(j->d[i].log, "fenced"),
+                   "member n%d was fenced", i);
+}
+
+static int refused_by_a_neighbour(void *p)
+{
+    auth_job_t *j = p;
+    const char *needle = "n2 failed the job-secret handshake";
+    return td_file_has(j->d[0].log, needle) ||
+           td_file_has(j->d[1].log, needle);
+}
+
+/*
+ * n0 and n1 share the job secret; n2 comes with another one. The leader
+ * lets n2 into a view (its registration is valid), but its neighbours
+ * refuse its proofs: they close its endpoints, log it and suspect it,
+ * while n2's own reports against them carry a signature the leader
+ * rejects. n0 and n1 finish the job together, never fenced.
+ */
+TEST_IMPL(dmn_auth_wrong_secret_refused)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    auth_node(&j, 2, "b", "1");
+    int rc = td_poll(refused_by_a_neighbour, &j, 60000);
+    if (rc != 0) {
+        td_dump(j.d[0].log);
+        td_dump(j.d[2].log);
+    }
+    ASSERT_MSG(rc == 0, "no neighbour refused n2's proof");
+    expect_job_of_two(&j);
+    /* No collective ever ran with n2 in it. */
+    ASSERT(!td_file_has(td_path(&j.d[2], "h"), "step "));
+    th_kill(j.trainer[2]);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
