@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "job/job_auth.h"
+#include "membership/mb.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -214,5 +215,124 @@ TEST_IMPL(dmn_auth_wrong_secret_refused)
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
     th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
+/* The decimal lease in node's record, read as a foreign etcd client. */
+static long long record_lease(auth_job_t *j, const char *node)
+{
+    char key[MB_KEY_MAX], cmd[1024], buf[2048];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, node, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *l = strstr(buf, "\"lease\":\"");
+    ASSERT_MSG(l != NULL, "no lease in %s's record: %s", node, buf);
+    return strtoll(l + 9, NULL, 10);
+}
+
+/* etcdctl put of value at key, as a process with etcd write access and
+ * no job secret. */
+static void forge(auth_job_t *j, const char *key, const char *value)
+{
+    char args[2048];
+    snprintf(args, sizeof(args), "put %s '%s'", key, value);
+    ASSERT_MSG(fx_etcdctl(&j->etcd, args) == 0, "etcdctl %s failed", args);
+}
+
+static int both_logged(void *p)
+{
+    void **a = p;
+    auth_job_t *j = a[0];
+    return td_file_has(j->d[0].log, a[1]) || td_file_has(j->d[1].log, a[1]);
+}
+
+/* Waits until n0's or n1's log holds needle. */
+static void expect_logged(auth_job_t *j, const char *needle)
+{
+    void *a[2] = {j, (void *)needle};
+    int rc = td_poll(both_logged, a, 30000);
+    if (rc != 0)
+        td_dump(j->d[0].log);
+    ASSERT_MSG(rc == 0, "no member logged '%s'", needle);
+}
+
+static int count_in(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    int n = 0;
+    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    free(s);
+    return n;
+}
+
+static int logged_twice(void *p)
+{
+    void **a = p;
+    auth_job_t *j = a[0];
+    return count_in(j->d[0].log, a[1]) + count_in(j->d[1].log, a[1]) >= 2;
+}
+
+static void expect_logged_twice(auth_job_t *j, const char *needle)
+{
+    void *a[2] = {j, (void *)needle};
+    ASSERT_MSG(td_poll(logged_twice, a, 30000) == 0,
+               "the second '%s' never came", needle);
+}
+
+/* Every step the two members ran was a step of both (no view of one). */
+static void expect_never_alone(auth_job_t *j)
+{
+    static td_hashes_t h0;
+    td_read_hashes(td_path(&j->d[0], "h"), &h0);
+    for (int s = 0; s < AUTH_STEPS; s++)
+        if (h0.have[s])
+            ASSERT_MSG(h0.world[s] == 2, "step %d ran on a view of %d", s,
+                       h0.world[s]);
+}
+
+static void auth_job_end(auth_job_t *j)
+{
+    expect_job_of_two(j);
+    expect_never_alone(j);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&j->d[i], 30000), 0);
+    th_rmtree(j->secret_dir);
+}
+
+/*
+ * A foreign writer copies n1's lease from its record into suspect/n1, as
+ * n0, once without a signature and once with a made-up one: the leader
+ * ignores both (and deletes them), n1 is never evicted.
+ */
+TEST_IMPL(dmn_auth_forged_suspect)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    long long lease = record_lease(&j, "n1");
+    long long by = record_lease(&j, "n0");
+    char key[MB_KEY_MAX], v[512];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_SUSPECT, "n1", 0,
+                     0));
+    snprintf(v, sizeof(v), "{\"by\":\"n0\",\"why\":\"forged\","
+             "\"lease\":\"%lld\"}", lease);
+    forge(&j, key, v);
+    char needle[600];
+    snprintf(needle, sizeof(needle), "ignoring the suspect report %s", key);
+    expect_logged(&j, needle);
+    snprintf(v, sizeof(v), "{\"by\":\"n0\",\"why\":\"forged\","
+             "\"lease\":\"%lld\",\"by_lease\":\"%lld\",\"sig\":\"%064d\"}",
+             lease, by, 0);
+    forge(&j, key, v);
+    expect_logged_twice(&j, needle);
+    auth_job_end(&j);
     return fx_done();
 }
