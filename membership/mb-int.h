@@ -97,6 +97,7 @@ struct mb {
     unsigned denied;         /* etcd refusals since the last success */
     int campaign_inflight, view_inflight, view_again;
     int64_t suspect_rev_done;
+    int64_t refused_rec_mod; /* newest unsigned record logged */
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
     size_t secret_len;
 
@@ -123,6 +124,15 @@ int mb__sign(const mb_t *mb, const char *const *fields, size_t n,
 /* 1 when sig is the fields' signature (or there is no secret). */
 int mb__sig_ok(const mb_t *mb, const char *const *fields, size_t n,
                const char *sig);
+
+/* A JSON object's text (taken) with the signature of (what, key, text)
+ * spliced in as its last field "sig": the leader's view, a node record.
+ * A new string; json itself without a secret; NULL on failure. */
+char *mb__text_sign(const mb_t *mb, const char *what, const char *key,
+                    char *json);
+/* 1 when val carries the signature mb__text_sign gives (or no secret). */
+int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
+                    const char *val, size_t len);
 
 /* mb-leader.c */
 int mb__is_leader(mb_t *mb);

@@ -27,6 +27,16 @@
 
 /* The live set: every node record in the mirror (a record exists exactly
  * as long as its lease). Returns the count; members are owned copies. */
+/* Said once per version of the record. */
+static void record_refused(mb_t *mb, const mb_kv_t *kv)
+{
+    if (kv->mod <= mb->refused_rec_mod)
+        return;
+    mb->refused_rec_mod = kv->mod;
+    RD_WARN("mb %s: ignoring the registration %s: not signed with the job "
+            "secret for its lease", mb->me.node, kv->key);
+}
+
 static size_t collect_alive(mb_t *mb, mb_member_t **out)
 {
     size_t plen = strlen(mb->nodes_prefix), n = 0;
@@ -39,6 +49,14 @@ static size_t collect_alive(mb_t *mb, mb_member_t **out)
             continue;
         if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
             continue;
+        /* Signed by a holder of the secret for this key and lease: a
+         * copied record under another lease is no registration. */
+        if (!mb__text_sig_ok(mb, "node", kv->key, kv->val, kv->len) ||
+            (mb->secret_len > 0 && arr[n].lease != kv->lease)) {
+            record_refused(mb, kv);
+            mb__member_free(&arr[n]);
+            continue;
+        }
         arr[n++].lease = kv->lease; /* the lease etcd holds it by */
     }
     *out = arr;
@@ -137,7 +155,8 @@ static void on_settle(uv_timer_t *t)
     free_members(alive, n);
     if (changed <= 0)
         return;
-    char *json = mb__view_json(&next);
+    char *json = mb__text_sign(mb, "view", mb->view_key,
+                               mb__view_json(&next));
     mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
     etcd_cmp_t cmps[2] = {
         {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,

@@ -69,3 +69,50 @@ int mb__sig_ok(const mb_t *mb, const char *const *fields, size_t n,
         return 0;
     return CRYPTO_memcmp(want, sig, MB_SIG_HEX - 1) == 0;
 }
+
+#define VIEW_SIG_OPEN ",\"sig\":\""
+#define VIEW_SIG_LEN (sizeof(VIEW_SIG_OPEN) - 1 + MB_SIG_HEX - 1 + 2)
+
+char *mb__text_sign(const mb_t *mb, const char *what, const char *key,
+                    char *json)
+{
+    char sig[MB_SIG_HEX];
+    size_t n = json != NULL ? strlen(json) : 0;
+    if (mb->secret_len == 0 || n < 2 || json[n - 1] != '}')
+        return json;
+    const char *f[] = {what, key, json};
+    char *out = malloc(n + VIEW_SIG_LEN);
+    if (out == NULL || mb__sign(mb, f, 3, sig) != 0) {
+        free(out);
+        free(json);
+        return NULL;
+    }
+    memcpy(out, json, n - 1);
+    snprintf(out + n - 1, VIEW_SIG_LEN + 1, VIEW_SIG_OPEN "%s\"}", sig);
+    free(json);
+    return out;
+}
+
+int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
+                    const char *val, size_t len)
+{
+    if (mb->secret_len == 0)
+        return 1;
+    if (len < VIEW_SIG_LEN + 2 || val[len - 1] != '}' ||
+        memcmp(val + len - VIEW_SIG_LEN, VIEW_SIG_OPEN,
+               sizeof(VIEW_SIG_OPEN) - 1) != 0)
+        return 0;
+    size_t body = len - VIEW_SIG_LEN;
+    char *unsigned_json = malloc(body + 2);
+    char sig[MB_SIG_HEX];
+    if (unsigned_json == NULL)
+        return 0;
+    memcpy(unsigned_json, val, body);
+    memcpy(unsigned_json + body, "}", 2);
+    memcpy(sig, val + body + sizeof(VIEW_SIG_OPEN) - 1, MB_SIG_HEX - 1);
+    sig[MB_SIG_HEX - 1] = '\0';
+    const char *f[] = {what, key, unsigned_json};
+    int ok = mb__sig_ok(mb, f, 3, sig);
+    free(unsigned_json);
+    return ok;
+}

@@ -260,7 +260,8 @@ static void on_granted(int status, const etcd_result_t *res, void *data)
     mb->lease = res->lease_id;
     mb->me.lease = res->lease_id;
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
-    char *json = mb__node_json(&mb->me, (int)getpid());
+    char *json = mb__text_sign(mb, "node", mb->my_key,
+                               mb__node_json(&mb->me, (int)getpid()));
     int rc = json ? etcd_put(mb->etcd, mb->my_key, json, strlen(json),
                              mb->lease, on_node_put, mb)
                   : ST_ENOMEM;
@@ -419,6 +420,12 @@ static void install_view(mb_t *mb)
         return;
     mb__view_t v;
     mb->view_mod = kv->mod;
+    if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
+        RD_ERROR("mb %s: refusing the view at revision %lld: not signed "
+                 "by a leader holding the job secret", mb->me.node,
+                 (long long)kv->mod);
+        return;
+    }
     if (mb__view_parse(kv->val, kv->len, &v) != 0)
         return;
     mb__view_free(&mb->view);

@@ -179,45 +179,6 @@ static void expect_job_of_two(auth_job_t *j)
                    "member n%d was fenced", i);
 }
 
-static int refused_by_a_neighbour(void *p)
-{
-    auth_job_t *j = p;
-    const char *needle = "n2 failed the job-secret handshake";
-    return td_file_has(j->d[0].log, needle) ||
-           td_file_has(j->d[1].log, needle);
-}
-
-/*
- * n0 and n1 share the job secret; n2 comes with another one. The leader
- * lets n2 into a view (its registration is valid), but its neighbours
- * refuse its proofs: they close its endpoints, log it and suspect it,
- * while n2's own reports against them carry a signature the leader
- * rejects. n0 and n1 finish the job together, never fenced.
- */
-TEST_IMPL(dmn_auth_wrong_secret_refused)
-{
-    static auth_job_t j;
-    auth_env(&j);
-    auth_node(&j, 0, "a", "2");
-    auth_node(&j, 1, "a", "2");
-    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
-    auth_node(&j, 2, "b", "1");
-    int rc = td_poll(refused_by_a_neighbour, &j, 60000);
-    if (rc != 0) {
-        td_dump(j.d[0].log);
-        td_dump(j.d[2].log);
-    }
-    ASSERT_MSG(rc == 0, "no neighbour refused n2's proof");
-    expect_job_of_two(&j);
-    /* No collective ever ran with n2 in it. */
-    ASSERT(!td_file_has(td_path(&j.d[2], "h"), "step "));
-    th_kill(j.trainer[2]);
-    for (int i = 0; i < 3; i++)
-        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
-    th_rmtree(j.secret_dir);
-    return fx_done();
-}
-
 /* The decimal lease in node's record, read as a foreign etcd client. */
 static long long record_lease(auth_job_t *j, const char *node)
 {
@@ -334,5 +295,90 @@ TEST_IMPL(dmn_auth_forged_suspect)
     forge(&j, key, v);
     expect_logged_twice(&j, needle);
     auth_job_end(&j);
+    return fx_done();
+}
+
+/*
+ * A foreign writer puts a view of a later generation that leaves n1 out
+ * (and gives n0 a garbage address): both members refuse it as unsigned,
+ * nobody is fenced or trains alone, and the job finishes on the leader's
+ * views.
+ */
+TEST_IMPL(dmn_auth_forged_view)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    char key[MB_KEY_MAX], v[512];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(v, sizeof(v), "{\"generation\":999999,\"step\":0,\"members\":"
+             "[{\"node\":\"n0\",\"host\":\"h\",\"addr\":\"AAAA\",\"lease\":"
+             "\"%lld\",\"slots\":1}],\"joiners\":[]}",
+             record_lease(&j, "n0"));
+    forge(&j, key, v);
+    for (int i = 0; i < 2; i++) {
+        int rc = td_wait_file(j.d[i].log, "refusing the view at revision",
+                              30000);
+        if (rc != 0)
+            td_dump(j.d[i].log);
+        ASSERT_MSG(rc == 0, "n%d did not refuse the forged view", i);
+    }
+    auth_job_end(&j);
+    return fx_done();
+}
+
+/*
+ * n0 and n1 share the job secret; n2 comes with another one. Its node
+ * record carries a signature the leader cannot verify: the leader ignores
+ * the registration (and says so), n2 never gets into a view, and n0 and
+ * n1 finish the job together, never fenced, never alone.
+ */
+TEST_IMPL(dmn_auth_wrong_secret_refused)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    auth_node(&j, 2, "b", "1");
+    ASSERT_OK(td_wait_file(j.d[2].log, "node record written", 30000));
+    expect_logged(&j, "ignoring the registration /ringd/" AUTH_JOB
+                      "/nodes/n2");
+    auth_job_end(&j);
+    /* No collective ever ran with n2 in it. */
+    ASSERT(!td_file_has(td_path(&j.d[2], "h"), "step "));
+    ASSERT(!td_file_has(j.d[0].log, "3 members"));
+    th_kill(j.trainer[2]);
+    ASSERT_EQ(td_stop(&j.d[2], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * A foreign writer registers n9 under a lease of its own, with a record
+ * copied from n1 (so a valid-looking address and a signature made for
+ * another key and lease): the leader ignores it, no view takes n9 in, and
+ * the job is not stalled on an endpoint nobody answers.
+ */
+TEST_IMPL(dmn_auth_forged_registration)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    char key[MB_KEY_MAX], src[MB_KEY_MAX], cmd[2048];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, "n9", 0, 0));
+    ASSERT_OK(mb_key(src, sizeof(src), AUTH_JOB, MB_KEY_NODE, "n1", 0, 0));
+    snprintf(cmd, sizeof(cmd), "export ETCDCTL_API=3; e='etcdctl "
+             "--endpoints=%s'; l=$($e lease grant 60 | awk '{print $2}'); "
+             "v=$($e get %s --print-value-only); $e put --lease=$l %s \"$v\""
+             " >> %s/forge.log 2>&1", j.etcd.url, src, key, j.etcd.dir);
+    ASSERT_MSG(system(cmd) == 0, "the forged registration failed: %s", cmd);
+    expect_logged(&j, "ignoring the registration /ringd/" AUTH_JOB
+                      "/nodes/n9");
+    auth_job_end(&j);
+    ASSERT(!td_file_has(j.d[0].log, "3 members"));
     return fx_done();
 }
