@@ -103,10 +103,16 @@ $(CORE_LIB): $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # The test list is every TEST_IMPL(name) in the test sources.
-$(BUILD)/test-list.h: $(TEST_SRCS)
+# Remade on every build and replaced only when it changed: a test file
+# removed (a branch switched) is newer than nothing, yet must leave.
+$(BUILD)/test-list.h: FORCE
 	@mkdir -p $(dir $@)
 	$(Q)grep -ho '^TEST_IMPL([A-Za-z0-9_]*)' $(TEST_SRCS) \
-	    | sed 's/^TEST_IMPL/TEST_ENTRY/' > $@.tmp && mv $@.tmp $@
+	    | sed 's/^TEST_IMPL/TEST_ENTRY/' > $@.tmp && \
+	    { cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@; }
+
+.PHONY: FORCE
+FORCE:
 
 $(BUILD)/tests/runner.o: $(BUILD)/test-list.h
 

@@ -32,16 +32,30 @@
  * Columns (TSV):
  *   n t bytes e2e_busbw ring_busbw ratio cpu_s_per_GB gloo_busbw gloo_algo
  *   ring_vs_gloo e2e_vs_gloo
+ * Then, in fresh jobs, the per-step cost of a 1 GiB state region (a
+ * trainer doing only step_begin/step_end, with and without the state, at
+ * n = 2 and in a one-node job) and the daemons' CPU per step while their
+ * trainers compute (sleep 20 ms, then a 1 MiB allreduce), as '#' lines,
  * and a last line
  *   e2e: e2e_vs_ring_min=... (tensors >= 16 MiB, one trainer per node)
  *        e2e2_vs_ring_min=... (two trainers per node) ring_vs_gloo_n2=...
  *        ring_vs_gloo_n4=... e2e_vs_gloo_n4=... (64 MiB, one trainer)
+ *        step_overhead_ms_1GiB=... (n = 2) step_overhead_ms_1GiB_n1=...
+ *        daemon_cpu_ms_per_step=... loop_lag_max_ms=... (the worst
+ *        main-loop lag of any daemon through the allreduce runs, from
+ *        ringd_loop_lag_max_seconds scraped before and after them; the
+ *        largest size is 256 MiB with --full; on a loaded machine it
+ *        includes time the daemon was not scheduled) mem_per_state=... mem_per_state_ckpt=... (the
+ *        daemons' largest RssAnon over the state size, n = 4, 256 MiB
+ *        state, checkpoints off / every 10 steps) ar_ckpt_vs_none=...
+ *        (64 MiB allreduce time with checkpoints over without)
  *   with the issue's other keys as "na" until they are measured here.
  */
 #include <errno.h>
 #include <dirent.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,23 +108,27 @@ static double median(double *v, int n)
 /* ---- the worker side: one command per line on stdin ------------------- */
 
 /*
- * "run BYTES ITERS": one warm-up and ITERS timed collectives; answers
- * "ok USEC" (the median) or "err TEXT". "quit" ends the process. The
- * coordinator never runs two groups at once, so the idle group sleeps in
- * read() and takes no CPU from the measured one.
+ * "run BYTES ITERS [MS]": one warm-up and ITERS timed collectives (a
+ * trainer first sleeps MS ms in each step, standing in for compute);
+ * BYTES 0: a trainer's steps hold no collective and the whole step
+ * (step_begin + step_end) is timed. Answers "ok USEC" (the median) or
+ * "err TEXT". "quit" ends the process. The coordinator never runs two
+ * groups at once, so the idle group sleeps in read() and takes no CPU
+ * from the measured one.
  */
-typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, double *us);
+typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
+                           double *us);
 
 static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 {
     char line[128];
     while (fgets(line, sizeof(line), stdin) != NULL) {
         size_t bytes;
-        int iters;
+        int iters, ms = 0;
         if (strncmp(line, "quit", 4) == 0)
             break;
-        if (sscanf(line, "run %zu %d", &bytes, &iters) != 2 ||
-            bytes > max || iters < 1 || iters > 4096) {
+        if (sscanf(line, "run %zu %d %d", &bytes, &iters, &ms) < 2 ||
+            bytes > max || iters < 1 || iters > 4096 || ms < 0) {
             printf("err bad command\n");
             fflush(stdout);
             continue;
@@ -118,7 +136,7 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         double t[4097];
         int rc = 0;
         for (int i = 0; i <= iters && rc == 0; i++)
-            rc = op(arg, buf, bytes, &t[i]);
+            rc = op(arg, buf, bytes, ms, &t[i]);
         if (rc != 0)
             printf("err %s\n", st_strerror(rc));
         else
@@ -128,20 +146,31 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 }
 
 /* A trainer: one step per collective, the allreduce timed alone. */
-static int trainer_op(void *arg, void *buf, size_t bytes, double *us)
+static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
+                      double *us)
 {
     ringd_client_t *c = arg;
     float *f = buf;
     for (int tries = 0; tries < 100; tries++) {
         ringd_view_t v;
+        int64_t t0 = now_ns();
         int rc = ringd_step_begin(c, &v);
         if (rc != 0) {
             fprintf(stderr, "e2e trainer: step_begin: %s\n",
                     ringd_last_error(c));
             return -EIO;
         }
+        if (bytes == 0) {
+            if ((rc = ringd_step_end(c)) != 0)
+                return -EIO;
+            *us = (double)(now_ns() - t0) / 1000.0;
+            return 0;
+        }
+        struct timespec compute = {ms / 1000, (long)(ms % 1000) * 1000000};
+        if (ms > 0)
+            nanosleep(&compute, NULL);
         f[0] = 1.0f;
-        int64_t t0 = now_ns();
+        t0 = now_ns();
         rc = ringd_allreduce(c, buf, bytes / sizeof(float), RINGD_F32,
                              RINGD_AVG);
         int64_t t1 = now_ns();
@@ -169,7 +198,7 @@ static int trainer_op(void *arg, void *buf, size_t bytes, double *us)
     return ST_ETIMEDOUT;
 }
 
-static int trainer_main(const char *sock, size_t max)
+static int trainer_main(const char *sock, size_t max, size_t state)
 {
     ringd_client_t *c;
     ringd_opts_t o;
@@ -182,6 +211,15 @@ static int trainer_main(const char *sock, size_t max)
     if (buf == NULL)
         die("trainer buffer", ringd_last_error(c));
     memset(buf, 0, max);
+    if (state > 0) {
+        /* Touched, so the daemon's copies of it move real pages. */
+        void *st = ringd_buffer(c, state);
+        if (st == NULL)
+            die("trainer state", ringd_last_error(c));
+        memset(st, 0x3c, state);
+        if (ringd_state(c, st, state) != 0)
+            die("trainer state", ringd_last_error(c));
+    }
     worker_loop(trainer_op, c, buf, max);
     ringd_close(c);
     return 0;
@@ -192,9 +230,10 @@ typedef struct {
     ring_t *ring;
 } raw_t;
 
-static int ring_op(void *arg, void *buf, size_t bytes, double *us)
+static int ring_op(void *arg, void *buf, size_t bytes, int ms, double *us)
 {
     raw_t *r = arg;
+    (void)ms;
     ((float *)buf)[0] = 1.0f;
     int64_t t0 = now_ns();
     int rc = ring_allreduce(r->ring, buf, bytes / sizeof(float), KERN_F32,
@@ -348,10 +387,11 @@ static void worker_line(worker_t *w, char *line, size_t cap)
 }
 
 /* Send "run" to every worker of a group; the slowest median, in us. */
-static double group_run(worker_t *w, int nw, size_t bytes, int iters)
+static double group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
+                           int ms)
 {
     for (int i = 0; i < nw; i++) {
-        fprintf(w[i].to, "run %zu %d\n", bytes, iters);
+        fprintf(w[i].to, "run %zu %d %d\n", bytes, iters, ms);
         fflush(w[i].to);
     }
     double worst = 0;
@@ -365,6 +405,11 @@ static double group_run(worker_t *w, int nw, size_t bytes, int iters)
             worst = us;
     }
     return worst;
+}
+
+static double group_run(worker_t *w, int nw, size_t bytes, int iters)
+{
+    return group_run_ms(w, nw, bytes, iters, 0);
 }
 
 static void group_quit(worker_t *w, int nw)
@@ -431,40 +476,138 @@ static double busbw(size_t bytes, double us, int n)
     return (double)bytes / (us * 1000.0) * 2.0 * (n - 1) / n;
 }
 
-/* n daemons, n*t trainers, n ring processes; every size, every round. */
-static void run_config(bench_t *b, int n, int t, row_t *rows)
-{
+typedef struct {
     td_daemon_t d[MAXN];
-    worker_t tr[MAXN * MAXT], rg[MAXN];
-    char job[32], tstr[8], nstr[8], ring_dir[512], maxb[32];
-    size_t max = b->sizes[b->nsizes - 1];
-    snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
+    worker_t tr[MAXN * MAXT];
+    int n, t;
+} cluster_t;
+
+static double cluster_cpu(const cluster_t *c)
+{
+    double s = 0;
+    for (int i = 0; i < c->n; i++)
+        s += cpu_seconds(c->d[i].pid);
+    return s;
+}
+
+/* n daemons of job `job`, t trainers each with a state of `state` bytes
+ * and a buffer of `max`. */
+static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
+                            int n, int t, size_t max, size_t state,
+                            const char *ckpt_dir);
+
+static void cluster_up(bench_t *b, cluster_t *c, const char *job, int n,
+                       int t, size_t max, size_t state)
+{
+    cluster_up_ckpt(b, c, job, n, t, max, state, NULL);
+}
+
+/* ckpt_dir non-NULL: checkpoints every CKPT_INTERVAL steps there. */
+#define CKPT_INTERVAL "10"
+
+static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
+                            int n, int t, size_t max, size_t state,
+                            const char *ckpt_dir)
+{
+    char tstr[8], nstr[8], maxb[32], stb[32];
+    c->n = n;
+    c->t = t;
     snprintf(tstr, sizeof(tstr), "%d", t);
     snprintf(nstr, sizeof(nstr), "%d", n);
     snprintf(maxb, sizeof(maxb), "%zu", max);
-    snprintf(ring_dir, sizeof(ring_dir), "%s/%s-ring", b->tmp, job);
-    mkdir(ring_dir, 0700);
+    snprintf(stb, sizeof(stb), "%zu", state);
     for (int i = 0; i < n; i++) {
         char name[48];
         static char ids[MAXN][16];
         snprintf(name, sizeof(name), "e2e-n%d", i);
         snprintf(ids[i], sizeof(ids[i]), "n%d", i);
-        td_init(&d[i], name);
-        d[i].networked = 1;
+        td_init(&c->d[i], name);
+        c->d[i].networked = 1;
         const char *flags[] = {"--etcd", b->etcd.url, "--job", job,
                                "--node-id", ids[i], "--trainers", tstr,
-                               "--min-nodes", nstr, NULL};
-        if (td_start(&d[i], flags) != 0)
+                               "--min-nodes", nstr, NULL, NULL, NULL, NULL,
+                               NULL};
+        if (ckpt_dir != NULL) {
+            flags[10] = "--ckpt-dir";
+            flags[11] = ckpt_dir;
+            flags[12] = "--ckpt-interval";
+            flags[13] = CKPT_INTERVAL;
+        }
+        if (td_start(&c->d[i], flags) != 0)
             die("daemon", "did not start (log above)");
     }
     for (int i = 0; i < n; i++)
         for (int k = 0; k < t; k++) {
-            char *argv[] = {(char *)b->self, "--trainer", d[i].sock, maxb,
-                            NULL};
+            char *argv[] = {(char *)b->self, "--trainer", c->d[i].sock, maxb,
+                            stb, NULL};
             char lg[16];
             snprintf(lg, sizeof(lg), "t%d.log", k);
-            worker_spawn(&tr[i * t + k], argv, td_path(&d[i], lg));
+            worker_spawn(&c->tr[i * t + k], argv, td_path(&c->d[i], lg));
         }
+}
+
+/* The worst main-loop lag of any daemon of c since it started, in ms. */
+static double cluster_lag_ms(const cluster_t *c)
+{
+    double worst = 0;
+    for (int i = 0; i < c->n; i++) {
+        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+        const char *key = "\nringd_loop_lag_max_seconds ";
+        const char *p = m != NULL ? strstr(m, key) : NULL;
+        double v = p != NULL ? strtod(p + strlen(key), NULL) * 1e3 : -1;
+        if (v > worst)
+            worst = v;
+        free(m);
+    }
+    return worst;
+}
+
+static double lag_max_ms; /* over the allreduce configurations */
+
+/*
+ * The control for the daemons' loop lag: a thread of this (otherwise
+ * idle) coordinator that sleeps 10 ms at a time and records how late it
+ * wakes. What it sees is the machine's scheduling delay, which a daemon's
+ * loop suffers too without being blocked by anything of its own.
+ */
+static volatile double ctl_lag_ms, ctl_lag_max_ms;
+
+static void *control_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int64_t due = now_ns() + 10000000;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+        double late = (double)(now_ns() - due) / 1e6;
+        if (late > ctl_lag_ms)
+            ctl_lag_ms = late;
+    }
+    return NULL;
+}
+
+static void cluster_down(cluster_t *c)
+{
+    group_quit(c->tr, c->n * c->t);
+    for (int i = 0; i < c->n; i++)
+        if (td_stop(&c->d[i], 20000) != 0)
+            fprintf(stderr, "e2e: daemon n%d did not drain cleanly\n", i);
+}
+
+/* n daemons, n*t trainers, n ring processes; every size, every round. */
+static void run_config(bench_t *b, int n, int t, row_t *rows)
+{
+    cluster_t cl;
+    worker_t rg[MAXN], *tr = cl.tr;
+    td_daemon_t *d = cl.d;
+    char job[32], nstr[8], ring_dir[512], maxb[32];
+    size_t max = b->sizes[b->nsizes - 1];
+    snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
+    snprintf(nstr, sizeof(nstr), "%d", n);
+    snprintf(maxb, sizeof(maxb), "%zu", max);
+    snprintf(ring_dir, sizeof(ring_dir), "%s/%s-ring", b->tmp, job);
+    mkdir(ring_dir, 0700);
+    cluster_up(b, &cl, job, n, t, max, 0);
     for (int i = 0; i < n; i++) {
         char rk[8], lg[600];
         snprintf(rk, sizeof(rk), "%d", i);
@@ -475,6 +618,11 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     }
     double e2e[MAXSIZES][MAXROUNDS], ring[MAXSIZES][MAXROUNDS];
     double ratio[MAXSIZES][MAXROUNDS], cpu[MAXSIZES][MAXROUNDS];
+    /* The job is formed after one collective; a scrape then starts the
+     * daemons' lag window, so start-up is not counted. */
+    group_run(tr, n * t, b->sizes[0], 1);
+    (void)cluster_lag_ms(&cl);
+    ctl_lag_ms = 0;
     for (int r = 0; r < b->rounds; r++)
         for (int s = 0; s < b->nsizes; s++) {
             size_t bytes = b->sizes[s];
@@ -495,11 +643,111 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
         rows[s].ratio = median(ratio[s], b->rounds);
         rows[s].cpu_per_gb = median(cpu[s], b->rounds);
     }
-    group_quit(tr, n * t);
+    double lag = cluster_lag_ms(&cl);
+    if (lag > lag_max_ms)
+        lag_max_ms = lag;
+    if (ctl_lag_ms > ctl_lag_max_ms)
+        ctl_lag_max_ms = ctl_lag_ms;
     group_quit(rg, n);
-    for (int i = 0; i < n; i++)
-        if (td_stop(&d[i], 20000) != 0)
-            fprintf(stderr, "e2e: daemon n%d did not drain cleanly\n", i);
+    cluster_down(&cl);
+    kill_kids();
+}
+
+/* The largest anonymous (private) resident set of c's daemons: their
+ * heap, staging, snapshots and checkpoint buffers, not the trainers'
+ * shared buffers (those are RssShmem). */
+static double cluster_private_bytes(const cluster_t *c)
+{
+    double worst = 0;
+    for (int i = 0; i < c->n; i++) {
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)c->d[i].pid);
+        FILE *f = fopen(path, "r");
+        unsigned long long kb;
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+            if (sscanf(line, "RssAnon: %llu kB", &kb) == 1 &&
+                kb * 1024.0 > worst)
+                worst = kb * 1024.0;
+        if (f != NULL)
+            fclose(f);
+    }
+    return worst;
+}
+
+#define MEM_STATE (256 * MiB)
+#define MEM_GRADS (64 * MiB)
+
+typedef struct {
+    double mem_off, mem_on;  /* private memory / state, ckpt off and on */
+    double ar_ratio;         /* allreduce time with checkpoints / without */
+} mem_t;
+
+/*
+ * n = 4, one trainer each, a 256 MiB state and 64 MiB of gradients:
+ * the daemons' private memory as a multiple of the state, checkpoints off
+ * and on (every CKPT_INTERVAL steps), and the allreduce time with
+ * checkpoints over the time without (medians, the two jobs interleaved).
+ */
+static void run_mem(bench_t *b, mem_t *out)
+{
+    static cluster_t off, on;
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/ckpt", b->tmp);
+    mkdir(dir, 0700);
+    cluster_up(b, &off, "e2e-mem-off", 4, 1, MEM_GRADS, MEM_STATE);
+    cluster_up_ckpt(b, &on, "e2e-mem-on", 4, 1, MEM_GRADS, MEM_STATE, dir);
+    double toff[MAXROUNDS], ton[MAXROUNDS];
+    for (int r = 0; r < b->rounds; r++) {
+        toff[r] = group_run(off.tr, 4, MEM_GRADS, 10);
+        ton[r] = group_run(on.tr, 4, MEM_GRADS, 10);
+    }
+    out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
+    out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
+    out->ar_ratio = median(ton, b->rounds) / median(toff, b->rounds);
+    cluster_down(&on);
+    cluster_down(&off);
+    kill_kids();
+}
+
+#define STATE_BYTES (1024 * MiB)
+#define COMPUTE_MS 20
+
+typedef struct {
+    double overhead_ms[2];   /* [n=2, n=1]: a step with the state minus
+                                one without */
+    double cpu_ms_per_step;  /* daemon CPU while trainers compute */
+} steps_t;
+
+/*
+ * The per-step cost of a 1 GiB state region: a trainer that does nothing
+ * but step_begin/step_end, with and without the state, at n = 2 and in a
+ * one-node job (where the daemon keeps a per-step snapshot for joiners).
+ * Then the daemons' CPU time per step while their trainers "compute"
+ * (sleep COMPUTE_MS) before a 1 MiB allreduce: what the ring's progress
+ * takes from trainers and loaders.
+ */
+static void run_steps(bench_t *b, steps_t *out)
+{
+    static cluster_t plain, st2, st1;
+    double tp[MAXROUNDS], t2[MAXROUNDS], t1[MAXROUNDS], cpu[MAXROUNDS];
+    cluster_up(b, &plain, "e2e-steps-plain", 2, 1, MiB, 0);
+    cluster_up(b, &st2, "e2e-steps-state2", 2, 1, MiB, STATE_BYTES);
+    cluster_up(b, &st1, "e2e-steps-state1", 1, 1, MiB, STATE_BYTES);
+    for (int r = 0; r < b->rounds; r++) {
+        tp[r] = group_run(plain.tr, 2, 0, 20);
+        t2[r] = group_run(st2.tr, 2, 0, 20);
+        t1[r] = group_run(st1.tr, 1, 0, 20);
+        double c0 = cluster_cpu(&plain);
+        group_run_ms(plain.tr, 2, MiB, 10, COMPUTE_MS);
+        cpu[r] = (cluster_cpu(&plain) - c0) / 2 / 11 * 1e3;
+    }
+    double base = median(tp, b->rounds) / 1e3;
+    out->overhead_ms[0] = median(t2, b->rounds) / 1e3 - base;
+    out->overhead_ms[1] = median(t1, b->rounds) / 1e3 - base;
+    out->cpu_ms_per_step = median(cpu, b->rounds);
+    cluster_down(&st1);
+    cluster_down(&st2);
+    cluster_down(&plain);
     kill_kids();
 }
 
@@ -627,12 +875,19 @@ static int coordinator(bench_t *b)
     if (b->tmp == NULL)
         die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
+    pthread_t ctl;
+    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
+        pthread_detach(ctl);
     for (int ni = 0; ni < 2; ni++) {
         int n = ni ? 4 : 2;
         run_config(b, n, 1, rows[ni][0]);
         run_gloo(b, n, gloo[ni], galgo[ni]);
         run_config(b, n, 2, rows[ni][1]);
     }
+    steps_t st;
+    run_steps(b, &st);
+    mem_t mem;
+    run_mem(b, &mem);
     printf("n\tt\tbytes\te2e_busbw\tring_busbw\tratio\tcpu_s_per_GB"
            "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo\n");
     double rvg[2] = {0, 0}, evg4 = 0;
@@ -655,21 +910,38 @@ static int coordinator(bench_t *b)
                         evg4 = eb / gb;
                 }
             }
+    printf("# step with a 1 GiB state minus one without: n=2 %.3f ms, "
+           "one-node job %.3f ms\n", st.overhead_ms[0], st.overhead_ms[1]);
+    printf("# daemon CPU per step while trainers compute %d ms "
+           "(1 MiB allreduce, n=2): %.3f ms\n", COMPUTE_MS,
+           st.cpu_ms_per_step);
+    printf("# worst main-loop lag of a daemon during the allreduce runs: "
+           "%.1f ms; an idle control thread in the coordinator woke up to "
+           "%.1f ms late in the same windows\n", lag_max_ms,
+           ctl_lag_max_ms);
+    printf("# daemon private memory (RssAnon) per state, n=4, 256 MiB "
+           "state: checkpoints off %.2f, on %.2f; allreduce of 64 MiB "
+           "with checkpoints / without: %.2f\n", mem.mem_off, mem.mem_on,
+           mem.ar_ratio);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
-           "async_vs_one=na step_overhead_ms_1GiB=na "
-           "ckpt_stall_ms_per_GiB=na loop_lag_max_ms=na "
-           "mem_per_state_ckpt=na\n",
+           "async_vs_one=na step_overhead_ms_1GiB=%.3f "
+           "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
+           "ckpt_stall_ms_per_GiB=na loop_lag_max_ms=%.1f "
+           "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
+           "ar_ckpt_vs_none=%.2f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4);
+           evg4, st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
+           lag_max_ms, mem.mem_off, mem.mem_on, mem.ar_ratio);
     fx_done();
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--trainer") == 0)
-        return trainer_main(argv[2], strtoull(argv[3], NULL, 10));
+    if (argc == 5 && strcmp(argv[1], "--trainer") == 0)
+        return trainer_main(argv[2], strtoull(argv[3], NULL, 10),
+                            strtoull(argv[4], NULL, 10));
     if (argc == 6 && strcmp(argv[1], "--ring") == 0)
         return ring_main(argv[2], (uint32_t)atoi(argv[3]),
                          (uint32_t)atoi(argv[4]),

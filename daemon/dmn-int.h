@@ -100,13 +100,17 @@ typedef enum {
 
 /* Upper bounds (seconds) of the recovery histogram's finite buckets. */
 #define DMN_RECOVERY_BUCKETS 10
+#define DMN_LAG_PERIOD_MS 10 /* the loop-lag timer (dmn.c) */
 extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
 
 typedef struct {
     uint64_t collectives;
+    uint64_t coll_zero_copy; /* ran in the one trainer's buffer */
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
+    double loop_lag_max;   /* seconds: worst lateness of the lag timer
+                              since the last /metrics scrape */
     uint64_t coll_errors;
     uint64_t view_changes;
     uint64_t aborted_steps;
@@ -188,12 +192,24 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     uv_timer_t drain_timer;
+    uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
+    uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
     /* The collective being gathered or reduced (DMN_F_COLL_OPEN). */
     proto_coll_req_t coll;
     uint64_t coll_start_ns;
     void *staging;
     size_t staging_size;
+    /* The trainers' buffers the backend works on (job_reduce_t.bufs). */
+    void **coll_bufs;
+    uint32_t coll_bufs_cap;
+    int coll_in_flight;    /* the backend holds coll_bufs / staging */
+    int coll_direct;       /* it works in the one trainer's buffer */
+    int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
+    /* Mappings of trainers that went away while the backend held their
+     * buffers: unmapped when the collective completes. */
+    struct dmn_held { void *addr; size_t size; } *held;
+    uint32_t nheld, held_cap;
     /* The job state as of the last completed step (for joiners). */
     void *snapshot;
     size_t snapshot_size;  /* allocated */
@@ -242,6 +258,11 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
+/* Unmap a client buffer now, or once the collective in flight (which may
+ * be writing into it on the backend's thread) completes. */
+void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
+/* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
+void dmn__held_release(dmn_t *d);
 void dmn__step_on_view(void *arg, const job_view_t *view);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);

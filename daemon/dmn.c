@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -14,6 +15,11 @@
 
 static void dmn_free(dmn_t *d)
 {
+    /* The backend's thread is gone: nothing writes the buffers now. */
+    d->coll_in_flight = 0;
+    dmn__held_release(d);
+    free(d->held);
+    free(d->coll_bufs);
     free(d->staging);
     free(d->snapshot);
     free(d);
@@ -25,6 +31,24 @@ void dmn__handle_closed(uv_handle_t *h)
     dmn_t *d = h->data;
     if (--d->open_handles == 0 && (d->flags & DMN_F_DESTROYING))
         dmn_free(d);
+}
+
+/*
+ * The loop's lag: how late a periodic timer fires. Anything that holds the
+ * loop (a memcpy of tensor data, a long callback) delays the lease
+ * keepalive by as much; the worst since the last scrape is exported
+ * (ringd_loop_lag_max_seconds), so a scraper sees each window's.
+ */
+static void on_lag_timer(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    uint64_t now = rd_now_ns();
+    if (now > d->lag_due_ns) {
+        double lag = (double)(now - d->lag_due_ns) / 1e9;
+        if (lag > d->stats.loop_lag_max)
+            d->stats.loop_lag_max = lag;
+    }
+    d->lag_due_ns = now + DMN_LAG_PERIOD_MS * 1000000ULL;
 }
 
 /* The job's part of the daemon's settings. */
@@ -59,11 +83,19 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->loop = loop;
     d->cfg = cfg;
     d->listen_fd = -1;
+    /* The copying path stays selectable, to compare results with it. */
+    const char *zc = getenv("RINGD_ZERO_COPY");
+    d->zero_copy = zc == NULL || strcmp(zc, "0") != 0;
     d->start_ms = dmn__now_ms();
     if (hooks != NULL)
         d->hooks = *hooks;
     uv_timer_init(loop, &d->drain_timer);
     d->drain_timer.data = d;
+    uv_timer_init(loop, &d->lag_timer);
+    d->lag_timer.data = d;
+    d->lag_due_ns = rd_now_ns() + DMN_LAG_PERIOD_MS * 1000000ULL;
+    uv_timer_start(&d->lag_timer, on_lag_timer, DMN_LAG_PERIOD_MS,
+                   DMN_LAG_PERIOD_MS);
 
     job_config_t jc;
     job_config_from(cfg, &jc);
@@ -141,8 +173,9 @@ void dmn_destroy(dmn_t *d)
     dmn__server_stop(d);
     dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
-    d->open_handles++;
+    d->open_handles += 2;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
     job_destroy(d->be);
     /* d is freed by the last close callback, once the caller runs the
      * loop (dmn.h). */

@@ -121,6 +121,9 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
            "Steps aborted and redone.", st->aborted_steps);
     metric(s, "ringd_collectives_total", "counter",
            "Collectives completed.", st->collectives);
+    metric(s, "ringd_collectives_zero_copy_total", "counter",
+           "Collectives run in the one local trainer's buffer.",
+           st->coll_zero_copy);
     metric(s, "ringd_collective_bytes_total", "counter",
            "Bytes reduced or broadcast (per node, once).", st->coll_bytes);
     metric(s, "ringd_collective_seconds_total", "counter",
@@ -131,6 +134,10 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_allreduce_busbw_bytes_per_second", "gauge",
            "Bus bandwidth of the last allreduce: bytes/s * 2(n-1)/n.",
            st->last_busbw);
+    metric(s, "ringd_loop_lag_max_seconds", "gauge",
+           "Worst lateness of a 10 ms main-loop timer since the last "
+           "scrape.",
+           st->loop_lag_max);
     metric(s, "ringd_view_changes_total", "counter",
            "View changes seen at step starts.", st->view_changes);
     metric(s, "ringd_recoveries_total", "counter",
@@ -204,6 +211,7 @@ static void http_route(http_conn_t *hc)
         }
         sbuf_t s = {body, 0, HTTP_MAX_BODY};
         render_metrics(d, &s);
+        d->stats.loop_lag_max = 0; /* a window per scrape */
         http_answer(hc, 200, "text/plain; version=0.0.4", body, s.len);
         free(body);
     } else if (strcmp(path, "/healthz") == 0) {

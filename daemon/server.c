@@ -341,7 +341,7 @@ static void conn_freed(uv_handle_t *h)
     dmn_conn_t *c = h->data;
     for (uint32_t i = 0; i < c->bufs_cap; i++)
         if (c->bufs[i].addr != NULL)
-            munmap(c->bufs[i].addr, c->bufs[i].size);
+            dmn__buf_unmap(c->d, c->bufs[i].addr, c->bufs[i].size);
     free(c->bufs);
     close(c->fd);
     free(c);

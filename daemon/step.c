@@ -21,6 +21,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -203,9 +204,18 @@ static void step_set_state(dmn_t *d, dmn_step_state_t to)
     }
 }
 
-/* Keep the job's state as of this step boundary, for joiners. */
+/*
+ * Keep the job's state as of this step boundary, for a trainer that joins
+ * after every local one died. Only a node that is the whole job needs it:
+ * with other nodes in the view, a node left without trainers steps out,
+ * and its next trainer receives the job's state from them over the ring
+ * (job/README.md), so the per-step copy of the whole state region (175 ms
+ * a step for 1 GiB here, on the main loop) is not paid there.
+ */
 static void snapshot_state(dmn_t *d)
 {
+    if (d->view.node_count > 1)
+        return;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (!is_member(c) || !has_state(c))
             continue;
@@ -385,9 +395,45 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
            (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
 }
 
+void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
+{
+    if (!d->coll_in_flight) {
+        munmap(addr, size);
+        return;
+    }
+    if (d->nheld == d->held_cap) {
+        uint32_t cap = d->held_cap ? 2 * d->held_cap : 4;
+        struct dmn_held *p = realloc(d->held, cap * sizeof(*p));
+        if (p == NULL) {
+            /* Unmapping under the backend's thread could crash the
+             * daemon: losing the address space is the lesser evil. */
+            RD_WARN("no memory to defer an unmap: %zu bytes stay mapped",
+                    size);
+            return;
+        }
+        d->held = p;
+        d->held_cap = cap;
+    }
+    d->held[d->nheld++] = (struct dmn_held){addr, size};
+}
+
+void dmn__held_release(dmn_t *d)
+{
+    for (uint32_t i = 0; i < d->nheld; i++)
+        munmap(d->held[i].addr, d->held[i].size);
+    d->nheld = 0;
+}
+
+/*
+ * The backend is done. An allreduce's result is already in every
+ * trainer's buffer (the backend wrote it back, job_reduce_t); a broadcast
+ * is copied out of staging unless it ran in the one trainer's buffer.
+ */
 static void coll_done(void *arg, int status)
 {
     dmn_t *d = arg;
+    d->coll_in_flight = 0;
+    dmn__held_release(d);
     if (d->state != DMN_STEP_REDUCING)
         return;
     const proto_coll_req_t *r = &d->coll;
@@ -405,15 +451,14 @@ static void coll_done(void *arg, int status)
         maybe_close(d);
         return;
     }
-    if (r->kind == PROTO_COLL_ALLREDUCE && r->op == RINGD_AVG)
-        (void)kern_avg_finish((kern_dtype_t)r->dtype, d->staging, r->count,
-                              d->view.global_trainers);
+    int copy_out = !d->coll_direct && (r->kind == PROTO_COLL_BROADCAST ||
+                                       d->coll_bufs[0] == d->staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
         void *dst = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
                                  r->count * esz);
-        if (dst != NULL)
+        if (dst != NULL && copy_out)
             memcpy(dst, d->staging, r->count * esz);
         dmn__conn_set_state(c, DMN_CONN_ACTIVE);
         dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
@@ -422,6 +467,7 @@ static void coll_done(void *arg, int status)
     uint64_t bytes = r->count * esz;
     uint32_t n = d->view.node_count;
     d->stats.collectives++;
+    d->stats.coll_zero_copy += d->coll_direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
     if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
@@ -432,48 +478,99 @@ static void coll_done(void *arg, int status)
         step_set_state(d, DMN_STEP_BROKEN);
 }
 
-/* Everyone posted: reduce locally, hand the result to the backend. */
+static int grow(void **p, size_t *cap, size_t want, size_t esz)
+{
+    if (*cap >= want)
+        return 0;
+    void *q = realloc(*p, want * esz);
+    if (q == NULL) {
+        RD_ERROR("no memory for %zu bytes of collective state", want * esz);
+        return ST_ENOMEM;
+    }
+    *p = q;
+    *cap = want;
+    return 0;
+}
+
+/*
+ * The posted trainers' buffers, in local-rank order, into d->coll_bufs;
+ * returns how many. *root_p: the index of a broadcast's root among them,
+ * or -1 when it is on another node.
+ */
+static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
+{
+    const proto_coll_req_t *r = &d->coll;
+    uint32_t n = 0;
+    *root_p = -1;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        if (r->kind == PROTO_COLL_BROADCAST &&
+            d->view.rank_offset + c->local_rank == r->root)
+            *root_p = (int)n;
+        d->coll_bufs[n++] = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
+                                         bytes);
+    }
+    return n;
+}
+
+/*
+ * Everyone posted: hand the node's buffers to the backend. With one
+ * trainer the collective runs in its buffer (zero-copy); with several the
+ * backend reduces them into staging and writes the result back, on its
+ * own thread. Only a broadcast to several trainers copies here.
+ */
 static void launch(dmn_t *d)
 {
     const proto_coll_req_t *r = &d->coll;
     size_t bytes = r->count * proto_dtype_size(r->dtype);
-    if (d->staging_size < bytes) {
-        void *p = realloc(d->staging, bytes);
-        if (p == NULL) {
-            RD_ERROR("no memory for a %zu-byte staging buffer", bytes);
-            fail_posted(d, RINGD_ENOMEM, 0);
-            return;
-        }
-        d->staging = p;
-        d->staging_size = bytes;
+    uint32_t posted = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        posted += c->cstate == DMN_CONN_POSTED;
+    size_t cap = d->coll_bufs_cap, scap = d->staging_size;
+    int direct = posted == 1 && d->zero_copy;
+    if (grow((void **)&d->coll_bufs, &cap, posted ? posted : 1,
+             sizeof(void *)) != 0 ||
+        (!direct && grow(&d->staging, &scap, bytes, 1) != 0)) {
+        fail_posted(d, RINGD_ENOMEM, 0);
+        return;
     }
-    int first = 1, rc = 0;
+    d->coll_bufs_cap = (uint32_t)cap;
+    d->staging_size = scap;
+    int root;
+    uint32_t n = gather_bufs(d, bytes, &root);
     kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        const void *src = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
-                                       bytes);
-        if (r->kind == PROTO_COLL_BROADCAST) {
-            /* A remote root: the backend fills staging. */
-            if (d->view.rank_offset + c->local_rank == r->root)
-                memcpy(d->staging, src, bytes);
-        } else if (first) {
-            memcpy(d->staging, src, bytes);
-        } else {
-            kern_reduce((kern_dtype_t)r->dtype, op, d->staging, src,
-                        r->count);
+    void *buf = d->staging;
+    if (r->kind == PROTO_COLL_BROADCAST) {
+        /* The one trainer's buffer is sent from or received into. */
+        if (direct)
+            buf = d->coll_bufs[0];
+        else if (root >= 0)
+            memcpy(d->staging, d->coll_bufs[root], bytes);
+    } else if (!direct) {
+        /* The copying path: one buffer, copied in here and out in
+         * coll_done, or several that the backend sums into staging. */
+        if (n == 1) {
+            memcpy(d->staging, d->coll_bufs[0], bytes);
+            d->coll_bufs[0] = d->staging;
         }
-        first = 0;
     }
+    d->coll_direct = direct;
     step_set_state(d, DMN_STEP_REDUCING);
     d->coll_start_ns = rd_now_ns();
+    d->coll_in_flight = 1;
+    int rc;
     if (r->kind == PROTO_COLL_BROADCAST) {
-        rc = d->be->ops->broadcast(d->be, d->staging, bytes, r->root,
-                                   coll_done, d);
+        rc = d->be->ops->broadcast(d->be, buf, bytes, r->root, coll_done,
+                                   d);
     } else {
-        rc = d->be->ops->allreduce(d->be, d->staging, r->count,
-                                   (kern_dtype_t)r->dtype, op, coll_done, d);
+        job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
+                            .staging = d->staging, .count = r->count,
+                            .dt = (kern_dtype_t)r->dtype, .op = op,
+                            .avg_divisor = r->op == RINGD_AVG
+                                               ? d->view.global_trainers
+                                               : 0};
+        rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
     }
     if (rc != 0)
         coll_done(d, rc);

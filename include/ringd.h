@@ -183,6 +183,10 @@ int ringd_step_begin(ringd_client_t *c, ringd_view_t *view);
  * (call ringd_step_begin() again without ringd_step_end()). Other errors:
  * RINGD_EINVAL, RINGD_ESTATE (no step begun), RINGD_EMISMATCH (trainers of
  * the node posted different collectives), RINGD_EDISCONNECTED.
+ * The daemon works in the shared buffer itself while the call runs (with
+ * one trainer per node the ring sends from and writes into ptr directly):
+ * no thread of the trainer may touch [ptr, ptr + count elements) until it
+ * returns, or the nodes may end with different results.
  */
 int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
                     ringd_dtype_t dtype, ringd_op_t op);

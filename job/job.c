@@ -1,6 +1,7 @@
 /*
- * job.c - picks a job's backend from its spec. A new backend adds one line
- * to the table and its create function.
+ * job.c - picks a job's backend from its spec (a new backend adds one line
+ * to the table and its create function), and the node-local halves of an
+ * allreduce that every backend shares.
  */
 #include "job/job.h"
 
@@ -68,4 +69,27 @@ int job_create(uv_loop_t *loop, const job_config_t *cfg,
     }
     RD_ERROR("unknown backend '%s' (solo, fake:ARGS, ring)", spec);
     return ST_ECONFIG;
+}
+
+void *job_reduce_local(const job_reduce_t *r)
+{
+    if (r->nbufs == 1)
+        return r->bufs[0];
+    if (r->nbufs == 2) {
+        kern_reduce3(r->dt, r->op, r->staging, r->bufs[0], r->bufs[1],
+                     r->count);
+        return r->staging;
+    }
+    memcpy(r->staging, r->bufs[0], r->count * kern_dtype_size(r->dt));
+    for (uint32_t i = 1; i < r->nbufs; i++)
+        kern_reduce(r->dt, r->op, r->staging, r->bufs[i], r->count);
+    return r->staging;
+}
+
+void job_reduce_copy_back(const job_reduce_t *r, void *buf)
+{
+    size_t bytes = r->count * kern_dtype_size(r->dt);
+    for (uint32_t i = 0; i < r->nbufs; i++)
+        if (r->bufs[i] != buf)
+            memcpy(r->bufs[i], buf, bytes);
 }

@@ -17,7 +17,7 @@
  * defer with a timer or an async handle even when the result is known.
  *
  * Ownership: a buffer passed to allreduce/broadcast belongs to the backend
- * until done_cb runs; the daemon neither reads nor frees it meanwhile. At
+ * until done_cb runs (allreduce: every buffer job_reduce_t names); the daemon neither reads nor frees it meanwhile. At
  * most one collective is in flight per backend at any time (the daemon
  * serialises them), and collectives are posted only between step_begin and
  * step_end of the node.
@@ -68,6 +68,40 @@ typedef struct {
 
 typedef struct job job_t;
 
+/*
+ * The node's part of an allreduce: the buffers of the node's trainers that
+ * posted it, in local-rank order. The backend combines them with the other
+ * nodes' and writes the result into every one of them, all on its own
+ * thread where it has one (never on the daemon's main loop):
+ *  - one buffer: the cross-node allreduce runs in it, nothing is copied
+ *    (the ring still validates every receive in its staging before any
+ *    byte reaches the buffer, see ring/README.md);
+ *  - several: they are reduced into staging, the cross-node allreduce runs
+ *    there, and the result is copied back into each.
+ * On failure the buffers hold undefined data (the trainers redo the step).
+ * The descriptor is copied; bufs, the buffers and staging must stay valid
+ * and untouched until done_cb runs.
+ */
+typedef struct {
+    void *const *bufs;     /* [nbufs] count elements of dt each */
+    uint32_t nbufs;        /* >= 1 */
+    void *staging;         /* count elements; read only when nbufs > 1 */
+    size_t count;
+    kern_dtype_t dt;
+    kern_op_t op;          /* SUM, PROD, MIN or MAX */
+    uint32_t avg_divisor;  /* non-zero: divide the result by it, once
+                              (AVG over the job's trainers; the ring
+                              backend's ring divides each chunk at its
+                              owner, ring_allreduce_avg) */
+} job_reduce_t;
+
+/* The buffer the cross-node part runs on: bufs[0], or staging holding
+ * the node's reduction when there are several (job.c). */
+void *job_reduce_local(const job_reduce_t *r);
+/* After a successful cross-node part on buf (job_reduce_local's result,
+ * the AVG division done): the copy into every other buffer. */
+void job_reduce_copy_back(const job_reduce_t *r, void *buf);
+
 /* Collective completion: status is 0, ST_ERESHAPE, ST_EFENCED or < 0. */
 typedef void (*job_done_cb)(void *arg, int status);
 /* The view changed; *view is the new one (valid during the call). */
@@ -107,12 +141,10 @@ typedef struct {
     void (*trainer_lost)(job_t *be, int in_step,
                          uint32_t remaining);
     /*
-     * In-place allreduce of buf (count elements of dt) across nodes, op
-     * being SUM, PROD, MIN or MAX: the daemon turns AVG into SUM and
-     * divides by global_trainers itself, once, after completion.
+     * Allreduce of the node's trainers' buffers across nodes (see
+     * job_reduce_t): the daemon turns AVG into SUM plus avg_divisor.
      */
-    int (*allreduce)(job_t *be, void *buf, size_t count,
-                     kern_dtype_t dt, kern_op_t op, job_done_cb cb,
+    int (*allreduce)(job_t *be, const job_reduce_t *r, job_done_cb cb,
                      void *arg);
     /*
      * Broadcast bytes of buf from the node holding global trainer rank

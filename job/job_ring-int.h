@@ -68,7 +68,8 @@ typedef struct {
     uint32_t *counts;     /* [n]: trainers per node (REBUILD, AGREE) */
     int ckpt_req, ckpt_out; /* checkpoint asked for: here, by anyone */
     const char *ckpt_root;  /* REBUILD: restore from the nodes' stores */
-    /* collectives */
+    /* collectives: red for ALLREDUCE, buf for BROADCAST */
+    job_reduce_t red;
     void *buf;
     size_t count;
     kern_dtype_t dt;

@@ -240,13 +240,31 @@ static void on_suspect_timer(uv_timer_t *t)
     b->quiet_node = NULL;
 }
 
-/* A collective or resync failed because of a peer: tell membership. */
+/* 1 when node (lease) is a member of view v. */
+static int view_has(const mb_view_t *v, const char *node, int64_t lease)
+{
+    for (size_t i = 0; v != NULL && i < v->n_members; i++)
+        if (v->members[i].lease == lease &&
+            strcmp(v->members[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * A collective or resync failed because of a peer: tell membership. A
+ * view already pending does not make the report moot unless it drops that
+ * peer: with two nodes dead at once, the first view removes one, and only
+ * this report removes the other before its lease runs out.
+ */
 static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
 {
     if (b->cur == NULL || rank >= b->cur->n_members ||
         (int)rank == b->cur->my_index)
         return;
     const char *node = b->cur->members[rank].node;
+    if (b->pending != NULL &&
+        !view_has(b->pending, node, b->cur->members[rank].lease))
+        return;
     if (status == ST_EPEER_FORGED) {
         RD_WARN("ring backend: %s failed the job-secret handshake; "
                 "suspecting it", node);
@@ -332,8 +350,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
     }
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
-        if (b->pending == NULL)
-            handle_peer_failure(b, status, c->suspect);
+        handle_peer_failure(b, status, c->suspect);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "collective failed");
         status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
@@ -345,8 +362,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
 static void on_agreed(rb_t *b, rb_cmd_t *c)
 {
     if (c->status != 0) {
-        if (b->pending == NULL)
-            handle_peer_failure(b, c->status, c->suspect);
+        handle_peer_failure(b, c->status, c->suspect);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "agreement failed");
         return;
@@ -577,12 +593,10 @@ static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
     return 0;
 }
 
-static int rb_allreduce(job_t *be, void *buf, size_t count,
-                        kern_dtype_t dt, kern_op_t op, job_done_cb cb,
+static int rb_allreduce(job_t *be, const job_reduce_t *r, job_done_cb cb,
                         void *arg)
 {
-    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .buf = buf, .count = count,
-                  .dt = dt, .op = op};
+    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .red = *r};
     return start_collective((rb_t *)be, &c, cb, arg);
 }
 

@@ -206,6 +206,25 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     return rc;
 }
 
+/*
+ * The node's trainers are summed, reduced across nodes and written back
+ * here, on the ring thread, so the main loop (and the lease keepalive on
+ * it) never waits for tensor bytes; one trainer's buffer is the ring's.
+ */
+static int rt_allreduce(ring_t *r, const job_reduce_t *red)
+{
+    void *buf = job_reduce_local(red);
+    /* The ring divides each chunk as its owner finishes it: no pass of
+     * its own over the buffer for an average. */
+    int rc = red->avg_divisor != 0
+                 ? ring_allreduce_avg(r, buf, red->count, red->dt,
+                                      red->avg_divisor)
+                 : ring_allreduce(r, buf, red->count, red->dt, red->op);
+    if (rc == 0)
+        job_reduce_copy_back(red, buf);
+    return rc;
+}
+
 static void rt_run(rb_t *b, rb_cmd_t *c)
 {
     c->suspect = UINT32_MAX;
@@ -217,9 +236,7 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
         c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
         break;
     case CMD_ALLREDUCE:
-        c->status = b->ring ? ring_allreduce(b->ring, c->buf, c->count,
-                                             c->dt, c->op)
-                            : ST_EABORTED;
+        c->status = b->ring ? rt_allreduce(b->ring, &c->red) : ST_EABORTED;
         break;
     case CMD_BROADCAST:
         c->status = b->ring ? ring_broadcast(b->ring, c->buf, c->count,
@@ -229,9 +246,14 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
     default:
         c->status = ST_EINVAL;
     }
-    if (c->status != 0 && b->ring != NULL &&
-        ring_suspect(b->ring, &c->suspect) == 0)
-        c->suspect = UINT32_MAX; /* no failure named */
+    if (c->status != 0 && b->ring != NULL) {
+        int cause = ring_suspect(b->ring, &c->suspect);
+        if (cause == 0)
+            c->suspect = UINT32_MAX; /* no failure named */
+        else if (c->status == ST_EABORTED)
+            c->status = cause; /* a peer broke the ring before this
+                                  command began: report that peer */
+    }
 }
 
 void *job__ring_thread_main(void *arg)

@@ -1,9 +1,9 @@
 /*
  * job_solo.c - the one-node backend (--standalone) and its test twin.
  *
- * solo: the node is the job. Every collective is already complete when the
- * local reduction is done, so allreduce/broadcast only defer the callback
- * to the next loop iteration (backends never call back re-entrantly).
+ * solo: the node is the job. Every collective is complete once the local
+ * reduction is done, so allreduce does that and broadcast nothing, both in
+ * a deferred callback (backends never call back re-entrantly).
  *
  * fake: solo plus scripted view changes. "fake:reshape=3,7" makes the first
  * collective of step 3 and of step 7 fail with ST_ERESHAPE and bumps the
@@ -28,6 +28,7 @@ typedef struct {
     job_done_cb done_cb;   /* the in-flight collective, or NULL */
     void *done_arg;
     int done_status;
+    job_reduce_t red;      /* the in-flight allreduce (nbufs 0: none) */
     uint64_t reshape_at[SOLO_MAX_RESHAPES];
     int nreshape;
     int ckpt_req;          /* a checkpoint was asked for */
@@ -72,6 +73,16 @@ static void solo_fire(uv_timer_t *t)
     if (cb == NULL)
         return;
     int status = s->done_status;
+    /* The node is the job: the local reduction is the whole allreduce,
+     * done here rather than inside the op (no re-entrant completion). */
+    if (status == 0 && s->red.nbufs > 0) {
+        void *buf = job_reduce_local(&s->red);
+        if (s->red.avg_divisor != 0)
+            (void)kern_avg_finish(s->red.dt, buf, s->red.count,
+                                  s->red.avg_divisor);
+        job_reduce_copy_back(&s->red, buf);
+    }
+    s->red.nbufs = 0;
     cb(s->done_arg, status);
     if (status == ST_ERESHAPE && s->cbs.on_view != NULL)
         s->cbs.on_view(s->cbs.arg, &s->view);
@@ -105,15 +116,14 @@ static int solo_start(solo_t *s, job_done_cb cb, void *arg)
     return uv_timer_start(&s->timer, solo_fire, 0, 0);
 }
 
-static int solo_allreduce(job_t *be, void *buf, size_t count,
-                          kern_dtype_t dt, kern_op_t op, job_done_cb cb,
+static int solo_allreduce(job_t *be, const job_reduce_t *r, job_done_cb cb,
                           void *arg)
 {
-    (void)buf;
-    (void)count;
-    (void)dt;
-    (void)op;
-    return solo_start((solo_t *)be, cb, arg);
+    solo_t *s = (solo_t *)be;
+    int rc = solo_start(s, cb, arg);
+    if (rc == 0)
+        s->red = *r;
+    return rc;
 }
 
 static int solo_broadcast(job_t *be, void *buf, size_t bytes,

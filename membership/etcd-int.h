@@ -138,6 +138,10 @@ int etcd__req_new(etcd_t *e, etcd_kind_t kind, const char *path,
 void etcd__req_submit(etcd_req_t *r);
 void etcd__req_cancel(etcd_req_t *r);
 void etcd__add_range(cJSON *o, const char *key, int prefix);
+/* Build a request with etcd__req_new and submit it; 0 or a negative code
+ * (then body was freed and cb is never called). */
+int etcd__call(etcd_t *e, etcd_kind_t kind, const char *path, cJSON *body,
+               etcd_cb cb, void *data);
 void etcd__add_i64(cJSON *o, const char *name, int64_t v);
 
 /* Watches (etcd-watch.c). */

@@ -96,6 +96,8 @@ struct mb {
     int probe_inflight;
     unsigned denied;         /* etcd refusals since the last success */
     int campaign_inflight, view_inflight, view_again;
+    long view_retry_ms;      /* backoff of the next failed view txn */
+    int view_tries;          /* view txns failed in a row */
     int64_t suspect_rev_done;
     int64_t refused_rec_mod; /* newest unsigned record logged */
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */

@@ -25,8 +25,26 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/* The live set: every node record in the mirror (a record exists exactly
- * as long as its lease). Returns the count; members are owned copies. */
+static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j);
+
+/* 1 when a suspect key names this incarnation (node, lease), signed by a
+ * member when there is a job secret. */
+static int suspected(mb_t *mb, const char *node, int64_t lease)
+{
+    char key[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0) != 0)
+        return 0;
+    mb_kv_t *kv = mb__mirror_find(mb, key);
+    if (kv == NULL)
+        return 0;
+    cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+    int64_t l = 0;
+    int named = rd_json_i64(j, "lease", &l) == 0 && l == lease &&
+                suspect_signed(mb, key, j);
+    cJSON_Delete(j);
+    return named;
+}
+
 /* Said once per version of the record. */
 static void record_refused(mb_t *mb, const mb_kv_t *kv)
 {
@@ -37,6 +55,11 @@ static void record_refused(mb_t *mb, const mb_kv_t *kv)
             "secret for its lease", mb->me.node, kv->key);
 }
 
+/* The live set: every node record in the mirror (a record exists exactly
+ * as long as its lease), less the suspects: their leases are being
+ * revoked, and waiting for each record's deletion would write one view
+ * per dead node where one view can drop them all. Returns the count;
+ * members are owned copies. */
 static size_t collect_alive(mb_t *mb, mb_member_t **out)
 {
     size_t plen = strlen(mb->nodes_prefix), n = 0;
@@ -46,6 +69,8 @@ static size_t collect_alive(mb_t *mb, mb_member_t **out)
     for (size_t i = 0; i < mb->n_kvs; i++) {
         const mb_kv_t *kv = &mb->kvs[i];
         if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
+            continue;
+        if (suspected(mb, kv->key + plen, kv->lease))
             continue;
         if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
             continue;
@@ -113,16 +138,31 @@ void mb__schedule_settle(mb_t *mb)
                        (uint64_t)mb->settle_ms, 0);
 }
 
+/* A view txn that etcd did not answer is tried again after a backoff
+ * (MB_RETRY_MIN_MS doubling to MB_RETRY_MAX_MS), not a settle time later:
+ * through an outage every try fails at once, and a settle time of 10 ms
+ * made a busy loop of it. */
 static void on_view_txn(int status, const etcd_result_t *res, void *data)
 {
     mb_t *mb = data;
+    int again = mb->view_again;
     mb->view_inflight = 0;
-    if (status != 0 || mb->view_again) {
-        mb->view_again = 0;
-        mb__schedule_settle(mb);
-    } else if (!res->succeeded) {
-        RD_DEBUG("mb %s: view txn lost a race", mb->me.node);
+    mb->view_again = 0;
+    if (status != 0) {
+        long ms = mb->view_retry_ms;
+        mb->view_retry_ms = ms * 2 > MB_RETRY_MAX_MS ? MB_RETRY_MAX_MS
+                                                     : ms * 2;
+        mb->view_tries++;
+        uv_timer_stop(&mb->settle_timer);
+        uv_timer_start(&mb->settle_timer, on_settle, (uint64_t)ms, 0);
+        return;
     }
+    mb->view_retry_ms = MB_RETRY_MIN_MS;
+    mb->view_tries = 0;
+    if (!res->succeeded)
+        RD_DEBUG("mb %s: view txn lost a race", mb->me.node);
+    if (again)
+        mb__schedule_settle(mb); /* the live set moved meanwhile */
 }
 
 int mb__is_leader(mb_t *mb)
@@ -166,8 +206,13 @@ static void on_settle(uv_timer_t *t)
     };
     etcd_op_t put = {ETCD_OP_PUT, mb->view_key, 0, json,
                      json ? strlen(json) : 0, 0};
-    RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
-            (unsigned long long)next.generation, next.n_members);
+    if (mb->view_tries == 0)
+        RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
+                (unsigned long long)next.generation, next.n_members);
+    else
+        RD_DEBUG("mb %s: leader writes view %llu again (try %d)",
+                 mb->me.node, (unsigned long long)next.generation,
+                 mb->view_tries + 1);
     if (json != NULL &&
         etcd_txn(mb->etcd, cmps, 2, &put, 1, NULL, 0, on_view_txn, mb) == 0)
         mb->view_inflight = 1;

@@ -651,6 +651,7 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->data = data;
     mb->view.source_index = -1;
     mb->retry_ms = MB_RETRY_MIN_MS;
+    mb->view_retry_ms = MB_RETRY_MIN_MS;
     mb->auth_probe = cfg->etcd.user != NULL;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,

@@ -1,6 +1,7 @@
 # membership/: the etcd v3 client (etcd_) and membership (mb_): lease,
 # leader, views, suspicion, fencing, drain. Tests start a real etcd.
-LIB_SRCS += membership/etcd.c membership/etcd-watch.c membership/etcd-json.c \
+LIB_SRCS += membership/etcd.c membership/etcd-kv.c membership/etcd-watch.c \
+            membership/etcd-json.c \
             membership/mb.c membership/mb-view.c \
             membership/mb-leader.c membership/mb-keys.c membership/mb-sign.c
 TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c \

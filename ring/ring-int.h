@@ -38,6 +38,7 @@ typedef struct {
     ring_coll_t kind;
     kern_dtype_t dt;
     kern_op_t op;
+    uint32_t avg_div;    /* KERN_AVG: what each owned chunk is divided by */
     size_t es, wire_es;  /* element size in the buffer, on the wire */
     int wire;            /* f32 sent as 16-bit (opts.wire) */
     uint32_t root;       /* COLL_BCAST */

@@ -216,7 +216,7 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
         return;
     /* This rank owns the chunk now: finish it once for everyone. */
     if (r->coll.op == KERN_AVG)
-        kern_avg_finish(r->coll.dt, dst, cnt, r->n);
+        kern_avg_finish(r->coll.dt, dst, cnt, r->coll.avg_div);
     if (r->coll.wire)
         wire_round(r, dst, sl->buf, cnt);
 }
@@ -653,12 +653,14 @@ static int coll_setup_check(ring_t *r, size_t count, size_t es)
     return 0;
 }
 
-int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
-                   kern_op_t op)
+static int allreduce_run(ring_t *r, void *buf, size_t count,
+                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div)
 {
     size_t es = kern_dtype_size(dt);
-    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf)) {
-        RD_ERROR("ring_allreduce: bad dtype %d or op %d", (int)dt, (int)op);
+    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
+        avg_div == 0) {
+        RD_ERROR("ring_allreduce: bad dtype %d, op %d or divisor %u",
+                 (int)dt, (int)op, avg_div);
         return ST_EINVAL;
     }
     int rc = coll_check(r);
@@ -666,12 +668,14 @@ int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
         return rc;
     if (r->n == 1) {
         r->stats.collectives++;
-        return 0; /* AVG over one rank divides by one */
+        if (op == KERN_AVG && avg_div != 1)
+            kern_avg_finish(dt, buf, count, avg_div);
+        return 0;
     }
     int wire = r->opts.wire != RING_WIRE_NONE && dt == KERN_F32;
     r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
-                                 .es = es, .wire_es = wire ? 2 : es,
-                                 .wire = wire};
+                                 .avg_div = avg_div, .es = es,
+                                 .wire_es = wire ? 2 : es, .wire = wire};
     unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
     size_t half = nchan == 2 ? count / 2 : count;
     chan_setup(&r->chan[0], buf, 0, half, r->n);
@@ -683,6 +687,18 @@ int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
     }
     coll_begin(r, nchan);
     return coll_run(r);
+}
+
+int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
+                   kern_op_t op)
+{
+    return allreduce_run(r, buf, count, dt, op, r->n);
+}
+
+int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
+                       uint32_t divisor)
+{
+    return allreduce_run(r, buf, count, dt, KERN_AVG, divisor);
 }
 
 int ring_allgather(ring_t *r, void *buf, size_t block_bytes)

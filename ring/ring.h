@@ -88,6 +88,14 @@ void ring_destroy(ring_t *ring);
  */
 int ring_allreduce(ring_t *ring, void *buf, size_t count, kern_dtype_t dt,
                    kern_op_t op);
+/*
+ * As ring_allreduce with KERN_AVG, dividing by divisor (>= 1) instead of
+ * the number of ranks: a daemon averages over the job's trainers, not its
+ * nodes. Each chunk is divided once, by the rank that owns it after the
+ * reduce-scatter, so there is no extra pass over buf. ST_EINVAL for 0.
+ */
+int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
+                       kern_dtype_t dt, uint32_t divisor);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*

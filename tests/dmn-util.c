@@ -21,7 +21,7 @@
 /* What to clean at exit: this test process only (each test is forked). */
 static pid_t tracked[32];
 static int ntracked;
-static char *dirs[16];
+static char *dirs[32];
 static int ndirs;
 
 static void cleanup(void)
@@ -50,7 +50,7 @@ void td_init(td_daemon_t *t, const char *name)
     td_track(0);
     t->dir = th_mkdtemp(name);
     ASSERT(t->dir != NULL);
-    if (ndirs < 16)
+    if (ndirs < 32)
         dirs[ndirs++] = t->dir;
     snprintf(t->sock, sizeof(t->sock), "%s/ringd.sock", t->dir);
     snprintf(t->log, sizeof(t->log), "%s/ringd.log", t->dir);

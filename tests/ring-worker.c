@@ -347,6 +347,32 @@ static uint8_t pattern(uint32_t who, size_t i)
     return (uint8_t)(i * 31 + who * 7 + 1);
 }
 
+/*
+ * ring_allreduce_avg by 2n + 1 (a daemon's divisor is the job's trainer
+ * count, not the ring's rank count): small integers sum exactly, so the
+ * result is that sum divided once, and the same bits on every rank.
+ */
+static void avg_by(size_t count)
+{
+    uint32_t div = 2 * W.n + 1;
+    float *f = malloc(count * sizeof(float) + 1);
+    for (size_t i = 0; i < count; i++)
+        f[i] = (float)(W.rank + 1 + i % 7);
+    int rc = ring_allreduce_avg(W.ring, f, count, KERN_F32, div);
+    if (rc != 0)
+        DIE("allreduce_avg %zu: %s", count, st_strerror(rc));
+    for (size_t i = 0; i < count; i++) {
+        double sum = W.n * (W.n + 1) / 2.0 + (double)W.n * (double)(i % 7);
+        double want = sum / div;
+        if (fabs(f[i] - want) > 1e-6 * want)
+            DIE("allreduce_avg %zu [%zu] = %.9g, want %.9g", count, i,
+                f[i], want);
+    }
+    fprintf(W.out, "avg %zu %016" PRIx64 "\n", count,
+            fnv(f, count * sizeof(float)));
+    free(f);
+}
+
 static void mode_coll(void)
 {
     for (int c = 0; c < W.ncounts; c++) {
@@ -376,6 +402,7 @@ static void mode_coll(void)
             DIE("barrier: %s", st_strerror(rc));
         fprintf(W.out, "coll %zu ok\n", len);
         free(buf);
+        avg_by(len);
     }
 }
 

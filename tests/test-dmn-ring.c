@@ -46,6 +46,7 @@ static int ckpt_per_node;    /* ckpt_dir/n<i>: no directory is shared */
 static const char *ucx_opt;  /* when set, --ucx-opt */
 static const char *log_level; /* when set, --log-level */
 static const char *stop_in;  /* when set, trainers stop in that step */
+static const char *lease_ttl = "2"; /* --lease-ttl */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -59,7 +60,7 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     snprintf(ids[i], sizeof(ids[i]), "n%d", i);
     const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
                            "--node-id", ids[i], "--trainers", trainers,
-                           "--lease-ttl", "2", "--min-nodes", min_nodes,
+                           "--lease-ttl", lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                            NULL, NULL, NULL};
     static char dirs[MAXN][512];
@@ -317,6 +318,69 @@ TEST_IMPL(dmn_ring_three_nodes_match_one)
     ASSERT_MSG(d < 1e-3, "3x2 trainers vs 1 process differ by %g", d);
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* A counter's value from node i's /metrics; -1 if absent. */
+static double metric_value(cluster_t *c, int i, const char *name)
+{
+    char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+    ASSERT_MSG(m != NULL, "no /metrics from n%d", i);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(m, key);
+    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
+    free(m);
+    return v;
+}
+
+/* A 2-node job of one trainer per node; RINGD_ZERO_COPY=zc for the
+ * daemons. Returns how many collectives ran in a trainer's buffer. */
+static double zc_job(cluster_t *c, const char *zc)
+{
+    setenv("RINGD_ZERO_COPY", zc, 1);
+    fx_etcd_start(&c->etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(c, i, "1", "2");
+    unsetenv("RINGD_ZERO_COPY");
+    for (int i = 0; i < 2; i++)
+        c->trainer[i][0] = trainer(c, i, 0, "80");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(c, i, 0, c->trainer[i][0]);
+    double zero_copy = 0;
+    for (int i = 0; i < 2; i++) {
+        double v = metric_value(c, i, "ringd_collectives_zero_copy_total");
+        ASSERT_MSG(v >= 0, "n%d exports no zero-copy counter", i);
+        zero_copy += v;
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
+    return zero_copy;
+}
+
+/*
+ * One trainer per node: the ring runs in the trainer's shared buffer
+ * (no copy in the daemon). The same job through the copying path
+ * (RINGD_ZERO_COPY=0: staging in, staging out) gives the same bits at
+ * every step, and the counter says which path each job took.
+ */
+TEST_IMPL(dmn_ring_zero_copy_matches_copy)
+{
+    cluster_env();
+    static cluster_t zc = {.n = 2}, cp = {.n = 2};
+    double direct = zc_job(&zc, "1");
+    double copied = zc_job(&cp, "0");
+    ASSERT_MSG(direct >= 2 * 80, "zero-copy collectives: %g", direct);
+    ASSERT_MSG(copied == 0, "the copying path ran %g zero-copy", copied);
+    static td_hashes_t hz, hc;
+    for (int i = 0; i < 2; i++) {
+        td_read_hashes(td_path(&zc.d[i], "h0"), &hz);
+        td_read_hashes(td_path(&cp.d[i], "h0"), &hc);
+        ASSERT_EQ(hz.nsteps, 80);
+        ASSERT_EQ(td_same_hashes(&hz, &hc), 80);
+        ASSERT_EQ(td_param_diff(td_path(&zc.d[i], "p0"),
+                                td_path(&cp.d[i], "p0")), 0);
+    }
     return fx_done();
 }
 
@@ -993,5 +1057,78 @@ TEST_IMPL(dmn_ring_fence_stopped)
     ASSERT_EQ(h0.world[2999], 3);
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* The worlds n's trainer logged steps in: bit w set for world w. */
+static unsigned worlds_seen(const td_hashes_t *h)
+{
+    unsigned seen = 0;
+    for (int s = 0; s < h->nsteps && s < TD_MAX_STEPS; s++)
+        if (h->have[s] && h->world[s] < 32)
+            seen |= 1u << h->world[s];
+    return seen;
+}
+
+/*
+ * Two adjacent daemons (n1, n2 of a 4-node ring) SIGKILLed at once while
+ * every trainer is stopped between steps, with a 30 s lease TTL: no lease
+ * expiry can remove them in time. n0's ring sees its successor's endpoint
+ * fail and n3's its predecessor's while no collective runs; each report
+ * must reach the leader (the first collective after the failure returns
+ * an abort, and that abort still names the dead neighbour) and go into a
+ * view, so the survivors go on as a 2-node job long before either lease
+ * runs out (the wait below is shorter than the TTL) and finish every
+ * step, bitwise identical. No step runs in a 3-node world: a view that
+ * still held a dead node could not complete one.
+ */
+TEST_IMPL(dmn_ring_kill_two_adjacent)
+{
+    cluster_env();
+    cluster_t c = {.n = 4};
+    fx_etcd_start(&c.etcd, 0);
+    lease_ttl = "30";
+    for (int i = 0; i < 4; i++)
+        node_init(&c, i, "1", "4");
+    lease_ttl = "2";
+    stop_after = "100";
+    for (int i = 0; i < 4; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    stop_after = NULL;
+    for (int i = 0; i < 4; i++)
+        ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
+                   "n%d's trainer never stopped after step 100", i);
+    kill(c.d[1].pid, SIGKILL);
+    kill(c.d[2].pid, SIGKILL);
+    th_kill(c.d[1].pid);
+    th_kill(c.d[2].pid);
+    c.d[1].pid = c.d[2].pid = 0;
+    th_kill(c.trainer[1][0]);
+    th_kill(c.trainer[2][0]);
+    ASSERT_OK(td_wait_file(c.d[0].log, "peer endpoint failed", 10000));
+    ASSERT_OK(td_wait_file(c.d[3].log, "peer endpoint failed", 10000));
+    kill(c.trainer[0][0], SIGCONT);
+    kill(c.trainer[3][0], SIGCONT);
+    int rc = td_wait_file(td_path(&c.d[0], "h0"), "world 2", 20000);
+    if (rc != 0) {
+        td_dump(c.d[0].log);
+        td_dump(c.d[3].log);
+    }
+    ASSERT_MSG(rc == 0, "n0 never went on as a 2-node job before the "
+                        "dead nodes' leases (30 s) could expire");
+    ASSERT_OK(td_wait_file(td_path(&c.d[3], "h0"), "world 2", 20000));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 3, 0, c.trainer[3][0]);
+
+    static td_hashes_t h0, h3;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[3], "h0"), &h3);
+    ASSERT_EQ(worlds_seen(&h0), (1u << 4) | (1u << 2));
+    ASSERT_EQ(worlds_seen(&h3), (1u << 4) | (1u << 2));
+    ASSERT_EQ(td_same_hashes(&h0, &h3), 3000);
+    ASSERT_EQ(h0.world[100], 4);
+    ASSERT_EQ(h0.world[101], 2);
+    ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
+    ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
     return fx_done();
 }

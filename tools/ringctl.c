@@ -728,6 +728,57 @@ static int cmd_verify(const ctl_opts_t *o, char **argv)
     return rc == 0 ? EXIT_OK : EXIT_DOWN;
 }
 
+/*
+ * Write the whole state of one checkpoint to a file, each shard decoded
+ * and checked (zstd frames, the manifest's xxh64) as a restore does, from
+ * its replica where the primary is bad: what ringd.torch.export reads.
+ */
+static int cmd_dump(const ctl_opts_t *o, char **argv)
+{
+    char *end;
+    errno = 0;
+    unsigned long long step = strtoull(argv[1], &end, 10);
+    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
+        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
+        return EXIT_USAGE;
+    }
+    char root[4096];
+    const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
+    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
+    ckpt_manifest_t *m = NULL;
+    int rc = verify_manifest(o, root, step, &m);
+    if (rc != 0)
+        return rc;
+    rc = EXIT_DOWN;
+    char *state = malloc(m->total_size ? m->total_size : 1);
+    if (state == NULL)
+        goto out_manifest;
+    for (uint32_t i = 0; i < m->nshards; i++) {
+        int st = ckpt_store_read_shard(root, m, i,
+                                       state + m->shards[i].offset, NULL);
+        if (st != 0) {
+            fprintf(stderr, "ringctl: step %llu shard %u: %s\n", step, i,
+                    st_strerror(st));
+            goto out_state;
+        }
+    }
+    FILE *f = fopen(argv[2], "wb");
+    if (f == NULL || fwrite(state, 1, m->total_size, f) != m->total_size ||
+        fclose(f) != 0) {
+        fprintf(stderr, "ringctl: writing %s: %s\n", argv[2],
+                strerror(errno));
+        goto out_state;
+    }
+    printf("step %llu: %llu bytes in %u shards to %s\n", step,
+           (unsigned long long)m->total_size, m->nshards, argv[2]);
+    rc = EXIT_OK;
+out_state:
+    free(state);
+out_manifest:
+    ckpt_manifest_free(m);
+    return rc;
+}
+
 static const ctl_cmd_t cmds[] = {
     {"status", "", 0, 0, cmd_status,
      "state of the local daemon: step, view, trainers, collectives"},
@@ -741,6 +792,8 @@ static const ctl_cmd_t cmds[] = {
      "checkpoint records of the job (etcd)"},
     {"verify", " STEP", 1, 0, cmd_verify,
      "check both copies of every shard of a checkpoint (--ckpt-dir)"},
+    {"dump", " STEP FILE", 2, 0, cmd_dump,
+     "the checked state of a checkpoint into FILE (--ckpt-dir)"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

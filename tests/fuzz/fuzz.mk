@@ -20,7 +20,7 @@ FUZZ_CFLAGS = -std=c11 -g -O1 $(WARN) -D_GNU_SOURCE -pthread -I. \
 
 FUZZ_SRCS_proto := daemon/msg.c
 FUZZ_SRCS_etcd := membership/etcd-json.c membership/etcd-watch.c \
-                  membership/etcd.c common/json.c
+                  membership/etcd.c membership/etcd-kv.c common/json.c
 FUZZ_SRCS_view := membership/mb-view.c membership/etcd-json.c common/json.c
 FUZZ_SRCS_ckpt := checkpoint/ckpt_codec.c checkpoint/ckpt_manifest.c \
                   common/json.c

@@ -112,6 +112,10 @@ def run_ringd(o, torch):
                    state.digest(), adam_step(),
                    ",".join(map(str, glob))))
         log.flush()
+        if o.save_live is not None and v.step == o.save_live:
+            # The live state after this step, for the export test.
+            torch.save({"model": model.state_dict(),
+                        "optimizer": opt.state_dict()}, o.out + ".live")
         if o.pace_ms:
             import time
             time.sleep(o.pace_ms / 1000.0)  # lets the test kill mid-run
@@ -186,6 +190,7 @@ def main():
     ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
     ap.add_argument("--pace-ms", type=int, default=0)
     ap.add_argument("--stop-file")
+    ap.add_argument("--save-live", type=int)
     ap.add_argument("--log")
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=3)

@@ -313,9 +313,13 @@ class State:
         if self.sampler is not None:
             m["sampler"] = self.sampler.state_dict()
         if self.optimizer is not None:
-            m["param_groups"] = [
-                {k: v for k, v in g.items() if k != "params"}
-                for g in self.optimizer.param_groups]
+            m["param_groups"], first = [], 0
+            for g in self.optimizer.param_groups:
+                saved = {k: v for k, v in g.items() if k != "params"}
+                # Indices, as optimizer.state_dict() numbers parameters.
+                saved["params"] = list(range(first, first + len(g["params"])))
+                first += len(g["params"])
+                m["param_groups"].append(saved)
         return m
 
     def commit(self):
@@ -351,7 +355,7 @@ class State:
         if self.optimizer is not None and "param_groups" in m:
             for g, saved in zip(self.optimizer.param_groups,
                                 m["param_groups"]):
-                g.update(saved)
+                g.update({k: v for k, v in saved.items() if k != "params"})
 
     def digest(self):
         """blake2b-64 of the tensors' bytes in the region (replicas that
