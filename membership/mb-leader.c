@@ -110,13 +110,22 @@ static int reshape_wanted(mb_t *mb)
         if (strncmp(kv->key, mb->reshape_prefix, plen) != 0)
             continue;
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
-        int64_t gen = -1;
+        int64_t gen = -1, lease = 0;
         if (rd_json_i64(j, "gen", &gen) != 0)
             gen = -1;
+        rd_json_i64(j, "lease", &lease);
         cJSON_Delete(j);
         int member = 0;
         for (size_t m = 0; m < mb->view.n_members; m++)
-            member |= strcmp(mb->view.members[m].node, kv->key + plen) == 0;
+            member |= strcmp(mb->view.members[m].node, kv->key + plen) == 0 &&
+                      (mb->secret_len == 0 ||
+                       lease == mb->view.members[m].lease);
+        if (member &&
+            !mb__text_sig_ok(mb, "reshape", kv->key, kv->val, kv->len)) {
+            RD_WARN("mb %s: ignoring the reshape request %s: not signed "
+                    "with the job secret", mb->me.node, kv->key);
+            member = 0;
+        }
         if (member && gen >= 0 && (uint64_t)gen == mb->view.generation) {
             if (!wanted)
                 RD_INFO("mb %s: %s asks for a new generation of view %llu",
@@ -422,7 +431,9 @@ int mb_request_view(mb_t *mb, const char *why)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "gen", gen);
     cJSON_AddStringToObject(o, "why", why ? why : "");
-    char *json = cJSON_PrintUnformatted(o);
+    if (mb->secret_len > 0)
+        rd_json_add_u64(o, "lease", (uint64_t)mb->lease);
+    char *json = mb__text_sign(mb, "reshape", key, cJSON_PrintUnformatted(o));
     cJSON_Delete(o);
     RD_INFO("mb %s: asks for a new generation of view %s: %s", mb->me.node,
             gen, why ? why : "");

@@ -382,3 +382,48 @@ TEST_IMPL(dmn_auth_forged_registration)
     ASSERT(!td_file_has(j.d[0].log, "3 members"));
     return fx_done();
 }
+
+/* The generation of the view stored in etcd. */
+static long long stored_generation(auth_job_t *j)
+{
+    char key[MB_KEY_MAX], cmd[1024], buf[4096];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *g = strstr(buf, "\"generation\":");
+    ASSERT_MSG(g != NULL, "no view in etcd: %s", buf);
+    return strtoll(g + 13, NULL, 10);
+}
+
+/*
+ * A foreign writer asks, as n1, for a new generation of the current view
+ * (the right generation, n1's lease, no signature): the leader ignores
+ * it, and the job ends on the very view it had.
+ */
+TEST_IMPL(dmn_auth_forged_reshape)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    long long gen = stored_generation(&j);
+    char key[MB_KEY_MAX], v[256];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_RESHAPE, "n1", 0,
+                     0));
+    snprintf(v, sizeof(v), "{\"gen\":\"%lld\",\"why\":\"forged\","
+             "\"lease\":\"%lld\"}", gen, record_lease(&j, "n1"));
+    forge(&j, key, v);
+    expect_logged(&j, "ignoring the reshape request");
+    expect_job_of_two(&j);
+    ASSERT_EQ(stored_generation(&j), gen);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
