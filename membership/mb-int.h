@@ -100,6 +100,7 @@ struct mb {
     int view_tries;          /* view txns failed in a row */
     int64_t suspect_rev_done;
     int64_t refused_rec_mod; /* newest unsigned record logged */
+    int64_t refused_drain_mod; /* newest unsigned drain key logged */
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
     size_t secret_len;
 

@@ -116,3 +116,25 @@ int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
     free(unsigned_json);
     return ok;
 }
+
+/* The signed value: the node's lease, so a drain outlives no incarnation
+ * of it (a replayed value names a lease that is gone). */
+int mb_drain_value(const void *secret, size_t len, const char *key,
+                   int64_t lease, char **value_p)
+{
+    mb_t *mb = calloc(1, sizeof(*mb));
+    char *json = NULL;
+    if (mb == NULL)
+        return ST_ENOMEM;
+    mb->secret = (uint8_t *)secret;
+    mb->secret_len = len;
+    if (asprintf(&json, "{\"by\":\"ringctl\",\"lease\":\"%lld\"}",
+                 (long long)lease) < 0)
+        json = NULL;
+    json = mb__text_sign(mb, "drain", key, json);
+    free(mb);
+    if (json == NULL)
+        return ST_ENOMEM;
+    *value_p = json;
+    return 0;
+}

@@ -21,6 +21,7 @@
 
 #include <openssl/crypto.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -412,6 +413,28 @@ static int find_me(const mb_t *mb, const mb__view_t *v)
     return -1;
 }
 
+/* A drain key, signed for this incarnation when there is a job secret
+ * (a foreign writer's is ignored, said once per version). */
+static int drain_wanted(mb_t *mb)
+{
+    mb_kv_t *kv = mb__mirror_find(mb, mb->drain_key);
+    if (kv == NULL || mb->secret_len == 0)
+        return kv != NULL;
+    cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+    int64_t lease = 0;
+    rd_json_i64(j, "lease", &lease);
+    cJSON_Delete(j);
+    if (lease == mb->lease &&
+        mb__text_sig_ok(mb, "drain", mb->drain_key, kv->val, kv->len))
+        return 1;
+    if (kv->mod > mb->refused_drain_mod)
+        RD_WARN("mb %s: ignoring the drain request %s: not signed with "
+                "the job secret for this node's lease", mb->me.node,
+                kv->key);
+    mb->refused_drain_mod = kv->mod;
+    return 0;
+}
+
 /* Parse the view key when it changed; deliver it if it is new and ours. */
 static void install_view(mb_t *mb)
 {
@@ -461,7 +484,7 @@ static void reconcile(mb_t *mb)
     install_view(mb);
     if (!mb__holds_lease(mb->state))
         return;
-    if (mb__mirror_find(mb, mb->drain_key) != NULL &&
+    if (drain_wanted(mb) &&
         (mb->state == MB_JOINING || mb->state == MB_ACTIVE)) {
         transition(mb, MB_EV_DRAIN, "drain requested");
         if (!mb__holds_lease(mb->state))

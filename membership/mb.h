@@ -147,6 +147,14 @@ int mb_suspect(mb_t *mb, const char *node, const char *why);
 int mb_suspect_report(mb_t *mb, const char *node, const char *why);
 
 /*
+ * The value of a drain request for the node record at key held by lease,
+ * signed with the job secret (ringctl drain); a daemon with a secret
+ * drains only on such a value naming its own lease. Caller frees.
+ */
+int mb_drain_value(const void *secret, size_t len, const char *key,
+                   int64_t lease, char **value_p);
+
+/*
  * Ask for a new generation of the installed view with the same members
  * (a "reshape"): every member's on_view then fires with it. For failures
  * membership cannot see, e.g. a node whose local trainer died mid-step

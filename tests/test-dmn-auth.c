@@ -427,3 +427,60 @@ TEST_IMPL(dmn_auth_forged_reshape)
     th_rmtree(j.secret_dir);
     return fx_done();
 }
+
+/* ringctl drain NODE of AUTH_JOB, with the job secret file or without
+ * (secret NULL); returns its exit code. */
+static int ringctl_drain(auth_job_t *j, const char *node, const char *secret,
+                         const char *out)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    const char *argv[] = {path, "--etcd", j->etcd.url, "--job", AUTH_JOB,
+                          "drain", node, NULL, NULL, NULL};
+    if (secret != NULL) {
+        argv[5] = "--job-secret-file";
+        argv[6] = secret;
+        argv[7] = "drain";
+        argv[8] = node;
+    }
+    int st = -1;
+    pid_t p = th_spawn((char *const *)argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * A drain key written without the job secret (ringctl without
+ * --job-secret-file, as any etcd writer could) is ignored by n1, which
+ * says so and goes on; the same request signed (ringctl
+ * --job-secret-file) drains it.
+ */
+TEST_IMPL(dmn_auth_forged_drain)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    const char *out = td_path(&j.d[0], "drain.out");
+    ASSERT_EQ(ringctl_drain(&j, "n1", NULL, out), 0);
+    ASSERT_OK(td_wait_file(j.d[1].log, "ignoring the drain request", 30000));
+    expect_job_of_two(&j);
+    expect_never_alone(&j);
+    ASSERT(!td_file_has(j.d[1].log, "drained at step"));
+    /* Signed, the request is obeyed (n1's trainer is done: the daemon
+     * drains at once). */
+    char key[MB_KEY_MAX], secret[300];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_DRAIN, "n1", 0, 0));
+    char del[600];
+    snprintf(del, sizeof(del), "del %s", key);
+    ASSERT_EQ(fx_etcdctl(&j.etcd, del), 0);
+    snprintf(secret, sizeof(secret), "%s/a", j.secret_dir);
+    ASSERT_EQ(ringctl_drain(&j, "n1", secret, out), 0);
+    ASSERT_EQ(td_exit_code(j.d[1].pid, 30000), 0);
+    j.d[1].pid = 0;
+    ASSERT_EQ(td_stop(&j.d[0], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
