@@ -1,8 +1,10 @@
 /*
- * The job secret: the proof's pure core, the secret file's checks, and
- * real daemons on a real etcd: a node with the wrong secret is refused by
- * its ring neighbours and the job goes on without it; etcd writes of a
- * process that has etcd access but not the secret change no view.
+ * The job secret: the proof's pure core, the secret file's checks, the
+ * ring handshake between two ring threads, and real daemons on a real
+ * etcd: a node with the wrong secret never joins and the job goes on
+ * without it; etcd writes of a process that has etcd access but not the
+ * secret (a registration, a suspect report, a reshape request, a drain
+ * key, a view) change nothing.
  */
 #include <errno.h>
 #include <pthread.h>
