@@ -72,6 +72,7 @@ LIBS := -lm -ldl
 DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     etcd-server etcd-client libuv1-dev libcurl4-openssl-dev libucx-dev \
     ucx-utils libzstd-dev libsystemd-dev libcjson-dev libxxhash-dev zlib1g-dev \
+    libssl-dev \
     iproute2 iptables iputils-ping gnuplot-nox prometheus clang \
     libfuzzer-14-dev \
     python3-numpy python3-venv python3-pip python3-setuptools python3-wheel \

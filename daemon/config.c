@@ -50,6 +50,10 @@ static const cfg_key_t keys[] = {
     {"etcd-password-file", K_STR, F(etcd_password_file), 0, 0, "FILE",
      "file whose first line is the etcd user's password (mode 0600 or "
      "0640: a password is never given on the command line)"},
+    {"job-secret-file", K_STR, F(job_secret_file), 0, 0, "FILE",
+     "file holding the job secret (16 bytes or more, not readable by "
+     "every user): ring neighbours prove to each other that they hold "
+     "it (default: none, neighbours are trusted)"},
     {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
@@ -381,6 +385,20 @@ static int check_readable(const char *key, const char *path, FILE *err)
     return 0;
 }
 
+/* Anyone who can read the job secret can join the job. */
+static int check_secret(const char *path, FILE *err)
+{
+    struct stat st;
+    if (check_readable("job-secret", path, err) != 0)
+        return ST_ECONFIG;
+    if (path != NULL && stat(path, &st) == 0 && (st.st_mode & S_IROTH)) {
+        fprintf(err, "ringd: job-secret file %s is readable by every user "
+                "(chmod 0600 or 0640)\n", path);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
 static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
 {
     if ((cfg->etcd_cert == NULL) != (cfg->etcd_key == NULL)) {
@@ -397,7 +415,7 @@ static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
         check_readable("etcd-key", cfg->etcd_key, err) != 0 ||
         check_readable("etcd-password", cfg->etcd_password_file, err) != 0)
         return ST_ECONFIG;
-    return 0;
+    return check_secret(cfg->job_secret_file, err);
 }
 
 /* The socket's group and mode, resolved once at start-up so that a typo

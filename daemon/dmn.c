@@ -62,6 +62,7 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
         .etcd_key = cfg->etcd_key,
         .etcd_user = cfg->etcd_user,
         .etcd_password_file = cfg->etcd_password_file,
+        .job_secret_file = cfg->job_secret_file,
         .job = cfg->job,
         .node = cfg->node_id,
         .host = cfg->host,

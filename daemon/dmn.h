@@ -26,6 +26,7 @@ typedef struct dmn_config {
     char *etcd_key;
     char *etcd_user;        /* etcd auth user, with its password file */
     char *etcd_password_file;
+    char *job_secret_file;  /* ring neighbours prove they hold it */
     char *job;
     char *node_id;          /* default: hostname */
     char *host;             /* ring grouping; default: hostname */

@@ -212,6 +212,7 @@ typedef struct {
     const char *etcd_key;      /*   user and the file holding its */
     const char *etcd_user;     /*   password (etcd_config_t) */
     const char *etcd_password_file;
+    const char *job_secret_file; /* ring: NULL, neighbours are trusted */
     const char *job;           /* ring: the job's name in etcd */
     const char *node;          /* ring: this node's id, unique in the job */
     const char *host;          /* ring: nodes of one host are adjacent */

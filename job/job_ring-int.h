@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "job/job.h"
+#include "job/job_auth.h"
 #include "membership/etcd.h"
 #include "membership/mb.h"
 #include "ring/ring.h"
@@ -91,6 +92,8 @@ typedef struct {
     int ttl_s;
     mb_t *mb;
     tp_t *tp;
+    job_auth_t *auth; /* the job secret; NULL: neighbours are trusted */
+    const char *job_name; /* bound into the neighbours' proofs */
 
     /* The ring thread and its one command slot. */
     pthread_t thread;
@@ -153,6 +156,16 @@ int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
 /* This node's newest complete checkpoint step + 1 below `below` (0: none;
  * below 0: no bound). */
 uint64_t job__newest_local(const char *root, uint64_t below);
+
+/*
+ * job_ring_auth.c, on the ring thread right after ring_create: both
+ * neighbours prove they hold the job secret (b->auth) for this job,
+ * generation and pair of nodes, before any collective. 0, or an error
+ * with *suspect_p the ring rank to report (ST_EPEER_FORGED: a wrong
+ * proof); the caller then aborts and destroys r, closing its endpoints.
+ */
+int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
+                   uint32_t *suspect_p);
 
 /* The ring thread: runs posted commands until quit; destroys its rings. */
 void *job__ring_thread_main(void *arg);

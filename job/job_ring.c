@@ -283,6 +283,12 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
     if (b->pending != NULL &&
         !view_has(b->pending, node, b->cur->members[rank].lease))
         return;
+    if (status == ST_EPEER_FORGED) {
+        RD_WARN("ring backend: %s failed the job-secret handshake; "
+                "suspecting it", node);
+        mb_suspect_report(b->mb, node, "failed the job-secret handshake");
+        return;
+    }
     if (status == ST_EPEER) {
         RD_WARN("ring backend: endpoint of %s failed; suspecting it", node);
         mb_suspect(b->mb, node, "ring endpoint failed");
@@ -721,6 +727,7 @@ static void release(rb_t *b)
     job__rbck_destroy(b->ckpt); /* after its etcd client */
     free(b->ckpt_root);
     tp_destroy(b->tp);
+    job_auth_destroy(b->auth);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     close_handles(b); /* frees b once closed */
@@ -809,6 +816,7 @@ static void init_sync(rb_t *b, uv_loop_t *loop)
 static int create_mb(rb_t *b, const job_config_t *cfg)
 {
     mb_config_from(cfg, &b->mc);
+    job_auth_secret(b->auth, &b->mc.secret, &b->mc.secret_len);
     tp_address(b->tp, &b->mc.addr, &b->mc.addr_len);
     b->mcb = (mb_callbacks_t){.on_view = mb_on_view,
                               .on_fenced = mb_on_fenced,
@@ -835,9 +843,14 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     b->ring_opts.on_quiet_arg = b;
     init_sync(b, loop);
 
+    b->job_name = cfg->job;
+    int rc = 0;
+    if (cfg->job_secret_file != NULL &&
+        (rc = job_auth_load(cfg->job_secret_file, &b->auth)) != 0)
+        goto err_sync;
     tp_config_t tc;
     tp_config_default(&tc);
-    int rc = tp_create(&tc, &b->tp);
+    rc = tp_create(&tc, &b->tp);
     if (rc != 0)
         goto err_sync;
     if (cfg->ckpt_dir != NULL &&

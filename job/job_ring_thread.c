@@ -50,7 +50,8 @@ static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
  * suspect). Open, we are merely quiet until its own copy of the view
  * aborts it.
  */
-static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p)
+static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
+                           uint32_t *suspect_p)
 {
     ring_t *prev = b->ring;
     rt_set_ring(b, NULL);
@@ -84,8 +85,16 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p)
     int rc = ring_create(b->tp, &rv, &first, r_p);
     free(addrs);
     free(lens);
-    if (rc == 0)
-        rt_set_ring(b, *r_p);
+    if (rc != 0)
+        return rc;
+    /* Published first, so that a new view can abort the handshake. */
+    rt_set_ring(b, *r_p);
+    if ((rc = job__ring_auth(b, *r_p, v, suspect_p)) != 0) {
+        rt_set_ring(b, NULL);
+        ring_abort(*r_p); /* its endpoints close at once */
+        ring_destroy(*r_p);
+        *r_p = NULL;
+    }
     return rc;
 }
 
@@ -189,7 +198,7 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 {
     ring_t *r = NULL;
     rt_agreed_t a;
-    int rc = rt_replace_ring(b, c->view, &r);
+    int rc = rt_replace_ring(b, c->view, &r, &c->suspect);
     if (rc == 0)
         rc = rt_agree_step(b, r, c, &a);
     if (rc == 0)

@@ -3,5 +3,6 @@
 # its checkpoint records in etcd, the together-restore). Its tests run
 # through the daemon (tests/test-dmn-*.c).
 LIB_SRCS += job/job.c job/job_solo.c job/job_ring.c job/job_ring_thread.c \
-            job/job_ring_ckpt.c job/job_ring_restore.c
-PKGS += libuv libcurl libcjson ucx
+            job/job_ring_ckpt.c job/job_ring_restore.c job/job_auth.c \
+            job/job_ring_auth.c
+PKGS += libuv libcurl libcjson ucx libcrypto

@@ -99,6 +99,10 @@ struct mb {
     long view_retry_ms;      /* backoff of the next failed view txn */
     int view_tries;          /* view txns failed in a row */
     int64_t suspect_rev_done;
+    int64_t refused_rec_mod; /* newest unsigned record logged */
+    int64_t refused_drain_mod; /* newest unsigned drain key logged */
+    uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
+    size_t secret_len;
 
     etcd_watch_t *watch;
     mb_kv_t *kvs;
@@ -114,6 +118,24 @@ struct mb {
 int mb__holds_lease(mb_state_t s);
 mb_kv_t *mb__mirror_find(mb_t *mb, const char *key);
 void mb__reconcile_soon(mb_t *mb);
+
+/* mb-sign.c: the hex HMAC of fields with the job secret; without a
+ * secret the signature is "" and every one is accepted. */
+#define MB_SIG_HEX 65
+int mb__sign(const mb_t *mb, const char *const *fields, size_t n,
+             char hex[MB_SIG_HEX]);
+/* 1 when sig is the fields' signature (or there is no secret). */
+int mb__sig_ok(const mb_t *mb, const char *const *fields, size_t n,
+               const char *sig);
+
+/* A JSON object's text (taken) with the signature of (what, key, text)
+ * spliced in as its last field "sig": the leader's view, a node record.
+ * A new string; json itself without a secret; NULL on failure. */
+char *mb__text_sign(const mb_t *mb, const char *what, const char *key,
+                    char *json);
+/* 1 when val carries the signature mb__text_sign gives (or no secret). */
+int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
+                    const char *val, size_t len);
 
 /* mb-leader.c */
 int mb__is_leader(mb_t *mb);

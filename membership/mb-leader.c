@@ -25,7 +25,10 @@
 #include "common/log.h"
 #include "common/status.h"
 
-/* 1 when a suspect key names this incarnation (node, lease). */
+static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j);
+
+/* 1 when a suspect key names this incarnation (node, lease), signed by a
+ * member when there is a job secret. */
 static int suspected(mb_t *mb, const char *node, int64_t lease)
 {
     char key[MB_KEY_MAX];
@@ -36,9 +39,20 @@ static int suspected(mb_t *mb, const char *node, int64_t lease)
         return 0;
     cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
     int64_t l = 0;
-    int named = rd_json_i64(j, "lease", &l) == 0 && l == lease;
+    int named = rd_json_i64(j, "lease", &l) == 0 && l == lease &&
+                suspect_signed(mb, key, j);
     cJSON_Delete(j);
     return named;
+}
+
+/* Said once per version of the record. */
+static void record_refused(mb_t *mb, const mb_kv_t *kv)
+{
+    if (kv->mod <= mb->refused_rec_mod)
+        return;
+    mb->refused_rec_mod = kv->mod;
+    RD_WARN("mb %s: ignoring the registration %s: not signed with the job "
+            "secret for its lease", mb->me.node, kv->key);
 }
 
 /* The live set: every node record in the mirror (a record exists exactly
@@ -60,6 +74,14 @@ static size_t collect_alive(mb_t *mb, mb_member_t **out)
             continue;
         if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
             continue;
+        /* Signed by a holder of the secret for this key and lease: a
+         * copied record under another lease is no registration. */
+        if (!mb__text_sig_ok(mb, "node", kv->key, kv->val, kv->len) ||
+            (mb->secret_len > 0 && arr[n].lease != kv->lease)) {
+            record_refused(mb, kv);
+            mb__member_free(&arr[n]);
+            continue;
+        }
         arr[n++].lease = kv->lease; /* the lease etcd holds it by */
     }
     *out = arr;
@@ -88,13 +110,22 @@ static int reshape_wanted(mb_t *mb)
         if (strncmp(kv->key, mb->reshape_prefix, plen) != 0)
             continue;
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
-        int64_t gen = -1;
+        int64_t gen = -1, lease = 0;
         if (rd_json_i64(j, "gen", &gen) != 0)
             gen = -1;
+        rd_json_i64(j, "lease", &lease);
         cJSON_Delete(j);
         int member = 0;
         for (size_t m = 0; m < mb->view.n_members; m++)
-            member |= strcmp(mb->view.members[m].node, kv->key + plen) == 0;
+            member |= strcmp(mb->view.members[m].node, kv->key + plen) == 0 &&
+                      (mb->secret_len == 0 ||
+                       lease == mb->view.members[m].lease);
+        if (member &&
+            !mb__text_sig_ok(mb, "reshape", kv->key, kv->val, kv->len)) {
+            RD_WARN("mb %s: ignoring the reshape request %s: not signed "
+                    "with the job secret", mb->me.node, kv->key);
+            member = 0;
+        }
         if (member && gen >= 0 && (uint64_t)gen == mb->view.generation) {
             if (!wanted)
                 RD_INFO("mb %s: %s asks for a new generation of view %llu",
@@ -173,7 +204,8 @@ static void on_settle(uv_timer_t *t)
     free_members(alive, n);
     if (changed <= 0)
         return;
-    char *json = mb__view_json(&next);
+    char *json = mb__text_sign(mb, "view", mb->view_key,
+                               mb__view_json(&next));
     mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
     etcd_cmp_t cmps[2] = {
         {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
@@ -231,6 +263,41 @@ static void on_suspect_revoked(int status, const etcd_result_t *res,
     }
 }
 
+/* The fields a suspect report's signature covers. */
+static int suspect_sign(const mb_t *mb, const char *key, const char *lease,
+                        const char *by, const char *by_lease,
+                        char sig[MB_SIG_HEX])
+{
+    const char *f[] = {"suspect", key, lease, by, by_lease};
+    return mb__sign(mb, f, 5, sig);
+}
+
+static const char *json_str(const cJSON *j, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Signed with the job secret by a member of the view, under the lease
+ * it holds there: a foreign writer can copy a lease, not sign. */
+static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j)
+{
+    if (mb->secret_len == 0)
+        return 1;
+    const char *lease = json_str(j, "lease"), *by = json_str(j, "by"),
+               *by_lease = json_str(j, "by_lease"),
+               *sig = json_str(j, "sig");
+    if (lease == NULL || by == NULL || by_lease == NULL)
+        return 0;
+    const char *f[] = {"suspect", key, lease, by, by_lease};
+    if (!mb__sig_ok(mb, f, 5, sig))
+        return 0;
+    for (size_t i = 0; i < mb->view.n_members; i++)
+        if (strcmp(mb->view.members[i].node, by) == 0)
+            return strtoll(by_lease, NULL, 10) == mb->view.members[i].lease;
+    return 0;
+}
+
 /* Leader: revoke the lease of every newly suspected node, so its record
  * (and any key it holds) vanishes now rather than after its TTL. A
  * suspicion names an incarnation (lease); once that record is gone (or
@@ -251,7 +318,15 @@ void mb__handle_suspects(mb_t *mb)
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
         int64_t lease = 0;
         rd_json_i64(j, "lease", &lease);
+        int signed_ok = suspect_signed(mb, kv->key, j);
         cJSON_Delete(j);
+        if (!signed_ok) {
+            RD_WARN("mb %s: ignoring the suspect report %s: not signed by "
+                    "a current member with the job secret", mb->me.node,
+                    kv->key);
+            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+            continue;
+        }
         mb_kv_t *node = mb__mirror_find(mb, nkey);
         if (node == NULL || lease != node->lease) {
             etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
@@ -275,7 +350,8 @@ static void on_suspect_put(int status, const etcd_result_t *res,
     (void)status; /* etcd logged a failure; the lease still bounds it */
 }
 
-int mb_suspect(mb_t *mb, const char *node, const char *why)
+static int suspect_put(mb_t *mb, const char *node, const char *why,
+                       int may_revoke)
 {
     int64_t lease = 0;
     for (size_t i = 0; i < mb->view.n_members; i++)
@@ -287,18 +363,26 @@ int mb_suspect(mb_t *mb, const char *node, const char *why)
                  lease ? "known" : "not in the current view");
         return ST_EINVAL;
     }
-    char key[MB_KEY_MAX], ls[32];
+    char key[MB_KEY_MAX], ls[32], mine[32], sig[MB_SIG_HEX];
     if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0))
         return ST_EINVAL;
     snprintf(ls, sizeof(ls), "%lld", (long long)lease);
+    snprintf(mine, sizeof(mine), "%lld", (long long)mb->lease);
+    int rc = suspect_sign(mb, key, ls, mb->me.node, mine, sig);
+    if (rc != 0)
+        return rc;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "by", mb->me.node);
     cJSON_AddStringToObject(o, "why", why ? why : "");
     cJSON_AddStringToObject(o, "lease", ls);
+    if (sig[0] != '\0') {
+        cJSON_AddStringToObject(o, "by_lease", mine);
+        cJSON_AddStringToObject(o, "sig", sig);
+    }
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     RD_INFO("mb %s: suspects %s: %s", mb->me.node, node, why ? why : "");
-    int rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
+    rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
                              on_suspect_put, mb)
                   : ST_ENOMEM;
     free(json);
@@ -306,13 +390,23 @@ int mb_suspect(mb_t *mb, const char *node, const char *why)
      * leadership) until the TTL runs out. Revoke that incarnation's lease
      * here; its records go at once and a new leader is elected. */
     mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
-    if (rc == 0 && lk != NULL && lk->lease == lease &&
+    if (rc == 0 && may_revoke && lk != NULL && lk->lease == lease &&
         strcmp(lk->val, node) == 0) {
         RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
                 mb->me.node, node, (unsigned long long)lease);
         etcd_lease_revoke(mb->etcd, lease, on_suspect_revoked, mb);
     }
     return rc;
+}
+
+int mb_suspect(mb_t *mb, const char *node, const char *why)
+{
+    return suspect_put(mb, node, why, 1);
+}
+
+int mb_suspect_report(mb_t *mb, const char *node, const char *why)
+{
+    return suspect_put(mb, node, why, 0);
 }
 
 static void on_reshape_put(int status, const etcd_result_t *res, void *data)
@@ -337,7 +431,9 @@ int mb_request_view(mb_t *mb, const char *why)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "gen", gen);
     cJSON_AddStringToObject(o, "why", why ? why : "");
-    char *json = cJSON_PrintUnformatted(o);
+    if (mb->secret_len > 0)
+        rd_json_add_u64(o, "lease", (uint64_t)mb->lease);
+    char *json = mb__text_sign(mb, "reshape", key, cJSON_PrintUnformatted(o));
     cJSON_Delete(o);
     RD_INFO("mb %s: asks for a new generation of view %s: %s", mb->me.node,
             gen, why ? why : "");

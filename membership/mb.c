@@ -19,6 +19,9 @@
 
 #include <cjson/cJSON.h>
 
+#include <openssl/crypto.h>
+
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -258,7 +261,8 @@ static void on_granted(int status, const etcd_result_t *res, void *data)
     mb->lease = res->lease_id;
     mb->me.lease = res->lease_id;
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
-    char *json = mb__node_json(&mb->me, (int)getpid());
+    char *json = mb__text_sign(mb, "node", mb->my_key,
+                               mb__node_json(&mb->me, (int)getpid()));
     int rc = json ? etcd_put(mb->etcd, mb->my_key, json, strlen(json),
                              mb->lease, on_node_put, mb)
                   : ST_ENOMEM;
@@ -409,6 +413,28 @@ static int find_me(const mb_t *mb, const mb__view_t *v)
     return -1;
 }
 
+/* A drain key, signed for this incarnation when there is a job secret
+ * (a foreign writer's is ignored, said once per version). */
+static int drain_wanted(mb_t *mb)
+{
+    mb_kv_t *kv = mb__mirror_find(mb, mb->drain_key);
+    if (kv == NULL || mb->secret_len == 0)
+        return kv != NULL;
+    cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
+    int64_t lease = 0;
+    rd_json_i64(j, "lease", &lease);
+    cJSON_Delete(j);
+    if (lease == mb->lease &&
+        mb__text_sig_ok(mb, "drain", mb->drain_key, kv->val, kv->len))
+        return 1;
+    if (kv->mod > mb->refused_drain_mod)
+        RD_WARN("mb %s: ignoring the drain request %s: not signed with "
+                "the job secret for this node's lease", mb->me.node,
+                kv->key);
+    mb->refused_drain_mod = kv->mod;
+    return 0;
+}
+
 /* Parse the view key when it changed; deliver it if it is new and ours. */
 static void install_view(mb_t *mb)
 {
@@ -417,6 +443,12 @@ static void install_view(mb_t *mb)
         return;
     mb__view_t v;
     mb->view_mod = kv->mod;
+    if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
+        RD_ERROR("mb %s: refusing the view at revision %lld: not signed "
+                 "by a leader holding the job secret", mb->me.node,
+                 (long long)kv->mod);
+        return;
+    }
     if (mb__view_parse(kv->val, kv->len, &v) != 0)
         return;
     mb__view_free(&mb->view);
@@ -452,7 +484,7 @@ static void reconcile(mb_t *mb)
     install_view(mb);
     if (!mb__holds_lease(mb->state))
         return;
-    if (mb__mirror_find(mb, mb->drain_key) != NULL &&
+    if (drain_wanted(mb) &&
         (mb->state == MB_JOINING || mb->state == MB_ACTIVE)) {
         transition(mb, MB_EV_DRAIN, "drain requested");
         if (!mb__holds_lease(mb->state))
@@ -624,9 +656,18 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     if (ecfg.connect_timeout_ms <= 0 ||
         ecfg.connect_timeout_ms > ecfg.request_timeout_ms)
         ecfg.connect_timeout_ms = ecfg.request_timeout_ms;
+    if (cfg->secret_len > 0) {
+        mb->secret = malloc(cfg->secret_len);
+        if (mb->secret == NULL) {
+            rc = ST_ENOMEM;
+            goto err_member;
+        }
+        memcpy(mb->secret, cfg->secret, cfg->secret_len);
+        mb->secret_len = cfg->secret_len;
+    }
     rc = etcd_create(loop, &ecfg, &mb->etcd);
     if (rc != 0)
-        goto err_member;
+        goto err_secret;
     make_keys(mb, cfg->job);
     mb->loop = loop;
     mb->cb = *cb;
@@ -645,6 +686,8 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     *mb_p = mb;
     return 0;
 
+err_secret:
+    free(mb->secret);
 err_member:
     mb__member_free(&mb->me);
 err_free:
@@ -726,6 +769,9 @@ static void mb_close_cb(uv_handle_t *h)
         kv_free(&mb->kvs[--mb->n_kvs]);
     free(mb->kvs);
     mb__member_free(&mb->me);
+    if (mb->secret != NULL)
+        OPENSSL_cleanse(mb->secret, mb->secret_len);
+    free(mb->secret);
     free(mb);
 }
 

@@ -33,6 +33,9 @@ typedef struct {
     int min_members;         /* the first view waits for this many; 0: 1 */
     int settle_ms;           /* leader batches changes this long; 0: 10 */
     etcd_config_t etcd;      /* request_timeout_ms 0: ttl/3 */
+    const void *secret;      /* the job secret, copied: signs the writes
+                                that change a view; NULL: unsigned */
+    size_t secret_len;
 } mb_config_t;
 
 /* One member of a view. Strings and addr point into the view. */
@@ -135,6 +138,21 @@ int mb_start(mb_t *mb);
  * the report was sent, ST_EINVAL when not registered or node unknown.
  */
 int mb_suspect(mb_t *mb, const char *node, const char *why);
+/*
+ * The same, but never revoking a suspected leader's lease from here: for
+ * a failure that may be this node's own fault (a wrong job secret fails
+ * the handshake on both sides). The leader verifies the signed report,
+ * its own included.
+ */
+int mb_suspect_report(mb_t *mb, const char *node, const char *why);
+
+/*
+ * The value of a drain request for the node record at key held by lease,
+ * signed with the job secret (ringctl drain); a daemon with a secret
+ * drains only on such a value naming its own lease. Caller frees.
+ */
+int mb_drain_value(const void *secret, size_t len, const char *key,
+                   int64_t lease, char **value_p);
 
 /*
  * Ask for a new generation of the installed view with the same members

@@ -3,10 +3,10 @@
 LIB_SRCS += membership/etcd.c membership/etcd-kv.c membership/etcd-watch.c \
             membership/etcd-json.c \
             membership/mb.c membership/mb-view.c \
-            membership/mb-leader.c membership/mb-keys.c
+            membership/mb-leader.c membership/mb-keys.c membership/mb-sign.c
 TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c \
              tests/test-mb-keys.c
-PKGS += libuv libcurl libcjson
+PKGS += libuv libcurl libcjson libcrypto
 BENCH_BINS += $(BUILD)/bench/viewchange
 
 # The bench starts a real etcd with the test fixture.

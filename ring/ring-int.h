@@ -99,6 +99,7 @@ struct ring {
     int leaked; /* requests never completed: keep the arena */
     ring_coll_desc_t coll; /* the collective in flight */
     uint32_t seq;          /* collective sequence, in every tag */
+    uint32_t hellos;       /* ring_hello rounds so far, in their tags */
     unsigned nchan;
     ring_stats_t stats;
 };
@@ -112,5 +113,8 @@ static inline uint32_t ring__mod_n(int64_t x, uint32_t n)
 
 /* tp_fail_cb of a link's endpoint (ring.c); ring_setup.c registers it. */
 void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status);
+
+/* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
+void ring__fail(ring_t *r, int rc, uint32_t who);
 
 #endif /* RING_INT_H */

@@ -40,6 +40,11 @@ static void ring_set_state(ring_t *r, ring_state_t to, int rc, uint32_t who)
         r->opts.on_fail(r->opts.on_fail_arg, who, rc);
 }
 
+void ring__fail(ring_t *r, int rc, uint32_t who)
+{
+    ring_set_state(r, RING_FAILED, rc, who);
+}
+
 /* First error of the running collective wins; it is logged once, here. */
 static void coll_fail(ring_t *r, int rc, uint32_t who)
 {

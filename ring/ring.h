@@ -112,6 +112,20 @@ int ring_allgather(ring_t *ring, void *buf, size_t block_bytes);
 int ring_barrier(ring_t *ring);
 
 /*
+ * Before the first collective, for a handshake of the owner's: len bytes
+ * to each neighbour (to_left, to_right) and len bytes from each (into
+ * from_left, from_right; with two ranks both are the one neighbour's).
+ * Raw-channel messages of this generation, bounded by deadline_ms. On a
+ * failure (ST_EPEER, ST_EPEER_TIMEOUT, ST_EPEER_FORGED for a wrong size)
+ * *rank_p names the neighbour and the ring is failed. A neighbour whose
+ * answer the owner rejects is the owner's to report (ring_abort, then
+ * ring_destroy closes the endpoints at once).
+ */
+int ring_hello(ring_t *ring, const void *to_left, const void *to_right,
+               void *from_left, void *from_right, size_t len,
+               uint32_t *rank_p);
+
+/*
  * Thread-safe. Makes the collective in progress (and every later one)
  * return ST_EABORTED within the bound, without touching user buffers.
  */

@@ -24,6 +24,7 @@
 #include "checkpoint/ckpt.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "job/job_auth.h"
 #include "proto/proto.h"
 #include "membership/etcd.h"
 #include "membership/mb.h"
@@ -457,6 +458,35 @@ out_destroy:
     return rc;
 }
 
+/* "ringctl", or with a job secret the value signed for the lease that
+ * holds the node's record now. */
+static int drain_value(const ctl_opts_t *o, ctl_etcd_t *c, const char *nkey,
+                       const char *dkey, char **value_p)
+{
+    if (o->job_secret_file == NULL) {
+        *value_p = strdup("ringctl");
+        return *value_p != NULL ? 0 : EXIT_DOWN;
+    }
+    job_auth_t *a = NULL;
+    if (job_auth_load(o->job_secret_file, &a) != 0) {
+        fprintf(stderr, "ringctl: cannot use --job-secret-file %s\n",
+                o->job_secret_file);
+        return EXIT_USAGE;
+    }
+    ctl_reply_t r;
+    int rc = ctl_get(c, nkey, 0, &r);
+    const void *sec;
+    size_t len;
+    job_auth_secret(a, &sec, &len);
+    /* No record: the txn below refuses the drain and says why. */
+    int64_t lease = rc == 0 && r.n_kvs > 0 ? r.kvs[0].lease : 0;
+    if (rc == 0 && mb_drain_value(sec, len, dkey, lease, value_p) != 0)
+        rc = EXIT_DOWN;
+    ctl_reply_free(&r);
+    job_auth_destroy(a);
+    return rc;
+}
+
 /* The drain key is written only while NODE's record exists (one txn), so
  * a typo or a node that already left is refused rather than leaving a
  * drain request for a future node of that name. */
@@ -478,10 +508,12 @@ static int cmd_drain(const ctl_opts_t *o, char **argv)
     int rc = ctl_open(o, &c);
     if (rc != 0)
         return rc;
-    static const char value[] = "ringctl";
+    char *value = NULL;
+    if ((rc = drain_value(o, &c, nkey, dkey, &value)) != 0)
+        goto out_destroy;
     etcd_cmp_t cmp = {nkey, ETCD_CMP_CREATE, ETCD_CMP_GREATER, 0, NULL, 0};
     etcd_op_t ops[] = {{ETCD_OP_RANGE, dkey, 0, NULL, 0, 0},
-                       {ETCD_OP_PUT, dkey, 0, value, sizeof(value) - 1, 0}};
+                       {ETCD_OP_PUT, dkey, 0, value, strlen(value), 0}};
     rc = ctl_wait(&c, etcd_txn(c.etcd, &cmp, 1, ops, 2, NULL, 0, on_reply,
                                &r), &r);
     if (rc != 0)
@@ -500,6 +532,7 @@ static int cmd_drain(const ctl_opts_t *o, char **argv)
     }
     ctl_reply_free(&r);
 out_destroy:
+    free(value);
     etcd_destroy(c.etcd);
     return rc;
 }
@@ -549,6 +582,7 @@ static void usage(FILE *out)
 "                 client certificate and key ($RINGD_ETCD_CERT,\n"
 "                 $RINGD_ETCD_KEY)\n"
 "  --etcd-user NAME, --etcd-password-file FILE\n"
+"  --job-secret-file FILE   the job's secret: drain signs its request\n"
 "                 etcd user and the file whose first line is its\n"
 "                 password ($RINGD_ETCD_USER, $RINGD_ETCD_PASSWORD_FILE)\n"
 "  --ckpt-dir DIR checkpoint directory for verify (default\n"
@@ -613,6 +647,8 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc &&
                    strcmp(a, "--etcd-password-file") == 0) {
             o.etcd_password_file = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--job-secret-file") == 0) {
+            o.job_secret_file = argv[++i];
         } else {
             fprintf(stderr, "ringctl: unknown option or missing value: "
                     "'%s' (see --help)\n", a);

@@ -20,6 +20,7 @@ typedef struct {
     int json;
     const char *etcd_ca, *etcd_cert, *etcd_key; /* TLS, as ringd's keys */
     const char *etcd_user, *etcd_password_file; /* auth */
+    const char *job_secret_file; /* signs a drain request */
 } ctl_opts_t;
 
 /* What one call left behind: an owned copy of the kvs (values NUL-ended,

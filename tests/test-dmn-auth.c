@@ -1,0 +1,608 @@
+/*
+ * The job secret: the proof's pure core, the secret file's checks, the
+ * ring handshake between two ring threads, and real daemons on a real
+ * etcd: a node with the wrong secret never joins and the job goes on
+ * without it; etcd writes of a process that has etcd access but not the
+ * secret (a registration, a suspect report, a reshape request, a drain
+ * key, a view) change nothing.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "job/job_auth.h"
+#include "job/job_ring-int.h"
+#include "membership/mb.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/task.h"
+
+#define AUTH_JOB "authjob"
+#define AUTH_STEPS 3000
+#define AUTH_STEPS_S "3000"
+
+static const char secret_a[] = "0123456789abcdef-the-job-secret";
+static const char secret_b[] = "0123456789abcdef-another-secret";
+
+TEST_IMPL(dmn_auth_proof)
+{
+    job_auth_t *a = NULL, *b = NULL;
+    ASSERT_OK(job_auth_create(secret_a, strlen(secret_a), &a));
+    ASSERT_OK(job_auth_create(secret_b, strlen(secret_b), &b));
+    uint8_t n1[JOB_AUTH_NONCE_BYTES], n2[JOB_AUTH_NONCE_BYTES];
+    ASSERT_OK(job_auth_nonce(n1));
+    ASSERT_OK(job_auth_nonce(n2));
+    ASSERT(memcmp(n1, n2, sizeof(n1)) != 0);
+    uint8_t p[JOB_AUTH_PROOF_BYTES];
+    ASSERT_OK(job_auth_proof(a, "job", 7, "n0", "n1", n1, n2, p));
+    ASSERT_OK(job_auth_verify(a, "job", 7, "n0", "n1", n1, n2, p));
+    /* Every input is bound: change any one and it fails. */
+    ASSERT_EQ(job_auth_verify(b, "job", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "jo", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 8, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n1", "n0", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n2", n1, n2, p),
+              ST_EPEER_FORGED);
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n1", n2, n1, p),
+              ST_EPEER_FORGED);
+    /* Field boundaries count: "n0"+"n1" is not "n"+"0n1". */
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n", "0n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    p[31] ^= 1;
+    ASSERT_EQ(job_auth_verify(a, "job", 7, "n0", "n1", n1, n2, p),
+              ST_EPEER_FORGED);
+    job_auth_destroy(a);
+    job_auth_destroy(b);
+    /* Too short a secret is refused. */
+    ASSERT_EQ(job_auth_create("short", 5, &a), ST_ECONFIG);
+    return 0;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    ASSERT_MSG(f != NULL, "%s: %s", path, strerror(errno));
+    ASSERT(fputs(text, f) >= 0);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_EQ(chmod(path, mode), 0);
+}
+
+/* A world-readable secret file is refused, by the loader and by ringd's
+ * configuration check (exit 2 with the reason). */
+TEST_IMPL(dmn_auth_secret_file)
+{
+    char *dir = th_mkdtemp("ringd-auth-");
+    ASSERT(dir != NULL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/secret", dir);
+    job_auth_t *a = NULL;
+    write_file(path, "0123456789abcdef\n", 0644);
+    ASSERT_EQ(job_auth_load(path, &a), ST_ECONFIG);
+    write_file(path, "0123456789abcdef\n", 0640);
+    ASSERT_OK(job_auth_load(path, &a));
+    job_auth_destroy(a);
+
+    write_file(path, "0123456789abcdef\n", 0604);
+    td_daemon_t t;
+    td_init(&t, "dmn-auth-cfg");
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/ringd", th_bindir());
+    char *const argv[] = {bin, "--etcd", "http://127.0.0.1:1", "--job", "j",
+                          "--socket", t.sock, "--metrics", "off",
+                          "--job-secret-file", path, NULL};
+    pid_t pid = th_spawn(argv, t.log);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(td_exit_code(pid, 15000), 2);
+    ASSERT(td_file_has(t.log, "readable by every user"));
+    th_rmtree(dir);
+    free(dir);
+    return 0;
+}
+
+typedef struct {
+    fx_etcd_t etcd;
+    td_daemon_t d[3];
+    pid_t trainer[3];
+    char secret_dir[256];
+} auth_job_t;
+
+static void auth_env(auth_job_t *j)
+{
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    char *dir = th_mkdtemp("ringd-auth-");
+    ASSERT(dir != NULL);
+    snprintf(j->secret_dir, sizeof(j->secret_dir), "%s", dir);
+    free(dir);
+    char p[300];
+    snprintf(p, sizeof(p), "%s/a", j->secret_dir);
+    write_file(p, secret_a, 0600);
+    snprintf(p, sizeof(p), "%s/b", j->secret_dir);
+    write_file(p, secret_b, 0600);
+    fx_etcd_start(&j->etcd, 0);
+}
+
+/* Node i of AUTH_JOB with secret file which ("a" or "b"), and its
+ * trainer. */
+static void auth_node(auth_job_t *j, int i, const char *which,
+                      const char *min_nodes)
+{
+    static char ids[3][8], secrets[3][300];
+    char name[32];
+    snprintf(ids[i], sizeof(ids[i]), "n%d", i);
+    snprintf(secrets[i], sizeof(secrets[i]), "%s/%s", j->secret_dir, which);
+    snprintf(name, sizeof(name), "dmn-auth-n%d", i);
+    td_daemon_t *d = &j->d[i];
+    td_init(d, name);
+    d->networked = 1;
+    const char *flags[] = {"--etcd", j->etcd.url, "--job", AUTH_JOB,
+                           "--node-id", ids[i], "--trainers", "1",
+                           "--lease-ttl", "2", "--min-nodes", min_nodes,
+                           "--job-secret-file", secrets[i], NULL};
+    ASSERT_MSG(td_start(d, flags) == 0, "daemon n%d did not start", i);
+    const char *args[] = {"--steps", AUTH_STEPS_S, "--hash-log",
+                          td_path(d, "h"), "--log-every", "100", NULL};
+    j->trainer[i] = td_trainer(d, args, td_path(d, "t.log"));
+}
+
+static void expect_exit0(auth_job_t *j, int i)
+{
+    int rc = td_exit_code(j->trainer[i], 180000);
+    if (rc != 0) {
+        td_dump(td_path(&j->d[i], "t.log"));
+        td_dump(j->d[i].log);
+    }
+    ASSERT_MSG(rc == 0, "trainer of n%d exited %d", i, rc);
+}
+
+/* The two members trained the whole job together, unfenced, and the
+ * last steps ran on a view of the two of them. */
+static void expect_job_of_two(auth_job_t *j)
+{
+    expect_exit0(j, 0);
+    expect_exit0(j, 1);
+    static td_hashes_t h0, h1;
+    td_read_hashes(td_path(&j->d[0], "h"), &h0);
+    td_read_hashes(td_path(&j->d[1], "h"), &h1);
+    ASSERT_EQ(h0.hash[AUTH_STEPS - 1], h1.hash[AUTH_STEPS - 1]);
+    ASSERT_EQ(h0.world[AUTH_STEPS - 1], 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_MSG(!td_file_has(j->d[i].log, "fenced"),
+                   "member n%d was fenced", i);
+}
+
+/* The decimal lease in node's record, read as a foreign etcd client. */
+static long long record_lease(auth_job_t *j, const char *node)
+{
+    char key[MB_KEY_MAX], cmd[1024], buf[2048];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, node, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *l = strstr(buf, "\"lease\":\"");
+    ASSERT_MSG(l != NULL, "no lease in %s's record: %s", node, buf);
+    return strtoll(l + 9, NULL, 10);
+}
+
+/* etcdctl put of value at key, as a process with etcd write access and
+ * no job secret. */
+static void forge(auth_job_t *j, const char *key, const char *value)
+{
+    char args[2048];
+    snprintf(args, sizeof(args), "put %s '%s'", key, value);
+    ASSERT_MSG(fx_etcdctl(&j->etcd, args) == 0, "etcdctl %s failed", args);
+}
+
+static int both_logged(void *p)
+{
+    void **a = p;
+    auth_job_t *j = a[0];
+    return td_file_has(j->d[0].log, a[1]) || td_file_has(j->d[1].log, a[1]);
+}
+
+/* Waits until n0's or n1's log holds needle. */
+static void expect_logged(auth_job_t *j, const char *needle)
+{
+    void *a[2] = {j, (void *)needle};
+    int rc = td_poll(both_logged, a, 30000);
+    if (rc != 0)
+        td_dump(j->d[0].log);
+    ASSERT_MSG(rc == 0, "no member logged '%s'", needle);
+}
+
+static int count_in(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    int n = 0;
+    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    free(s);
+    return n;
+}
+
+static int logged_twice(void *p)
+{
+    void **a = p;
+    auth_job_t *j = a[0];
+    return count_in(j->d[0].log, a[1]) + count_in(j->d[1].log, a[1]) >= 2;
+}
+
+static void expect_logged_twice(auth_job_t *j, const char *needle)
+{
+    void *a[2] = {j, (void *)needle};
+    ASSERT_MSG(td_poll(logged_twice, a, 30000) == 0,
+               "the second '%s' never came", needle);
+}
+
+/* Every step the two members ran was a step of both (no view of one). */
+static void expect_never_alone(auth_job_t *j)
+{
+    static td_hashes_t h0;
+    td_read_hashes(td_path(&j->d[0], "h"), &h0);
+    for (int s = 0; s < AUTH_STEPS; s++)
+        if (h0.have[s])
+            ASSERT_MSG(h0.world[s] == 2, "step %d ran on a view of %d", s,
+                       h0.world[s]);
+}
+
+static void auth_job_end(auth_job_t *j)
+{
+    expect_job_of_two(j);
+    expect_never_alone(j);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&j->d[i], 30000), 0);
+    th_rmtree(j->secret_dir);
+}
+
+/*
+ * A foreign writer copies n1's lease from its record into suspect/n1, as
+ * n0, once without a signature and once with a made-up one: the leader
+ * ignores both (and deletes them), n1 is never evicted.
+ */
+TEST_IMPL(dmn_auth_forged_suspect)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    long long lease = record_lease(&j, "n1");
+    long long by = record_lease(&j, "n0");
+    char key[MB_KEY_MAX], v[512];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_SUSPECT, "n1", 0,
+                     0));
+    snprintf(v, sizeof(v), "{\"by\":\"n0\",\"why\":\"forged\","
+             "\"lease\":\"%lld\"}", lease);
+    forge(&j, key, v);
+    char needle[600];
+    snprintf(needle, sizeof(needle), "ignoring the suspect report %s", key);
+    expect_logged(&j, needle);
+    snprintf(v, sizeof(v), "{\"by\":\"n0\",\"why\":\"forged\","
+             "\"lease\":\"%lld\",\"by_lease\":\"%lld\",\"sig\":\"%064d\"}",
+             lease, by, 0);
+    forge(&j, key, v);
+    expect_logged_twice(&j, needle);
+    auth_job_end(&j);
+    return fx_done();
+}
+
+/*
+ * A foreign writer puts a view of a later generation that leaves n1 out
+ * (and gives n0 a garbage address): both members refuse it as unsigned,
+ * nobody is fenced or trains alone, and the job finishes on the leader's
+ * views.
+ */
+TEST_IMPL(dmn_auth_forged_view)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    char key[MB_KEY_MAX], v[512];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(v, sizeof(v), "{\"generation\":999999,\"step\":0,\"members\":"
+             "[{\"node\":\"n0\",\"host\":\"h\",\"addr\":\"AAAA\",\"lease\":"
+             "\"%lld\",\"slots\":1}],\"joiners\":[]}",
+             record_lease(&j, "n0"));
+    forge(&j, key, v);
+    for (int i = 0; i < 2; i++) {
+        int rc = td_wait_file(j.d[i].log, "refusing the view at revision",
+                              30000);
+        if (rc != 0)
+            td_dump(j.d[i].log);
+        ASSERT_MSG(rc == 0, "n%d did not refuse the forged view", i);
+    }
+    auth_job_end(&j);
+    return fx_done();
+}
+
+/*
+ * n0 and n1 share the job secret; n2 comes with another one. Its node
+ * record carries a signature the leader cannot verify: the leader ignores
+ * the registration (and says so), n2 never gets into a view, and n0 and
+ * n1 finish the job together, never fenced, never alone.
+ */
+TEST_IMPL(dmn_auth_wrong_secret_refused)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    auth_node(&j, 2, "b", "1");
+    ASSERT_OK(td_wait_file(j.d[2].log, "node record written", 30000));
+    expect_logged(&j, "ignoring the registration /ringd/" AUTH_JOB
+                      "/nodes/n2");
+    /* While the members ran, n2 never trained (once they are gone it
+     * may lead a job of its own). */
+    expect_job_of_two(&j);
+    expect_never_alone(&j);
+    ASSERT(!td_file_has(td_path(&j.d[2], "h"), "step "));
+    ASSERT(!td_file_has(j.d[0].log, "3 members"));
+    th_kill(j.trainer[2]);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
+/*
+ * A foreign writer registers n9 under a lease of its own, with a record
+ * copied from n1 (so a valid-looking address and a signature made for
+ * another key and lease): the leader ignores it, no view takes n9 in, and
+ * the job is not stalled on an endpoint nobody answers.
+ */
+TEST_IMPL(dmn_auth_forged_registration)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    char key[MB_KEY_MAX], src[MB_KEY_MAX], cmd[2048];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, "n9", 0, 0));
+    ASSERT_OK(mb_key(src, sizeof(src), AUTH_JOB, MB_KEY_NODE, "n1", 0, 0));
+    snprintf(cmd, sizeof(cmd), "export ETCDCTL_API=3; e='etcdctl "
+             "--endpoints=%s'; l=$($e lease grant 60 | awk '{print $2}'); "
+             "v=$($e get %s --print-value-only); $e put --lease=$l %s \"$v\""
+             " >> %s/forge.log 2>&1", j.etcd.url, src, key, j.etcd.dir);
+    ASSERT_MSG(system(cmd) == 0, "the forged registration failed: %s", cmd);
+    expect_logged(&j, "ignoring the registration /ringd/" AUTH_JOB
+                      "/nodes/n9");
+    auth_job_end(&j);
+    ASSERT(!td_file_has(j.d[0].log, "3 members"));
+    return fx_done();
+}
+
+/* The generation of the view stored in etcd. */
+static long long stored_generation(auth_job_t *j)
+{
+    char key[MB_KEY_MAX], cmd[1024], buf[4096];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *g = strstr(buf, "\"generation\":");
+    ASSERT_MSG(g != NULL, "no view in etcd: %s", buf);
+    return strtoll(g + 13, NULL, 10);
+}
+
+/*
+ * A foreign writer asks, as n1, for a new generation of the current view
+ * (the right generation, n1's lease, no signature): the leader ignores
+ * it, and the job ends on the very view it had.
+ */
+TEST_IMPL(dmn_auth_forged_reshape)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    long long gen = stored_generation(&j);
+    char key[MB_KEY_MAX], v[256];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_RESHAPE, "n1", 0,
+                     0));
+    snprintf(v, sizeof(v), "{\"gen\":\"%lld\",\"why\":\"forged\","
+             "\"lease\":\"%lld\"}", gen, record_lease(&j, "n1"));
+    forge(&j, key, v);
+    expect_logged(&j, "ignoring the reshape request");
+    expect_job_of_two(&j);
+    ASSERT_EQ(stored_generation(&j), gen);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
+/* ringctl drain NODE of AUTH_JOB, with the job secret file or without
+ * (secret NULL); returns its exit code. */
+static int ringctl_drain(auth_job_t *j, const char *node, const char *secret,
+                         const char *out)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    const char *argv[] = {path, "--etcd", j->etcd.url, "--job", AUTH_JOB,
+                          "drain", node, NULL, NULL, NULL};
+    if (secret != NULL) {
+        argv[5] = "--job-secret-file";
+        argv[6] = secret;
+        argv[7] = "drain";
+        argv[8] = node;
+    }
+    int st = -1;
+    pid_t p = th_spawn((char *const *)argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * A drain key written without the job secret (ringctl without
+ * --job-secret-file, as any etcd writer could) is ignored by n1, which
+ * says so and goes on; the same request signed (ringctl
+ * --job-secret-file) drains it.
+ */
+TEST_IMPL(dmn_auth_forged_drain)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    const char *out = td_path(&j.d[0], "drain.out");
+    ASSERT_EQ(ringctl_drain(&j, "n1", NULL, out), 0);
+    ASSERT_OK(td_wait_file(j.d[1].log, "ignoring the drain request", 30000));
+    expect_job_of_two(&j);
+    expect_never_alone(&j);
+    ASSERT(!td_file_has(j.d[1].log, "drained at step"));
+    /* Signed, the request is obeyed (n1's trainer is done: the daemon
+     * drains at once). */
+    char key[MB_KEY_MAX], secret[300];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_DRAIN, "n1", 0, 0));
+    char del[600];
+    snprintf(del, sizeof(del), "del %s", key);
+    ASSERT_EQ(fx_etcdctl(&j.etcd, del), 0);
+    snprintf(secret, sizeof(secret), "%s/a", j.secret_dir);
+    ASSERT_EQ(ringctl_drain(&j, "n1", secret, out), 0);
+    ASSERT_EQ(td_exit_code(j.d[1].pid, 30000), 0);
+    j.d[1].pid = 0;
+    ASSERT_EQ(td_stop(&j.d[0], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
+/* ---- the ring handshake itself, two ring threads in this process ---- */
+
+typedef struct hs_side hs_side_t;
+struct hs_side {
+    const char *secret;
+    int rank;
+    tp_t *tp;
+    const void *addr;
+    size_t addr_len;
+    int rc;
+    uint32_t suspect;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    int *ready;
+    hs_side_t *other;
+};
+
+static void *hs_run(void *arg)
+{
+    hs_side_t *s = arg;
+    hs_side_t *o = s->other;
+    s->rc = tp_create(NULL, &s->tp);
+    if (s->rc != 0)
+        return NULL;
+    tp_address(s->tp, &s->addr, &s->addr_len);
+    pthread_mutex_lock(s->mu);
+    (*s->ready)++;
+    pthread_cond_broadcast(s->cv);
+    while (*s->ready < 2)
+        pthread_cond_wait(s->cv, s->mu);
+    pthread_mutex_unlock(s->mu);
+    static const char *nodes[2] = {"n0", "n1"};
+    mb_member_t m[2] = {{.node = nodes[0]}, {.node = nodes[1]}};
+    const void *addrs[2];
+    size_t lens[2];
+    addrs[s->rank] = s->addr;
+    lens[s->rank] = s->addr_len;
+    addrs[1 - s->rank] = o->addr;
+    lens[1 - s->rank] = o->addr_len;
+    ring_view_t rv = {.generation = 5, .nranks = 2,
+                      .rank = (uint32_t)s->rank, .addrs = addrs,
+                      .addr_lens = lens};
+    ring_opts_t opts;
+    ring_opts_default(&opts);
+    opts.deadline_ms = 10000;
+    ring_t *r = NULL;
+    s->rc = ring_create(s->tp, &rv, &opts, &r);
+    rb_t *b = calloc(1, sizeof(*b));
+    mb_view_t v = {.generation = 5, .members = m, .n_members = 2,
+                   .my_index = s->rank, .source_index = -1};
+    if (s->rc == 0 && b != NULL) {
+        b->job_name = AUTH_JOB;
+        s->rc = job_auth_create(s->secret, strlen(s->secret), &b->auth);
+    }
+    if (s->rc == 0)
+        s->rc = job__ring_auth(b, r, &v, &s->suspect);
+    /* An accepted neighbour's ring carries a collective. */
+    int32_t x = s->rank + 1;
+    if (s->rc == 0)
+        s->rc = ring_allreduce(r, &x, 1, KERN_I32, KERN_SUM) == 0 && x == 3
+                    ? 0
+                    : ST_EPROTO;
+    if (b != NULL)
+        job_auth_destroy(b->auth);
+    free(b);
+    ring_abort(r);
+    ring_destroy(r);
+    return NULL;
+}
+
+/* Both ends' results of one handshake with these secrets. */
+static void handshake(const char *sa, const char *sb, hs_side_t out[2])
+{
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int ready = 0;
+    static hs_side_t sides[2];
+    memset(sides, 0, sizeof(sides));
+    const char *sec[2] = {sa, sb};
+    for (int i = 0; i < 2; i++)
+        sides[i] = (hs_side_t){.secret = sec[i], .rank = i, .mu = &mu,
+                                 .cv = &cv, .ready = &ready,
+                                 .other = &sides[1 - i],
+                                 .suspect = UINT32_MAX};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&th[i], NULL, hs_run, &sides[i]), 0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        out[i] = sides[i];
+        tp_destroy(sides[i].tp);
+    }
+}
+
+/* Neighbours with the same secret pass and run a collective; with
+ * different secrets each refuses the other's proof (ST_EPEER_FORGED,
+ * naming it), before any collective. */
+TEST_IMPL(dmn_auth_ring_handshake)
+{
+    hs_side_t r[2];
+    handshake(secret_a, secret_a, r);
+    for (int i = 0; i < 2; i++)
+        ASSERT_MSG(r[i].rc == 0, "rank %d: %s", i, st_strerror(r[i].rc));
+    handshake(secret_a, secret_b, r);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(r[i].rc, ST_EPEER_FORGED);
+        ASSERT_EQ(r[i].suspect, (uint32_t)(1 - i));
+    }
+    return 0;
+}
