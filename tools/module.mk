@@ -11,6 +11,8 @@ install-tools: $(BUILD)/ringctl
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 755 $(BUILD)/ringctl $(DESTDIR)$(BINDIR)/ringctl
 
-$(BUILD)/ringctl: $(BUILD)/tools/ringctl.o $(BUILD)/libringd_core.a
+$(BUILD)/ringctl: $(BUILD)/tools/ringctl.o $(BUILD)/tools/ringctl-ckpt.o \
+    $(BUILD)/libringd_core.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(CORE_LIB) $(PKG_LIBS) $(LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(PKG_LIBS) \
+	    $(LIBS)

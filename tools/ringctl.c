@@ -27,18 +27,7 @@
 #include "proto/proto.h"
 #include "membership/etcd.h"
 #include "membership/mb.h"
-
-enum { EXIT_OK = 0, EXIT_DOWN = 1, EXIT_USAGE = 2 };
-
-typedef struct {
-    const char *socket;
-    const char *etcd;
-    const char *job;
-    const char *ckpt_dir;
-    int json;
-    const char *etcd_ca, *etcd_cert, *etcd_key; /* TLS, as ringd's keys */
-    const char *etcd_user, *etcd_password_file; /* auth */
-} ctl_opts_t;
+#include "tools/ringctl.h"
 
 typedef struct {
     const char *name;
@@ -153,24 +142,7 @@ static int cmd_status(const ctl_opts_t *o, char **argv)
  * nothing read from etcd is trusted to be NUL-free, printable or small.
  */
 
-/* What one call left behind: an owned copy of the kvs (values NUL-ended,
- * value_len kept) and, for a txn, whether it succeeded. */
-typedef struct {
-    int done;
-    int status;
-    int succeeded;
-    etcd_kv_t *kvs;
-    size_t n_kvs;
-    size_t sub_n_kvs; /* txn: kvs of the first sub-response */
-} ctl_reply_t;
-
-typedef struct {
-    const ctl_opts_t *o;
-    etcd_t *etcd;
-    long run_ms;
-} ctl_etcd_t;
-
-static void ctl_reply_free(ctl_reply_t *r)
+void ctl_reply_free(ctl_reply_t *r)
 {
     for (size_t i = 0; i < r->n_kvs; i++) {
         free((char *)r->kvs[i].key);
@@ -221,7 +193,7 @@ static void on_reply(int status, const etcd_result_t *res, void *data)
 }
 
 /* Say why etcd did not answer; returns the exit code. */
-static int ctl_etcd_fail(const ctl_etcd_t *c, int rc)
+int ctl_etcd_fail(const ctl_etcd_t *c, int rc)
 {
     const char *url = c->o->etcd;
     switch (rc) {
@@ -251,7 +223,7 @@ static int ctl_etcd_fail(const ctl_etcd_t *c, int rc)
 /* Wait for r; 0 or an exit code (the error already reported). On a
  * timeout the request may still be queued: the caller destroys the
  * client before r goes out of scope, which cancels it silently. */
-static int ctl_wait(ctl_etcd_t *c, int queued, ctl_reply_t *r)
+int ctl_wait(ctl_etcd_t *c, int queued, ctl_reply_t *r)
 {
     if (queued != 0)
         return ctl_etcd_fail(c, queued);
@@ -265,7 +237,7 @@ static int ctl_wait(ctl_etcd_t *c, int queued, ctl_reply_t *r)
     return 0;
 }
 
-static int ctl_get(ctl_etcd_t *c, const char *key, int prefix,
+int ctl_get(ctl_etcd_t *c, const char *key, int prefix,
                    ctl_reply_t *r)
 {
     memset(r, 0, sizeof(*r));
@@ -274,7 +246,7 @@ static int ctl_get(ctl_etcd_t *c, const char *key, int prefix,
 
 /* The per-endpoint timeouts of the client, times the endpoints it may
  * try, plus a margin: etcd_run only bounds a client that misbehaves. */
-static int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
+int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
 {
     etcd_config_t cfg = {.endpoints = o->etcd, .connect_timeout_ms = 1000,
                          .request_timeout_ms = 3000,
@@ -310,7 +282,7 @@ static int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c)
 
 /* Copy s into buf with control and non-ASCII bytes as '?', so that text
  * from etcd cannot drive the operator's terminal. */
-static const char *safe(const char *s, char *buf, size_t n)
+const char *ctl_safe(const char *s, char *buf, size_t n)
 {
     size_t i = 0;
     for (; s != NULL && s[i] != '\0' && i + 1 < n; i++) {
@@ -321,7 +293,7 @@ static const char *safe(const char *s, char *buf, size_t n)
     return buf;
 }
 
-static const char *key_tail(const char *key, const char *prefix)
+const char *ctl_key_tail(const char *key, const char *prefix)
 {
     size_t n = strlen(prefix);
     return strncmp(key, prefix, n) == 0 ? key + n : key;
@@ -341,7 +313,7 @@ static int print_node(const etcd_kv_t *kv, const char *node,
     const char *why;
     if (mb_node_parse(node, kv->value, kv->value_len, &rec, &why) != 0) {
         fprintf(stderr, "ringctl: bad node record for '%s' (%zu "
-                "bytes): %s\n", safe(node, b1, sizeof(b1)), kv->value_len,
+                "bytes): %s\n", ctl_safe(node, b1, sizeof(b1)), kv->value_len,
                 why);
         return EXIT_DOWN;
     }
@@ -355,8 +327,8 @@ static int print_node(const etcd_kv_t *kv, const char *node,
         cJSON_AddItemToArray(arr, o);
     } else {
         printf("%-16s %-20s %5d %8lld %-16llx %s\n",
-               safe(node, b1, sizeof(b1)),
-               safe(rec.member.host, b2, sizeof(b2)), rec.member.slots,
+               ctl_safe(node, b1, sizeof(b1)),
+               ctl_safe(rec.member.host, b2, sizeof(b2)), rec.member.slots,
                rec.pid < 0 ? 0 : (long long)rec.pid,
                (unsigned long long)rec.member.lease,
                is_leader ? "yes" : "no");
@@ -400,7 +372,7 @@ static int cmd_members(const ctl_opts_t *o, char **argv)
                "PID", "LEASE", "LEADER");
     for (size_t i = 0; i < nodes.n_kvs; i++) {
         const etcd_kv_t *kv = &nodes.kvs[i];
-        if (print_node(kv, key_tail(kv->key, prefix), lead, arr) != 0)
+        if (print_node(kv, ctl_key_tail(kv->key, prefix), lead, arr) != 0)
             rc = EXIT_DOWN;
     }
     if (arr != NULL) {
@@ -439,17 +411,17 @@ static int print_view(const char *job, const char *text, size_t len,
         printf("generation %llu, step %llu, %zu members, source %s\n",
                (unsigned long long)v->generation,
                (unsigned long long)v->step, v->n_members,
-               src ? safe(src, b1, sizeof(b1)) : "(none)");
+               src ? ctl_safe(src, b1, sizeof(b1)) : "(none)");
     }
     for (size_t i = 0; !json && i < v->n_members; i++) {
         const mb_member_t *m = &v->members[i];
         if (m->joiner)
             printf("%4zu  %-16s %-20s joiner\n", i,
-                   safe(m->node, b1, sizeof(b1)),
-                   safe(m->host, b2, sizeof(b2)));
+                   ctl_safe(m->node, b1, sizeof(b1)),
+                   ctl_safe(m->host, b2, sizeof(b2)));
         else
-            printf("%4zu  %-16s %s\n", i, safe(m->node, b1, sizeof(b1)),
-                   safe(m->host, b2, sizeof(b2)));
+            printf("%4zu  %-16s %s\n", i, ctl_safe(m->node, b1, sizeof(b1)),
+                   ctl_safe(m->host, b2, sizeof(b2)));
     }
     mb_view_free(v);
     return 0;
@@ -495,7 +467,7 @@ static int cmd_drain(const ctl_opts_t *o, char **argv)
     if (node[0] == '\0' || strchr(node, '/') != NULL ||
         strlen(node) > 200) {
         fprintf(stderr, "ringctl: '%s' is not a node name\n",
-                safe(node, b, sizeof(b)));
+                ctl_safe(node, b, sizeof(b)));
         return EXIT_DOWN;
     }
     if (mb_key(nkey, sizeof(nkey), o->job, MB_KEY_NODE, node, 0, 0) ||
@@ -516,7 +488,7 @@ static int cmd_drain(const ctl_opts_t *o, char **argv)
         goto out_destroy;
     if (!r.succeeded) {
         fprintf(stderr, "ringctl: '%s' is not a registered node of job %s "
-                "(see ringctl members)\n", safe(node, b, sizeof(b)),
+                "(see ringctl members)\n", ctl_safe(node, b, sizeof(b)),
                 o->job);
         rc = EXIT_DOWN;
     } else if (r.sub_n_kvs > 0) {
@@ -529,253 +501,6 @@ static int cmd_drain(const ctl_opts_t *o, char **argv)
     ctl_reply_free(&r);
 out_destroy:
     etcd_destroy(c.etcd);
-    return rc;
-}
-
-typedef struct {
-    const etcd_kv_t *kv;
-    const char *step;
-    unsigned long long n;
-    int numeric;
-} ctl_ckpt_t;
-
-static int ckpt_cmp(const void *a, const void *b)
-{
-    const ctl_ckpt_t *x = a, *y = b;
-    if (x->numeric != y->numeric)
-        return y->numeric - x->numeric;
-    if (x->numeric)
-        return x->n < y->n ? -1 : x->n > y->n;
-    return strcmp(x->step, y->step);
-}
-
-/* One line per manifest: its step, then its scalar fields as k=v. A value
- * that is not a JSON object is listed as such and makes the status 1. */
-static int print_ckpt(const ctl_ckpt_t *k, cJSON *arr)
-{
-    char b1[64], b2[128];
-    cJSON *v = cJSON_ParseWithLength(k->kv->value, k->kv->value_len);
-    int ok = cJSON_IsObject(v);
-    if (arr != NULL) {
-        cJSON *o = cJSON_CreateObject();
-        if (k->numeric)
-            cJSON_AddNumberToObject(o, "step", (double)k->n);
-        else
-            cJSON_AddStringToObject(o, "step", k->step);
-        cJSON_AddStringToObject(o, "key", k->kv->key);
-        if (ok)
-            cJSON_AddItemToObject(o, "value", v);
-        else
-            cJSON_Delete(v);
-        cJSON_AddBoolToObject(o, "valid", ok);
-        cJSON_AddItemToArray(arr, o);
-        return ok ? 0 : EXIT_DOWN;
-    }
-    printf("step %s", safe(k->step, b1, sizeof(b1)));
-    if (!ok) {
-        printf("  (not a JSON object: %zu bytes)\n", k->kv->value_len);
-        cJSON_Delete(v);
-        return EXIT_DOWN;
-    }
-    const cJSON *f;
-    cJSON_ArrayForEach(f, v) {
-        char *s = cJSON_IsString(f) ? NULL : cJSON_PrintUnformatted(f);
-        printf("  %s=%s", safe(f->string, b1, sizeof(b1)),
-               safe(cJSON_IsString(f) ? f->valuestring : s ? s : "?", b2,
-                    sizeof(b2)));
-        free(s);
-    }
-    printf("\n");
-    cJSON_Delete(v);
-    return 0;
-}
-
-static int cmd_checkpoints(const ctl_opts_t *o, char **argv)
-{
-    (void)argv;
-    ctl_etcd_t c;
-    ctl_reply_t r;
-    char prefix[MB_KEY_MAX];
-    if (mb_key(prefix, sizeof(prefix), o->job, MB_KEY_CKPTS, NULL, 0, 0))
-        return EXIT_USAGE;
-    int rc = ctl_open(o, &c);
-    if (rc != 0)
-        return rc;
-    rc = ctl_get(&c, prefix, 1, &r);
-    if (rc != 0)
-        goto out_destroy;
-    ctl_ckpt_t *ks = calloc(r.n_kvs ? r.n_kvs : 1, sizeof(*ks));
-    if (ks == NULL) {
-        fprintf(stderr, "ringctl: out of memory\n");
-        rc = EXIT_DOWN;
-        goto out_reply;
-    }
-    for (size_t i = 0; i < r.n_kvs; i++) {
-        char *end;
-        ks[i].kv = &r.kvs[i];
-        ks[i].step = key_tail(r.kvs[i].key, prefix);
-        errno = 0;
-        ks[i].n = strtoull(ks[i].step, &end, 10);
-        ks[i].numeric = ks[i].step[0] >= '0' && ks[i].step[0] <= '9' &&
-                        *end == '\0' && errno == 0;
-    }
-    qsort(ks, r.n_kvs, sizeof(*ks), ckpt_cmp);
-    cJSON *arr = o->json ? cJSON_CreateArray() : NULL;
-    if (r.n_kvs == 0 && arr == NULL)
-        printf("no checkpoints for job %s\n", o->job);
-    int bad = 0;
-    for (size_t i = 0; i < r.n_kvs; i++)
-        bad += print_ckpt(&ks[i], arr) != 0;
-    if (arr != NULL) {
-        char *s = cJSON_PrintUnformatted(arr);
-        if (s != NULL)
-            printf("%s\n", s);
-        free(s);
-        cJSON_Delete(arr);
-    }
-    if (bad > 0) {
-        fprintf(stderr, "ringctl: %d checkpoint record(s) of job %s are "
-                "not JSON objects\n", bad, o->job);
-        rc = EXIT_DOWN;
-    }
-    free(ks);
-out_reply:
-    ctl_reply_free(&r);
-out_destroy:
-    etcd_destroy(c.etcd);
-    return rc;
-}
-
-/* The manifest of step from etcd (--etcd given) or from the directory. */
-static int verify_manifest(const ctl_opts_t *o, const char *root,
-                           unsigned long long step, ckpt_manifest_t **m_p)
-{
-    if (o->etcd == NULL || o->etcd[0] == '\0') {
-        int rc = ckpt_store_load_manifest(root, step, m_p);
-        if (rc != 0)
-            fprintf(stderr, "ringctl: no manifest of step %llu under %s: "
-                    "%s\n", step, root, st_strerror(rc));
-        return rc ? EXIT_DOWN : 0;
-    }
-    ctl_etcd_t c;
-    ctl_reply_t r;
-    char key[MB_KEY_MAX];
-    if (mb_key(key, sizeof(key), o->job, MB_KEY_CKPT, NULL, step, 0) != 0)
-        return EXIT_USAGE;
-    int rc = ctl_open(o, &c);
-    if (rc != 0)
-        return rc;
-    rc = ctl_get(&c, key, 0, &r);
-    if (rc == 0 && r.n_kvs != 1) {
-        fprintf(stderr, "ringctl: no checkpoint of step %llu in etcd (%s)\n",
-                step, key);
-        rc = EXIT_DOWN;
-    } else if (rc == 0 && ckpt_manifest_from_json(r.kvs[0].value,
-                                                  r.kvs[0].value_len,
-                                                  m_p) != 0) {
-        fprintf(stderr, "ringctl: %s is not a valid manifest\n", key);
-        rc = EXIT_DOWN;
-    }
-    if (rc == 0 && (*m_p)->step != step) {
-        fprintf(stderr, "ringctl: %s names step %llu\n", key,
-                (unsigned long long)(*m_p)->step);
-        ckpt_manifest_free(*m_p);
-        rc = EXIT_DOWN;
-    }
-    if (r.done)
-        ctl_reply_free(&r);
-    etcd_destroy(c.etcd);
-    return rc;
-}
-
-/* Decode both copies of every shard of one checkpoint: restorable? */
-static int cmd_verify(const ctl_opts_t *o, char **argv)
-{
-    char *end;
-    errno = 0;
-    unsigned long long step = strtoull(argv[1], &end, 10);
-    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
-        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
-        return EXIT_USAGE;
-    }
-    char root[4096];
-    const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
-    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
-    ckpt_manifest_t *m = NULL;
-    int rc = verify_manifest(o, root, step, &m);
-    if (rc != 0)
-        return rc;
-    static const char *const verdict[] = {
-        "ok", "ok (replica bad)", "repaired-from-replica", "bad"};
-    ckpt_copy_state_t *st = calloc(m->nshards, sizeof(*st));
-    if (st == NULL) {
-        ckpt_manifest_free(m);
-        return EXIT_DOWN;
-    }
-    rc = ckpt_store_check(root, m, st);
-    unsigned repaired = 0;
-    for (uint32_t i = 0; i < m->nshards; i++) {
-        printf("shard %u  %s\n", i, verdict[st[i]]);
-        repaired += st[i] == CKPT_COPY_REPAIRED;
-    }
-    if (rc == 0)
-        printf("step %llu: restorable (%u shards, %u from replicas)\n",
-               step, m->nshards, repaired);
-    else
-        printf("step %llu: NOT restorable\n", step);
-    free(st);
-    ckpt_manifest_free(m);
-    return rc == 0 ? EXIT_OK : EXIT_DOWN;
-}
-
-/*
- * Write the whole state of one checkpoint to a file, each shard decoded
- * and checked (zstd frames, the manifest's xxh64) as a restore does, from
- * its replica where the primary is bad: what ringd.torch.export reads.
- */
-static int cmd_dump(const ctl_opts_t *o, char **argv)
-{
-    char *end;
-    errno = 0;
-    unsigned long long step = strtoull(argv[1], &end, 10);
-    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
-        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
-        return EXIT_USAGE;
-    }
-    char root[4096];
-    const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
-    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
-    ckpt_manifest_t *m = NULL;
-    int rc = verify_manifest(o, root, step, &m);
-    if (rc != 0)
-        return rc;
-    rc = EXIT_DOWN;
-    char *state = malloc(m->total_size ? m->total_size : 1);
-    if (state == NULL)
-        goto out_manifest;
-    for (uint32_t i = 0; i < m->nshards; i++) {
-        int st = ckpt_store_read_shard(root, m, i,
-                                       state + m->shards[i].offset, NULL);
-        if (st != 0) {
-            fprintf(stderr, "ringctl: step %llu shard %u: %s\n", step, i,
-                    st_strerror(st));
-            goto out_state;
-        }
-    }
-    FILE *f = fopen(argv[2], "wb");
-    if (f == NULL || fwrite(state, 1, m->total_size, f) != m->total_size ||
-        fclose(f) != 0) {
-        fprintf(stderr, "ringctl: writing %s: %s\n", argv[2],
-                strerror(errno));
-        goto out_state;
-    }
-    printf("step %llu: %llu bytes in %u shards to %s\n", step,
-           (unsigned long long)m->total_size, m->nshards, argv[2]);
-    rc = EXIT_OK;
-out_state:
-    free(state);
-out_manifest:
-    ckpt_manifest_free(m);
     return rc;
 }
 
