@@ -38,7 +38,8 @@ PLAN_ONLY=0
 KINDS_OPT=${CHAOS_KINDS:-}
 ETCD3=${CHAOS_ETCD3:-0}
 ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
-           slow_link scale_up scale_down etcd_kill disk_full job_restart)
+           slow_link scale_up scale_down etcd_kill disk_full job_restart
+           slow_trainer hung_trainer kill_adjacent)
 usage() {
     echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
          "[--kinds a,b,c] [--etcd3]" >&2
@@ -95,6 +96,7 @@ PER=${CHAOS_STEPS_PER_FAULT:-4000}
 STEPS=$(( FAULTS * PER + 2000 ))
 SETTLE_MS=1500        # quiet time after a recovery before the next fault
 RECOVER_S=60          # no step within this long after a fault: a hang
+STEP_TIMEOUT_MS=20000 # the daemons' --step-timeout (hung_trainer)
 TOL=0.02              # final accuracy vs the reference run
 # Checkpoints every CKPT_EVERY steps into CKDIR, shared by all the nodes
 # (one machine): job_restart resumes from them, disk_full fills their
@@ -318,6 +320,7 @@ start_node() {
         UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos \
         --node-id "node$k" --host "host$h" --socket "$T/node$k.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
+        --step-timeout "$STEP_TIMEOUT_MS" \
         "${CKPT_ARGS[@]}" >"$T/ringd-$k.log" 2>&1 &
     DPID[$k]=$!; PIDS+=($!); ROLE[$!]="daemon node$k"; EXPECT[$!]=ok
     for _ in $(seq 250); do [ -S "$T/node$k.sock" ] && break; sleep 0.02; done
@@ -359,6 +362,7 @@ first_newgen() {
 CRASH_NOTES=()
 RESTARTS=()   # per job_restart: "kill_ms ckpt_step last_step old slots:new slots"
 CKPT_BAD=()   # checkpoint violations
+EVICTED=()    # live nodes evicted for a slow trainer
 MARKS=()      # "step kind" per injected fault, for the plot
 DF_FREED=     # the step at which the last disk_full freed the space
 # A live node's process that exited on its own is a crash: it is recorded
@@ -457,7 +461,7 @@ record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
     # generation than any step logged before it: a step logged after the
     # fault in the old generation was reduced with the victim's data.
     case "$kind" in
-    kill_daemon|kill_trainer|hang_daemon|link_down|scale_down) g0=$(gen_at "$fms") ;;
+    kill_daemon|kill_trainer|hang_daemon|link_down|scale_down|hung_trainer|kill_adjacent) g0=$(gen_at "$fms") ;;
     esac
     # A joiner: the time until it completes a step of its own.
     [ -n "${5:-}" ] && { others=("$5"); pre=-2; g0=; }
@@ -485,6 +489,25 @@ record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
     TIMES[$kind]="${TIMES[$kind]:-} $ms"
     log "  $kind: recovered: step $rstep completed ${ms} ms after the fault$(
         [ -n "$g0" ] && echo " (generation $rgen; $g0 at the fault)")"
+}
+
+# disk_full's end, at fault + 4 s (in a helper): the checkpoints complete
+# before the fault must be intact; then the space is freed. Retention may
+# retire an old one once a newer checkpoint completed (a write can still
+# fit while dd fills the disk): only then may one be gone.
+df_check_and_free() { # BEFORE_STEPS NEWEST_BEFORE SUMS OUT
+    local st d
+    for st in $1; do
+        d="$CKJOB/step-$(printf %020d "$st")"
+        if [ ! -f "$d/MANIFEST.json" ]; then
+            [ "$(newest_ckpt)" -gt "$2" ] ||
+            echo "disk_full: the checkpoint of step $st is no longer complete" >>"$4"
+        elif ! ( cd "$CKDIR" && grep -F " chaos/step-$(printf %020d "$st")/" "$3" |
+                 md5sum -c --quiet >/dev/null 2>&1 ); then
+            echo "disk_full: the checkpoint of step $st changed while the disk was full" >>"$4"
+        fi
+    done
+    rm -f "$CKDIR/fill"
 }
 
 for f in "${PLAN[@]}"; do
@@ -516,6 +539,11 @@ for f in "${PLAN[@]}"; do
     scale_down)
         if [ ${#LIVE[@]} -le 2 ]; then
             skip "$kind" "2 nodes left"
+            log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
+        fi ;;
+    kill_adjacent)
+        if [ ${#LIVE[@]} -le 3 ]; then
+            skip "$kind" "3 nodes or fewer left"
             log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
         fi ;;
     esac
@@ -561,6 +589,51 @@ for f in "${PLAN[@]}"; do
             LIVE+=("$v"); start_trainer "$v"
         fi
         log "  node$v's trainer restarted"
+        ;;
+    slow_trainer)
+        # A trainer paused longer than the ring deadline (10 s) but not the
+        # step timeout: an evaluation or a data-loader stall. Nobody may be
+        # evicted; the job waits. Recovery is the first step after it.
+        g0=$(gen_at "$fms")
+        log "fault $kind: SIGSTOP node$v's trainer for 12 s (step $pre)"
+        kill -STOP "${TPID[$v]}"
+        later 12000 kill -CONT "${TPID[$v]}"
+        settle
+        record "$kind" "$fms" "" "$pre"
+        g1=$(gen_at "$(now_ms)")
+        if [ -n "$g0" ] && [ -n "$g1" ] && [ "$g1" != "$g0" ]; then
+            EVICTED+=("slow_trainer: the view changed ($g0 -> $g1) for a slow trainer")
+            log "  $kind: EVICTION: generation $g0 -> $g1"
+        fi
+        ;;
+    hung_trainer)
+        # A trainer stopped past --step-timeout: its node steps out and the
+        # others go on; resumed 5 s later, it rejoins.
+        ms=$(( STEP_TIMEOUT_MS + 5000 ))
+        log "fault $kind: SIGSTOP node$v's trainer for $((ms / 1000)) s (step $pre)"
+        kill -STOP "${TPID[$v]}"
+        later "$ms" kill -CONT "${TPID[$v]}"
+        drop_live "$v"
+        record "$kind" "$fms" "$v" "$pre"
+        settle; LIVE+=("$v"); log "  node$v's trainer continued"
+        ;;
+    kill_adjacent)
+        # Two ring neighbours SIGKILLed at once. Ring order: each live
+        # daemon's index in the newest view it logged.
+        mapfile -t ring < <(for k in "${LIVE[@]}"; do
+            sed -n "s/.*mb node$k: view \([0-9]*\), [0-9]* members, index \([0-9]*\).*/\1 \2 $k/p" \
+                "$T/ringd-$k.log" | tail -1
+        done | sort -k1,1nr -k2,2n | awk 'NR == 1 { g = $1 } $1 == g { print $3 }')
+        [ ${#ring[@]} -ge 2 ] || mapfile -t ring < <(printf '%s\n' "${LIVE[@]}" | sort -n)
+        i=$(( r % ${#ring[@]} )); v=${ring[$i]}; w=${ring[$(( (i + 1) % ${#ring[@]} ))]}
+        log "fault $kind: SIGKILL node$v's and node$w's daemons at once (step $pre)"
+        kill -9 "${DPID[$v]}" "${DPID[$w]}" 2>/dev/null
+        kill_reap "${DPID[$v]}"; kill_reap "${DPID[$w]}"
+        drop_live "$v"; drop_live "$w"
+        record "$kind" "$fms" "$v" "$pre"
+        kill_reap "${TPID[$v]}"; kill_reap "${TPID[$w]}"
+        start_node 1; log "  node$REPLY started as node$v's replacement"
+        start_node 1; log "  node$REPLY started as node$w's replacement"
         ;;
     hang_daemon)
         log "fault $kind: SIGSTOP node$v's daemon for 3 s (step $pre)"
@@ -640,26 +713,16 @@ for f in "${PLAN[@]}"; do
             "(step $pre; complete checkpoints: ${before:-none})"
         dd if=/dev/zero of="$CKDIR/fill" bs=64k status=none 2>/dev/null
         log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "tmpfs: " $1 " used, " $2 " free" }')"
+        # The fault lasts 4 s, whatever the recovery wait says: a helper
+        # checks, while the disk is still full (nothing can be completed
+        # or retired then), that the checkpoints complete before are there
+        # byte for byte, and frees the space at fault + 4 s.
+        dfbad="$T/df-bad.$NFAULTS"; : >"$dfbad"
+        later 4000 df_check_and_free "$before" "$blast" "$sums" "$dfbad"
         record "$kind" "$fms" "" "$pre"
-        # The fault lasts 4 s; before freeing the space (nothing can be
-        # completed or retired while it is full), the checkpoints that
-        # were complete before must be there, byte for byte.
-        sleep "$(awk -v t="$fms" -v n="$(now_ms)" 'BEGIN { x = (t + 4000 - n) / 1000; print (x > 0 ? x : 0) }')"
-        # Retention may retire an old one once a newer checkpoint completed
-        # (a write can still fit while dd fills the disk): only then may
-        # one be gone.
+        settle
         nb=${#CKPT_BAD[@]}
-        for st in $before; do
-            d="$CKJOB/step-$(printf %020d "$st")"
-            if [ ! -f "$d/MANIFEST.json" ]; then
-                [ "$(newest_ckpt)" -gt "$blast" ] ||
-                CKPT_BAD+=("disk_full: the checkpoint of step $st is no longer complete")
-            elif ! ( cd "$CKDIR" && grep -F " chaos/step-$(printf %020d "$st")/" "$sums" |
-                     md5sum -c --quiet >/dev/null 2>&1 ); then
-                CKPT_BAD+=("disk_full: the checkpoint of step $st changed while the disk was full")
-            fi
-        done
-        rm -f "$CKDIR/fill"
+        while IFS= read -r m; do CKPT_BAD+=("$m"); done <"$dfbad"
         DF_FREED=$(max_step)
         log "  tmpfs freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
             "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = "$nb" ] && echo intact || echo DAMAGED)"
@@ -764,6 +827,7 @@ running_snapshot; reap_exited
 # ---- checks ------------------------------------------------------------------------
 FAIL=()
 for m in "${CKPT_BAD[@]}"; do FAIL+=("$m"); done
+for m in "${EVICTED[@]}"; do FAIL+=("$m"); done
 for m in "${CRASH_NOTES[@]}"; do FAIL+=("$m"); done
 CRASHES=${#CRASH_NOTES[@]}
 [ "${FAIL_EARLY:-0}" = 0 ] || FAIL+=("faults skipped because the job neared its end")

@@ -61,6 +61,11 @@ static const cfg_key_t keys[] = {
     {"ring-deadline-ms", K_U32, F(ring_deadline_ms), 100, 3600000, "MS",
      "a ring collective that makes no progress this long fails; membership "
      "(the lease) normally notices a dead node first (default 10000)"},
+    {"step-timeout", K_U32, F(step_timeout_ms), 0, 86400000, "MS",
+     "a trainer that began a step (or got a collective's result) and then "
+     "sends nothing for MS milliseconds makes this node step out of the "
+     "job until it comes back or another trainer connects; 0 = off "
+     "(default 0: the job waits for a slow trainer)"},
     {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",
      "set UCX_KEY=VAL for UCX (repeatable), e.g. TLS=tcp"},
     {"socket-group", K_STR, F(socket_group), 0, 0, "GROUP",

@@ -46,6 +46,8 @@ enum {
     DMN_CONN_F_MEMBER = 1u << 0,    /* took part in a step already */
     DMN_CONN_F_BYE = 1u << 1,       /* said goodbye: a clean leave */
     DMN_CONN_F_HAS_STATE = 1u << 2, /* registered a state region */
+    DMN_CONN_F_STALLED = 1u << 3,   /* timed out in a step (--step-
+                                       timeout): its next call redoes it */
 };
 
 /* One client connection (a trainer, or ringctl asking for status). */
@@ -71,6 +73,7 @@ typedef struct dmn_conn {
     uint32_t coll_msg_seq; /* POSTED: the COLL to answer */
     proto_coll_req_t coll;
     uint32_t local_rank;
+    uint64_t active_ms;   /* when it last entered DMN_CONN_ACTIVE */
 } dmn_conn_t;
 
 /* In the current step (ACTIVE or POSTED). */
@@ -122,6 +125,7 @@ typedef struct {
     double last_recovery_seconds;
     uint64_t trainers_joined;
     uint64_t trainers_lost;
+    uint64_t trainers_stalled; /* timed out in a step (--step-timeout) */
     uint64_t proto_errors;
     uint64_t ckpt_requests;
     uint64_t ckpt_taken;
@@ -192,6 +196,7 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     uv_timer_t drain_timer;
+    uv_timer_t stall_timer; /* --step-timeout checks */
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
@@ -258,6 +263,8 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
+/* --step-timeout: start the periodic check (a no-op when off). */
+void dmn__step_stall_start(dmn_t *d);
 /* Unmap a client buffer now, or once the collective in flight (which may
  * be writing into it on the backend's thread) completes. */
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);

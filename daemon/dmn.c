@@ -90,6 +90,8 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
         d->hooks = *hooks;
     uv_timer_init(loop, &d->drain_timer);
     d->drain_timer.data = d;
+    uv_timer_init(loop, &d->stall_timer);
+    d->stall_timer.data = d;
     uv_timer_init(loop, &d->lag_timer);
     d->lag_timer.data = d;
     d->lag_due_ns = rd_now_ns() + DMN_LAG_PERIOD_MS * 1000000ULL;
@@ -115,6 +117,7 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = dmn__metrics_start(d);
     if (rc != 0)
         goto err_metrics;
+    dmn__step_stall_start(d);
     *d_p = d;
     return 0;
 
@@ -129,8 +132,10 @@ err_timer:
     /* d is freed when its last handle has closed (the caller runs the
      * loop, as after dmn_destroy). */
     d->flags |= DMN_F_DESTROYING;
-    d->open_handles++;
+    d->open_handles += 3;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
     return rc;
 }
 
@@ -172,8 +177,9 @@ void dmn_destroy(dmn_t *d)
     dmn__server_stop(d);
     dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
-    d->open_handles += 2;
+    d->open_handles += 3;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
     job_destroy(d->be);
     /* d is freed by the last close callback, once the caller runs the

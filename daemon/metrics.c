@@ -115,6 +115,9 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_trainers_lost_total", "counter",
            "Trainers that vanished without saying goodbye.",
            st->trainers_lost);
+    metric(s, "ringd_trainers_stalled_total", "counter",
+           "Trainers taken out of a step by --step-timeout.",
+           st->trainers_stalled);
     metric(s, "ringd_steps_total", "counter", "Steps completed.",
            st->steps);
     metric(s, "ringd_aborted_steps_total", "counter",

@@ -85,6 +85,8 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
              conn_state_name(next));
     if (next == DMN_CONN_CLOSED)
         c->flags &= ~DMN_CONN_F_MEMBER; /* no longer a trainer here */
+    if (next == DMN_CONN_ACTIVE)
+        c->active_ms = dmn__now_ms(); /* the trainer's turn begins */
     c->cstate = next;
 }
 
@@ -366,6 +368,7 @@ static void try_start(dmn_t *d)
 
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
+    c->flags &= ~DMN_CONN_F_STALLED;
     if (d->state == DMN_STEP_DRAINED) {
         dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
         dmn__reply_status(c, PROTO_T_STEP_BEGIN, seq, RINGD_ESHUTDOWN);
@@ -579,6 +582,12 @@ static void launch(dmn_t *d)
 void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req)
 {
+    if (c->flags & DMN_CONN_F_STALLED) {
+        /* Back from a step it was timed out of: redo it. */
+        c->flags &= ~DMN_CONN_F_STALLED;
+        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
+        return;
+    }
     if (dmn__conn_in_step(c) && d->state == DMN_STEP_BROKEN) {
         leave_to_redo(d, c);
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
@@ -622,6 +631,14 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
+    if (c->flags & DMN_CONN_F_STALLED) {
+        /* It had its results and was timed out before step_end: the step
+         * did not count here, so it is not done; the next step_begin
+         * brings the trainer back as a joiner with the job's state. */
+        c->flags &= ~DMN_CONN_F_STALLED;
+        dmn__reply_status(c, PROTO_T_STEP_END, seq, RINGD_ERESHAPE);
+        return;
+    }
     if (!dmn__conn_in_step(c)) {
         dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step");
         return;
@@ -671,6 +688,61 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     }
     maybe_close(d);
     try_start(d);
+}
+
+/*
+ * --step-timeout: a trainer whose turn it is (ACTIVE: it began the step or
+ * got a collective's result) and that sent nothing for that long holds up
+ * the whole job. It leaves the step as if lost, but its connection stays:
+ * the node breaks the step, the backend is told (no trainer left: the
+ * node steps out of the job, so the others go on), and the trainer's next
+ * call finds RINGD_ERESHAPE and comes back through step_begin as a joiner.
+ */
+static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
+{
+    d->stats.trainers_stalled++;
+    RD_WARN("trainer %u (pid %d) sent nothing for %llu ms in step %llu "
+            "(--step-timeout %u): taking it out of the step; it rejoins at "
+            "its next call", c->id, (int)c->pid,
+            (unsigned long long)idle_ms, (unsigned long long)d->step,
+            d->cfg->step_timeout_ms);
+    c->flags |= DMN_CONN_F_STALLED;
+    c->flags &= ~DMN_CONN_F_MEMBER;
+    leave_to_redo(d, c);
+    if (d->state == DMN_STEP_RUNNING)
+        step_set_state(d, DMN_STEP_BROKEN);
+    if (d->be->ops->trainer_lost != NULL) {
+        uint32_t remaining = 0;
+        for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+            remaining += dmn__conn_counted(o);
+        d->be->ops->trainer_lost(d->be, 1, remaining);
+    }
+    maybe_close(d);
+    try_start(d);
+}
+
+static void on_stall_check(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    uint64_t now = dmn__now_ms();
+    if (d->state == DMN_STEP_DRAINED)
+        return;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate == DMN_CONN_ACTIVE &&
+            now - c->active_ms >= d->cfg->step_timeout_ms) {
+            stall(d, c, now - c->active_ms);
+            return; /* the list may have changed: next tick */
+        }
+    }
+}
+
+void dmn__step_stall_start(dmn_t *d)
+{
+    uint32_t ms = d->cfg->step_timeout_ms;
+    if (ms == 0)
+        return;
+    uint32_t every = ms / 4 < 50 ? 50 : ms / 4;
+    uv_timer_start(&d->stall_timer, on_stall_check, every, every);
 }
 
 /* The first trainer with a state region, members first: the one whose

@@ -77,6 +77,8 @@ typedef struct {
     /* results */
     int status;
     uint32_t suspect; /* ring rank, when status is a peer failure */
+    uint32_t suspect2; /* the other neighbour, when its endpoint failed too;
+                          UINT32_MAX: none */
     uint64_t step_out;
     int state_replaced;
 } rb_cmd_t;
@@ -127,6 +129,7 @@ typedef struct {
     uv_timer_t defer;
     uv_timer_t suspect_timer;
     char *quiet_node;     /* neighbour that went quiet (deadline) */
+    int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */
 } rb_t;
 

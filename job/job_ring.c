@@ -228,14 +228,32 @@ static void ready_fire(rb_t *b, int status)
         cb(b->ready_arg, status);
 }
 
+/*
+ * A neighbour went quiet (the ring deadline) and no view came within its
+ * lease TTL. If its daemon still renews its lease, it is alive: what the
+ * ring waits for is a slow trainer somewhere (an evaluation, a data
+ * loader), not a failure, and evicting anyone would be wrong. Ask for a
+ * new generation of the same members instead: the leader answers every
+ * member's request with one view, the ring is built again, and it waits
+ * at its first collective for the slow node to come back. Only a
+ * neighbour whose record is gone while no view removed it is suspected.
+ */
 static void on_suspect_timer(uv_timer_t *t)
 {
     rb_t *b = t->data;
     if (b->quiet_node == NULL)
         return;
-    RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
-            "suspecting it", b->quiet_node);
-    mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+    if (mb_member_alive(b->mb, b->quiet_node, b->quiet_lease)) {
+        RD_WARN("ring backend: %s is quiet but its daemon renews its lease "
+                "(a slow trainer, not a failure): asking for a new "
+                "generation of the same members", b->quiet_node);
+        if (b->cur != NULL && b->pending == NULL)
+            (void)mb_request_view(b->mb, "ring deadline, member alive");
+    } else {
+        RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
+                "suspecting it", b->quiet_node);
+        mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+    }
     free(b->quiet_node);
     b->quiet_node = NULL;
 }
@@ -272,6 +290,7 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
     }
     if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
         b->quiet_node = strdup(node);
+        b->quiet_lease = b->cur->members[rank].lease;
         uv_timer_start(&b->suspect_timer, on_suspect_timer,
                        (uint64_t)b->ttl_s * 1000 + 1000, 0);
     }
@@ -302,6 +321,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
                 (unsigned long long)c->view->generation,
                 st_strerror(c->status));
         handle_peer_failure(b, c->status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_SYNCING)
             job_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
@@ -345,6 +365,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
         handle_peer_failure(b, status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "collective failed");
         status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
@@ -357,6 +378,7 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
 {
     if (c->status != 0) {
         handle_peer_failure(b, c->status, c->suspect);
+        handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job_set_state(b, JOB_WAITING, "agreement failed");
         return;
@@ -730,6 +752,25 @@ static const job_ops_t rb_ops = {
     .destroy = rb_destroy,
 };
 
+/*
+ * The ring's deadline hook, on the ring thread. Every member of the
+ * running ring's view is alive until a view says otherwise: a dead daemon
+ * fails its endpoints (UCX), a hung or cut-off one loses its lease, and
+ * either brings a new view, which aborts the collective (mb_on_view,
+ * abort_running). So a quiet rank while no abort was asked is a slow
+ * trainer: wait. Known gap: a daemon whose ring thread is wedged while its
+ * main loop renews the lease is waited for too.
+ */
+static int rt_member_alive(void *arg, uint32_t rank)
+{
+    rb_t *b = arg;
+    (void)rank;
+    pthread_mutex_lock(&b->mu);
+    int alive = !b->abort_flag;
+    pthread_mutex_unlock(&b->mu);
+    return alive;
+}
+
 /* What membership needs, from the job's config. */
 static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
 {
@@ -790,6 +831,8 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->ring_opts);
     if (cfg->ring_deadline_ms > 0)
         b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    b->ring_opts.on_quiet = rt_member_alive;
+    b->ring_opts.on_quiet_arg = b;
     init_sync(b, loop);
 
     tp_config_t tc;

@@ -218,7 +218,7 @@ static int rt_allreduce(ring_t *r, const job_reduce_t *red)
 
 static void rt_run(rb_t *b, rb_cmd_t *c)
 {
-    c->suspect = UINT32_MAX;
+    c->suspect = c->suspect2 = UINT32_MAX;
     switch (c->kind) {
     case CMD_REBUILD:
         c->status = rt_rebuild(b, c);
@@ -244,6 +244,9 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
         else if (c->status == ST_EABORTED)
             c->status = cause; /* a peer broke the ring before this
                                   command began: report that peer */
+        if (cause != 0 &&
+            ring_other_failed(b->ring, c->suspect, &c->suspect2) == 0)
+            c->suspect2 = UINT32_MAX;
     }
 }
 

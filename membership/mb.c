@@ -692,6 +692,15 @@ int mb_lease_valid(mb_t *mb)
     return uv_now(mb->loop) < mb->fence_at_ms;
 }
 
+int mb_member_alive(mb_t *mb, const char *node, int64_t lease)
+{
+    char key[MB_KEY_MAX];
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, node, 0, 0) != 0)
+        return 0;
+    mb_kv_t *kv = mb__mirror_find(mb, key);
+    return kv != NULL && kv->lease == lease;
+}
+
 int mb_is_leader(const mb_t *mb)
 {
     return mb__is_leader((mb_t *)mb);

@@ -162,6 +162,14 @@ int mb_leave(mb_t *mb);
  */
 int mb_lease_valid(mb_t *mb);
 
+/*
+ * 1 while node's incarnation `lease` is registered as far as this
+ * member's mirror of etcd knows: its daemon keeps renewing that lease
+ * (a hung or dead daemon's record is gone within about its TTL). This is
+ * liveness of the daemon, independent of its trainers' progress.
+ */
+int mb_member_alive(mb_t *mb, const char *node, int64_t lease);
+
 mb_state_t mb_state(const mb_t *mb);
 int mb_is_leader(const mb_t *mb);
 /* The lease of the current registration (0 when none). */

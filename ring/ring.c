@@ -420,16 +420,38 @@ static void drain_stale(ring_t *r)
  * neighbour, which starves first, fire first and blame the right rank;
  * the ranks further along only see the cascade. Returns 1 when one fired.
  */
+/* Liveness is not progress: a rank whose daemon is alive only waits for
+ * its trainer. The wait goes on (logged once per deadline); a view change
+ * that removes the rank aborts the collective instead. */
+static int keep_waiting(ring_t *r, uint32_t rank, int64_t quiet_ns)
+{
+    if (r->opts.on_quiet == NULL ||
+        !r->opts.on_quiet(r->opts.on_quiet_arg, rank))
+        return 0;
+    RD_WARN("ring gen %" PRIu64 " seq %u: rank %u quiet for %lld ms but "
+            "alive: waiting for it", r->generation, r->seq, rank,
+            (long long)(quiet_ns / 1000000));
+    return 1;
+}
+
 static int coll_deadline(ring_t *r, int64_t now)
 {
     int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
     for (unsigned i = 0; i < r->nchan; i++) {
-        const ring_chan_t *c = &r->chan[i];
+        ring_chan_t *c = &r->chan[i];
         if (!chan_recvs_done(c) && now - c->last_rx > d) {
+            if (keep_waiting(r, c->from->rank, now - c->last_rx)) {
+                c->last_rx = now;
+                continue;
+            }
             coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
             return 1;
         }
         if (c->next_send > c->sends_done && now - c->last_tx > d) {
+            if (keep_waiting(r, c->to->rank, now - c->last_tx)) {
+                c->last_tx = now;
+                continue;
+            }
             coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
             return 1;
         }

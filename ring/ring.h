@@ -57,6 +57,11 @@ typedef struct {
     ring_wire_t wire;     /* compression of f32 allreduce */
     ring_fail_cb on_fail; /* called once with the suspect's rank */
     void *on_fail_arg;
+    /* At a deadline, on the ring's thread: 1 when the quiet rank is known
+     * to be alive (its daemon holds its lease), so the wait is a slow
+     * trainer, not a failure, and the collective waits on. NULL: fail. */
+    int (*on_quiet)(void *arg, uint32_t rank);
+    void *on_quiet_arg;
 } ring_opts_t;
 
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
@@ -123,6 +128,10 @@ int ring_set_deadline(ring_t *ring, int deadline_ms);
 
 /* The failure that killed the ring: 0, or its code and the suspect rank. */
 int ring_suspect(const ring_t *ring, uint32_t *rank_p);
+
+/* The neighbour other than `named` whose endpoint failed too (both of a
+ * rank's neighbours die at once): 1 with its rank, or 0. */
+int ring_other_failed(const ring_t *ring, uint32_t named, uint32_t *rank_p);
 
 typedef struct {
     uint64_t collectives;    /* completed successfully */

@@ -62,6 +62,18 @@ int ring_suspect(const ring_t *r, uint32_t *rank_p)
     return r->fail_rc;
 }
 
+int ring_other_failed(const ring_t *r, uint32_t named, uint32_t *rank_p)
+{
+    const ring_link_t *l[2] = {&r->left, &r->right};
+    for (int i = 0; i < 2; i++)
+        if (l[i]->fail_rc == ST_EPEER && l[i]->rank != named &&
+            l[i]->rank != r->rank) {
+            *rank_p = l[i]->rank;
+            return 1;
+        }
+    return 0;
+}
+
 void ring_stats(const ring_t *r, ring_stats_t *stats_p)
 {
     *stats_p = r->stats;

@@ -637,11 +637,10 @@ TEST_IMPL(ckpt_full_disk)
 {
     char *root = th_mkdtemp("ringd-ckpt-tmpfs");
     if (mount("tmpfs", root, "tmpfs", 0, "size=2m") != 0) {
-        fprintf(stderr, "cannot mount a small tmpfs (%s): skipped\n",
-                strerror(errno));
+        int err = errno;
         th_rmtree(root);
         free(root);
-        return TEST_SKIP;
+        TEST_SKIP_WHY("cannot mount a small tmpfs: %s", strerror(err));
     }
     size_t n = 1u << 16, size = n * 4; /* 256 KiB of state */
     float *a = malloc(size), *b = malloc(size), *out = malloc(size);

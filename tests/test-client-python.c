@@ -23,6 +23,18 @@
 #define SAN_BUILD 0
 #endif
 
+/* Why the Python tests cannot run here, or NULL. */
+static const char *python_unavailable(const char *py)
+{
+    if (SAN_BUILD)
+        return "sanitizer build: /usr/bin/python3 cannot load an "
+               "ASan-instrumented libringd.so without preloading the "
+               "sanitizer runtime (the plain build runs these tests)";
+    if (access(py, X_OK) != 0)
+        return "/usr/bin/python3 is not installed";
+    return NULL;
+}
+
 static int have_numpy(const char *py, const char *log)
 {
     const char *argv[] = {py, "-c", "import numpy", NULL};
@@ -53,12 +65,12 @@ static char *last_hash(const char *path)
 TEST_IMPL(client_python_two_trainers)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_daemon_t t;
     td_init(&t, "client-py");
     if (!have_numpy(py, td_path(&t, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
     src_path(script, sizeof(script), "examples/trainer.py");
@@ -107,13 +119,13 @@ TEST_IMPL(client_python_two_trainers)
 TEST_IMPL(client_python_errors)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_daemon_t fake, victim;
     td_init(&fake, "client-py-err");
     td_init(&victim, "client-py-kill");
     if (!have_numpy(py, td_path(&fake, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
     src_path(script, sizeof(script), "tests/client-errors.py");
@@ -166,8 +178,8 @@ static int py_stopped(void *pid_p)
 TEST_IMPL(client_python_fenced)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     setenv("UCX_NET_DEVICES", "lo", 1);
     setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
@@ -180,7 +192,7 @@ TEST_IMPL(client_python_fenced)
         d[i].networked = 1;
     }
     if (!have_numpy(py, td_path(&d[0], "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
     src_path(script, sizeof(script), "tests/client-fenced.py");
@@ -243,12 +255,12 @@ static int run(const char *const *argv, const char *log)
 TEST_IMPL(client_python_package)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_daemon_t t;
     td_init(&t, "client-pypkg");
     if (!have_numpy(py, td_path(&t, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char src[600], root[600], lib[600], venv[600], vpy[700], pip[700];
     src_path(src, sizeof(src), "client/python");
     src_path(root, sizeof(root), "Makefile");
@@ -334,12 +346,12 @@ static int py_imports(const char *py, const char *module, const char *log)
 static int run_binding(const char *part)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_daemon_t t;
     td_init(&t, "client-pybind");
     if (!have_numpy(py, td_path(&t, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     if (strcmp(part, "torch") == 0 &&
         !py_imports(py, "import torch", td_path(&t, "torch.log"))) {
         td_dump(td_path(&t, "torch.log"));
@@ -397,12 +409,12 @@ TEST_IMPL(client_python_torch_tensors)
 TEST_IMPL(client_python_elastic_unit)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_daemon_t t;
     td_init(&t, "client-pyel");
     if (!have_numpy(py, td_path(&t, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     if (!py_imports(py, "import torch", td_path(&t, "torch.log"))) {
         TEST_SKIP_WHY("torch cannot be imported by %s", py);
     }
@@ -431,11 +443,11 @@ static int torch_env(td_daemon_t *t, const char *name, char *script,
                      size_t len)
 {
     const char *py = "/usr/bin/python3";
-    if (SAN_BUILD || access(py, X_OK) != 0)
-        return TEST_SKIP;
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
     td_init(t, name);
     if (!have_numpy(py, td_path(t, "numpy.log")))
-        return TEST_SKIP;
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     if (!py_imports(py, "import torch", td_path(t, "torch.log"))) {
         TEST_SKIP_WHY("torch cannot be imported by %s", py);
     }

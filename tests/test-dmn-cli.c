@@ -235,9 +235,8 @@ TEST_IMPL(dmn_metrics_promtool)
 {
     const char *promtool = find_promtool();
     if (promtool == NULL) {
-        fprintf(stderr, "skip: promtool is not installed (Debian package "
-                        "prometheus; make deps installs it)\n");
-        return TEST_SKIP;
+        TEST_SKIP_WHY("promtool is not installed (Debian package "
+                      "prometheus; make deps installs it)");
     }
     td_daemon_t t;
     td_init(&t, "dmn-promtool");
@@ -310,7 +309,7 @@ TEST_IMPL(dmn_systemd_unit_verifies)
                          ? "/bin/systemd-analyze"
                          : NULL;
     if (sa == NULL)
-        return TEST_SKIP;
+        TEST_SKIP_WHY("systemd-analyze is not installed");
     td_daemon_t t;
     td_init(&t, "dmn-unit");
     char src[600];

@@ -47,6 +47,7 @@ static const char *ucx_opt;  /* when set, --ucx-opt */
 static const char *log_level; /* when set, --log-level */
 static const char *stop_in;  /* when set, trainers stop in that step */
 static const char *lease_ttl = "2"; /* --lease-ttl */
+static const char *step_timeout; /* when set, --step-timeout */
 
 /* Daemon i of the job (not started). */
 static void node_init(cluster_t *c, int i, const char *trainers,
@@ -62,7 +63,7 @@ static void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (ckpt_dir != NULL) {
@@ -84,6 +85,10 @@ static void node_init(cluster_t *c, int i, const char *trainers,
     if (log_level != NULL) {
         flags[k++] = "--log-level";
         flags[k++] = log_level;
+    }
+    if (step_timeout != NULL) {
+        flags[k++] = "--step-timeout";
+        flags[k++] = step_timeout;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
@@ -821,7 +826,7 @@ static int in_poll(void *pid_p)
 TEST_IMPL(dmn_ring_trainer_lost_waiting)
 {
 #if !defined(__x86_64__)
-    return TEST_SKIP; /* in_poll knows x86-64 syscall numbers */
+    TEST_SKIP_WHY("in_poll knows x86-64 syscall numbers only");
 #endif
     cluster_env();
     cluster_t c = {.n = 2};
@@ -1071,21 +1076,26 @@ static unsigned worlds_seen(const td_hashes_t *h)
 }
 
 /*
- * Two adjacent daemons (n1, n2 of a 4-node ring) SIGKILLed at once while
- * every trainer is stopped between steps, with a 30 s lease TTL: no lease
- * expiry can remove them in time. n0's ring sees its successor's endpoint
- * fail and n3's its predecessor's while no collective runs; each report
- * must reach the leader (the first collective after the failure returns
- * an abort, and that abort still names the dead neighbour) and go into a
- * view, so the survivors go on as a 2-node job long before either lease
- * runs out (the wait below is shorter than the TTL) and finish every
- * step, bitwise identical. No step runs in a 3-node world: a view that
- * still held a dead node could not complete one.
+ * Two daemons (a, b of a 4-node ring) SIGKILLed at once while every
+ * trainer is stopped between steps, with a 30 s lease TTL: no lease
+ * expiry can remove them in time. The survivors' rings see the failed
+ * endpoints while no collective runs; each failure must reach the leader
+ * (the first command after it returns an abort, and that abort still
+ * names the dead neighbour; a survivor whose two neighbours both died
+ * names both) and go into a view, so the survivors go on as a 2-node job
+ * long before either lease runs out (the wait below is shorter than the
+ * TTL) and finish every step, bitwise identical. No step runs in a
+ * 3-node world: a view that still held a dead node could not complete
+ * one.
  */
-TEST_IMPL(dmn_ring_kill_two_adjacent)
+static int kill_two(int a, int b)
 {
     cluster_env();
     cluster_t c = {.n = 4};
+    int s[2], k = 0;
+    for (int i = 0; i < 4; i++)
+        if (i != a && i != b)
+            s[k++] = i;
     fx_etcd_start(&c.etcd, 0);
     lease_ttl = "30";
     for (int i = 0; i < 4; i++)
@@ -1098,37 +1108,187 @@ TEST_IMPL(dmn_ring_kill_two_adjacent)
     for (int i = 0; i < 4; i++)
         ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
                    "n%d's trainer never stopped after step 100", i);
-    kill(c.d[1].pid, SIGKILL);
-    kill(c.d[2].pid, SIGKILL);
-    th_kill(c.d[1].pid);
-    th_kill(c.d[2].pid);
-    c.d[1].pid = c.d[2].pid = 0;
-    th_kill(c.trainer[1][0]);
-    th_kill(c.trainer[2][0]);
-    ASSERT_OK(td_wait_file(c.d[0].log, "peer endpoint failed", 10000));
-    ASSERT_OK(td_wait_file(c.d[3].log, "peer endpoint failed", 10000));
-    kill(c.trainer[0][0], SIGCONT);
-    kill(c.trainer[3][0], SIGCONT);
-    int rc = td_wait_file(td_path(&c.d[0], "h0"), "world 2", 20000);
-    if (rc != 0) {
-        td_dump(c.d[0].log);
-        td_dump(c.d[3].log);
+    kill(c.d[a].pid, SIGKILL);
+    kill(c.d[b].pid, SIGKILL);
+    th_kill(c.d[a].pid);
+    th_kill(c.d[b].pid);
+    c.d[a].pid = c.d[b].pid = 0;
+    th_kill(c.trainer[a][0]);
+    th_kill(c.trainer[b][0]);
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(td_wait_file(c.d[s[i]].log, "peer endpoint failed",
+                               10000));
+    for (int i = 0; i < 2; i++)
+        kill(c.trainer[s[i]][0], SIGCONT);
+    for (int i = 0; i < 2; i++) {
+        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), "world 2", 20000);
+        if (rc != 0) {
+            td_dump(c.d[s[0]].log);
+            td_dump(c.d[s[1]].log);
+        }
+        ASSERT_MSG(rc == 0, "n%d never went on as a 2-node job before the "
+                            "dead nodes' leases (30 s) could expire", s[i]);
     }
-    ASSERT_MSG(rc == 0, "n0 never went on as a 2-node job before the "
-                        "dead nodes' leases (30 s) could expire");
-    ASSERT_OK(td_wait_file(td_path(&c.d[3], "h0"), "world 2", 20000));
-    expect_exit0(&c, 0, 0, c.trainer[0][0]);
-    expect_exit0(&c, 3, 0, c.trainer[3][0]);
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, s[i], 0, c.trainer[s[i]][0]);
 
-    static td_hashes_t h0, h3;
+    static td_hashes_t h[2];
+    for (int i = 0; i < 2; i++) {
+        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
+        ASSERT_EQ(worlds_seen(&h[i]), (1u << 4) | (1u << 2));
+    }
+    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), 3000);
+    ASSERT_EQ(h[0].world[100], 4);
+    ASSERT_EQ(h[0].world[101], 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[s[i]], 30000), 0);
+    return fx_done();
+}
+
+/* n1 and n2: each survivor has one dead neighbour. */
+TEST_IMPL(dmn_ring_kill_two_adjacent)
+{
+    return kill_two(1, 2);
+}
+
+/* n1 and n3: both neighbours of each survivor die at once. */
+TEST_IMPL(dmn_ring_kill_both_neighbours)
+{
+    return kill_two(1, 3);
+}
+
+/*
+ * --step-timeout: n0's trainer stops itself in step 200, after step_begin
+ * and before its collective, while n1's and n2's wait for it there. After
+ * the timeout n0's daemon names that trainer (its pid), takes it out of
+ * the step and steps out of the job, so n1 and n2 redo step 200 as a
+ * 2-node job instead of waiting. Resumed, the trainer's collective answers
+ * RINGD_ERESHAPE, its step_begin brings n0 back as a joiner with the job's
+ * state, and the three end identical in a 3-node view. n0 logs no step
+ * from 200 until it joined (its step 200 never counted).
+ */
+TEST_IMPL(dmn_ring_step_timeout)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    step_timeout = "1500";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    step_timeout = NULL;
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    char named[64];
+    snprintf(named, sizeof(named), "(pid %d) sent nothing for ",
+             (int)c.trainer[0][0]);
+    int rc = td_wait_file(c.d[0].log, named, 30000);
+    if (rc != 0)
+        td_dump(c.d[0].log);
+    ASSERT_MSG(rc == 0, "n0 never timed its trainer out of the step");
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 2", 30000));
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    static td_hashes_t h0, h1, h2;
     td_read_hashes(td_path(&c.d[0], "h0"), &h0);
-    td_read_hashes(td_path(&c.d[3], "h0"), &h3);
-    ASSERT_EQ(worlds_seen(&h0), (1u << 4) | (1u << 2));
-    ASSERT_EQ(worlds_seen(&h3), (1u << 4) | (1u << 2));
-    ASSERT_EQ(td_same_hashes(&h0, &h3), 3000);
-    ASSERT_EQ(h0.world[100], 4);
-    ASSERT_EQ(h0.world[101], 2);
-    ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
-    ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(td_path(&c.d[0], "t0.log"),
+                                 "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT(h0.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h0.have[s], "n0 logged step %d while out", s);
+    /* n1 and n2 went on as a 2-node job and took n0 back. One of them
+     * may have received a step in the state rather than computed it (it
+     * was one step behind at a view change): it need not log it. */
+    ASSERT_EQ(worlds_seen(&h1), (1u << 3) | (1u << 2));
+    ASSERT_EQ(h1.world[199], 3);
+    for (int s = 0; s < 3000; s++)
+        ASSERT_MSG(h1.have[s] || h2.have[s], "step %d ran nowhere", s);
+    ASSERT_GE(td_same_hashes(&h1, &h2), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h1), 200);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h1.world[2999], 3);
+    char *m = td_http_get(c.d[0].metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    ASSERT_MSG(strstr(m, "ringd_trainers_stalled_total 1\n") != NULL,
+               "n0's /metrics does not count one stalled trainer");
+    free(m);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* For td_poll: the daemon log at path shows three deadlines waited out. */
+static int waited_thrice(void *path)
+{
+    return td_count(path, "alive: waiting for it") >= 3;
+}
+
+/*
+ * Liveness is not progress: n0's trainer stops itself in step 200 for
+ * longer than the ring deadline (2 s here) plus the lease TTL, while n1's
+ * and n2's wait for it in a collective. Their rings' deadlines pass, but
+ * no view removed n0 (its daemon keeps renewing its lease), so the
+ * collective waits on: nobody is suspected, evicted or re-ringed. Resumed
+ * (once a neighbour has waited past a deadline and a TTL, n0's lease
+ * renewed meanwhile), n0's trainer finishes with the others: the job
+ * never left generation 1, every step had all three, all end identical.
+ */
+TEST_IMPL(dmn_ring_slow_trainer)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    deadline = "2000";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    deadline = NULL;
+    stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    /* The event: n1's ring waited past its deadline three times (6 s >
+     * 2 s + the 2 s TTL + 1 s: the old suspicion would have fired). */
+    if (td_poll(waited_thrice, c.d[1].log, 30000) != 0) {
+        td_dump(c.d[1].log);
+        td_dump(c.d[2].log);
+        ASSERT_MSG(0, "n1's ring never waited out three deadlines for n0");
+    }
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    for (int i = 0; i < 3; i++) {
+        ASSERT_MSG(!td_file_has(c.d[i].log, " suspects "),
+                   "n%d suspected a live node", i);
+        ASSERT_MSG(!td_file_has(c.d[i].log, "ring backend: view 2"),
+                   "n%d left generation 1", i);
+        ASSERT(!td_file_has(c.d[i].log, "FENCED"));
+    }
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    for (int s = 0; s < 3000; s++) {
+        ASSERT_MSG(h0.have[s] && h1.have[s] && h2.have[s],
+                   "step %d not logged by all three", s);
+        ASSERT_EQ(h0.gen[s], 1);
+        ASSERT_EQ(h0.world[s], 3);
+    }
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 3000);
+    ASSERT_EQ(td_same_hashes(&h1, &h2), 3000);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }

@@ -59,10 +59,8 @@ TEST_IMPL(fuzz_short)
         present += access(bin, X_OK) == 0;
     }
     if (present == 0) {
-        fprintf(stderr, "fuzz_short: skipped: no harness in %s (clang "
-                "cannot link libFuzzer here, or 'make fuzz-build' was not "
-                "run)\n", fdir);
-        return TEST_SKIP;
+        TEST_SKIP_WHY("no harness in %s (clang cannot link libFuzzer "
+                      "here, or 'make fuzz-build' was not run)", fdir);
     }
     ASSERT_MSG(present == N_TARGETS, "only %zu of %zu harnesses in %s",
                present, N_TARGETS, fdir);
