@@ -6,6 +6,7 @@
 #   make asan       the test suite again under -fsanitize=address,undefined
 #   make bench      run the benchmarks (print TSV tables)
 #   make demo       the demo (see README.md)
+#   make demo-torch the demo with the PyTorch trainer, and DDP beside it
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
 #   make install    what each module installs (PREFIX=/usr/local, DESTDIR)
 #   make deb        Debian packages in build/debs/ (debian/, debhelper)
@@ -76,7 +77,7 @@ DEB_PACKAGES := build-essential pkg-config curl ca-certificates openssl \
     iproute2 iptables iputils-ping gnuplot-nox prometheus clang \
     libfuzzer-14-dev \
     python3-numpy python3-venv python3-pip python3-setuptools python3-wheel \
-    python3-torch python3-torchvision
+    python3-torch python3-torchvision python3-sklearn
 
 include $(sort $(wildcard */module.mk))
 include tests/fuzz/fuzz.mk
@@ -87,7 +88,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo chaos clean install deb
+.PHONY: all deps test asan bench demo demo-torch chaos clean install deb
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -140,6 +141,12 @@ bench: all
 demo: deps
 	$(MAKE) all
 	BUILD=$(BUILD) examples/demo.sh
+
+# The same with the PyTorch trainer, then the job under DDP for the step
+# time (examples/demo-torch.sh says how).
+demo-torch: deps
+	$(MAKE) all
+	BUILD=$(BUILD) examples/demo-torch.sh
 
 # Seeded fault injection through a real job (chaos/README.md). SEED
 # defaults to a random one, which chaos.sh prints for a replay.

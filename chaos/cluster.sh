@@ -185,3 +185,72 @@ rd_host_cmd() {
     [ "$NETNS" = 1 ] && HOST_CMD=(ip netns exec "${PREFIX}h$1" env)
     return 0
 }
+
+# Node $1's daemon for job $3 with --min-nodes $2, one trainer, socket
+# $T/node$1.sock (program $B/ringd, log $T/ringd-$1.log); waits (bounded)
+# for the socket. Sets DPID[$1] (the caller declares DPID associative) and
+# leaves HOST_CMD set for node $1's trainer.
+rd_start_daemon() {
+    local i=$1 min=$2 job=$3 dev=lo
+    [ "$NETNS" = 1 ] && dev=eth0
+    rd_host_cmd "$i"
+    "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
+        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" \
+        "${ETCD_SEC[@]}" --job "$job" --node-id "node$i" --host "host$i" \
+        --socket "$T/node$i.sock" --trainers 1 --lease-ttl 2 \
+        --min-nodes "$min" --metrics off >"$T/ringd-$i.log" 2>&1 &
+    DPID[$i]=$!
+    PIDS+=($!)
+    for _ in $(seq 200); do [ -S "$T/node$i.sock" ] && break; sleep 0.02; done
+    [ -S "$T/node$i.sock" ] || die "node$i's daemon did not start:
+$(tail -5 "$T/ringd-$i.log")"
+}
+
+# The EXIT trap of the demos: kill (by pid) what is in PIDS and still one
+# of our running children (bash's job table: the pid of one that exited
+# earlier may belong to another process by now), reap them, remove the
+# $1 namespaces, and T unless DEMO_KEEP=1 ($2 names the demo).
+rd_cleanup() {
+    local run p
+    run=" $(jobs -rp | tr '\n' ' ') "
+    for p in "${PIDS[@]}"; do
+        [[ "$run" == *" $p "* ]] && kill -9 "$p" 2>/dev/null
+    done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" "$1"
+    if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "$2: kept $T"; else rm -rf "$T"; fi
+}
+
+# Recovery from a step log $1 (lines "step S gen G rank R world W hash H
+# t_ms T ...") and the kill's time $2 (epoch ms): GEN0 and STEP0, the
+# newest generation and step logged before the kill; FIRST_STEP,
+# FIRST_GEN and FIRST_MS, the first step after it of a later generation
+# (a step logged just after the kill in the old generation was reduced
+# with the dead node's data: it says nothing about recovery); and
+# KILL_TO_STEP, FIRST_MS - $2 in whole ms, or "none".
+rd_kill_to_step() {
+    read -r GEN0 STEP0 < <(awk -v k="$2" '$1 == "step" && $12 + 0 <= k {
+        if ($4 + 0 >= g) { g = $4 + 0; s = $2 } } END { print g + 0, s + 0 }' \
+        "$1")
+    FIRST_STEP= FIRST_GEN= FIRST_MS=
+    read -r FIRST_STEP FIRST_GEN FIRST_MS < <(awk -v k="$2" -v g="$GEN0" \
+        '$1 == "step" && $12 + 0 > k && $4 + 0 > g {
+            print $2, $4, $12; exit }' "$1")
+    KILL_TO_STEP=none
+    [ -n "${FIRST_MS:-}" ] && KILL_TO_STEP=$(awk -v a="$FIRST_MS" -v k="$2" \
+        'BEGIN { printf "%d", a - k }')
+    return 0
+}
+
+# The view changes and re-formed rings in daemon log $1, one
+# "EPOCH_MS what" line each, for a timeline.
+rd_ring_events() {
+    local ts rest v
+    grep -h "ring backend: view" "$1" | while read -r ts rest; do
+        v=$(echo "$rest" | sed -n 's/.*ring backend: \(view .*\)/\1/p')
+        echo "$(date -d "$ts" +%s%3N) etcd $v"
+    done
+    grep -h "syncing -> ready" "$1" | while read -r ts rest; do
+        echo "$(date -d "$ts" +%s%3N) ring re-formed, state agreed"
+    done
+}

@@ -30,19 +30,7 @@ PREFIX=${PREFIX:0:8}
 PIDS=()
 NETNS=0
 
-# Only our children still running (bash's job table): the pid of one that
-# exited earlier may belong to another process by now.
-cleanup() {
-    local run
-    run=" $(jobs -rp | tr '\n' ' ') "
-    for p in "${PIDS[@]}"; do
-        [[ "$run" == *" $p "* ]] && kill -9 "$p" 2>/dev/null
-    done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" 5
-    if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo: kept $T"; else rm -rf "$T"; fi
-}
-trap cleanup EXIT
+trap 'rd_cleanup 5 demo' EXIT
 trap 'exit 130' INT TERM
 
 die() { echo "demo: $*" >&2; exit 1; }
@@ -79,19 +67,8 @@ echo "demo: etcd at $ETCD_URL ($([ "$ETCD_SECURE" = 1 ] && echo "TLS, password a
 declare -A DPID TPID
 
 start_node() {
-    local i=$1 min=$2 dev=lo
-    [ "$NETNS" = 1 ] && dev=eth0
-    rd_host_cmd "$i"
-    "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
-        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job demo \
-        --node-id "node$i" --host "host$i" --socket "$T/node$i.sock" \
-        --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
-        >"$T/ringd-$i.log" 2>&1 &
-    DPID[$i]=$!
-    PIDS+=($!)
-    for _ in $(seq 200); do [ -S "$T/node$i.sock" ] && break; sleep 0.02; done
-    [ -S "$T/node$i.sock" ] || die "node$i's daemon did not start:
-$(tail -5 "$T/ringd-$i.log")"
+    local i=$1
+    rd_start_daemon "$i" "$2" demo
     "${HOST_CMD[@]}" "$B/examples/trainer" --socket "$T/node$i.sock" \
         --steps "$STEPS" --log-every $((STEPS / 6)) \
         --hash-log "$T/hash-$i.log" --save "$T/params-$i.bin" \
@@ -117,9 +94,12 @@ echo "demo: etcd and 4 nodes up; training $STEPS steps"
 
 wait_steps $((STEPS / 3))
 KILL_MS=$(now_ms)
-kill -9 "${DPID[2]}"
-KILL_STEP=$(steps_done 1)
-wait "${DPID[2]}" 2>/dev/null
+# The group's stderr also takes bash's "Killed" notice of the daemon.
+{
+    kill -9 "${DPID[2]}"
+    KILL_STEP=$(steps_done 1)
+    wait "${DPID[2]}"
+} 2>/dev/null
 echo "demo: SIGKILL node2's daemon at step $KILL_STEP"
 
 wait_steps $((STEPS * 2 / 3))
@@ -140,19 +120,7 @@ END_MS=$(now_ms)
 
 # ---- report ----------------------------------------------------------------------
 rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
-iso_ms() { date -d "$1" +%s%3N; }
-
-# Hash log: step S gen G rank R world W hash H t_ms T loss L. The newest
-# generation and step node1 logged before the kill, then its first step
-# of a later generation.
-read -r GEN0 STEP0 < <(awk -v k="$KILL_MS" '$1 == "step" && $12 + 0 <= k {
-    if ($4 + 0 >= g) { g = $4 + 0; s = $2 } } END { print g + 0, s + 0 }' \
-    "$T/hash-1.log")
-read -r FIRST_STEP FIRST_GEN FIRST_MS < <(awk -v k="$KILL_MS" -v g="$GEN0" \
-    '$1 == "step" && $12 + 0 > k && $4 + 0 > g { print $2, $4, $12; exit }' \
-    "$T/hash-1.log")
-KILL_TO_STEP=none
-[ -n "${FIRST_MS:-}" ] && KILL_TO_STEP=$((FIRST_MS - KILL_MS))
+rd_kill_to_step "$T/hash-1.log" "$KILL_MS"
 
 echo
 echo "timeline (node1's view; times from the start):"
@@ -164,13 +132,7 @@ echo "timeline (node1's view; times from the start):"
     [ -n "${FIRST_MS:-}" ] && echo "$FIRST_MS first step of generation" \
         "$FIRST_GEN after the kill: step $FIRST_STEP (the last before it:" \
         "generation $GEN0, step $STEP0)"
-    grep -h "ring backend: view" "$T/ringd-1.log" | while read -r ts rest; do
-        v=$(echo "$rest" | sed -n 's/.*ring backend: \(view .*\)/\1/p')
-        echo "$(iso_ms "$ts") etcd $v"
-    done
-    grep -h "syncing -> ready" "$T/ringd-1.log" | while read -r ts rest; do
-        echo "$(iso_ms "$ts") ring re-formed, state agreed"
-    done
+    rd_ring_events "$T/ringd-1.log"
 } | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
 
 JOINED=$(awk '$1 == "step" { print $2; exit }' "$T/hash-5.log" 2>/dev/null)

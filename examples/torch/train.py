@@ -12,10 +12,15 @@ Debian's python3-sklearn), data-parallel through ringd.torch, or with
 Through ringd the five lines that matter are rt.init(), ElasticSampler,
 DistributedOptimizer, elastic.State and elastic.run: a trainer may die or
 join mid-epoch and the job carries on. Prints one line per epoch and
-"final: test_accuracy A step_ms S" at the end.
+"final: test_accuracy A step_ms S" at the end. --step-log FILE appends
+"step S gen G rank R world W hash H t_ms T loss L" once a step's
+reduction is done (T: epoch ms; H: blake2b of the parameters; under --ddp
+S is the local count and G is 0) and --save FILE writes the final
+parameters and buffers as raw bytes: examples/demo-torch.sh reads both.
 """
 import argparse
 import gzip
+import hashlib
 import os
 import sys
 import time
@@ -70,6 +75,8 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--port", type=int, default=29511)
+    ap.add_argument("--step-log")
+    ap.add_argument("--save")
     o = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(1)
@@ -79,8 +86,18 @@ def main():
     from ringd.torch.elastic import ElasticSampler
     sampler = ElasticSampler(range(len(ytr)), batch_size=o.batch, seed=1)
     times = []
+    slog = open(o.step_log, "a", buffering=1) if o.step_log else None
 
-    def one_step(dopt, net):
+    def log_step(step, gen, rank, world, loss):
+        # The same work under ringd and DDP: hash the parameters' bytes.
+        h = hashlib.blake2b(digest_size=8)
+        for p in model.parameters():
+            h.update(p.detach().numpy().tobytes())
+        slog.write("step %d gen %d rank %d world %d hash %s t_ms %.3f "
+                   "loss %.5f\n" % (step, gen, rank, world, h.hexdigest(),
+                                     time.time() * 1000, loss))
+
+    def one_step(dopt, net, v=None):
         if sampler.done():
             if sampler.epoch + 1 >= o.epochs:
                 return False
@@ -91,9 +108,15 @@ def main():
         t0 = time.perf_counter()
         idx = sampler.batch()
         dopt.zero_grad()
-        F.cross_entropy(net(xtr[idx]), ytr[idx]).backward()
+        loss = F.cross_entropy(net(xtr[idx]), ytr[idx])
+        loss.backward()
         dopt.step()
         times.append(time.perf_counter() - t0)
+        if slog is not None:
+            if v is None:
+                log_step(len(times), 0, o.rank, o.world, float(loss))
+            else:
+                log_step(v.step, v.generation, v.rank, v.world, float(loss))
         return True
 
     if o.ddp:
@@ -112,7 +135,11 @@ def main():
         dopt = rt.DistributedOptimizer(
             opt, named_parameters=model.named_parameters())
         state = elastic.State(model=model, optimizer=opt, sampler=sampler)
-        elastic.run(lambda s, v: one_step(dopt, model), state)
+        elastic.run(lambda s, v: one_step(dopt, model, v), state)
+    if o.save:
+        with open(o.save, "wb") as f:
+            for t in model.state_dict().values():
+                f.write(t.detach().contiguous().numpy().tobytes())
     step_ms = 1000 * float(np.median(times[len(times) // 10:]))
     print("final: test_accuracy %.4f step_ms %.2f" %
           (accuracy(model, xte, yte), step_ms), flush=True)
