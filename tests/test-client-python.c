@@ -252,6 +252,30 @@ static int run(const char *const *argv, const char *log)
 /* The package installs with the ordinary tools, offline, and finds
  * libringd.so beside itself or where make install put it, never in the
  * source tree; a wrong RINGD_LIB is a clear error naming it. */
+/* make install into a prefix under t's dir: the package found there
+ * loads the library from $(PREFIX)/lib. */
+static void check_installed(td_daemon_t *t, const char *py, const char *root,
+                            const char *log)
+{
+    char prefix[700], pyset[700], bset[700], pdir[800];
+    snprintf(prefix, sizeof(prefix), "PREFIX=%s/prefix", t->dir);
+    snprintf(bset, sizeof(bset), "BUILD=%s", th_bindir());
+    snprintf(pdir, sizeof(pdir), "%s/prefix/lib/python3/dist-packages",
+             t->dir);
+    const char *make[] = {"/usr/bin/make", "-s", "-C", root, bset, prefix,
+                          "install", NULL};
+    ASSERT_EQ(run(make, log), 0);
+    snprintf(pyset, sizeof(pyset), "%s/prefix/lib/libringd.so", t->dir);
+    setenv("PYTHONPATH", pdir, 1);
+    const char *installed[] = {py, "-c",
+        "import sys, ringd\n"
+        "assert ringd.__file__.startswith(sys.argv[2]), ringd.__file__\n"
+        "assert ringd.lib_path == sys.argv[1], ringd.lib_path\n"
+        "print('installed ok')", pyset, pdir, NULL};
+    ASSERT_EQ(run(installed, log), 0);
+
+}
+
 TEST_IMPL(client_python_package)
 {
     const char *py = "/usr/bin/python3";
@@ -298,23 +322,7 @@ TEST_IMPL(client_python_package)
         "print('beside ok')", venv, NULL};
     ASSERT_EQ(run(beside, log), 0);
 
-    /* make install into a prefix: the library from $(PREFIX)/lib. */
-    char prefix[700], pyset[700], bset[700], pdir[800];
-    snprintf(prefix, sizeof(prefix), "PREFIX=%s/prefix", t.dir);
-    snprintf(bset, sizeof(bset), "BUILD=%s", th_bindir());
-    snprintf(pdir, sizeof(pdir), "%s/prefix/lib/python3/dist-packages",
-             t.dir);
-    const char *make[] = {"/usr/bin/make", "-s", "-C", root, bset, prefix,
-                          "install", NULL};
-    ASSERT_EQ(run(make, log), 0);
-    snprintf(pyset, sizeof(pyset), "%s/prefix/lib/libringd.so", t.dir);
-    setenv("PYTHONPATH", pdir, 1);
-    const char *installed[] = {py, "-c",
-        "import sys, ringd\n"
-        "assert ringd.__file__.startswith(sys.argv[2]), ringd.__file__\n"
-        "assert ringd.lib_path == sys.argv[1], ringd.lib_path\n"
-        "print('installed ok')", pyset, pdir, NULL};
-    ASSERT_EQ(run(installed, log), 0);
+    check_installed(&t, py, root, log);
 
     /* A RINGD_LIB that is wrong is the only place looked at. */
     setenv("RINGD_LIB", td_path(&t, "nowhere/libringd.so"), 1);

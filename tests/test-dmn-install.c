@@ -73,27 +73,12 @@ static void in_tree(const char *dest, const char *path, int x)
         ASSERT_MSG(st.st_mode & S_IXUSR, "%s is not executable", path);
 }
 
-TEST_IMPL(dmn_install_tree)
+/* The unit: its binary and config are in the tree; its user is made by
+ * the installed sysusers.d file; it keeps only CAP_IPC_LOCK. Returns the
+ * unit's text (caller frees); its path in up. */
+static char *check_unit(const char *destdir, char *up, size_t uplen)
 {
-    td_daemon_t t;
-    td_init(&t, "dmn-install");
-    char root[1024], bin[1024], cmd[4096];
-    repo_root(root, sizeof(root));
-    ASSERT(realpath(th_bindir(), bin) != NULL);
-    const char *dest = td_path(&t, "root");
-    char destdir[512];
-    snprintf(destdir, sizeof(destdir), "%s", dest);
-    const char *log = td_path(&t, "install.log");
-    snprintf(cmd, sizeof(cmd), "make -C %s BUILD=%s PREFIX=/usr DESTDIR=%s "
-             "install", root, bin, destdir);
-    if (run_sh(cmd, log) != 0)
-        td_dump(log);
-    ASSERT_EQ(run_sh(cmd, log), 0);
-
-    /* The unit: its binary and config are in the tree; its user is made
-     * by the installed sysusers.d file; it keeps only CAP_IPC_LOCK. */
-    char up[1024];
-    snprintf(up, sizeof(up), "%s/lib/systemd/system/ringd.service",
+    snprintf(up, uplen, "%s/lib/systemd/system/ringd.service",
              destdir);
     char *unit = td_read(up, NULL);
     ASSERT_MSG(unit != NULL, "no unit at %s", up);
@@ -117,8 +102,14 @@ TEST_IMPL(dmn_install_tree)
     ASSERT(td_file_has(sp, "\nu ringd "));
     in_tree(destdir, "/usr/bin/ringctl", 1);
 
-    /* ringd.pc: the library and header where it says; a program builds
-     * and links against the tree with its flags. */
+    return unit;
+}
+
+/* ringd.pc: the library and header where it says; a program builds and
+ * links against the tree with its flags. Returns the .pc's text. */
+static char *check_pkgconfig(td_daemon_t *t, const char *destdir)
+{
+    char cmd[4096];
     char pc[1024];
     snprintf(pc, sizeof(pc), "%s/usr/lib/pkgconfig/ringd.pc", destdir);
     char *pct = td_read(pc, NULL);
@@ -128,14 +119,14 @@ TEST_IMPL(dmn_install_tree)
     snprintf(inc, sizeof(inc), "%s/ringd.h", field(pct, "includedir="));
     in_tree(destdir, lib, 0);
     in_tree(destdir, inc, 0);
-    const char *prog = td_path(&t, "p.c");
+    const char *prog = td_path(t, "p.c");
     FILE *f = fopen(prog, "w");
     ASSERT(f != NULL);
     fputs("#include <ringd.h>\nint main(void) { ringd_client_t *c; "
           "return ringd_connect(&c, \"/nonexistent\", NULL) == 0; }\n", f);
     fclose(f);
     char out[600];
-    snprintf(out, sizeof(out), "%s", td_path(&t, "p"));
+    snprintf(out, sizeof(out), "%s", td_path(t, "p"));
     /* A sanitizer build installs an instrumented library: link the same
      * runtime. */
 #ifdef __SANITIZE_ADDRESS__
@@ -147,11 +138,59 @@ TEST_IMPL(dmn_install_tree)
              "PKG_CONFIG_LIBDIR=%s/usr/lib/pkgconfig pkg-config --cflags "
              "--libs ringd) && LD_LIBRARY_PATH=%s/usr/lib %s", san, prog, out,
              destdir, destdir, destdir, out);
-    const char *clog = td_path(&t, "cc.log");
+    const char *clog = td_path(t, "cc.log");
     int rc = run_sh(cmd, clog);
     if (rc != 0)
         td_dump(clog);
     ASSERT_EQ(rc, 0);
+
+    return pct;
+}
+
+/* systemd-analyze verify, on the installed unit with ExecStart in the
+ * tree (offline it checks that the binary exists): no output. */
+static void verify_unit(td_daemon_t *t, const char *destdir, const char *up)
+{
+    char cmd[4096];
+    int rc;
+    const char *sa = access("/usr/bin/systemd-analyze", X_OK) == 0
+                         ? "/usr/bin/systemd-analyze"
+                         : NULL;
+    if (sa != NULL) {
+        const char *vu = td_path(t, "ringd.service");
+        snprintf(cmd, sizeof(cmd), "sed 's|^ExecStart=/usr/bin/ringd|"
+                 "ExecStart=%s/usr/bin/ringd|' %s > %s && %s verify %s",
+                 destdir, up, vu, sa, vu);
+        const char *vlog = td_path(t, "verify.log");
+        rc = run_sh(cmd, vlog);
+        size_t len = 0;
+        char *vo = td_read(vlog, &len);
+        ASSERT_MSG(rc == 0 && len == 0, "systemd-analyze verify: exit %d:\n%s",
+                   rc, vo ? vo : "");
+        free(vo);
+    }
+}
+
+TEST_IMPL(dmn_install_tree)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-install");
+    char root[1024], bin[1024], cmd[4096];
+    repo_root(root, sizeof(root));
+    ASSERT(realpath(th_bindir(), bin) != NULL);
+    const char *dest = td_path(&t, "root");
+    char destdir[512];
+    snprintf(destdir, sizeof(destdir), "%s", dest);
+    const char *log = td_path(&t, "install.log");
+    snprintf(cmd, sizeof(cmd), "make -C %s BUILD=%s PREFIX=/usr DESTDIR=%s "
+             "install", root, bin, destdir);
+    if (run_sh(cmd, log) != 0)
+        td_dump(log);
+    ASSERT_EQ(run_sh(cmd, log), 0);
+
+    char up[1024];
+    char *unit = check_unit(destdir, up, sizeof(up));
+    char *pct = check_pkgconfig(&t, destdir);
 
     /* The Python package, told where the library went. */
     in_tree(destdir, "/usr/lib/python3/dist-packages/ringd/__init__.py", 0);
@@ -160,24 +199,7 @@ TEST_IMPL(dmn_install_tree)
              "%s/usr/lib/python3/dist-packages/ringd/_config.py", destdir);
     ASSERT(td_file_has(cfg, "\"/usr/lib\""));
 
-    /* systemd-analyze verify, on the installed unit with ExecStart in the
-     * tree (offline it checks that the binary exists): no output. */
-    const char *sa = access("/usr/bin/systemd-analyze", X_OK) == 0
-                         ? "/usr/bin/systemd-analyze"
-                         : NULL;
-    if (sa != NULL) {
-        const char *vu = td_path(&t, "ringd.service");
-        snprintf(cmd, sizeof(cmd), "sed 's|^ExecStart=/usr/bin/ringd|"
-                 "ExecStart=%s/usr/bin/ringd|' %s > %s && %s verify %s",
-                 destdir, up, vu, sa, vu);
-        const char *vlog = td_path(&t, "verify.log");
-        rc = run_sh(cmd, vlog);
-        size_t len = 0;
-        char *vo = td_read(vlog, &len);
-        ASSERT_MSG(rc == 0 && len == 0, "systemd-analyze verify: exit %d:\n%s",
-                   rc, vo ? vo : "");
-        free(vo);
-    }
+    verify_unit(&t, destdir, up);
     free(unit);
     free(pct);
     return 0;
