@@ -254,3 +254,29 @@ rd_ring_events() {
         echo "$(date -d "$ts" +%s%3N) ring re-formed, state agreed"
     done
 }
+
+# rd_timeline WHAT JOINER_LOG DONE: the demos' timeline, node1's view, from
+# T0, KILL_MS/KILL_STEP, JOIN_MS, END_MS, the FIRST_*/GEN0/STEP0 that
+# rd_kill_to_step set and node1's ring events; then the recovery figure and
+# the joiner's first step from its step log.
+rd_timeline() {
+    local what=$1 jlog=$2 done_msg=$3 joined
+    rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
+    echo
+    echo "timeline (node1's view; times from the start):"
+    {
+        echo "$T0 job started: 4 nodes, $what"
+        echo "$KILL_MS SIGKILL node2's daemon (node1 at step $KILL_STEP)"
+        echo "$JOIN_MS node5 started"
+        echo "$END_MS $done_msg"
+        [ -n "${FIRST_MS:-}" ] && echo "${FIRST_MS%.*} first step of" \
+            "generation $FIRST_GEN after the kill: step $FIRST_STEP (the" \
+            "last before it: generation $GEN0, step $STEP0)"
+        rd_ring_events "$T/ringd-1.log"
+    } | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
+    joined=$(awk '$1 == "step" { print $2; exit }' "$jlog" 2>/dev/null)
+    echo "  kill to the first step of a later generation (${FIRST_GEN:-none}," \
+         "step ${FIRST_STEP:-none}): ${KILL_TO_STEP} ms"
+    echo "  node5's first step: step ${joined:-none}" \
+         "($(grep -c . "$jlog" 2>/dev/null || echo 0) steps)"
+}

@@ -152,7 +152,6 @@ for r in 0 1 2 3; do
 done
 
 # ---- report ------------------------------------------------------------------
-rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
 rd_kill_to_step "$T/steps-1.log" "$KILL_MS"
 
 # Median interval between consecutive steps of one generation with 4
@@ -173,24 +172,7 @@ step_ms() {
 STEP_MS=$(step_ms "$T/steps-1.log")
 DDP_STEP_MS=$(step_ms "$T/ddp-steps-0.log")
 
-echo
-echo "timeline (node1's view; times from the start):"
-{
-    echo "$T0 job started: 4 nodes, one train.py each"
-    echo "$KILL_MS SIGKILL node2's daemon (node1 at step $KILL_STEP)"
-    echo "$JOIN_MS node5 started"
-    echo "$END_MS all ringd trainers done"
-    [ -n "${FIRST_MS:-}" ] && echo "${FIRST_MS%.*} first step of generation" \
-        "$FIRST_GEN after the kill: step $FIRST_STEP (the last before it:" \
-        "generation $GEN0, step $STEP0)"
-    rd_ring_events "$T/ringd-1.log"
-} | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
-
-JOINED=$(awk '$1 == "step" { print $2; exit }' "$T/steps-5.log" 2>/dev/null)
-echo "  kill to the first step of a later generation (${FIRST_GEN:-none}," \
-     "step ${FIRST_STEP:-none}): ${KILL_TO_STEP} ms"
-echo "  node5's first step: step ${JOINED:-none}" \
-     "($(grep -c . "$T/steps-5.log" 2>/dev/null || echo 0) steps)"
+rd_timeline "one train.py each" "$T/steps-5.log" "all ringd trainers done"
 
 echo
 echo "training (node1's train.py through ringd):"

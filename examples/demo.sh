@@ -119,27 +119,9 @@ done
 END_MS=$(now_ms)
 
 # ---- report ----------------------------------------------------------------------
-rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
 rd_kill_to_step "$T/hash-1.log" "$KILL_MS"
 
-echo
-echo "timeline (node1's view; times from the start):"
-{
-    echo "$T0 job started: 4 nodes, one trainer each"
-    echo "$KILL_MS SIGKILL node2's daemon (node1 at step $KILL_STEP)"
-    echo "$JOIN_MS node5 started"
-    echo "$END_MS all trainers done"
-    [ -n "${FIRST_MS:-}" ] && echo "$FIRST_MS first step of generation" \
-        "$FIRST_GEN after the kill: step $FIRST_STEP (the last before it:" \
-        "generation $GEN0, step $STEP0)"
-    rd_ring_events "$T/ringd-1.log"
-} | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
-
-JOINED=$(awk '$1 == "step" { print $2; exit }' "$T/hash-5.log" 2>/dev/null)
-echo "  kill to the first step of a later generation (${FIRST_GEN:-none}," \
-     "step ${FIRST_STEP:-none}): ${KILL_TO_STEP} ms"
-echo "  node5's first step: step ${JOINED:-none}" \
-     "($(grep -c . "$T/hash-5.log" 2>/dev/null || echo 0) steps)"
+rd_timeline "one trainer each" "$T/hash-5.log" "all trainers done"
 
 echo
 echo "training (node1's trainer):"
