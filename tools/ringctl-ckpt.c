@@ -173,20 +173,31 @@ static int verify_manifest(const ctl_opts_t *o, const char *root,
 }
 
 /* Decode both copies of every shard of one checkpoint: restorable? */
-int cmd_verify(const ctl_opts_t *o, char **argv)
+/* STEP as given on the command line, the job's checkpoint directory in
+ * root, and its manifest (verified, caller frees): 0 or an exit code. */
+static int open_checkpoint(const ctl_opts_t *o, const char *arg, char *root,
+                           size_t rlen, unsigned long long *step_p,
+                           ckpt_manifest_t **m_p)
 {
     char *end;
     errno = 0;
-    unsigned long long step = strtoull(argv[1], &end, 10);
-    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
-        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
+    unsigned long long step = strtoull(arg, &end, 10);
+    if (arg[0] < '0' || arg[0] > '9' || *end != '\0' || errno) {
+        fprintf(stderr, "ringctl: bad step '%s'\n", arg);
         return EXIT_USAGE;
     }
-    char root[4096];
     const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
-    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
+    snprintf(root, rlen, "%s/%s", o->ckpt_dir, job);
+    *step_p = step;
+    return verify_manifest(o, root, step, m_p);
+}
+
+int cmd_verify(const ctl_opts_t *o, char **argv)
+{
+    char root[4096];
+    unsigned long long step;
     ckpt_manifest_t *m = NULL;
-    int rc = verify_manifest(o, root, step, &m);
+    int rc = open_checkpoint(o, argv[1], root, sizeof(root), &step, &m);
     if (rc != 0)
         return rc;
     static const char *const verdict[] = {
@@ -219,18 +230,10 @@ int cmd_verify(const ctl_opts_t *o, char **argv)
  */
 int cmd_dump(const ctl_opts_t *o, char **argv)
 {
-    char *end;
-    errno = 0;
-    unsigned long long step = strtoull(argv[1], &end, 10);
-    if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || errno) {
-        fprintf(stderr, "ringctl: bad step '%s'\n", argv[1]);
-        return EXIT_USAGE;
-    }
     char root[4096];
-    const char *job = o->job != NULL && o->job[0] ? o->job : "standalone";
-    snprintf(root, sizeof(root), "%s/%s", o->ckpt_dir, job);
+    unsigned long long step;
     ckpt_manifest_t *m = NULL;
-    int rc = verify_manifest(o, root, step, &m);
+    int rc = open_checkpoint(o, argv[1], root, sizeof(root), &step, &m);
     if (rc != 0)
         return rc;
     rc = EXIT_DOWN;
