@@ -19,7 +19,7 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
-#define MAX_RANKS 8
+#define MAX_RANKS 10
 
 typedef struct {
     char *dir;
@@ -329,8 +329,8 @@ static void check_survivors(launch_t *l, int victim, int64_t t_fault,
 /* 256 MiB of f32: long enough that the fault lands mid-collective. */
 #define BIG "--count 67108864 --iters 1000 --expect-fail --deadline 2000"
 
-static void kill_one_mode(const char *mode, const char *tls, int shm,
-                          int n, int victim)
+static void kill_one_mode(const char *mode, const char *extra,
+                          const char *tls, int shm, int n, int victim)
 {
     launch_t l;
     env_setup(tls, shm);
@@ -341,7 +341,7 @@ static void kill_one_mode(const char *mode, const char *tls, int shm,
      */
     if (shm)
         setenv("LSAN_OPTIONS", "detect_leaks=0", 1);
-    launch(&l, n, mode, BIG);
+    launch(&l, n, mode, extra);
     wait_started(&l);
     int64_t t = th_now_ms();
     th_kill(l.pid[victim]);
@@ -353,7 +353,7 @@ static void kill_one_mode(const char *mode, const char *tls, int shm,
 
 static void kill_one(const char *tls, int shm, int n, int victim)
 {
-    kill_one_mode("big", tls, shm, n, victim);
+    kill_one_mode("big", BIG, tls, shm, n, victim);
 }
 
 TEST_IMPL(ring_kill_n3) { kill_one("tcp", 0, 3, 1); return 0; }
@@ -410,6 +410,67 @@ TEST_IMPL(ring_abort_thread_n2)
     launch_t l;
     env_setup("tcp", 0);
     launch(&l, 2, "abort", BIG);
+    wait_started(&l);
+    check_survivors(&l, -1, th_now_ms(), 10000, 0);
+    char *rc = slurp(l.dir, "rc", 0);
+    ASSERT(rc != NULL);
+    ASSERT_EQ(atoi(rc), ST_EABORTED);
+    free(rc);
+    launch_cleanup();
+    return 0;
+}
+
+/*
+ * The two-level ring: every dtype and op, counts 0, 1, N-1 (fewer
+ * elements than segments: empty segments and column rings), a prime and
+ * a prime over many 8 KiB chunks, against the reference and bitwise equal
+ * on every rank; every allreduce must have run on the grid.
+ */
+static void grid_matrix(int n, const char *more)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "--grid 4 --expect-grid %s",
+             more ? more : "");
+    matrix(n, "tcp", 0, extra);
+}
+
+TEST_IMPL(ring_grid_matrix_n4) { grid_matrix(4, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n6) { grid_matrix(6, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n7) { grid_matrix(7, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n9) { grid_matrix(9, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n10) { grid_matrix(10, NULL); return 0; }
+/* One row per host of 5: two rows, not sqrt's three. */
+TEST_IMPL(ring_grid_hosts_n10)
+{
+    grid_matrix(10, "--host-size 5");
+    return 0;
+}
+/* Rows at most 3 wide over 7 ranks: widths 3, 2 and 2. */
+TEST_IMPL(ring_grid_cols_n7) { grid_matrix(7, "--grid-cols 3"); return 0; }
+
+/* Broadcast and allgather (flat), barrier and avg by 2n + 1 (grid). */
+TEST_IMPL(ring_grid_coll_n7)
+{
+    run_ok(7, "coll", "--counts 1,3,4099,30011 --chunk 16384 --grid 4",
+           "tcp", 0);
+    return 0;
+}
+
+/* 16 MiB per allreduce, the last one SIGKILLed mid-way. */
+#define GRID_BIG "--count 4194304 --iters 1000 --expect-fail --deadline 2000 " \
+                 "--grid 4"
+
+TEST_IMPL(ring_grid_kill_n7)
+{
+    kill_one_mode("big", GRID_BIG, "tcp", 0, 7, 5);
+    return 0;
+}
+
+TEST_IMPL(ring_grid_abort_thread_n6)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 6, "abort", GRID_BIG);
     wait_started(&l);
     check_survivors(&l, -1, th_now_ms(), 10000, 0);
     char *rc = slurp(l.dir, "rc", 0);

@@ -1,0 +1,360 @@
+/*
+ * ring_grid.c - the two-level (grid) allreduce: reduce-scatter along the
+ * rows, allreduce along the columns, allgather along the rows, each phase
+ * a run of the channel engine of ring.c (see ring/README.md, "Grid").
+ *
+ * Rows are runs of consecutive ranks (the view orders the nodes of one
+ * host together), balanced: their widths differ by at most one. Row i of
+ * width w reduce-scatters the whole buffer in w segments, the engine's
+ * balanced ones, and leaves its position p owning segment (p + 1) mod w.
+ * The boundaries of both widths' segments, merged, cut the buffer into
+ * intervals; each interval is allreduced on its own column ring, made of
+ * the owners of its elements in every row, in row order. A rank's segment
+ * holds at most three intervals, so it is on at most three column rings
+ * at once (RING_NCHAN engine channels), all of them run together.
+ */
+#include "ring/ring-int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#define GRID_MIN_RANKS 4      /* below this one row would do */
+#define GRID_COL_SHIFT 18     /* a column ring's number in message indices */
+#define GRID_ROW_IDX_MAX (1u << 20)
+#define GRID_COL_IDX_MAX (1u << GRID_COL_SHIFT)
+
+int ring__grid_on(const ring_opts_t *o, uint32_t n)
+{
+    return o->grid_min_nodes > 0 && n >= o->grid_min_nodes &&
+           n >= GRID_MIN_RANKS && o->wire == RING_WIRE_NONE;
+}
+
+/* A row per host when every host has the same number (>= 2) of nodes. */
+static uint32_t rows_by_host(const ring_view_t *v)
+{
+    uint32_t run = 1, h = 0;
+    for (uint32_t i = 1; i <= v->nranks; i++) {
+        if (i < v->nranks && v->hosts[i] == v->hosts[i - 1]) {
+            run++;
+            continue;
+        }
+        if (h != 0 && run != h)
+            return 0;
+        h = run;
+        run = 1;
+    }
+    return h >= 2 && v->nranks / h >= 2 ? v->nranks / h : 0;
+}
+
+/* Rows: grid_cols wide, else one per host, else about sqrt(n). */
+static uint32_t grid_rows(const ring_opts_t *o, const ring_view_t *v)
+{
+    uint32_t n = v->nranks;
+    if (o->grid_cols > 0)
+        return (n + o->grid_cols - 1) / o->grid_cols;
+    uint32_t rows = v->hosts != NULL ? rows_by_host(v) : 0;
+    if (rows != 0)
+        return rows;
+    for (rows = 1; (rows + 1) * (rows + 1) <= n; rows++)
+        ;
+    return rows;
+}
+
+void ring__grid_free(ring_t *r)
+{
+    ring_grid_t *g = r->grid;
+    if (g == NULL)
+        return;
+    for (uint32_t i = 0; g->addrs != NULL && i < r->n; i++)
+        free(g->addrs[i]);
+    free(g->addrs);
+    free(g->addr_lens);
+    free(g->links);
+    free(g->bounds);
+    free(g->row_first);
+    free(g);
+    r->grid = NULL;
+}
+
+static uint32_t row_width(const ring_grid_t *g, uint32_t row)
+{
+    return g->row_first[row + 1] - g->row_first[row];
+}
+
+/* The ranks a grid allreduce may talk to: its own row and the rows above
+ * and below. Their addresses are kept to connect on first use. */
+static int grid_keep_addrs(ring_t *r, const ring_view_t *v)
+{
+    ring_grid_t *g = r->grid;
+    g->addrs = calloc(r->n, sizeof(*g->addrs));
+    g->addr_lens = calloc(r->n, sizeof(*g->addr_lens));
+    if (g->addrs == NULL || g->addr_lens == NULL)
+        return ST_ENOMEM;
+    for (int d = -1; d <= 1; d++) {
+        uint32_t row = ring__mod_n((int64_t)g->row + d, g->rows);
+        for (uint32_t i = g->row_first[row]; i < g->row_first[row + 1];
+             i++) {
+            if (g->addrs[i] != NULL || i == r->rank)
+                continue;
+            g->addrs[i] = malloc(v->addr_lens[i]);
+            if (g->addrs[i] == NULL)
+                return ST_ENOMEM;
+            memcpy(g->addrs[i], v->addrs[i], v->addr_lens[i]);
+            g->addr_lens[i] = v->addr_lens[i];
+        }
+    }
+    return 0;
+}
+
+static int grid_layout(ring_t *r, uint32_t rows)
+{
+    ring_grid_t *g = r->grid;
+    uint32_t base = r->n / rows, extra = r->n % rows;
+    g->rows = rows;
+    g->row_first = calloc(rows + 1, sizeof(*g->row_first));
+    g->links = calloc(r->n, sizeof(*g->links));
+    /* Both widths' segment boundaries, merged: base + 1 + base + 2. */
+    g->bounds = calloc(2 * (size_t)base + 3, sizeof(*g->bounds));
+    if (g->row_first == NULL || g->links == NULL || g->bounds == NULL)
+        return ST_ENOMEM;
+    for (uint32_t i = 0; i <= rows; i++)
+        g->row_first[i] = i * base + (i < extra ? i : extra);
+    for (uint32_t i = 0; i < rows; i++)
+        if (r->rank < g->row_first[i + 1]) {
+            g->row = i;
+            break;
+        }
+    g->col = r->rank - g->row_first[g->row];
+    g->wmin = base;
+    g->wmax = base + (extra != 0);
+    for (uint32_t i = 0; i < r->n; i++) {
+        g->links[i].ring = r;
+        g->links[i].rank = i;
+    }
+    return 0;
+}
+
+int ring__grid_create(ring_t *r, const ring_view_t *v)
+{
+    if (!ring__grid_on(&r->opts, r->n))
+        return 0;
+    uint32_t rows = grid_rows(&r->opts, v);
+    if (rows < 2 || rows >= r->n)
+        return 0; /* one row, or one column: the flat ring is that */
+    r->grid = calloc(1, sizeof(*r->grid));
+    if (r->grid == NULL)
+        return ST_ENOMEM;
+    int rc = grid_layout(r, rows);
+    if (rc == 0)
+        rc = grid_keep_addrs(r, v);
+    if (rc != 0) {
+        RD_ERROR("ring: grid of %u rows: %s", rows, st_strerror(rc));
+        ring__grid_free(r);
+        return rc;
+    }
+    RD_DEBUG("ring: grid of %u rows (%u-%u wide), rank %u at row %u col %u",
+             rows, r->grid->wmin, r->grid->wmax, r->rank, r->grid->row,
+             r->grid->col);
+    return 0;
+}
+
+void ring__grid_close(ring_t *r, int force)
+{
+    ring_grid_t *g = r->grid;
+    for (uint32_t i = 0; g != NULL && i < r->n; i++) {
+        tp_peer_close(g->links[i].peer, force);
+        g->links[i].peer = NULL;
+    }
+}
+
+static ring_link_t *earlier(ring_link_t *a, ring_link_t *b)
+{
+    if (b->fail_rc == 0)
+        return a;
+    return a == NULL || b->fail_order < a->fail_order ? b : a;
+}
+
+ring_link_t *ring__failed_link(ring_t *r)
+{
+    if (r->links_failed == 0)
+        return NULL;
+    ring_link_t *first = earlier(earlier(NULL, &r->left), &r->right);
+    for (uint32_t i = 0; r->grid != NULL && i < r->n; i++)
+        first = earlier(first, &r->grid->links[i]);
+    return first;
+}
+
+/* The link to rank: the flat ring's own, or the grid's, connected now. */
+static int grid_link(ring_t *r, uint32_t rank, ring_link_t **l_p)
+{
+    ring_grid_t *g = r->grid;
+    if (rank == r->left.rank || rank == r->right.rank) {
+        *l_p = rank == r->left.rank ? &r->left : &r->right;
+        return 0;
+    }
+    ring_link_t *l = &g->links[rank];
+    *l_p = l;
+    if (l->peer != NULL || l->fail_rc != 0)
+        return 0;
+    if (g->addrs[rank] == NULL) {
+        RD_ERROR("ring: grid rank %u is not next to row %u", rank, g->row);
+        return ST_EINVAL;
+    }
+    int rc = tp_peer_connect(r->tp, g->addrs[rank], g->addr_lens[rank],
+                             ring__on_peer_fail, l, &l->peer);
+    if (rc != 0)
+        ring__fail(r, rc, rank);
+    return rc;
+}
+
+/* First element of segment x of a row w wide: the engine's chunk_range. */
+static size_t seg_lo(size_t count, uint32_t x, uint32_t w)
+{
+    return count * x / w;
+}
+
+/* The rank of row `row` that owns element e after the reduce-scatter. */
+static uint32_t owner_of(const ring_grid_t *g, uint32_t row, size_t count,
+                         size_t e)
+{
+    uint32_t w = row_width(g, row);
+    /* The last x with count * x / w <= e. */
+    uint32_t x = (uint32_t)(((e + 1) * w - 1) / count);
+    return g->row_first[row] + (x + w - 1) % w;
+}
+
+/* The boundaries of both widths' segments, sorted, without repeats. */
+static uint32_t grid_bounds(ring_grid_t *g, size_t count)
+{
+    uint32_t nb = 0, i = 0, j = 0, w0 = g->wmin, w1 = g->wmax;
+    while (i <= w0 || j <= w1) {
+        size_t a = i <= w0 ? seg_lo(count, i, w0) : SIZE_MAX;
+        size_t b = j <= w1 ? seg_lo(count, j, w1) : SIZE_MAX;
+        size_t x = a < b ? a : b;
+        i += a == x;
+        j += b == x;
+        if (nb == 0 || g->bounds[nb - 1] != x)
+            g->bounds[nb++] = x;
+    }
+    return nb;
+}
+
+/* Phase 0 (reduce-scatter) or 2 (allgather) on my row: channel 0. */
+static int grid_row_setup(ring_t *r, uint8_t *buf, size_t count, int gather,
+                          unsigned *nchan_p)
+{
+    ring_grid_t *g = r->grid;
+    uint32_t w = row_width(g, g->row), first = g->row_first[g->row];
+    ring_chan_t *c = &r->chan[0];
+    *nchan_p = 0;
+    if (w == 1)
+        return 0;
+    int rc = grid_link(r, first + (g->col + 1) % w, &c->to);
+    if (rc == 0)
+        rc = grid_link(r, first + (g->col + w - 1) % w, &c->from);
+    if (rc != 0)
+        return rc;
+    c->id = 0;
+    c->pos = g->col;
+    c->n = w;
+    c->step0 = gather ? w - 1 : 0;
+    c->idx_hi = 0;
+    c->finish = 0; /* the column rings own the chunks */
+    ring__chan_setup(c, buf, 0, count, w);
+    c->nsend = c->nrecv = (w - 1) * c->k;
+    *nchan_p = 1;
+    return 0;
+}
+
+/* Phase 1: a full allreduce on the column ring of each of my intervals. */
+static int grid_col_setup(ring_t *r, uint8_t *buf, size_t count,
+                          unsigned *nchan_p)
+{
+    ring_grid_t *g = r->grid;
+    uint32_t w = row_width(g, g->row), x = (g->col + 1) % w;
+    size_t lo = seg_lo(count, x, w), hi = seg_lo(count, x + 1, w);
+    uint32_t nb = grid_bounds(g, count), q = 0;
+    uint32_t up = ring__mod_n((int64_t)g->row - 1, g->rows);
+    uint32_t down = (g->row + 1) % g->rows;
+    unsigned nchan = 0;
+    *nchan_p = 0;
+    while (q + 1 < nb && g->bounds[q] < lo)
+        q++;
+    for (; q + 1 < nb && g->bounds[q] < hi; q++) {
+        if (nchan == RING_NCHAN) {
+            RD_ERROR("ring: grid segment over %u column rings", nchan);
+            return ST_EINVAL;
+        }
+        ring_chan_t *c = &r->chan[nchan++];
+        size_t b0 = g->bounds[q];
+        int rc = grid_link(r, owner_of(g, down, count, b0), &c->to);
+        if (rc == 0)
+            rc = grid_link(r, owner_of(g, up, count, b0), &c->from);
+        if (rc != 0)
+            return rc;
+        /* A receiver's rings are consecutive intervals, at most three:
+         * q mod 4 tells them apart on the one tag channel. */
+        c->id = 0;
+        c->idx_hi = (q & 3u) << GRID_COL_SHIFT;
+        c->pos = g->row;
+        c->n = g->rows;
+        c->step0 = 0;
+        c->finish = 1;
+        ring__chan_setup(c, buf, b0, g->bounds[q + 1] - b0, g->rows);
+        c->nsend = c->nrecv = 2 * (g->rows - 1) * c->k;
+    }
+    *nchan_p = nchan;
+    return 0;
+}
+
+int ring__grid_wants(const ring_t *r, size_t count, size_t es)
+{
+    const ring_grid_t *g = r->grid;
+    if (g == NULL ||
+        (r->opts.grid_max_bytes != 0 && count * es > r->opts.grid_max_bytes))
+        return 0;
+    /* Message indices: a row's (w - 1) k and a column's 2 (rows - 1) k
+     * must fit their fields; far beyond that the flat ring runs. */
+    size_t celems = r->opts.chunk_bytes / es;
+    size_t k = (count / g->wmin + 1 + celems - 1) / celems + 1;
+    return k * g->wmax < GRID_ROW_IDX_MAX &&
+           k * 2 * g->rows < GRID_COL_IDX_MAX;
+}
+
+/* Between phases: an abort, or a link a later phase needs that failed. */
+static int grid_between(ring_t *r)
+{
+    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
+        ring__fail(r, ST_EABORTED, r->rank);
+    return r->state == RING_FAILED ? r->fail_rc : 0;
+}
+
+int ring__grid_allreduce(ring_t *r, void *buf, size_t count)
+{
+    int64_t t0 = rd_now_ns(), wait_ns = 0;
+    int rc = 0;
+    for (int phase = 0; rc == 0 && phase < 3; phase++) {
+        unsigned nchan = 0;
+        if (phase > 0 && (rc = grid_between(r)) != 0)
+            break;
+        rc = phase == 1 ? grid_col_setup(r, buf, count, &nchan)
+                        : grid_row_setup(r, buf, count, phase == 2, &nchan);
+        if (rc != 0) {
+            RD_ERROR("ring: grid phase %d: %s", phase, st_strerror(rc));
+            ring__fail(r, rc, r->rank); /* unless grid_link named a peer */
+            break;
+        }
+        ring__coll_begin(r, nchan);
+        rc = ring__coll_run(r, &wait_ns);
+    }
+    if (rc != 0)
+        return rc;
+    ring__coll_stats(r, t0, wait_ns);
+    r->stats.collectives++;
+    r->stats.grid++;
+    return 0;
+}
