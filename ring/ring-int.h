@@ -12,7 +12,8 @@
 #include "transport/tp.h"
 
 #define RING_MAX_CHAN 2 /* tag channels of ring data (flat and grid) */
-#define RING_NCHAN 4    /* engine channels: a grid rank's column rings */
+#define RING_NCHAN 2    /* engine channels: two rings, or a grid rank's
+                           column rings (ring_grid.c) */
 #define RING_NO_DEP UINT32_MAX
 
 typedef enum { SLOT_FREE = 0, SLOT_POSTED, SLOT_DONE } ring_slot_state_t;

@@ -9,9 +9,11 @@
  * balanced ones, and leaves its position p owning segment (p + 1) mod w.
  * The boundaries of both widths' segments, merged, cut the buffer into
  * intervals; each interval is allreduced on its own column ring, made of
- * the owners of its elements in every row, in row order. A rank's segment
- * holds at most three intervals, so it is on at most three column rings
- * at once (RING_NCHAN engine channels), all of them run together.
+ * the owners of its elements in every row, in row order. A segment of one
+ * width holds at most one boundary of the other width's inside (segment p
+ * of w - 1 spans (p + p/(w-1), p + 1 + (p+1)/(w-1)) in units of the w
+ * segments, and p <= w - 2), so a rank is on at most two column rings at
+ * once (RING_NCHAN engine channels), run together.
  */
 #include "ring/ring-int.h"
 
@@ -23,7 +25,7 @@
 #include "common/status.h"
 
 #define GRID_MIN_RANKS 4      /* below this one row would do */
-#define GRID_COL_SHIFT 18     /* a column ring's number in message indices */
+#define GRID_COL_SHIFT 19     /* a column ring's number in message indices */
 #define GRID_ROW_IDX_MAX (1u << 20)
 #define GRID_COL_IDX_MAX (1u << GRID_COL_SHIFT)
 
@@ -296,10 +298,10 @@ static int grid_col_setup(ring_t *r, uint8_t *buf, size_t count,
             rc = grid_link(r, owner_of(g, up, count, b0), &c->from);
         if (rc != 0)
             return rc;
-        /* A receiver's rings are consecutive intervals, at most three:
-         * q mod 4 tells them apart on the one tag channel. */
+        /* A receiver's rings are two consecutive intervals at most: the
+         * parity of q tells them apart on the one tag channel. */
         c->id = 0;
-        c->idx_hi = (q & 3u) << GRID_COL_SHIFT;
+        c->idx_hi = (q & 1u) << GRID_COL_SHIFT;
         c->pos = g->row;
         c->n = g->rows;
         c->step0 = 0;
