@@ -67,9 +67,7 @@ typedef struct {
     uint32_t row, col;     /* my row, my position in it */
     uint32_t wmin, wmax;   /* row widths (wmax = wmin or wmin + 1) */
     uint32_t *row_first;   /* [rows + 1]: the first rank of each row */
-    ring_link_t *links;    /* [n]: by rank, connected on first use */
-    void **addrs;          /* [n]: of my row and the two next to it */
-    size_t *addr_lens;
+    ring_link_t *links;    /* [n]: by rank (see grid_connect) */
     size_t *bounds;        /* per allreduce: the merged segment bounds */
 } ring_grid_t;
 

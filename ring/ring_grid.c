@@ -71,10 +71,6 @@ void ring__grid_free(ring_t *r)
     ring_grid_t *g = r->grid;
     if (g == NULL)
         return;
-    for (uint32_t i = 0; g->addrs != NULL && i < r->n; i++)
-        free(g->addrs[i]);
-    free(g->addrs);
-    free(g->addr_lens);
     free(g->links);
     free(g->bounds);
     free(g->row_first);
@@ -87,27 +83,36 @@ static uint32_t row_width(const ring_grid_t *g, uint32_t row)
     return g->row_first[row + 1] - g->row_first[row];
 }
 
-/* The ranks a grid allreduce may talk to: its own row and the rows above
- * and below. Their addresses are kept to connect on first use. */
-static int grid_keep_addrs(ring_t *r, const ring_view_t *v)
+/*
+ * Endpoints to every rank a grid allreduce may talk to, whatever its size:
+ * my row neighbours and the whole rows above and below (which of them
+ * own my intervals depends on the size). Made now, not on first use,
+ * because UCX pairs the k-th endpoint from A to B with the k-th from B to
+ * A: both sides must make theirs in the same rings, even when one of them
+ * fails before a collective that would have needed it. The set is
+ * symmetric (B is in A's iff A is in B's), and the flat ring's own
+ * neighbours keep their one endpoint.
+ */
+static int grid_connect(ring_t *r, const ring_view_t *v)
 {
     ring_grid_t *g = r->grid;
-    g->addrs = calloc(r->n, sizeof(*g->addrs));
-    g->addr_lens = calloc(r->n, sizeof(*g->addr_lens));
-    if (g->addrs == NULL || g->addr_lens == NULL)
-        return ST_ENOMEM;
-    for (int d = -1; d <= 1; d++) {
-        uint32_t row = ring__mod_n((int64_t)g->row + d, g->rows);
-        for (uint32_t i = g->row_first[row]; i < g->row_first[row + 1];
-             i++) {
-            if (g->addrs[i] != NULL || i == r->rank)
-                continue;
-            g->addrs[i] = malloc(v->addr_lens[i]);
-            if (g->addrs[i] == NULL)
-                return ST_ENOMEM;
-            memcpy(g->addrs[i], v->addrs[i], v->addr_lens[i]);
-            g->addr_lens[i] = v->addr_lens[i];
-        }
+    uint32_t w = row_width(g, g->row), first = g->row_first[g->row];
+    uint32_t near[2] = {first + (g->col + 1) % w,
+                        first + (g->col + w - 1) % w};
+    for (uint32_t i = 0; i < r->n; i++) {
+        uint32_t row = 0;
+        while (i >= g->row_first[row + 1])
+            row++;
+        int adjacent = row == (g->row + 1) % g->rows ||
+                       (row + 1) % g->rows == g->row;
+        if (i == r->rank || i == r->left.rank || i == r->right.rank ||
+            !(adjacent || i == near[0] || i == near[1]))
+            continue;
+        int rc = tp_peer_connect(r->tp, v->addrs[i], v->addr_lens[i],
+                                 ring__on_peer_fail, &g->links[i],
+                                 &g->links[i].peer);
+        if (rc != 0)
+            return rc;
     }
     return 0;
 }
@@ -152,9 +157,10 @@ int ring__grid_create(ring_t *r, const ring_view_t *v)
         return ST_ENOMEM;
     int rc = grid_layout(r, rows);
     if (rc == 0)
-        rc = grid_keep_addrs(r, v);
+        rc = grid_connect(r, v);
     if (rc != 0) {
         RD_ERROR("ring: grid of %u rows: %s", rows, st_strerror(rc));
+        ring__grid_close(r, 1);
         ring__grid_free(r);
         return rc;
     }
@@ -190,7 +196,7 @@ ring_link_t *ring__failed_link(ring_t *r)
     return first;
 }
 
-/* The link to rank: the flat ring's own, or the grid's, connected now. */
+/* The link to rank: the flat ring's own, or the grid's. */
 static int grid_link(ring_t *r, uint32_t rank, ring_link_t **l_p)
 {
     ring_grid_t *g = r->grid;
@@ -198,19 +204,12 @@ static int grid_link(ring_t *r, uint32_t rank, ring_link_t **l_p)
         *l_p = rank == r->left.rank ? &r->left : &r->right;
         return 0;
     }
-    ring_link_t *l = &g->links[rank];
-    *l_p = l;
-    if (l->peer != NULL || l->fail_rc != 0)
-        return 0;
-    if (g->addrs[rank] == NULL) {
+    *l_p = &g->links[rank];
+    if (g->links[rank].peer == NULL && g->links[rank].fail_rc == 0) {
         RD_ERROR("ring: grid rank %u is not next to row %u", rank, g->row);
         return ST_EINVAL;
     }
-    int rc = tp_peer_connect(r->tp, g->addrs[rank], g->addr_lens[rank],
-                             ring__on_peer_fail, l, &l->peer);
-    if (rc != 0)
-        ring__fail(r, rc, rank);
-    return rc;
+    return 0;
 }
 
 /* First element of segment x of a row w wide: the engine's chunk_range. */
@@ -347,7 +346,7 @@ int ring__grid_allreduce(ring_t *r, void *buf, size_t count)
                         : grid_row_setup(r, buf, count, phase == 2, &nchan);
         if (rc != 0) {
             RD_ERROR("ring: grid phase %d: %s", phase, st_strerror(rc));
-            ring__fail(r, rc, r->rank); /* unless grid_link named a peer */
+            ring__fail(r, rc, r->rank);
             break;
         }
         ring__coll_begin(r, nchan);

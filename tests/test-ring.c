@@ -480,3 +480,18 @@ TEST_IMPL(ring_grid_abort_thread_n6)
     launch_cleanup();
     return 0;
 }
+
+/* Grid rings of four successive generations in the same processes, with
+ * messages of rendezvous size (default chunk). */
+TEST_IMPL(ring_grid_regen_n4)
+{
+    run_ok(4, "regen", "--counts 262144 --grid 4", "tcp", 0);
+    return 0;
+}
+
+/* The default 1 MiB chunk: rendezvous-sized messages on every sub-ring. */
+TEST_IMPL(ring_grid_big_n4)
+{
+    run_ok(4, "big", "--count 262144 --iters 3 --grid 4", "tcp", 0);
+    return 0;
+}
