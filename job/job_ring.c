@@ -839,6 +839,10 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->ring_opts);
     if (cfg->ring_deadline_ms > 0)
         b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    if (cfg->ring_grid_min_nodes > 0)
+        b->ring_opts.grid_min_nodes = cfg->ring_grid_min_nodes;
+    if (cfg->ring_grid_max_bytes > 0)
+        b->ring_opts.grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
     b->ring_opts.on_quiet = rt_member_alive;
     b->ring_opts.on_quiet_arg = b;
     init_sync(b, loop);

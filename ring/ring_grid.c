@@ -17,6 +17,7 @@
  */
 #include "ring/ring-int.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,9 +165,9 @@ int ring__grid_create(ring_t *r, const ring_view_t *v)
         ring__grid_free(r);
         return rc;
     }
-    RD_DEBUG("ring: grid of %u rows (%u-%u wide), rank %u at row %u col %u",
-             rows, r->grid->wmin, r->grid->wmax, r->rank, r->grid->row,
-             r->grid->col);
+    RD_INFO("ring gen %" PRIu64 ": grid of %u rows %u-%u wide, rank %u at "
+            "row %u col %u", r->generation, rows, r->grid->wmin,
+            r->grid->wmax, r->rank, r->grid->row, r->grid->col);
     return 0;
 }
 

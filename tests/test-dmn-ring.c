@@ -741,3 +741,47 @@ TEST_IMPL(dmn_ring_slow_trainer)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * --ring-grid-min-nodes 4 on a 4-node job: every daemon builds the
+ * two-level ring (2 rows of 2), and the job's 4 replicas are bitwise
+ * identical at every step and close to one process on the same global
+ * batch (the grid sums in another order than the flat ring).
+ */
+TEST_IMPL(dmn_ring_grid_four_nodes)
+{
+    cluster_env();
+    cluster_t c = {.n = 4};
+    fx_etcd_start(&c.etcd, 0);
+    rc_grid = "4";
+    for (int i = 0; i < 4; i++)
+        node_init(&c, i, "1", "4");
+    rc_grid = NULL;
+    for (int i = 0; i < 4; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "60");
+    for (int i = 0; i < 4; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    const char *ref[] = {"--no-daemon", "--steps", "60", "--save",
+                         td_path(&c.d[0], "pref"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(&c.d[0], ref,
+                                      td_path(&c.d[0], "ref.log")),
+                           60000), 0);
+    static td_hashes_t h0, hx;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    ASSERT_EQ(h0.nsteps, 60);
+    ASSERT_EQ(h0.world[59], 4);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_MSG(td_file_has(c.d[i].log, "grid of 2 rows 2-2 wide"),
+                   "n%d did not build the grid", i);
+        td_read_hashes(td_path(&c.d[i], "h0"), &hx);
+        ASSERT_EQ(td_same_hashes(&h0, &hx), 60);
+        ASSERT_EQ(td_param_diff(td_path(&c.d[i], "p0"),
+                                td_path(&c.d[0], "p0")), 0);
+    }
+    double d = td_param_diff(td_path(&c.d[0], "p0"),
+                             td_path(&c.d[0], "pref"));
+    ASSERT_MSG(d < 1e-3, "4 nodes on the grid vs 1 process differ by %g", d);
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
