@@ -211,6 +211,10 @@ typedef void (*etcd_watch_cb)(const etcd_watch_update_t *up, void *data);
  */
 int etcd_watch_start(etcd_t *etcd, const char *prefix, etcd_watch_cb cb,
                      void *data, etcd_watch_t **watch_p);
+/* The same for exactly one key (no range end): a member watching its
+ * own record must not receive every record whose name it prefixes. */
+int etcd_watch_key(etcd_t *etcd, const char *key, etcd_watch_cb cb,
+                   void *data, etcd_watch_t **watch_p);
 /* Stop and free a watch; cb is not called again. Accepts NULL. */
 void etcd_watch_stop(etcd_watch_t *watch);
 
