@@ -649,7 +649,9 @@ static int resolve_peer(mb_t *mb, const mb_member_t *m, mb_node_rec_t *rec)
         return ST_EPROTO;
     }
     if (mb_node_parse(m->node, kv->val, kv->len, rec, &why) != 0) {
-        peer_unusable(mb, m, kv->mod, why);
+        char garbled[128];
+        snprintf(garbled, sizeof(garbled), "is garbled (%s)", why);
+        peer_unusable(mb, m, kv->mod, garbled);
         return ST_EPROTO;
     }
     why = NULL;

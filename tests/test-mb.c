@@ -193,6 +193,28 @@ typedef struct {
 static uv_loop_t loop;
 static fx_etcd_t etcd_;
 
+/* on_view carries the addresses of this node and its ring neighbours,
+ * read from their records (start_member's "ucx-addr-of-<node>"), and no
+ * other: a member reads only the records of the peers it connects to. */
+static void check_addrs(const mb_view_t *v)
+{
+    size_t n = v->n_members, me = (size_t)v->my_index;
+    for (size_t k = 0; k < n; k++) {
+        const mb_member_t *m = &v->members[k];
+        int peer = k == me || k == (me + 1) % n || k == (me + n - 1) % n;
+        if (!peer) {
+            ASSERT_EQ(m->addr_len, 0);
+            continue;
+        }
+        ASSERT_GT(m->addr_len, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "ucx-addr-of-%s", m->node);
+        if (m->addr_len > 12 && memcmp(m->addr, want, 12) == 0)
+            ASSERT(m->addr_len == strlen(want) &&
+                   memcmp(m->addr, want, m->addr_len) == 0);
+    }
+}
+
 static void on_view(const mb_view_t *v, void *data)
 {
     member_t *m = data;
@@ -201,6 +223,7 @@ static void on_view(const mb_view_t *v, void *data)
     ASSERT_STR_EQ(v->members[v->my_index].node, m->name);
     if (m->n_views > 0)
         ASSERT_GT(v->generation, m->gens[m->n_views - 1]);
+    check_addrs(v);
     int i = m->n_views++;
     m->gens[i] = v->generation;
     m->joiner[i] = v->members[v->my_index].joiner;
@@ -618,6 +641,246 @@ TEST_IMPL(mb_etcd_restart)
             ASSERT_STR_EQ(m[i].lists[k], m[0].lists[k]);
         }
     }
+    teardown(m, 4);
+    return fx_done();
+}
+
+/* ---- compact views: addresses from the neighbours' records ---- */
+
+typedef struct {
+    int done, status;
+    int64_t lease, mod;
+} put_reply_t;
+
+static void on_put_reply(int status, const etcd_result_t *res, void *data)
+{
+    put_reply_t *r = data;
+    r->status = status;
+    if (status == 0 && res != NULL) {
+        r->lease = res->lease_id;
+        r->mod = res->revision;
+    }
+    r->done = 1;
+}
+
+/* A put through e on the test loop; returns the reply's revision. */
+static int64_t put_wait(etcd_t *e, const char *key, const char *val,
+                        int64_t lease)
+{
+    put_reply_t r = {0};
+    ASSERT_OK(etcd_put(e, key, val, strlen(val), lease, on_put_reply, &r));
+    ASSERT(fx_run_until(&loop, &r.done, 10000));
+    ASSERT_OK(r.status);
+    return r.mod;
+}
+
+typedef struct {
+    member_t *m;
+    uint64_t gen;
+    int64_t min_mod;
+} bad_pred_t;
+
+/* Both members logged view gen unusable because of n9's record at
+ * min_mod or later (0: missing). */
+static int both_refused(void *p)
+{
+    bad_pred_t *b = p;
+    for (int i = 0; i < 2; i++) {
+        const mb_bad_peer_t *bad = &b[i].m->mb->bad;
+        if (bad->gen != b[i].gen || strcmp(bad->node, "n9") != 0 ||
+            bad->mod < b[i].min_mod)
+            return 0;
+    }
+    return 1;
+}
+
+static void view_for(char *out, size_t n, member_t *m, int64_t lease9)
+{
+    snprintf(out, n, "{\"generation\":100,\"step\":0,\"hosts\":[\"h\"],"
+             "\"members\":[[\"n1\",0,\"%llx\",1],[\"n2\",0,\"%llx\",1],"
+             "[\"n3\",0,\"%llx\",1],[\"n9\",0,\"%llx\",1]],\"joiners\":[]}",
+             (unsigned long long)mb_lease(m[0].mb),
+             (unsigned long long)mb_lease(m[1].mb),
+             (unsigned long long)mb_lease(m[2].mb),
+             (unsigned long long)lease9);
+}
+
+/*
+ * A view names n9 (a real lease, as a registered node would hold), but
+ * n9's record is missing, then garbage: n9's ring neighbours n1 and n3
+ * say the view is unusable and wait, unharmed (no crash, no fence, the
+ * view they run stays installed); n2, not a neighbour, installs it. When
+ * a valid record appears, n1 and n3 install the view with n9's address.
+ * The leader's settle time is stretched so that it does not replace the
+ * view first.
+ */
+TEST_IMPL(mb_view_peer_record)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 6, 3);
+    start_member(&m[1], "n2", "h", 6, 3);
+    start_member(&m[2], "n3", "h", 6, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    for (int i = 0; i < 3; i++)
+        m[i].mb->settle_ms = 600000;
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    put_reply_t g = {0};
+    ASSERT_OK(etcd_lease_grant(e, 60, on_put_reply, &g));
+    ASSERT(fx_run_until(&loop, &g.done, 10000));
+    ASSERT_OK(g.status);
+    char view[512], key[MB_KEY_MAX], rec[256];
+    view_for(view, sizeof(view), m, g.lease);
+    put_wait(e, "/ringd/test/view", view, 0);
+
+    member_t *n2[] = {&m[1]};
+    wait_view(n2, 1, "n1 n2 n3 n9 ", 100, 10000);
+    bad_pred_t b[2] = {{&m[0], 100, 0}, {&m[2], 100, 0}};
+    ASSERT(fx_run_until_fn(&loop, both_refused, b, 10000));
+    ASSERT_EQ(last_gen(&m[0]), 1);
+    ASSERT_EQ(last_gen(&m[2]), 1);
+
+    /* Garbage where the record should be, under its lease. */
+    ASSERT_OK(mb_key(key, sizeof(key), "test", MB_KEY_NODE, "n9", 0, 0));
+    b[0].min_mod = b[1].min_mod = put_wait(e, key, "{not json", g.lease);
+    ASSERT(fx_run_until_fn(&loop, both_refused, b, 10000));
+    ASSERT_EQ(last_gen(&m[0]), 1);
+    ASSERT_EQ(last_gen(&m[2]), 1);
+
+    /* The record appears: the view becomes usable. */
+    char *b64 = etcd_b64_dup("ucx-addr-of-n9", 14);
+    ASSERT(b64 != NULL);
+    snprintf(rec, sizeof(rec), "{\"host\":\"h\",\"addr\":\"%s\",\"lease\":"
+             "\"%lld\",\"slots\":1,\"pid\":1,\"version\":1}", b64,
+             (long long)g.lease);
+    free(b64);
+    put_wait(e, key, rec, g.lease);
+    wait_view(all, 3, "n1 n2 n3 n9 ", 100, 10000);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(m[i].fenced, 0);
+        ASSERT_EQ(mb_state(m[i].mb), MB_ACTIVE);
+    }
+    ASSERT_EQ(m[1].n_views, 2); /* installed once */
+    etcd_destroy(e);
+    teardown(m, 3);
+    return fx_done();
+}
+
+/* ---- narrow watches ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* The watched keys of m, each "=key" or "key*" (prefix), sorted. */
+static void watch_set(mb_t *mb, char *out, size_t n)
+{
+    const char *keys[MB_W_N];
+    int prefix[MB_W_N];
+    size_t k = mb__watched(mb, keys, prefix, MB_W_N);
+    char items[MB_W_N][MB_KEY_MAX + 2];
+    for (size_t i = 0; i < k; i++)
+        snprintf(items[i], sizeof(items[i]), "%s%s", keys[i] + 12,
+                 prefix[i] ? "*" : "");
+    qsort(items, k, sizeof(items[0]), cmp_str);
+    out[0] = '\0';
+    for (size_t i = 0; i < k; i++) {
+        strncat(out, items[i], n - strlen(out) - 1);
+        strncat(out, " ", n - strlen(out) - 1);
+    }
+}
+
+typedef struct {
+    member_t *m;
+    uint64_t want[4];
+} events_pred_t;
+
+static int events_reached(void *p)
+{
+    events_pred_t *ep = p;
+    for (int i = 0; i < 4; i++)
+        if (ep->m[i].mb->events < ep->want[i])
+            return 0;
+    return 1;
+}
+
+/*
+ * Four members n1..n4 (ring order). A non-leader watches exactly its own
+ * record, the view, the leader key, its drain key and its two ring
+ * neighbours' records; the leader adds the records, suspects and reshape
+ * prefixes, and nobody watches checkpoint records. Twenty checkpoint
+ * part records, a manifest and another node's drain key then reach no
+ * member: the next event each gets is the view's rewrite that follows
+ * them.
+ */
+TEST_IMPL(mb_watch_narrow)
+{
+    setup();
+    member_t m[4];
+    const char *names[] = {"n1", "n2", "n3", "n4"};
+    for (int i = 0; i < 4; i++)
+        start_member(&m[i], names[i], "h", 6, 4);
+    member_t *all[] = {&m[0], &m[1], &m[2], &m[3]};
+    wait_view(all, 4, "n1 n2 n3 n4 ", 1, 10000);
+    int l = leader_index(m, 4);
+    ASSERT_GE(l, 0);
+    char got[1024], want[1024];
+    for (int i = 0; i < 4; i++) {
+        const char *me = names[i], *left = names[(i + 3) % 4],
+                   *right = names[(i + 1) % 4];
+        /* sorted: drain, leader, node records by name, view */
+        const char *a = strcmp(left, right) < 0 ? left : right;
+        const char *b = strcmp(left, right) < 0 ? right : left;
+        const char *n[3] = {a, b, me};
+        for (int x = 0; x < 3; x++)
+            for (int y = x + 1; y < 3; y++)
+                if (strcmp(n[x], n[y]) > 0) {
+                    const char *t = n[x];
+                    n[x] = n[y];
+                    n[y] = t;
+                }
+        snprintf(want, sizeof(want), "drain/%s leader %snodes/%s nodes/%s "
+                 "nodes/%s %sview ", me, i == l ? "nodes/* " : "", n[0],
+                 n[1], n[2], i == l ? "reshape/* suspect/* " : "");
+        watch_set(m[i].mb, got, sizeof(got));
+        ASSERT_STR_EQ(got, want);
+    }
+
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    events_pred_t ep = {m, {0}};
+    for (int i = 0; i < 4; i++)
+        ep.want[i] = m[i].mb->events + 1;
+    char key[MB_KEY_MAX];
+    for (uint32_t r = 0; r < 20; r++) {
+        ASSERT_OK(mb_key(key, sizeof(key), "test", MB_KEY_CKPT_PART, NULL,
+                         40, r));
+        put_wait(e, key, "{\"part\":1}", 0);
+    }
+    ASSERT_OK(mb_key(key, sizeof(key), "test", MB_KEY_CKPT, NULL, 40, 0));
+    put_wait(e, key, "{\"manifest\":1}", 0);
+    ASSERT_OK(mb_key(key, sizeof(key), "test", MB_KEY_DRAIN, "n7", 0, 0));
+    put_wait(e, key, "x", 0);
+    /* The marker: the view as it is, written again (no new generation). */
+    mb_kv_t *v = mb__mirror_find(m[0].mb, "/ringd/test/view");
+    ASSERT(v != NULL);
+    char *val = strdup(v->val);
+    put_wait(e, "/ringd/test/view", val, 0);
+    free(val);
+    ASSERT(fx_run_until_fn(&loop, events_reached, &ep, 10000));
+    for (int i = 0; i < 4; i++)
+        ASSERT_MSG(m[i].mb->events == ep.want[i],
+                   "%s got %llu watch events for 23 keys it does not act "
+                   "on and one it does", names[i],
+                   (unsigned long long)(m[i].mb->events - ep.want[i] + 1));
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(m[i].n_views, 1);
+    etcd_destroy(e);
     teardown(m, 4);
     return fx_done();
 }
