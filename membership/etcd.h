@@ -163,6 +163,10 @@ int etcd_put(etcd_t *etcd, const char *key, const void *value,
 /* Range over one key, or every key starting with key when prefix != 0. */
 int etcd_get(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
              void *data);
+/* The same range, answering only res->count (no kvs): how many keys
+ * there are, at a constant cost however many and large they are. */
+int etcd_count(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
+               void *data);
 int etcd_delete(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
                 void *data);
 /* if (all cmps hold) run success ops else failure ops, atomically. */
