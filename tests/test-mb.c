@@ -885,6 +885,69 @@ TEST_IMPL(mb_watch_narrow)
     return fx_done();
 }
 
+/*
+ * Seven members, TTL 60 s; three that do not lead crash at once (their
+ * leases stay: only the suspicions can remove them) and each is
+ * reported by the next live member in ring order, as its ring neighbour
+ * would. The leader writes one view for all the suspects it holds: every
+ * survivor's next view, or the one after (a report that came while the
+ * first view's txn was out), lists exactly the survivors, long before
+ * the leases could expire.
+ */
+TEST_IMPL(mb_multi_kill)
+{
+    enum { N = 7, DEAD = 3 };
+    setup();
+    member_t m[N];
+    const char *names[N] = {"n1", "n2", "n3", "n4", "n5", "n6", "n7"};
+    for (int i = 0; i < N; i++)
+        start_member(&m[i], names[i], "h", 60, N);
+    member_t *all[N];
+    for (int i = 0; i < N; i++)
+        all[i] = &m[i];
+    wait_view(all, N, "n1 n2 n3 n4 n5 n6 n7 ", 1, 15000);
+    int l = leader_index(m, N);
+    ASSERT_GE(l, 0);
+    int dead[N] = {0}, k = 0;
+    for (int i = 0; i < N && k < DEAD; i++)
+        if (i != l) {
+            dead[i] = 1;
+            k++;
+        }
+    uint64_t g = last_gen(&m[l]);
+    member_t *alive[N];
+    int n_alive = 0;
+    char list[128] = "";
+    for (int i = 0; i < N; i++) {
+        if (dead[i])
+            continue;
+        alive[n_alive++] = &m[i];
+        strcat(list, names[i]);
+        strcat(list, " ");
+    }
+    for (int i = 0; i < N; i++)
+        if (dead[i])
+            stop_member(&m[i]);
+    for (int i = 0; i < N; i++) {
+        if (!dead[i])
+            continue;
+        int r = (i + 1) % N;
+        while (dead[r])
+            r = (r + 1) % N;
+        ASSERT_OK(mb_suspect(m[r].mb, names[i], "ring endpoint failed"));
+    }
+    /* Bounded far below the TTL: only the suspicions can do this. */
+    wait_view(alive, n_alive, list, g + 1, 10000);
+    for (int i = 0; i < n_alive; i++) {
+        const member_t *s = alive[i];
+        ASSERT_LE(last_gen(s), g + 2);
+        ASSERT_LE(s->n_views, 3);
+        ASSERT_EQ(s->fenced, 0);
+    }
+    teardown(m, N);
+    return fx_done();
+}
+
 /* etcd gone for longer than the TTL: every member fences itself, then
  * re-registers and a new view forms when etcd is back. */
 TEST_IMPL(mb_fence_rejoin)
