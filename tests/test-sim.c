@@ -193,6 +193,21 @@ TEST_IMPL(sim_goodput_falls_with_failures)
             prev = gp;
         }
     }
+    /* With a fixed checkpoint interval only the failures move goodput:
+     * the closed forms of sim.h, one failure cost each. */
+    f.ckpt_every_s = 1800;
+    double lambda = f.fail_per_node_h * 1000 / 3600;
+    ASSERT_REL(sim_goodput(1000, &f, 1),
+               1 - 0.25 / 1800 - lambda * (0.15 + 0.11 + 600.0 / 1000),
+               1e-12);
+    ASSERT_REL(sim_goodput(1000, &f, 0),
+               1 - 0.25 / 1800 - lambda * (300 + 900), 1e-12);
+    for (int mode = 0; mode < 2; mode++) {
+        sim_fail_t lo = f, hi = f;
+        hi.fail_per_node_h *= 10;
+        ASSERT(sim_goodput(1000, &hi, mode) < sim_goodput(1000, &lo, mode));
+    }
+    f.ckpt_every_s = 0;
     /* In place beats a restart from the checkpoint. */
     ASSERT(sim_goodput(1000, &f, 1) > sim_goodput(1000, &f, 0));
     return 0;
