@@ -66,7 +66,7 @@ static void defaults(sim_args_t *s)
 static void usage(void)
 {
     printf(
-"usage: ringd-sim [flags]   (every flag takes one value)\n"
+"usage: ringd-sim [--help] [flag value]...\n"
 "  inputs from this machine's benchmarks:\n"
 "  --ringbench FILE      bench/ringbench output (default %s)\n"
 "  --e2e FILE            bench/e2e output to validate against (%s)\n"
