@@ -243,12 +243,12 @@ static void table(const sim_args_t *s, const sim_net_t *net,
         int n = nodes[i];
         sim_grid_t g;
         sim_grid_layout(n, &g);
-        char gs[48];
+        char gs[64];
         if (g.short_rows == 0)
-            snprintf(gs, sizeof gs, "%dx%d", g.a, g.b);
+            snprintf(gs, sizeof gs, "%d_rows_of_%d", g.b, g.a);
         else
-            snprintf(gs, sizeof gs, "%dx%d(%d_short)", g.a, g.b,
-                     g.short_rows);
+            snprintf(gs, sizeof gs, "%d_rows_of_%d(%d_of_%d)", g.b, g.a,
+                     g.short_rows, g.a - 1);
         printf("%d\t%s\t%s", n, gs, seed[i]);
         for (int k = 0; k < SIM_NSCHEMES; k++) {
             double e = sim_efficiency(k, n, &s->work, net);

@@ -77,31 +77,22 @@ sim_cost_t sim_ring_grid(const sim_grid_t *g, double bytes,
     return add(add(rs, col), rs);
 }
 
-/* How good a layout is for any size: hops first, then bytes. */
-static int layout_better(const sim_grid_t *x, const sim_grid_t *y)
-{
-    sim_net_t unit = {.hop_s = 1, .bw = 1};
-    sim_cost_t cx = sim_ring_grid(x, 1, &unit);
-    sim_cost_t cy = sim_ring_grid(y, 1, &unit);
-    if (cx.hops != cy.hops)
-        return cx.hops < cy.hops;
-    return cx.bw_s < cy.bw_s * (1 - 1e-12);
-}
-
 int sim_grid_layout(int n, sim_grid_t *grid_p)
 {
     if (n < 1) {
         RD_ERROR("sim: a grid of %d nodes", n);
         return ST_EINVAL;
     }
-    sim_grid_t best = {.a = n, .b = 1, .short_rows = 0};
-    for (int a = 2; a < n; a++) {
-        int b = (n + a - 1) / a;
-        sim_grid_t g = {.a = a, .b = b, .short_rows = a * b - n};
-        if (sim_grid_valid(&g, n) && layout_better(&g, &best))
-            best = g;
+    sim_grid_t g = {.a = n, .b = 1, .short_rows = 0};
+    if (n >= SIM_GRID_MIN_NODES) {
+        int b = 1;
+        while ((b + 1) * (b + 1) <= n)
+            b++;
+        g.b = b;
+        g.a = (n + b - 1) / b;
+        g.short_rows = g.a * b - n;
     }
-    *grid_p = best;
+    *grid_p = g;
     return 0;
 }
 

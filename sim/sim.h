@@ -60,10 +60,14 @@ sim_cost_t sim_ring_grid(const sim_grid_t *g, double bytes,
  * a >= 2 if any row is short, a * b - short_rows == n. */
 int sim_grid_valid(const sim_grid_t *g, int n);
 
+/* Below this one row (the flat ring) is the layout. */
+#define SIM_GRID_MIN_NODES 4
+
 /*
- * The job's layout for n nodes, whatever the message: the fewest hops,
- * then the fewest bytes on the critical path; {n, 1, 0} (one row: the
- * flat ring) when no grid has fewer hops. 0, or ST_EINVAL for n < 1.
+ * The layout ring/ring_grid.c builds for n nodes of one host each:
+ * floor(sqrt(n)) rows of widths that differ by at most one, whatever the
+ * message; {n, 1, 0} (the flat ring) below SIM_GRID_MIN_NODES. 0, or
+ * ST_EINVAL for n < 1.
  */
 int sim_grid_layout(int n, sim_grid_t *grid_p);
 

@@ -129,10 +129,18 @@ TEST_IMPL(sim_grid_ragged)
         ASSERT_MSG(g.a > 1 && g.b > 1, "n %d stayed flat: %dx%d", n, g.a,
                    g.b);
     }
-    /* 997 is prime: every grid of it has short rows. */
+    /* ring_grid.c's rows: floor(sqrt(n)) of them, widths within one.
+     * 997 is prime: every grid of it has short rows. */
     sim_grid_t g;
     ASSERT_OK(sim_grid_layout(997, &g));
-    ASSERT_GT(g.short_rows, 0);
+    ASSERT_EQ(g.b, 31);
+    ASSERT_EQ(g.a, 33);
+    ASSERT_EQ(g.short_rows, 26);
+    ASSERT_OK(sim_grid_layout(1000, &g));
+    ASSERT_EQ(g.b, 31);
+    ASSERT_EQ(g.short_rows, 23);
+    ASSERT_OK(sim_grid_layout(3, &g));
+    ASSERT_EQ(g.b, 1);
     sim_grid_t bad = {.a = 10, .b = 10, .short_rows = 10};
     ASSERT(!sim_grid_valid(&bad, 90));
     bad = (sim_grid_t){.a = 10, .b = 10, .short_rows = -1};
