@@ -58,8 +58,8 @@ static void defaults(sim_args_t *s)
                  .recover_s = 0.050, .replace_s = 600, .restart_s = 300,
                  .ckpt_s = 0.25},
         .etcd = {.base_s = 0.0125, .fanout_s = 0.005, .fanout_members = 64,
-                 .per_key_s = 50e-6, .view_bytes_per_member = 64,
-                 .etcd_bw = 10e9 / 8},
+                 .keepalive_cpu_s = 50e-6, .ttl_s = 5,
+                 .view_bytes_per_member = 64, .etcd_bw = 10e9 / 8},
     };
 }
 
@@ -72,7 +72,8 @@ static void usage(void)
 "  --e2e FILE            bench/e2e output to validate against (%s)\n"
 "  --etcd-load FILE      a file with the etcd load tool's last line\n"
 "  --etcd-members M --etcd-fanout-ms X --etcd-per-key-us X\n"
-"                        that line's figures (default 64, 5, 50: assumed)\n"
+"                        that line's figures (default 64, 5, 50: assumed;\n"
+"                        per_key_us: etcd CPU per keepalive)\n"
 "  the network at scale (default: 100 Gb/s RDMA, 5 us a hop):\n"
 "  --hop-us X --bw-gbps X (gigabits per second)\n"
 "  the workload (default ResNet-50, A100 AMP, batch 256):\n"
@@ -82,7 +83,8 @@ static void usage(void)
 "  --fail-per-node-h X --gpus-per-node X --recover-ms X --replace-s X\n"
 "  --restart-s X --ckpt-s X --ckpt-every-s X (0: Young's interval)\n"
 "  the view change:\n"
-"  --view-base-ms X --view-bytes-per-member X --etcd-bw-gbps X\n",
+"  --view-base-ms X --view-bytes-per-member X --etcd-bw-gbps X\n"
+"  --lease-ttl-s X (ringd's default 5; a keepalive every TTL/3)\n",
         "sim/data/ringbench-quick.tsv", "sim/data/e2e-quick.tsv");
 }
 
@@ -129,7 +131,8 @@ static const num_flag_t num_flags[] = {
     F("--ckpt-every-s", fail.ckpt_every_s, 1),
     I("--etcd-members", etcd.fanout_members),
     F("--etcd-fanout-ms", etcd.fanout_s, 1e-3),
-    F("--etcd-per-key-us", etcd.per_key_s, 1e-6),
+    F("--etcd-per-key-us", etcd.keepalive_cpu_s, 1e-6),
+    F("--lease-ttl-s", etcd.ttl_s, 1),
     F("--view-base-ms", etcd.base_s, 1e-3),
     F("--view-bytes-per-member", etcd.view_bytes_per_member, 1),
     F("--etcd-bw-gbps", etcd.etcd_bw, 1e9 / 8),
@@ -383,11 +386,13 @@ int main(int argc, char **argv)
     double good = goodput_table(&s, step);
     double view = sim_view_change(1000, &s.etcd);
     printf("# view change at 1000: %.1f ms base + %.1f ms fan-out at %d "
-           "members + %.0f us per further member + %.0f B per member to "
-           "each of 1000 watchers at %.2f GB/s\n", s.etcd.base_s * 1e3,
+           "members scaled to 1000 + %.0f B per member to each of 1000 "
+           "watchers at %.2f GB/s; etcd's keepalive CPU at 1000 members: "
+           "%.2f cores (%.0f us each, TTL %.0f s)\n", s.etcd.base_s * 1e3,
            s.etcd.fanout_s * 1e3, s.etcd.fanout_members,
-           s.etcd.per_key_s * 1e6, s.etcd.view_bytes_per_member,
-           s.etcd.etcd_bw / 1e9);
+           s.etcd.view_bytes_per_member, s.etcd.etcd_bw / 1e9,
+           sim_etcd_cpu(1000, &s.etcd), s.etcd.keepalive_cpu_s * 1e6,
+           s.etcd.ttl_s);
     printf("sim: eff_1000=%.3f eff_1000_flat=%.3f goodput_1000=%.4f "
            "view_change_1000_ms=%.0f\n",
            sim_efficiency(SIM_GRID_OVERLAP, 1000, &s.work, &s.dc),

@@ -199,14 +199,18 @@ double sim_goodput(int n, const sim_fail_t *f, int in_place)
 
 double sim_view_change(int n, const sim_etcd_t *e)
 {
-    double m = e->fanout_members > 0 ? e->fanout_members : 0;
-    double more = n > m ? n - m : 0;
+    double fan = e->fanout_members > 0
+                     ? e->fanout_s * n / e->fanout_members : e->fanout_s;
     /* Every watcher receives the whole view: n copies of n members. */
-    double bytes = ((double)n * n - m * m) * e->view_bytes_per_member;
-    if (bytes < 0)
-        bytes = 0;
-    return e->base_s + e->fanout_s + more * e->per_key_s +
-           (e->etcd_bw > 0 ? bytes / e->etcd_bw : 0);
+    double bytes = (double)n * n * e->view_bytes_per_member;
+    return e->base_s + fan + (e->etcd_bw > 0 ? bytes / e->etcd_bw : 0);
+}
+
+double sim_etcd_cpu(int n, const sim_etcd_t *e)
+{
+    if (e->ttl_s <= 0)
+        return 0;
+    return n * e->keepalive_cpu_s * 3.0 / e->ttl_s;
 }
 
 int sim_ringbench_read(const char *path, const char *tls, int n,
@@ -303,6 +307,6 @@ int sim_etcd_load_read(const char *path, sim_etcd_t *e)
     }
     e->fanout_members = m;
     e->fanout_s = fan_ms * 1e-3;
-    e->per_key_s = key_us * 1e-6;
+    e->keepalive_cpu_s = key_us * 1e-6;
     return 0;
 }

@@ -138,18 +138,27 @@ double sim_ckpt_interval(int n, const sim_fail_t *f);
  */
 double sim_goodput(int n, const sim_fail_t *f, int in_place);
 
-/* The etcd side of a view change. */
+/* etcd: the view change, and the members' steady load. */
 typedef struct {
     double base_s;        /* suspicion to the view written, small job */
-    double fanout_s;      /* a view's event to every watcher, measured */
-    int fanout_members;   /* members behind fanout_s */
-    double per_key_s;     /* etcd time per further watcher notified */
+    double fanout_s;      /* one view write to every watcher, measured */
+    int fanout_members;   /* the members behind fanout_s */
+    double keepalive_cpu_s; /* etcd CPU per lease keepalive, measured */
+    double ttl_s;         /* lease TTL: a keepalive every ttl_s / 3 */
     double view_bytes_per_member; /* compact view size per member */
     double etcd_bw;       /* bytes per second etcd sends to watchers */
 } sim_etcd_t;
 
-/* Seconds from a suspicion until the view reaches all n members. */
+/*
+ * Seconds from a suspicion until the view reaches all n members: the
+ * small job's base, the measured fan-out scaled by n / fanout_members
+ * (each watcher's event costs etcd the same), and n copies of an
+ * n-member view over etcd's bandwidth.
+ */
 double sim_view_change(int n, const sim_etcd_t *e);
+
+/* etcd's steady CPU for n members' keepalives, in cores. */
+double sim_etcd_cpu(int n, const sim_etcd_t *e);
 
 /* One row of bench/ringbench's table. */
 typedef struct {
@@ -176,8 +185,9 @@ int sim_fit(const sim_row_t *rows, int count, sim_net_t *net_p);
 
 /*
  * Finds "etcd_load: members=<m> etcd_cpu_pct=<x> view_fanout_ms=<x>
- * per_key_us=<x>" in path (the last such line) and sets e's fanout_s,
- * fanout_members and per_key_s. 0, -errno, or ST_EINVAL without one.
+ * per_key_us=<x>" (bench/etcd-load; per_key_us is etcd CPU per
+ * keepalive) in path, the last such line, and sets e's fanout_s,
+ * fanout_members and keepalive_cpu_s. 0, -errno, or ST_EINVAL.
  */
 int sim_etcd_load_read(const char *path, sim_etcd_t *e);
 

@@ -260,13 +260,21 @@ TEST_IMPL(sim_inputs_parse_and_fit)
     ASSERT_OK(sim_etcd_load_read(path, &e));
     ASSERT_EQ(e.fanout_members, 250);
     ASSERT_REL(e.fanout_s, 0.0125, 1e-12);
-    ASSERT_REL(e.per_key_s, 40e-6, 1e-12);
-    /* More members never reach sooner. */
+    ASSERT_REL(e.keepalive_cpu_s, 40e-6, 1e-12);
+    /* At the measured size the fan-out is the measurement; more
+     * members never reach sooner. */
     e.base_s = 0.01;
+    ASSERT_REL(sim_view_change(250, &e), 0.0225, 1e-12);
+    ASSERT_REL(sim_view_change(1000, &e), 0.01 + 0.05, 1e-12);
     e.view_bytes_per_member = 64;
     e.etcd_bw = 1.25e9;
-    ASSERT(sim_view_change(1000, &e) > sim_view_change(250, &e));
-    ASSERT_REL(sim_view_change(250, &e), 0.0225, 1e-12);
+    /* 1000 copies of a 64 KB view at 1.25 GB/s: 51.2 ms more. */
+    ASSERT_REL(sim_view_change(1000, &e), 0.01 + 0.05 + 0.0512, 1e-12);
+    for (int n = 1; n < 2000; n += 50)
+        ASSERT(sim_view_change(n + 50, &e) > sim_view_change(n, &e));
+    /* 1000 members, a keepalive each every 5 / 3 s, 40 us each. */
+    e.ttl_s = 5;
+    ASSERT_REL(sim_etcd_cpu(1000, &e), 1000 * 40e-6 * 3 / 5, 1e-12);
     snprintf(path, sizeof path, "%s/none", dir);
     ASSERT(sim_etcd_load_read(path, &e) < 0);
     th_rmtree(dir);
