@@ -948,6 +948,74 @@ TEST_IMPL(mb_multi_kill)
     return fx_done();
 }
 
+typedef struct {
+    member_t *m;
+    int leader;
+} switch_pred_t;
+
+/* Member sp->leader watches the leader's prefixes (synced) and no other
+ * member watches any prefix. */
+static int watches_follow(void *p)
+{
+    switch_pred_t *sp = p;
+    for (int i = 0; i < 4; i++) {
+        char got[1024];
+        watch_set(sp->m[i].mb, got, sizeof(got));
+        int has = strstr(got, "nodes/* ") != NULL &&
+                  strstr(got, "suspect/* ") != NULL &&
+                  strstr(got, "reshape/* ") != NULL;
+        if (i == sp->leader ? !has || !mb__leader_synced(sp->m[i].mb)
+                            : strchr(got, '*') != NULL)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * The leader key moves to another member (put over it, under that
+ * member's lease, as a new election would leave it): the old leader
+ * stops its leader watches, the new one starts them, and it does the
+ * leader's work: a member that leaves is out of the next view.
+ */
+TEST_IMPL(mb_watch_leader_switch)
+{
+    setup();
+    member_t m[4];
+    const char *names[] = {"n1", "n2", "n3", "n4"};
+    for (int i = 0; i < 4; i++)
+        start_member(&m[i], names[i], "h", 6, 4);
+    member_t *all[] = {&m[0], &m[1], &m[2], &m[3]};
+    wait_view(all, 4, "n1 n2 n3 n4 ", 1, 10000);
+    int l = leader_index(m, 4);
+    ASSERT_GE(l, 0);
+    switch_pred_t sp = {m, l};
+    ASSERT(fx_run_until_fn(&loop, watches_follow, &sp, 10000));
+    int nl = (l + 1) % 4, gone = (l + 2) % 4;
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    put_wait(e, "/ringd/test/leader", names[nl], mb_lease(m[nl].mb));
+    sp.leader = nl;
+    ASSERT(fx_run_until_fn(&loop, watches_follow, &sp, 10000));
+    ASSERT(!mb_is_leader(m[l].mb));
+    ASSERT(mb_is_leader(m[nl].mb));
+    ASSERT_OK(mb_leave(m[gone].mb));
+    char list[64] = "";
+    member_t *rest[3];
+    int k = 0;
+    for (int i = 0; i < 4; i++) {
+        if (i == gone)
+            continue;
+        rest[k++] = &m[i];
+        strcat(list, names[i]);
+        strcat(list, " ");
+    }
+    wait_view(rest, 3, list, 2, 10000);
+    etcd_destroy(e);
+    teardown(m, 4);
+    return fx_done();
+}
+
 /* etcd gone for longer than the TTL: every member fences itself, then
  * re-registers and a new view forms when etcd is back. */
 TEST_IMPL(mb_fence_rejoin)
