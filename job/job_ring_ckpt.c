@@ -16,10 +16,10 @@
  * nodes, not to all). Then each shard has its primary (from node i) and
  * its replica (from node i+1), and if the two copies' raw xxh64 agree,
  * the node writes the manifest in one txn (create_revision(ckpt/S) == 0,
- * which also deletes the step's records). Any node may get there first; if two do,
- * the txn lets one win. Etcd serialises the puts and the reads, so the
- * last node to put always sees all of them: a complete set is never
- * missed.
+ * which also deletes the step's records). Any node may get there first;
+ * if two do, the txn lets one win. Etcd serialises the puts and the
+ * counts, so the last node to put always counts all of them: a complete
+ * set is never missed.
  *
  * Records are written without a lease: the files they describe outlive
  * the node (a node that dies after reporting still leaves a complete
