@@ -57,6 +57,10 @@ typedef struct {
     uint32_t ckpt_requested;  /* some node of the job asked for a
                                  checkpoint (ringd_checkpoint): every node
                                  takes one at the end of this step */
+    uint64_t agreements;      /* a counter: step starts at which the nodes
+                                 agreed the trainer counts (the ring
+                                 backend's AGREE; a view's REBUILD agrees
+                                 them too and is not counted) */
 } job_view_t;
 
 /* This node's two files of one checkpoint, written and durable. */

@@ -741,3 +741,137 @@ TEST_IMPL(dmn_ring_slow_trainer)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * Every step's hash-log lines over the logs of all the job's trainers:
+ * each step ran somewhere, every trainer of it was told the same world,
+ * exactly world trainers logged it and their ranks are 0..world-1 once
+ * each. world is the AVG divisor (the daemon's avg_divisor is the view's
+ * global_trainers), so this checks the divisor, global_trainers and
+ * rank_offset of every node at every step.
+ */
+static void check_step_ranks(const char *const *logs, int nlogs, int steps)
+{
+    static unsigned world[TD_MAX_STEPS], seen[TD_MAX_STEPS];
+    static unsigned long long ranks[TD_MAX_STEPS];
+    memset(world, 0, sizeof(world));
+    memset(seen, 0, sizeof(seen));
+    memset(ranks, 0, sizeof(ranks));
+    for (int i = 0; i < nlogs; i++) {
+        char *s = td_read(logs[i], NULL);
+        ASSERT_MSG(s != NULL, "no hash log %s", logs[i]);
+        for (char *l = strtok(s, "\n"); l; l = strtok(NULL, "\n")) {
+            long st;
+            unsigned long long gen;
+            unsigned r, w;
+            if (sscanf(l, "step %ld gen %llu rank %u world %u", &st, &gen,
+                       &r, &w) != 4 || st < 0 || st >= steps)
+                continue;
+            ASSERT_MSG(r < w && w < 64, "%s: step %ld rank %u world %u",
+                       logs[i], st, r, w);
+            ASSERT_MSG(seen[st] == 0 || world[st] == w,
+                       "step %ld: world %u in %s, %u elsewhere", st, w,
+                       logs[i], world[st]);
+            ASSERT_MSG(!(ranks[st] & (1ull << r)),
+                       "step %ld: rank %u twice", st, r);
+            world[st] = w;
+            seen[st]++;
+            ranks[st] |= 1ull << r;
+        }
+        free(s);
+    }
+    for (int st = 0; st < steps; st++)
+        ASSERT_MSG(seen[st] > 0 && seen[st] == world[st],
+                   "step %d: %u trainers logged it, world %u", st, seen[st],
+                   world[st]);
+}
+
+typedef struct {
+    cluster_t *c;
+    double step;
+} step_wait_t;
+
+/* For td_poll: n1's ringd_step reached w->step. */
+static int n1_reached(void *arg)
+{
+    step_wait_t *w = arg;
+    return metric_value(w->c, 1, "ringd_step") >= w->step;
+}
+
+/*
+ * The trainer counts travel only when they change. n0 starts with two
+ * trainers, n1 with one; n0's second trainer leaves after step 159 (its
+ * last) and a new one joins n0 after step 270. Over 100 steady steps no
+ * node agrees the counts more than twice (it once did at every step);
+ * the leave and the join void one step on every node, which is redone on
+ * the new counts: at every step every node's world, ranks and divisor
+ * count exactly the trainers that took part, the replicas end bitwise
+ * identical and match one process training the same global batch.
+ */
+TEST_IMPL(dmn_ring_trainer_counts)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "2", "2");
+    node_init(&c, 1, "1", "2");
+    const char *steps = "600";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    c.trainer[0][1] = trainer(&c, 0, 1, "160"); /* logs as the others */
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    ASSERT_EQ(td_exit_code(c.trainer[0][1], 60000), 0);
+
+    step_wait_t w = {&c, 170};
+    ASSERT_OK(td_poll(n1_reached, &w, 60000));
+    double a0[2], s0 = metric_value(&c, 1, "ringd_step");
+    for (int i = 0; i < 2; i++)
+        a0[i] = metric_value(&c, i, "ringd_agreements_total");
+    w.step = s0 + 100;
+    ASSERT_OK(td_poll(n1_reached, &w, 60000));
+    for (int i = 0; i < 2; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a0[i] >= 0 && a - a0[i] <= 2,
+                   "n%d agreed %g times in 100 steady steps", i, a - a0[i]);
+    }
+    ASSERT(metric_value(&c, 1, "ringd_step") < 590); /* the join comes */
+    c.trainer[0][1] = trainer(&c, 0, 1, steps); /* appends to h1 */
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 0, 1, c.trainer[0][1]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+
+    static char logs[3][512];
+    snprintf(logs[0], sizeof(logs[0]), "%s", td_path(&c.d[0], "h0"));
+    snprintf(logs[1], sizeof(logs[1]), "%s", td_path(&c.d[0], "h1"));
+    snprintf(logs[2], sizeof(logs[2]), "%s", td_path(&c.d[1], "h0"));
+    const char *const lp[] = {logs[0], logs[1], logs[2]};
+    check_step_ranks(lp, 3, 600);
+    static td_hashes_t h;
+    td_read_hashes(logs[2], &h);
+    ASSERT_EQ(h.world[0], 3);
+    ASSERT_EQ(h.world[200], 2);
+    ASSERT_EQ(h.world[599], 3);
+    /* n1's trainers never changed: it learned both changes from the
+     * flags on the ring, and agreed a few times in all. */
+    ASSERT_GE(td_count(c.d[1].log, "trainer count changed"), 2);
+    for (int i = 0; i < 2; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a >= 2 && a <= 8, "n%d agreed %g times in 600 steps", i,
+                   a);
+    }
+
+    const char *ref[] = {"--no-daemon", "--steps", steps, "--save",
+                         td_path(&c.d[0], "pref"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(&c.d[0], ref,
+                                      td_path(&c.d[0], "ref.log")),
+                           60000), 0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
+              0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[0], "p1")),
+              0);
+    double d = td_param_diff(td_path(&c.d[0], "p0"),
+                             td_path(&c.d[0], "pref"));
+    ASSERT_MSG(d < 1e-3, "the job vs 1 process differ by %g", d);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
