@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
+#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -871,6 +872,98 @@ TEST_IMPL(dmn_ring_trainer_counts)
     double d = td_param_diff(td_path(&c.d[0], "p0"),
                              td_path(&c.d[0], "pref"));
     ASSERT_MSG(d < 1e-3, "the job vs 1 process differ by %g", d);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* ---- steps without a collective ----------------------------------------- */
+
+enum { NC_STEPS = 30, NC_COUNT = 256, NC_BYTES = 64 };
+
+/* What step s runs: an allreduce (0-9, 20-29), nothing (10-14) or only a
+ * broadcast (15-19), the same on every node. */
+static int nc_kind(uint64_t s)
+{
+    return s < 10 || s >= 20 ? 'a' : s < 15 ? '-' : 'b';
+}
+
+/* One trainer of the job, in a child process: 0 when every step's result
+ * was right. */
+static int nc_trainer(const char *sock)
+{
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *f = ringd_buffer(c, NC_COUNT * sizeof(float));
+    uint8_t *b = ringd_buffer(c, NC_BYTES);
+    if (f == NULL || b == NULL)
+        return 11;
+    for (;;) {
+        ringd_view_t v;
+        if (ringd_step_begin(c, &v) != 0)
+            return 12;
+        if (v.step >= NC_STEPS)
+            break;
+        int rc = 0;
+        if (nc_kind(v.step) == 'a') {
+            for (int i = 0; i < NC_COUNT; i++)
+                f[i] = (float)(v.rank + 1 + i);
+            rc = ringd_allreduce(c, f, NC_COUNT, RINGD_F32, RINGD_SUM);
+            for (int i = 0; rc == 0 && i < NC_COUNT; i++)
+                if (f[i] != (float)(v.world * (v.world + 1) / 2 +
+                                    v.world * i)) {
+                    fprintf(stderr, "step %llu: [%d] = %g\n",
+                            (unsigned long long)v.step, i, f[i]);
+                    return 13;
+                }
+        } else if (nc_kind(v.step) == 'b') {
+            for (int i = 0; i < NC_BYTES; i++)
+                b[i] = v.rank == 0 ? (uint8_t)(v.step + i) : 0;
+            rc = ringd_broadcast(c, b, NC_BYTES, 0);
+            for (int i = 0; rc == 0 && i < NC_BYTES; i++)
+                if (b[i] != (uint8_t)(v.step + i))
+                    return 14;
+        }
+        if (rc == RINGD_ERESHAPE)
+            continue;
+        if (rc != 0 || ringd_step_end(c) != 0)
+            return 15;
+    }
+    ringd_close(c);
+    return 0;
+}
+
+/*
+ * Steps that carry no flags (none run a collective, or only a
+ * broadcast, which does not reach every node's flags) make every node
+ * agree the trainer counts at the next step start, and only those: of
+ * 30 steps, 5 without a collective and 5 broadcast-only ones cost
+ * exactly 10 agreements on every node, the allreduce steps none, and no
+ * node waits for another that skipped (the job finishes, every result
+ * right).
+ */
+TEST_IMPL(dmn_ring_steps_without_collective)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        p[i] = fork();
+        ASSERT(p[i] >= 0);
+        if (p[i] == 0)
+            _exit(nc_trainer(c.d[i].sock));
+        td_track(p[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_exit_code(p[i], 60000), 0);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(metric_value(&c, i, "ringd_steps_total"), NC_STEPS);
+        ASSERT_EQ(metric_value(&c, i, "ringd_agreements_total"), 10);
+    }
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
