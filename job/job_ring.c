@@ -626,7 +626,8 @@ static void step_out(rb_t *b)
  * generation of the view; every node aborts the old ring, redoes the
  * step and agrees on the state again (the same path as any view change),
  * so no step is lost or applied twice. A trainer lost between steps
- * needs nothing: the trainer counts are agreed at every step start.
+ * needs nothing here: the node's next step runs with another count than
+ * the agreed one, which voids it on every node (attempt_begin).
  */
 static void rb_trainer_lost(job_t *be, int in_step,
                             uint32_t remaining)

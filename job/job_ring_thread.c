@@ -27,7 +27,9 @@ static void rt_set_ring(rb_t *b, ring_t *r)
 }
 
 /* Every node's trainer count, in ring order; the top bit carries "a
- * checkpoint was asked for here", so every node learns it at this step. */
+ * checkpoint was asked for here", so every node learns it at this step.
+ * Run by REBUILD and, at a step start, only when the last step's flags
+ * asked for it (job_ring.c, "step attempts"). */
 static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 {
     uint32_t n = (uint32_t)c->view->n_members;
