@@ -16,10 +16,12 @@
 
 /*
  * The ring's use of the tag's 20-bit index field: the low RING_IDX_BITS
- * number the message (m mod 2^18: at most send_depth + recv_depth
- * messages of one channel are ever in flight, so the wrap never aliases),
- * the top two carry the sender's flags (ring_set_flags). Receives match
- * every other bit exactly.
+ * number the message (m mod 2^18), the top two carry the sender's flags
+ * (ring_set_flags). Receives match every other bit exactly. The wrap is
+ * harmless: a channel's messages come from one neighbour over one
+ * endpoint, in order, and UCX matches the oldest message that fits, so
+ * message m is always taken before m + 2^18 (the field wrapped at 2^20
+ * before, for the same reason).
  */
 #define RING_IDX_BITS 18
 #define RING_IDX_MASK ((1u << RING_IDX_BITS) - 1)
