@@ -792,16 +792,17 @@ typedef struct {
     double step;
 } step_wait_t;
 
-/* For td_poll: n1's ringd_step reached w->step. */
-static int n1_reached(void *arg)
+/* For td_poll: n2's ringd_step reached w->step. */
+static int n2_reached(void *arg)
 {
     step_wait_t *w = arg;
-    return metric_value(w->c, 1, "ringd_step") >= w->step;
+    return metric_value(w->c, 2, "ringd_step") >= w->step;
 }
 
 /*
  * The trainer counts travel only when they change. n0 starts with two
- * trainers, n1 with one; n0's second trainer leaves after step 159 (its
+ * trainers, n1 and n2 with one (n2 hears n0's flags through n1: the ring
+ * runs n0 -> n1 -> n2); n0's second trainer leaves after step 159 (its
  * last) and a new one joins n0 after step 270. Over 100 steady steps no
  * node agrees the counts more than twice (it once did at every step);
  * the leave and the join void one step on every node, which is redone on
@@ -812,49 +813,54 @@ static int n1_reached(void *arg)
 TEST_IMPL(dmn_ring_trainer_counts)
 {
     cluster_env();
-    cluster_t c = {.n = 2};
+    cluster_t c = {.n = 3};
     fx_etcd_start(&c.etcd, 0);
-    node_init(&c, 0, "2", "2");
-    node_init(&c, 1, "1", "2");
+    node_init(&c, 0, "2", "3");
+    node_init(&c, 1, "1", "3");
+    node_init(&c, 2, "1", "3");
     const char *steps = "600";
     c.trainer[0][0] = trainer(&c, 0, 0, steps);
     c.trainer[0][1] = trainer(&c, 0, 1, "160"); /* logs as the others */
     c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    c.trainer[2][0] = trainer(&c, 2, 0, steps);
     ASSERT_EQ(td_exit_code(c.trainer[0][1], 60000), 0);
 
     step_wait_t w = {&c, 170};
-    ASSERT_OK(td_poll(n1_reached, &w, 60000));
-    double a0[2], s0 = metric_value(&c, 1, "ringd_step");
-    for (int i = 0; i < 2; i++)
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    double a0[3], s0 = metric_value(&c, 2, "ringd_step");
+    for (int i = 0; i < 3; i++)
         a0[i] = metric_value(&c, i, "ringd_agreements_total");
     w.step = s0 + 100;
-    ASSERT_OK(td_poll(n1_reached, &w, 60000));
-    for (int i = 0; i < 2; i++) {
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    for (int i = 0; i < 3; i++) {
         double a = metric_value(&c, i, "ringd_agreements_total");
         ASSERT_MSG(a0[i] >= 0 && a - a0[i] <= 2,
                    "n%d agreed %g times in 100 steady steps", i, a - a0[i]);
     }
-    ASSERT(metric_value(&c, 1, "ringd_step") < 590); /* the join comes */
+    ASSERT(metric_value(&c, 2, "ringd_step") < 590); /* the join comes */
     c.trainer[0][1] = trainer(&c, 0, 1, steps); /* appends to h1 */
     expect_exit0(&c, 0, 0, c.trainer[0][0]);
     expect_exit0(&c, 0, 1, c.trainer[0][1]);
     expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
 
-    static char logs[3][512];
+    static char logs[4][512];
     snprintf(logs[0], sizeof(logs[0]), "%s", td_path(&c.d[0], "h0"));
     snprintf(logs[1], sizeof(logs[1]), "%s", td_path(&c.d[0], "h1"));
     snprintf(logs[2], sizeof(logs[2]), "%s", td_path(&c.d[1], "h0"));
-    const char *const lp[] = {logs[0], logs[1], logs[2]};
-    check_step_ranks(lp, 3, 600);
+    snprintf(logs[3], sizeof(logs[3]), "%s", td_path(&c.d[2], "h0"));
+    const char *const lp[] = {logs[0], logs[1], logs[2], logs[3]};
+    check_step_ranks(lp, 4, 600);
     static td_hashes_t h;
-    td_read_hashes(logs[2], &h);
-    ASSERT_EQ(h.world[0], 3);
-    ASSERT_EQ(h.world[200], 2);
-    ASSERT_EQ(h.world[599], 3);
-    /* n1's trainers never changed: it learned both changes from the
-     * flags on the ring, and agreed a few times in all. */
-    ASSERT_GE(td_count(c.d[1].log, "trainer count changed"), 2);
-    for (int i = 0; i < 2; i++) {
+    td_read_hashes(logs[3], &h);
+    ASSERT_EQ(h.world[0], 4);
+    ASSERT_EQ(h.world[200], 3);
+    ASSERT_EQ(h.world[599], 4);
+    /* n1's and n2's trainers never changed: they learned both changes
+     * from the flags on the ring, and agreed a few times in all. */
+    for (int i = 1; i < 3; i++)
+        ASSERT_GE(td_count(c.d[i].log, "trainer count changed"), 2);
+    for (int i = 0; i < 3; i++) {
         double a = metric_value(&c, i, "ringd_agreements_total");
         ASSERT_MSG(a >= 2 && a <= 8, "n%d agreed %g times in 600 steps", i,
                    a);
@@ -865,14 +871,15 @@ TEST_IMPL(dmn_ring_trainer_counts)
     ASSERT_EQ(td_exit_code(td_trainer(&c.d[0], ref,
                                       td_path(&c.d[0], "ref.log")),
                            60000), 0);
-    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
-              0);
+    for (int i = 1; i < 3; i++)
+        ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"),
+                                td_path(&c.d[i], "p0")), 0);
     ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[0], "p1")),
               0);
     double d = td_param_diff(td_path(&c.d[0], "p0"),
                              td_path(&c.d[0], "pref"));
     ASSERT_MSG(d < 1e-3, "the job vs 1 process differ by %g", d);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
