@@ -564,6 +564,11 @@ static void wait_file(const char *name)
  * Rank 0 impersonates an old view and a liar before any real traffic, then
  * waits until rank 1 has both messages queued, so the order is fixed.
  */
+/* The wrong-size message also sets both of the ring's flag bits (the top
+ * of the index field): rejected for its size all the same, its flags must
+ * not count. */
+#define FORGED_FLAGS (3u << 18)
+
 static void forge_send(void)
 {
     size_t alen;
@@ -576,7 +581,7 @@ static void forge_send(void)
     static uint8_t junk[8] = {0xAB};
     tp_req_t req[2] = {{0}};
     uint64_t tags[2] = {tp_tag_make(W.gen - 1, 0, 0, 0),
-                        tp_tag_make(W.gen, 0, 0, 0)};
+                        tp_tag_make(W.gen, 0, 0, FORGED_FLAGS)};
     for (int i = 0; i < 2; i++) {
         req[i].cb = forge_cb;
         if ((rc = tp_send(p, junk, 3, tags[i], NULL, &req[i])) != 0)
@@ -595,7 +600,7 @@ static void forge_send(void)
 static void forge_wait_seen(void)
 {
     uint64_t stale = tp_tag_make(W.gen - 1, 0, 0, 0);
-    uint64_t cur = tp_tag_make(W.gen, 0, 0, 0);
+    uint64_t cur = tp_tag_make(W.gen, 0, 0, FORGED_FLAGS);
     size_t l1 = 0, l2 = 0;
     int64_t deadline = now_ms() + 10000;
     while (!tp_probe(W.tp, stale, UINT64_MAX, &l1) ||
@@ -616,6 +621,9 @@ static void mode_forge(void)
     else if (W.rank == 1)
         forge_wait_seen();
     one_allreduce(KERN_F32, KERN_SUM, W.counts[0]);
+    unsigned flags = 99;
+    if (ring_flags_seen(W.ring, &flags) != 1 || flags != 0)
+        DIE("flags %u after a forged flagged message, want 0", flags);
     one_allreduce(KERN_I32, KERN_SUM, W.counts[0]);
     int rc = ring_barrier(W.ring);
     if (rc != 0)
