@@ -16,6 +16,19 @@
                            column rings (ring_grid.c) */
 #define RING_NO_DEP UINT32_MAX
 
+/*
+ * The ring's use of the tag's 20-bit index field: the low RING_IDX_BITS
+ * number the message (m mod 2^18), the top two carry the sender's flags
+ * (ring_set_flags). Receives match every other bit exactly. The wrap is
+ * harmless: a channel's messages come from one neighbour over one
+ * endpoint, in order, and UCX matches the oldest message that fits, so
+ * message m is always taken before m + 2^18 (the field wrapped at 2^20
+ * before, for the same reason).
+ */
+#define RING_IDX_BITS 18
+#define RING_IDX_MASK ((1u << RING_IDX_BITS) - 1)
+#define RING_FLAG_SHIFT RING_IDX_BITS
+
 typedef enum { SLOT_FREE = 0, SLOT_POSTED, SLOT_DONE } ring_slot_state_t;
 
 typedef struct {
@@ -80,10 +93,9 @@ typedef struct {
     uint32_t pos;       /* my position in this channel's order */
     /* Per collective: the ring this channel runs on (the view, a grid
      * row or column), its first step (a grid row's allgather half starts
-     * at step n-1), what is OR-ed into every message index (a column
-     * ring's number), and whether the last reduce-scatter step finishes
+     * at step n-1), and whether the last reduce-scatter step finishes
      * the chunk (AVG, wire rounding: never in a grid row). */
-    uint32_t n, step0, idx_hi;
+    uint32_t n, step0;
     int finish;
     ring_slot_t *rs;    /* [recv_depth] */
     ring_slot_t *ss;    /* [send_depth] */
@@ -124,6 +136,9 @@ struct ring {
     uint32_t hellos;       /* ring_hello rounds so far, in their tags */
     uint32_t links_failed; /* links whose endpoint failed so far */
     unsigned nchan;
+    unsigned flags_out;    /* ring_set_flags: ORed into every send */
+    unsigned flags_seen;   /* ours | those of every message applied */
+    int flags_all;         /* last collective: flags_seen is every rank's */
     ring_stats_t stats;
 };
 
@@ -142,7 +157,7 @@ void ring__fail(ring_t *r, int rc, uint32_t who);
 
 /* The engine for ring_grid.c (ring.c). ring__coll_check: a collective may
  * start; ring__coll_begin/run: run the channels set up (their to, from,
- * pos, n, step0, idx_hi, finish, and ring__chan_setup's region), adding
+ * pos, n, step0, finish, and ring__chan_setup's region), adding
  * the idle time to *wait_ns. */
 int ring__coll_check(ring_t *r);
 void ring__chans_flat(ring_t *r);

@@ -26,9 +26,6 @@
 #include "common/status.h"
 
 #define GRID_MIN_RANKS 4      /* below this one row would do */
-#define GRID_COL_SHIFT 19     /* a column ring's number in message indices */
-#define GRID_ROW_IDX_MAX (1u << 20)
-#define GRID_COL_IDX_MAX (1u << GRID_COL_SHIFT)
 
 int ring__grid_on(const ring_opts_t *o, uint32_t n)
 {
@@ -264,7 +261,6 @@ static int grid_row_setup(ring_t *r, uint8_t *buf, size_t count, int gather,
     c->pos = g->col;
     c->n = w;
     c->step0 = gather ? w - 1 : 0;
-    c->idx_hi = 0;
     c->finish = 0; /* the column rings own the chunks */
     ring__chan_setup(c, buf, 0, count, w);
     c->nsend = c->nrecv = (w - 1) * c->k;
@@ -298,10 +294,9 @@ static int grid_col_setup(ring_t *r, uint8_t *buf, size_t count,
             rc = grid_link(r, owner_of(g, up, count, b0), &c->from);
         if (rc != 0)
             return rc;
-        /* A receiver's rings are two consecutive intervals at most: the
-         * parity of q tells them apart on the one tag channel. */
-        c->id = 0;
-        c->idx_hi = (q & 1u) << GRID_COL_SHIFT;
+        /* A rank's rings are two consecutive intervals at most: the
+         * parity of q (the tag channel) tells them apart. */
+        c->id = q & 1u;
         c->pos = g->row;
         c->n = g->rows;
         c->step0 = 0;
@@ -315,16 +310,8 @@ static int grid_col_setup(ring_t *r, uint8_t *buf, size_t count,
 
 int ring__grid_wants(const ring_t *r, size_t count, size_t es)
 {
-    const ring_grid_t *g = r->grid;
-    if (g == NULL ||
-        (r->opts.grid_max_bytes != 0 && count * es > r->opts.grid_max_bytes))
-        return 0;
-    /* Message indices: a row's (w - 1) k and a column's 2 (rows - 1) k
-     * must fit their fields; far beyond that the flat ring runs. */
-    size_t celems = r->opts.chunk_bytes / es;
-    size_t k = (count / g->wmin + 1 + celems - 1) / celems + 1;
-    return k * g->wmax < GRID_ROW_IDX_MAX &&
-           k * 2 * g->rows < GRID_COL_IDX_MAX;
+    return r->grid != NULL && (r->opts.grid_max_bytes == 0 ||
+                               count * es <= r->opts.grid_max_bytes);
 }
 
 /* Between phases: an abort, or a link a later phase needs that failed. */
