@@ -81,6 +81,7 @@ typedef struct {
     uint32_t wmin, wmax;   /* row widths (wmax = wmin or wmin + 1) */
     uint32_t *row_first;   /* [rows + 1]: the first rank of each row */
     ring_link_t *links;    /* [n]: by rank (see grid_connect) */
+    int connected;         /* grid_exchange done */
     size_t *bounds;        /* per allreduce: the merged segment bounds */
 } ring_grid_t;
 
@@ -158,14 +159,22 @@ void ring__fail(ring_t *r, int rc, uint32_t who);
 /* The engine for ring_grid.c (ring.c). ring__coll_check: a collective may
  * start; ring__coll_begin/run: run the channels set up (their to, from,
  * pos, n, step0, finish, and ring__chan_setup's region), adding
- * the idle time to *wait_ns. */
+ * the idle time to *wait_ns; the last run of a collective also fails the
+ * ring for the next one when a link failed after it was no longer
+ * needed. */
 int ring__coll_check(ring_t *r);
 void ring__chans_flat(ring_t *r);
 void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
                       size_t count, uint32_t nseg);
 void ring__coll_begin(ring_t *r, unsigned nchan);
-int ring__coll_run(ring_t *r, int64_t *wait_ns);
+int ring__coll_run(ring_t *r, int64_t *wait_ns, int last);
 void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns);
+/* A flat collective the ring runs for itself (the grid's address
+ * exchange), not counted in the stats: COLL_ALLREDUCE of count elements
+ * of dt, or COLL_ALLGATHER of count bytes per rank (dt KERN_U8). The
+ * collective in flight (ring->coll) is kept. */
+int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
+                   kern_dtype_t dt, kern_op_t op);
 
 /* Grid (ring_grid.c): the layout at ring_create (0, or an error), its
  * endpoints' close, and the allreduce: 1 when the grid takes this one. */

@@ -617,7 +617,7 @@ static int64_t coll_loop(ring_t *r)
  * failed: a neighbour that exits (or dies) after its last message arrived
  * leaves a valid result; the ring is dead for the next collective only.
  */
-int ring__coll_run(ring_t *r, int64_t *wait_ns)
+int ring__coll_run(ring_t *r, int64_t *wait_ns, int last)
 {
     *wait_ns += coll_loop(r);
     r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
@@ -633,7 +633,9 @@ int ring__coll_run(ring_t *r, int64_t *wait_ns)
     }
     drain_stale(r);
     r->flags_all = r->coll.kind != COLL_BCAST;
-    ring_link_t *gone = ring__failed_link(r);
+    /* Only at the end: a grid's later phase fails on a link it needs
+     * (chan_links_check), not on one of a row that has finished. */
+    ring_link_t *gone = last ? ring__failed_link(r) : NULL;
     if (r->coll.err == 0 && gone != NULL) {
         r->coll.err = gone->fail_rc;
         r->coll.err_rank = gone->rank;
@@ -647,10 +649,29 @@ int ring__coll_run(ring_t *r, int64_t *wait_ns)
     return 0;
 }
 
+int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
+                   kern_dtype_t dt, kern_op_t op)
+{
+    size_t es = kern_dtype_size(dt);
+    ring_coll_desc_t saved = r->coll;
+    r->coll = (ring_coll_desc_t){.kind = kind, .dt = dt, .op = op,
+                                 .avg_div = r->n, .es = es, .wire_es = es};
+    ring__chans_flat(r);
+    ring_chan_t *c = &r->chan[0];
+    int gather = kind == COLL_ALLGATHER;
+    ring__chan_setup(c, buf, 0, gather ? count * r->n : count, r->n);
+    c->nsend = c->nrecv = (gather ? 1 : 2) * (r->n - 1) * c->k;
+    ring__coll_begin(r, 1);
+    int64_t wait_ns = 0;
+    int rc = ring__coll_run(r, &wait_ns, 0);
+    r->coll = saved;
+    return rc;
+}
+
 static int coll_run(ring_t *r)
 {
     int64_t t0 = rd_now_ns(), wait_ns = 0;
-    int rc = ring__coll_run(r, &wait_ns);
+    int rc = ring__coll_run(r, &wait_ns, 1);
     if (rc == 0) {
         ring__coll_stats(r, t0, wait_ns);
         r->stats.collectives++;

@@ -26,6 +26,7 @@
 #include "common/status.h"
 
 #define GRID_MIN_RANKS 4      /* below this one row would do */
+#define GRID_ADDR_MAX 65536   /* a worker address: 215 bytes over tcp */
 
 int ring__grid_on(const ring_opts_t *o, uint32_t n)
 {
@@ -84,35 +85,89 @@ static uint32_t row_width(const ring_grid_t *g, uint32_t row)
 /*
  * Endpoints to every rank a grid allreduce may talk to, whatever its size:
  * my row neighbours and the whole rows above and below (which of them
- * own my intervals depends on the size). Made now, not on first use,
- * because UCX pairs the k-th endpoint from A to B with the k-th from B to
- * A: both sides must make theirs in the same rings, even when one of them
- * fails before a collective that would have needed it. The set is
+ * own my intervals depends on the size), from the exchanged addresses
+ * (blocks of a 4-byte little-endian length and the address). The set is
  * symmetric (B is in A's iff A is in B's), and the flat ring's own
  * neighbours keep their one endpoint.
  */
-static int grid_connect(ring_t *r, const ring_view_t *v)
+static int grid_connect(ring_t *r, const uint8_t *all, size_t block)
 {
     ring_grid_t *g = r->grid;
     uint32_t w = row_width(g, g->row), first = g->row_first[g->row];
     uint32_t near[2] = {first + (g->col + 1) % w,
                         first + (g->col + w - 1) % w};
-    for (uint32_t i = 0; i < r->n; i++) {
-        uint32_t row = 0;
-        while (i >= g->row_first[row + 1])
+    for (uint32_t i = 0, row = 0; i < r->n; i++) {
+        if (i >= g->row_first[row + 1])
             row++;
         int adjacent = row == (g->row + 1) % g->rows ||
                        (row + 1) % g->rows == g->row;
         if (i == r->rank || i == r->left.rank || i == r->right.rank ||
             !(adjacent || i == near[0] || i == near[1]))
             continue;
-        int rc = tp_peer_connect(r->tp, v->addrs[i], v->addr_lens[i],
-                                 ring__on_peer_fail, &g->links[i],
-                                 &g->links[i].peer);
-        if (rc != 0)
+        const uint8_t *b = all + (size_t)i * block;
+        uint32_t len = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
+                       (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        if (len == 0 || len > block - 4) {
+            RD_ERROR("ring: grid address of rank %u: %u bytes", i, len);
+            ring__fail(r, ST_EPROTO, i);
+            return ST_EPROTO;
+        }
+        int rc = tp_peer_connect(r->tp, b + 4, len, ring__on_peer_fail,
+                                 &g->links[i], &g->links[i].peer);
+        if (rc != 0) {
+            ring__fail(r, rc, i);
             return rc;
+        }
     }
     return 0;
+}
+
+/* Between phases: an abort, or a failure that ended the last phase. */
+static int grid_between(ring_t *r)
+{
+    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
+        ring__fail(r, ST_EABORTED, r->rank);
+    return r->state == RING_FAILED ? r->fail_rc : 0;
+}
+
+/*
+ * Before the first grid allreduce of a ring: every rank's address, over
+ * the flat ring (a view carries the flat neighbours' only), then the
+ * grid's endpoints. Not on first use of each: UCX pairs the k-th endpoint
+ * from A to B with the k-th from B to A, so both sides must make theirs
+ * in the same ring, and every rank makes all of them here, in the same
+ * collective.
+ */
+static int grid_exchange(ring_t *r)
+{
+    const void *mine;
+    size_t len;
+    tp_address(r->tp, &mine, &len);
+    int64_t max = (int64_t)len;
+    int rc = ring__flat_own(r, COLL_ALLREDUCE, &max, 1, KERN_I64, KERN_MAX);
+    if (rc != 0 || (rc = grid_between(r)) != 0)
+        return rc;
+    if (max < (int64_t)len || max > GRID_ADDR_MAX) {
+        RD_ERROR("ring: grid addresses of %lld bytes", (long long)max);
+        ring__fail(r, ST_EPROTO, r->rank);
+        return ST_EPROTO;
+    }
+    size_t block = 4 + (size_t)max;
+    uint8_t *all = calloc(r->n, block);
+    if (all == NULL) {
+        ring__fail(r, ST_ENOMEM, r->rank);
+        return ST_ENOMEM;
+    }
+    uint8_t *b = all + (size_t)r->rank * block;
+    for (int i = 0; i < 4; i++)
+        b[i] = (uint8_t)(len >> (8 * i));
+    memcpy(b + 4, mine, len);
+    rc = ring__flat_own(r, COLL_ALLGATHER, all, block, KERN_U8, KERN_SUM);
+    if (rc == 0 && (rc = grid_between(r)) == 0 &&
+        (rc = grid_connect(r, all, block)) == 0)
+        r->grid->connected = 1;
+    free(all);
+    return rc;
 }
 
 static int grid_layout(ring_t *r, uint32_t rows)
@@ -154,11 +209,8 @@ int ring__grid_create(ring_t *r, const ring_view_t *v)
     if (r->grid == NULL)
         return ST_ENOMEM;
     int rc = grid_layout(r, rows);
-    if (rc == 0)
-        rc = grid_connect(r, v);
     if (rc != 0) {
         RD_ERROR("ring: grid of %u rows: %s", rows, st_strerror(rc));
-        ring__grid_close(r, 1);
         ring__grid_free(r);
         return rc;
     }
@@ -314,18 +366,10 @@ int ring__grid_wants(const ring_t *r, size_t count, size_t es)
                                count * es <= r->opts.grid_max_bytes);
 }
 
-/* Between phases: an abort, or a link a later phase needs that failed. */
-static int grid_between(ring_t *r)
-{
-    if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
-        ring__fail(r, ST_EABORTED, r->rank);
-    return r->state == RING_FAILED ? r->fail_rc : 0;
-}
-
 int ring__grid_allreduce(ring_t *r, void *buf, size_t count)
 {
     int64_t t0 = rd_now_ns(), wait_ns = 0;
-    int rc = 0;
+    int rc = r->grid->connected ? 0 : grid_exchange(r);
     for (int phase = 0; rc == 0 && phase < 3; phase++) {
         unsigned nchan = 0;
         if (phase > 0 && (rc = grid_between(r)) != 0)
@@ -338,7 +382,7 @@ int ring__grid_allreduce(ring_t *r, void *buf, size_t count)
             break;
         }
         ring__coll_begin(r, nchan);
-        rc = ring__coll_run(r, &wait_ns);
+        rc = ring__coll_run(r, &wait_ns, phase == 2);
     }
     if (rc != 0)
         return rc;
