@@ -530,3 +530,45 @@ TEST_IMPL(ring_grid_flags_n7)
            0);
     return 0;
 }
+
+/*
+ * SIGSTOP of rank 0 of a 2 x 2 grid (rows 0 1 | 2 3; for this size the
+ * column rings are {0, 2} and {1, 3}) during 16 MiB allreduces. Rank 1
+ * needs rank 0 in both row phases and rank 2 in the column phase, and
+ * neither ever waits on anyone else that rank 0 holds up, so the two
+ * (deadline 2 s, rank 3 8 s: it ends by the cascade) must each return
+ * ST_EPEER_TIMEOUT naming rank 0: the peer waited on, in the row and in
+ * the column.
+ */
+TEST_IMPL(ring_grid_stop_n4)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 4, "big", "--count 4194304 --iters 1000 --expect-fail "
+           "--deadline 8000 --deadline-of 1:2000 --deadline-of 2:2000 "
+           "--grid 4");
+    wait_started(&l);
+    int64_t t = th_now_ms();
+    kill(l.pid[0], SIGSTOP);
+    check_survivors(&l, 0, t, 15000, 1);
+    for (int r = 1; r <= 2; r++) {
+        char *rc = slurp(l.dir, "rc", r);
+        ASSERT(rc != NULL);
+        int code = 0, count = 0;
+        unsigned who = 0, cb_rank = 0;
+        ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank),
+                  4);
+        free(rc);
+        ASSERT_MSG(code == ST_EPEER_TIMEOUT, "rank %d: %s", r,
+                   st_strerror(code));
+        ASSERT_MSG(who == 0, "rank %d suspects %u, not the stopped rank 0",
+                   r, who);
+        ASSERT_EQ(count, 1);
+        ASSERT_EQ(cb_rank, 0);
+    }
+    kill(l.pid[0], SIGCONT);
+    th_kill(l.pid[0]);
+    l.pid[0] = 0;
+    launch_cleanup();
+    return 0;
+}
