@@ -189,6 +189,7 @@ typedef struct {
     uint64_t last_usec;      /* last collective: wall time */
     uint32_t next_seq;       /* sequence number of the next collective */
     uint64_t grid;           /* allreduces that ran on the grid */
+    uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

@@ -214,6 +214,7 @@ int ring__grid_create(ring_t *r, const ring_view_t *v)
         ring__grid_free(r);
         return rc;
     }
+    r->stats.grid_rows = rows;
     RD_INFO("ring gen %" PRIu64 ": grid of %u rows %u-%u wide, rank %u at "
             "row %u col %u", r->generation, rows, r->grid->wmin,
             r->grid->wmax, r->rank, r->grid->row, r->grid->col);

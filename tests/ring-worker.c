@@ -26,7 +26,7 @@
  *          --counts LIST --count N --iters K --expect-fail
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
  *          --host-size H (host key r / H) --expect-grid (matrix: every
- *          allreduce ran on the grid)
+ *          allreduce ran on the grid) --expect-rows R (matrix: its rows)
  * Exit status 0 is a pass; failures print why on stderr.
  */
 #include <errno.h>
@@ -63,6 +63,7 @@ typedef struct {
     int ncounts;
     size_t count;
     int iters, expect_fail, expect_grid;
+    uint32_t expect_rows;
     uint32_t host_size;
     uint32_t *hosts;
     tp_t *tp;
@@ -349,6 +350,9 @@ static void mode_matrix(void)
     if (W.expect_grid && st.grid != calls)
         DIE("stats: %" PRIu64 " of %" PRIu64 " allreduces on the grid",
             st.grid, calls);
+    if (W.expect_rows && st.grid_rows != W.expect_rows)
+        DIE("stats: a grid of %u rows, want %u", st.grid_rows,
+            W.expect_rows);
     if (W.n > 1 && calls > 0 && st.total_wait_us < st.last_wait_us)
         DIE("stats: wait totals inconsistent");
 }
@@ -769,6 +773,8 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--host-size"))
             W.host_size = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--expect-grid")) W.expect_grid = 1;
+        else if (!strcmp(a, "--expect-rows"))
+            W.expect_rows = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
         else if (!strcmp(a, "--wire")) {

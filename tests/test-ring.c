@@ -467,11 +467,15 @@ TEST_IMPL(ring_grid_matrix_n10) { grid_matrix(10, NULL); return 0; }
 /* One row per host of 5: two rows, not sqrt's three. */
 TEST_IMPL(ring_grid_hosts_n10)
 {
-    grid_matrix(10, "--host-size 5");
+    grid_matrix(10, "--host-size 5 --expect-rows 2");
     return 0;
 }
 /* Rows at most 3 wide over 7 ranks: widths 3, 2 and 2. */
-TEST_IMPL(ring_grid_cols_n7) { grid_matrix(7, "--grid-cols 3"); return 0; }
+TEST_IMPL(ring_grid_cols_n7)
+{
+    grid_matrix(7, "--grid-cols 3 --expect-rows 3");
+    return 0;
+}
 
 /* Broadcast and allgather (flat), barrier and avg by 2n + 1 (grid). */
 TEST_IMPL(ring_grid_coll_n7)
@@ -481,9 +485,11 @@ TEST_IMPL(ring_grid_coll_n7)
     return 0;
 }
 
-/* 16 MiB per allreduce, the last one SIGKILLed mid-way. */
-#define GRID_BIG "--count 4194304 --iters 1000 --expect-fail --deadline 2000 " \
-                 "--grid 4"
+/* 16 MiB per allreduce until a fault. The deadline is out of reach: the
+ * survivors must end by endpoint failures and the cascade of force-closed
+ * endpoints over the rows and the column rings alone. */
+#define GRID_BIG "--count 4194304 --iters 1000 --expect-fail " \
+                 "--deadline 60000 --grid 4"
 
 TEST_IMPL(ring_grid_kill_n7)
 {
