@@ -497,6 +497,14 @@ TEST_IMPL(ring_grid_kill_n7)
     return 0;
 }
 
+/* 3 x 3, the centre killed: its column rings' lower members only receive
+ * from it (up and down differ), so only its endpoint's failure ends them. */
+TEST_IMPL(ring_grid_kill_n9)
+{
+    kill_one_mode("big", GRID_BIG, "tcp", 0, 9, 4);
+    return 0;
+}
+
 TEST_IMPL(ring_grid_abort_thread_n6)
 {
     launch_t l;
