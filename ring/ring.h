@@ -35,8 +35,10 @@ typedef struct {
     uint64_t generation;
     uint32_t nranks;
     uint32_t rank;
-    const void *const *addrs; /* [nranks] UCX worker addresses */
-    const size_t *addr_lens;  /* [nranks] their lengths */
+    /* [nranks] UCX worker addresses and their lengths: only the two
+     * neighbours' are read (a grid exchanges the others itself). */
+    const void *const *addrs;
+    const size_t *addr_lens;
     /* [nranks] or NULL: ranks of one host share a key (the view orders
      * them consecutively); the grid makes a row of each host when all
      * hosts are the same size. */
