@@ -37,6 +37,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
                "ringd_op_t must match kern_op_t");
 
 static void try_start(dmn_t *d);
+static void try_launch(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
 static void maybe_restore(dmn_t *d);
 
@@ -112,7 +113,28 @@ static int has_state(const dmn_conn_t *c)
 static void leave_to_redo(dmn_t *d, dmn_conn_t *c)
 {
     dmn__conn_set_state(c, DMN_CONN_IDLE);
+    c->flags |= DMN_CONN_F_REDO;
     d->flags |= DMN_F_ANY_REDO;
+}
+
+/* Answer c's queued collectives from the keep-th on with status, oldest
+ * first, and forget them. */
+static void answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status)
+{
+    for (uint32_t i = keep; i < c->q_len; i++)
+        dmn__reply_status(c, PROTO_T_COLL, dmn__conn_q(c, i)->msg_seq,
+                          status);
+    if (c->q_len > keep)
+        c->q_len = keep;
+}
+
+/* Some trainer of the step has a collective queued. */
+static int any_queued(const dmn_t *d)
+{
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->cstate == DMN_CONN_POSTED)
+            return 1;
+    return 0;
 }
 
 /* STATUS= for systemd: at most once a second (each one is a blocking
@@ -139,16 +161,18 @@ static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
  */
 static void fail_posted(dmn_t *d, int32_t status, int redo)
 {
+    /* The head of every queue that the backend holds completes in
+     * coll_done; only a mismatch comes while one is in flight. */
+    uint32_t keep = d->coll_in_flight && !redo ? 1 : 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
+        answer_queue(c, keep, status);
         if (redo)
             leave_to_redo(d, c);
-        else
+        else if (c->q_len == 0)
             dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, status);
     }
-    d->flags &= ~DMN_F_COLL_OPEN;
 }
 
 static void check_done(dmn_t *d)
@@ -380,10 +404,17 @@ void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
          * it consistently, so everyone redoes it. */
         RD_WARN("client %u restarted step %llu without ending it", c->id,
                 (unsigned long long)d->step);
+        /* Its collectives are answered before this STEP_BEGIN is. One
+         * may be with the backend: the break waits for it, and its
+         * buffers stay mapped until then (dmn__buf_unmap). */
+        answer_queue(c, 0, RINGD_ERESHAPE);
         leave_to_redo(d, c);
         if (d->state == DMN_STEP_RUNNING)
             step_set_state(d, DMN_STEP_BROKEN);
+        else if (d->state == DMN_STEP_REDUCING)
+            d->flags |= DMN_F_BREAK_PENDING;
     }
+    c->flags &= ~DMN_CONN_F_REDO;
     c->begin_seq = seq;
     dmn__conn_set_state(c, DMN_CONN_WAITING);
     maybe_close(d);
@@ -459,12 +490,16 @@ static void coll_done(void *arg, int status)
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
-        void *dst = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
+        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
+        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
                                  r->count * esz);
         if (dst != NULL && copy_out)
             memcpy(dst, d->staging, r->count * esz);
-        dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
+        uint32_t msg_seq = e->msg_seq;
+        c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
+        if (--c->q_len == 0)
+            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
+        dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
     }
     double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
     uint64_t bytes = r->count * esz;
@@ -475,10 +510,11 @@ static void coll_done(void *arg, int status)
     d->stats.coll_seconds += secs;
     if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
-    d->flags &= ~DMN_F_COLL_OPEN;
     step_set_state(d, DMN_STEP_RUNNING);
     if (d->flags & DMN_F_BREAK_PENDING)
         step_set_state(d, DMN_STEP_BROKEN);
+    else
+        try_launch(d); /* the next one queued: no round trip between */
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
@@ -511,8 +547,8 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
         if (r->kind == PROTO_COLL_BROADCAST &&
             d->view.rank_offset + c->local_rank == r->root)
             *root_p = (int)n;
-        d->coll_bufs[n++] = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
-                                         bytes);
+        const proto_coll_req_t *q = &dmn__conn_q(c, 0)->req;
+        d->coll_bufs[n++] = dmn__buf_ptr(c, q->buf_id, q->offset, bytes);
     }
     return n;
 }
@@ -579,22 +615,54 @@ static void launch(dmn_t *d)
         coll_done(d, rc);
 }
 
+/* Run the next collective once every trainer of the step queued it. */
+static void try_launch(dmn_t *d)
+{
+    if (d->state != DMN_STEP_RUNNING)
+        return;
+    dmn_conn_t *first = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate == DMN_CONN_ACTIVE)
+            return;
+        if (c->cstate == DMN_CONN_POSTED && first == NULL)
+            first = c;
+    }
+    if (first == NULL)
+        return;
+    d->coll = dmn__conn_q(first, 0)->req;
+    launch(d);
+}
+
+/* Another trainer's collective at position pos of its queue, the one req
+ * must match; NULL when none has queued that far yet. */
+static const proto_coll_req_t *queued_at(dmn_t *d, const dmn_conn_t *c,
+                                         uint32_t pos)
+{
+    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        if (o != c && dmn__conn_in_step(o) && o->q_len > pos)
+            return &dmn__conn_q(o, pos)->req;
+    return NULL;
+}
+
 void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req)
 {
-    if (c->flags & DMN_CONN_F_STALLED) {
-        /* Back from a step it was timed out of: redo it. */
+    if (c->flags & (DMN_CONN_F_STALLED | DMN_CONN_F_REDO)) {
+        /* Back from a step it was timed out of, or one it left to redo
+         * (the rest of what it issued in that step): redo it. */
         c->flags &= ~DMN_CONN_F_STALLED;
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
         return;
     }
     if (dmn__conn_in_step(c) && d->state == DMN_STEP_BROKEN) {
+        answer_queue(c, 0, RINGD_ERESHAPE);
         leave_to_redo(d, c);
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
         maybe_close(d);
         return;
     }
-    if (!dmn__conn_in_step(c) || d->state != DMN_STEP_RUNNING) {
+    if (!dmn__conn_in_step(c) || (d->state != DMN_STEP_RUNNING &&
+                                  d->state != DMN_STEP_REDUCING)) {
         dmn__reply_error(c, seq, RINGD_ESTATE,
                          "collective outside a step (state %s)",
                          dmn__step_state_name(d->state));
@@ -606,9 +674,11 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                          req->root, d->view.global_trainers);
         return;
     }
-    /* A trainer that already ended the step will post nothing more. */
-    int open = (d->flags & DMN_F_COLL_OPEN) != 0;
-    if ((open && !coll_matches(&d->coll, req)) || d->ended > 0) {
+    /* Matched by order of issue: the other trainers' collective at the
+     * same place in their queues. A trainer that already ended the step
+     * will post nothing more. */
+    const proto_coll_req_t *other = queued_at(d, c, c->q_len);
+    if ((other != NULL && !coll_matches(other, req)) || d->ended > 0) {
         RD_WARN("client %u: collective %u does not match the other "
                 "trainers'", c->id, req->coll_seq);
         d->stats.coll_errors++;
@@ -616,17 +686,11 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
         return;
     }
-    if (!open) {
-        d->coll = *req;
-        d->flags |= DMN_F_COLL_OPEN;
-    }
-    c->coll_msg_seq = seq;
-    c->coll = *req;
+    dmn_qcoll_t *e = dmn__conn_q(c, c->q_len++);
+    e->msg_seq = seq;
+    e->req = *req;
     dmn__conn_set_state(c, DMN_CONN_POSTED);
-    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-        if (o->cstate == DMN_CONN_ACTIVE)
-            return;
-    launch(d);
+    try_launch(d);
 }
 
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
@@ -639,11 +703,12 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
         dmn__reply_status(c, PROTO_T_STEP_END, seq, RINGD_ERESHAPE);
         return;
     }
-    if (!dmn__conn_in_step(c)) {
-        dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step");
+    if (!dmn__conn_in_step(c) || c->q_len > 0) {
+        dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step "
+                         "or with collectives outstanding");
         return;
     }
-    if (d->flags & DMN_F_COLL_OPEN) {
+    if (any_queued(d)) {
         RD_WARN("client %u ended step %llu while others wait in a "
                 "collective", c->id, (unsigned long long)d->step);
         fail_posted(d, RINGD_EMISMATCH, 0);

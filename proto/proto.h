@@ -14,6 +14,12 @@
  * change across versions, so a client of another version always receives a
  * readable RINGD_EVERSION.
  *
+ * Collectives are the exception to one request at a time: a client may
+ * send up to PROTO_MAX_OUTSTANDING COLL requests before reading any reply
+ * (and other requests in between, STEP_END excepted). The daemon answers
+ * each COLL once, in the order sent, and every COLL of a step before the
+ * reply to a later STEP_BEGIN; the client matches replies by seq.
+ *
  * Shared buffers: PROTO_T_BUF_ADD carries a memfd in SCM_RIGHTS; the daemon
  * maps it MAP_SHARED and later requests name (buf_id, offset).
  * PROTO_T_BUF_FREE unmaps one again; the daemon refuses while a collective
@@ -40,6 +46,11 @@
 #define PROTO_MAX_BUFFERS 65536 /* ids per client: < 1 MiB of table */
 #define PROTO_MAX_BUF_BYTES (1ull << 40)
 #define PROTO_TEXT 120
+/* Collectives one connection may have outstanding (sent, not answered):
+ * the daemon queues them in order and refuses more with RINGD_ELIMIT.
+ * Bounded so that all their replies fit in a Unix socket's default send
+ * buffer (about 270 small datagrams), which a reply must never overflow. */
+#define PROTO_MAX_OUTSTANDING 128
 
 typedef enum {
     PROTO_T_HELLO = 1,
