@@ -1,0 +1,344 @@
+/*
+ * Asynchronous collectives through libringd against a real ringd
+ * (--standalone): handles waited out of order and mixed with blocking
+ * calls, two trainers of a node issuing the same sequence, misuse, and a
+ * trainer that exits with handles outstanding.
+ *
+ * Two clients in this one process act as the node's two trainers: with
+ * asynchronous calls one thread can issue for both before waiting. Only
+ * step_begin, which returns once both asked, runs on a second thread.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "include/ringd.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/task.h"
+
+enum { NT = 16, LEN = 1000 };
+
+static void start_daemon(td_daemon_t *t, const char *name,
+                         const char *trainers)
+{
+    td_init(t, name);
+    const char *flags[] = {"--trainers", trainers, NULL};
+    ASSERT_OK(td_start(t, flags));
+}
+
+typedef struct {
+    ringd_client_t *c;
+    ringd_view_t v;
+    int rc;
+} begin_arg_t;
+
+static void *begin_thread(void *p)
+{
+    begin_arg_t *a = p;
+    a->rc = ringd_step_begin(a->c, &a->v);
+    return NULL;
+}
+
+/* Both trainers' step_begin, which returns once both asked. */
+static void begin_both(ringd_client_t *c[2], ringd_view_t v[2])
+{
+    begin_arg_t a = {c[1], {0}, -999};
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, begin_thread, &a));
+    int rc = ringd_step_begin(c[0], &v[0]);
+    ASSERT_OK(pthread_join(th, NULL));
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(a.rc, 0);
+    v[1] = a.v;
+}
+
+/* Trainer k's input of tensor i, element j, in step s. */
+static float input(int k, int s, int i, int j)
+{
+    return (float)((k + 1) * (s * 7 + i * 3 + j % 11));
+}
+
+/* Wait handles h[0..n) in a scrambled order (odd first, then even
+ * backwards); every one must succeed. */
+static void wait_scrambled(ringd_client_t *c, const ringd_handle_t *h,
+                           int n)
+{
+    for (int i = 1; i < n; i += 2)
+        ASSERT_EQ(ringd_wait(c, h[i]), 0);
+    for (int i = (n - 1) / 2 * 2; i >= 0; i -= 2)
+        ASSERT_EQ(ringd_wait(c, h[i]), 0);
+}
+
+/*
+ * Two trainers issue the same sequence each step: NT asynchronous
+ * allreduces (SUM, then AVG every other tensor), a blocking allreduce and
+ * an asynchronous broadcast from global rank 1 in between. Trainer 0
+ * waits its handles out of order, trainer 1 in order after polling the
+ * last with ringd_test; every result is the closed-form sum.
+ */
+TEST_IMPL(dmn_async_out_of_order)
+{
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-ooo", "2");
+    ringd_client_t *c[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        b[k] = ringd_buffer(c[k], (NT + 2) * LEN * sizeof(float));
+        ASSERT(b[k] != NULL);
+    }
+    for (int s = 0; s < 3; s++) {
+        ringd_view_t v[2];
+        begin_both(c, v);
+        ASSERT_EQ(v[0].world, 2);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < NT + 2; i++)
+                for (int j = 0; j < LEN; j++)
+                    b[k][i * LEN + j] = input(k, s, i, j);
+        ringd_handle_t h[2][NT + 1];
+        /* The first half of the tensors, issued by both. */
+        for (int i = 0; i < NT / 2; i++)
+            for (int k = 0; k < 2; k++)
+                ASSERT_OK(ringd_allreduce_async(
+                    c[k], b[k] + i * LEN, LEN, RINGD_F32,
+                    i % 2 ? RINGD_AVG : RINGD_SUM, &h[k][i]));
+        /* A blocking one in the middle: trainer 1 issues it first, so
+         * trainer 0's blocking call has its partner queued. */
+        ringd_handle_t hb;
+        ASSERT_OK(ringd_allreduce_async(c[1], b[1] + NT * LEN, LEN,
+                                        RINGD_F32, RINGD_SUM, &hb));
+        ASSERT_OK(ringd_allreduce(c[0], b[0] + NT * LEN, LEN, RINGD_F32,
+                                  RINGD_SUM));
+        for (int i = NT / 2; i < NT; i++)
+            for (int k = 0; k < 2; k++)
+                ASSERT_OK(ringd_allreduce_async(
+                    c[k], b[k] + i * LEN, LEN, RINGD_F32,
+                    i % 2 ? RINGD_AVG : RINGD_SUM, &h[k][i]));
+        for (int k = 0; k < 2; k++)
+            ASSERT_OK(ringd_broadcast_async(c[k], b[k] + (NT + 1) * LEN,
+                                            LEN * sizeof(float), 1,
+                                            &h[k][NT]));
+        /* step_end with handles not waited for is refused. */
+        ASSERT_EQ(ringd_step_end(c[0]), RINGD_ESTATE);
+        ASSERT(strstr(ringd_last_error(c[0]), "not waited for"));
+        wait_scrambled(c[0], h[0], NT + 1);
+        int done = 0;
+        for (int tries = 0; !done && tries < 100000; tries++) {
+            int rc = ringd_test(c[1], h[1][NT], &done);
+            ASSERT_EQ(rc, 0);
+            if (!done)
+                usleep(100);
+        }
+        ASSERT(done);
+        ASSERT_EQ(ringd_wait(c[1], hb), 0);
+        for (int i = 0; i < NT; i++)
+            ASSERT_EQ(ringd_wait(c[1], h[1][i]), 0);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < NT + 2; i++)
+                for (int j = 0; j < LEN; j++) {
+                    float sum = input(0, s, i, j) + input(1, s, i, j);
+                    float want = i == NT + 1 ? input(1, s, i, j)
+                                 : i < NT && i % 2 ? sum / 2 : sum;
+                    ASSERT_MSG(b[k][i * LEN + j] == want,
+                               "step %d trainer %d tensor %d [%d]: %g, "
+                               "want %g", s, k, i, j,
+                               (double)b[k][i * LEN + j], (double)want);
+                }
+            ASSERT_OK(ringd_step_end(c[k]));
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        ringd_close(c[k]);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/*
+ * Misuse gets an error and the daemon serves on: unknown and zero
+ * handles, a double wait, a test after the wait, too many outstanding,
+ * freeing a buffer with a collective outstanding, handles of a step that
+ * was left.
+ */
+TEST_IMPL(dmn_async_misuse)
+{
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-misuse", "1");
+    ringd_client_t *c;
+    ASSERT_OK(ringd_connect(&c, t.sock, NULL));
+    float *buf = ringd_buffer(c, RINGD_MAX_OUTSTANDING * sizeof(float));
+    float *other = ringd_buffer(c, 4096);
+    ASSERT(buf != NULL && other != NULL);
+    ringd_handle_t h;
+    ASSERT_EQ(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, &h),
+              RINGD_ESTATE);
+    ringd_view_t v;
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(ringd_wait(c, 0), RINGD_EINVAL);
+    ASSERT_EQ(ringd_wait(c, 12345), RINGD_EINVAL);
+    ASSERT(strstr(ringd_last_error(c), "not outstanding"));
+    int done = 0;
+    ASSERT_EQ(ringd_test(c, 777, &done), RINGD_EINVAL);
+    ASSERT_EQ(done, 1);
+    ASSERT_EQ(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, NULL),
+              RINGD_EINVAL);
+
+    buf[0] = 3.0f;
+    ASSERT_OK(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, &h));
+    ASSERT_EQ(ringd_wait(c, h), 0);
+    ASSERT(buf[0] == 3.0f);
+    ASSERT_EQ(ringd_wait(c, h), RINGD_EINVAL);    /* double wait */
+    ASSERT_EQ(ringd_test(c, h, &done), RINGD_EINVAL);
+
+    /* The bound: RINGD_MAX_OUTSTANDING handles not waited for. */
+    ringd_handle_t hs[RINGD_MAX_OUTSTANDING];
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++) {
+        buf[i] = (float)i;
+        ASSERT_OK(ringd_allreduce_async(c, buf + i, 1, RINGD_F32,
+                                        RINGD_SUM, &hs[i]));
+    }
+    ASSERT_EQ(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM, &h),
+              RINGD_ELIMIT);
+    ASSERT(strstr(ringd_last_error(c), "not waited for"));
+    ASSERT_STR_EQ(ringd_strerror(RINGD_ELIMIT),
+                  "too many collectives outstanding");
+    ASSERT_EQ(ringd_wait(c, hs[5]), 0);
+    ASSERT_OK(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM,
+                                    &hs[5]));
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
+        ASSERT_EQ(ringd_wait(c, hs[i]), 0);
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
+        ASSERT(buf[i] == (float)i);
+    ASSERT_OK(ringd_step_end(c));
+
+    /* Handles of a step left by step_begin are void. */
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_OK(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, &h));
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(ringd_wait(c, h), RINGD_EINVAL);
+    ASSERT_OK(ringd_allreduce(c, buf, 4, RINGD_F32, RINGD_SUM));
+    ASSERT_OK(ringd_step_end(c));
+    ringd_close(c);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+
+    /* Freeing a buffer a queued collective names: refused by the
+     * library, and by the daemon (dmn_async_queue_bound). */
+    start_daemon(&t, "dmn-async-misuse2", "2");
+    ringd_client_t *cc[2];
+    float *bb[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&cc[k], t.sock, NULL));
+        bb[k] = ringd_buffer(cc[k], 4096);
+        ASSERT(bb[k] != NULL);
+    }
+    ringd_view_t vv[2];
+    begin_both(cc, vv);
+    ASSERT_OK(ringd_allreduce_async(cc[0], bb[0], 4, RINGD_F32, RINGD_SUM,
+                                    &h));
+    ASSERT_EQ(ringd_buffer_free(cc[0], bb[0]), RINGD_ESTATE);
+    ASSERT(strstr(ringd_last_error(cc[0]), "outstanding"));
+    ASSERT_OK(ringd_test(cc[0], h, &done));
+    ASSERT_EQ(done, 0); /* trainer 1 has not issued it */
+    ringd_handle_t h1;
+    ASSERT_OK(ringd_allreduce_async(cc[1], bb[1], 4, RINGD_F32, RINGD_SUM,
+                                    &h1));
+    ASSERT_EQ(ringd_wait(cc[0], h), 0);
+    ASSERT_EQ(ringd_wait(cc[1], h1), 0);
+    ASSERT_OK(ringd_buffer_free(cc[0], bb[0]));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_step_end(cc[k]));
+        ringd_close(cc[k]);
+    }
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* Trainer 1 of dmn_async_trainer_exits, in a process of its own: joins
+ * the step, issues k + 3 allreduces, says so on fd, waits to be killed. */
+static void exiting_trainer(const char *sock, int k, int fd)
+{
+    ringd_client_t *c;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        _exit(2);
+    float *b = ringd_buffer(c, 64 * 1024);
+    ringd_view_t v;
+    if (b == NULL || ringd_step_begin(c, &v) != 0)
+        _exit(3);
+    for (int i = 0; i < k + 3; i++) {
+        ringd_handle_t h;
+        if (ringd_allreduce_async(c, b + i * 100, 100, RINGD_F32,
+                                  RINGD_SUM, &h) != 0)
+            _exit(4);
+    }
+    if (write(fd, "i", 1) != 1)
+        _exit(5);
+    for (;;)
+        pause();
+}
+
+/*
+ * A trainer is killed with handles outstanding (collectives queued in the
+ * daemon, results not waited for): the daemon drops its queue, the other
+ * trainer's next collective of the step fails with RINGD_ERESHAPE, as
+ * with blocking calls, and its next step runs alone at once.
+ */
+TEST_IMPL(dmn_async_trainer_exits)
+{
+    enum { K = 10 };
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-exit", "2");
+    ringd_client_t *c;
+    ASSERT_OK(ringd_connect(&c, t.sock, NULL));
+    float *b = ringd_buffer(c, 64 * 1024);
+    ASSERT(b != NULL);
+    int pfd[2];
+    ASSERT_OK(pipe(pfd));
+    pid_t child = fork();
+    ASSERT(child >= 0);
+    if (child == 0) {
+        close(pfd[0]);
+        exiting_trainer(t.sock, K, pfd[1]);
+    }
+    td_track(child);
+    close(pfd[1]);
+    ringd_view_t v;
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.world, 2);
+    ringd_handle_t h[K];
+    for (int i = 0; i < K; i++) {
+        for (int j = 0; j < 100; j++)
+            b[i * 100 + j] = 1.0f;
+        ASSERT_OK(ringd_allreduce_async(c, b + i * 100, 100, RINGD_F32,
+                                        RINGD_SUM, &h[i]));
+    }
+    char x;
+    ASSERT_EQ(read(pfd[0], &x, 1), 1);
+    close(pfd[0]);
+    for (int i = K - 1; i >= 0; i--)
+        ASSERT_EQ(ringd_wait(c, h[i]), 0);
+    ASSERT(b[0] == 1.0f && b[K * 100 - 1] == 1.0f); /* + its zeros */
+    kill(child, SIGKILL);
+    ASSERT_EQ(td_exit_code(child, 10000), 128 + SIGKILL);
+    ASSERT_OK(td_wait_file(t.log, "lost at step 0", 10000));
+    ringd_handle_t hn;
+    ASSERT_OK(ringd_allreduce_async(c, b, 100, RINGD_F32, RINGD_SUM, &hn));
+    ASSERT_EQ(ringd_wait(c, hn), RINGD_ERESHAPE);
+    /* Later ones of the step fail at once: it is to be redone. */
+    ASSERT_EQ(ringd_allreduce_async(c, b, 100, RINGD_F32, RINGD_SUM, &hn),
+              RINGD_ERESHAPE);
+    ASSERT_EQ(ringd_step_end(c), RINGD_ESTATE);
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.world, 1);
+    ASSERT_EQ(v.step, 0); /* the step is redone */
+    ASSERT_OK(ringd_allreduce_async(c, b, 100, RINGD_F32, RINGD_SUM, &hn));
+    ASSERT_EQ(ringd_wait(c, hn), 0);
+    ASSERT_OK(ringd_step_end(c));
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.step, 1);
+    ringd_close(c);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
