@@ -18,6 +18,7 @@
 #include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
+#include "tests/ring-cluster.h"
 #include "tests/task.h"
 
 enum { NT = 16, LEN = 1000 };
@@ -340,5 +341,84 @@ TEST_IMPL(dmn_async_trainer_exits)
     ASSERT_EQ(v.step, 1);
     ringd_close(c);
     ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* Two trainers of a 30-step job on a daemon of the given backend (NULL:
+ * solo), --async async_n (NULL: blocking). Hash logs h0, h1. */
+static void run_job(td_daemon_t *t, const char *name, const char *backend,
+                    const char *async_n)
+{
+    td_init(t, name);
+    const char *flags[] = {"--trainers", "2", backend ? "--backend" : NULL,
+                           backend, NULL};
+    ASSERT_OK(td_start(t, flags));
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--steps", "30", "--hash-log",
+                              td_path(t, i ? "h1" : "h0"), "--save",
+                              td_path(t, i ? "p1" : "p0"),
+                              async_n ? "--async" : NULL, async_n, NULL};
+        p[i] = td_trainer(t, args, td_path(t, i ? "t1.log" : "t0.log"));
+    }
+    for (int i = 0; i < 2; i++) {
+        int rc = td_exit_code(p[i], 120000);
+        if (rc != 0) {
+            td_dump(td_path(t, i ? "t1.log" : "t0.log"));
+            td_dump(t->log);
+        }
+        ASSERT_EQ(rc, 0);
+    }
+    ASSERT_EQ(td_stop(t, 30000), 0);
+}
+
+/* Checks every "async: X of Y outstanding handles failed" line of a
+ * trainer's log (X == Y >= 1); returns how many there are. */
+static int all_handles_failed(const char *log)
+{
+    char *s = td_read(log, NULL);
+    ASSERT(s != NULL);
+    int lines = 0;
+    const char *key = "async: ";
+    for (char *q = s; (q = strstr(q, key)) != NULL; q++) {
+        int x = -1, y = -1;
+        ASSERT_EQ(sscanf(q, "async: %d of %d outstanding", &x, &y), 2);
+        ASSERT_MSG(x == y && y >= 1, "%s: %d of %d handles failed", log, x,
+                   y);
+        lines++;
+    }
+    free(s);
+    return lines;
+}
+
+/*
+ * View changes (the fake backend's, at steps 5 and 17) while each trainer
+ * has its gradients in 10 asynchronous allreduces: every outstanding
+ * handle fails with RINGD_ERESHAPE, the step is redone, and the job ends
+ * bitwise where the same job without view changes does, which is also
+ * where the blocking single allreduce gets.
+ */
+TEST_IMPL(dmn_async_reshape_redo)
+{
+    static td_daemon_t a, b, c;
+    run_job(&a, "dmn-async-rs", "fake:reshape=5,17", "10");
+    run_job(&b, "dmn-async-plain", NULL, "10");
+    run_job(&c, "dmn-async-block", NULL, NULL);
+    static td_hashes_t ha[2], hb, hc;
+    for (int i = 0; i < 2; i++) {
+        const char *log = td_path(&a, i ? "t1.log" : "t0.log");
+        ASSERT_EQ(all_handles_failed(log), 2);
+        ASSERT_EQ(td_count(log, "redoing the step"), 2);
+        td_read_hashes(td_path(&a, i ? "h1" : "h0"), &ha[i]);
+    }
+    ASSERT_EQ(all_handles_failed(td_path(&b, "t0.log")), 0);
+    td_read_hashes(td_path(&b, "h0"), &hb);
+    td_read_hashes(td_path(&c, "h0"), &hc);
+    ASSERT_EQ(ha[0].nsteps, 30);
+    ASSERT_EQ(td_same_hashes(&ha[0], &ha[1]), 30);
+    ASSERT_EQ(ha[0].gen[4] + 1, ha[0].gen[5]); /* the view changed */
+    ASSERT_EQ(td_same_hashes(&ha[0], &hb), 30);
+    ASSERT_EQ(td_same_hashes(&hb, &hc), 30);
+    ASSERT_EQ(td_param_diff(td_path(&a, "p0"), td_path(&c, "p0")), 0);
     return 0;
 }
