@@ -422,3 +422,57 @@ TEST_IMPL(dmn_async_reshape_redo)
     ASSERT_EQ(td_param_diff(td_path(&a, "p0"), td_path(&c, "p0")), 0);
     return 0;
 }
+
+/* A ring job's trainer k of node i with --async 10 (and extra, NULL-ended
+ * pairs). */
+static pid_t async_trainer(cluster_t *c, int i, const char *steps,
+                           const char *stop_in)
+{
+    const char *args[] = {"--steps", steps, "--async", "10", "--hash-log",
+                          td_path(&c->d[i], "h0"), "--log-every", "20",
+                          stop_in ? "--stop-in-step" : NULL, stop_in, NULL};
+    return td_trainer(&c->d[i], args, td_path(&c->d[i], "t0.log"));
+}
+
+/*
+ * A node killed while the others have 10 handles outstanding: n1's
+ * trainer stops itself in step 60 before its collectives, so n0's and
+ * n2's trainers have issued all 10 pieces of that step and wait for the
+ * ring; then n1's daemon is SIGKILLed. Every one of their outstanding
+ * handles fails with RINGD_ERESHAPE, they redo step 60 on a 2-node ring
+ * and finish, bitwise identical to each other at every step, and to n1
+ * on every step before.
+ */
+TEST_IMPL(dmn_ring_async_kill)
+{
+    cluster_env();
+    static cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = async_trainer(&c, i, "300", i == 1 ? "60" : NULL);
+    ASSERT_MSG(td_poll(td_all_stopped, &c.trainer[1][0], 60000) == 0,
+               "n1's trainer never stopped in step 60");
+    th_kill(c.d[1].pid);
+    c.d[1].pid = 0;
+    th_kill(c.trainer[1][0]);
+    for (int i = 0; i < 3; i += 2)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t h[3];
+    for (int i = 0; i < 3; i++) {
+        td_read_hashes(td_path(&c.d[i], "h0"), &h[i]);
+        if (i == 1)
+            continue;
+        const char *log = td_path(&c.d[i], "t0.log");
+        ASSERT_EQ(all_handles_failed(log), 1);
+        ASSERT(td_file_has(log, "async: 10 of 10 outstanding handles"));
+        ASSERT_EQ(h[i].world[59], 3);
+        ASSERT_EQ(h[i].world[60], 2);
+    }
+    ASSERT_EQ(td_same_hashes(&h[0], &h[2]), 300);
+    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), 60);
+    for (int i = 0; i < 3; i += 2)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
