@@ -5,6 +5,7 @@
  *   e2e --full       1, 4, 16, 64, 256 MiB and more rounds
  *   e2e --quick      1 and 16 MiB, one round (a smoke test)
  *   e2e --rounds R   rounds per configuration
+ *   e2e --async-only only the asynchronous row (a smoke test of it)
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -51,7 +52,11 @@
  *        (64 MiB allreduce time with checkpoints over without)
  *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
  *        checkpoint every 10 steps minus without, per checkpoint, scaled
- *        from the 256 MiB state to 1 GiB)
+ *        from the 256 MiB state to 1 GiB) async_vs_one=... (n = 2, one
+ *        trainer per node: the busbw of 64 MiB reduced as 64
+ *        asynchronous allreduces of 1 MiB, all outstanding at once, over
+ *        that of one blocking allreduce of 64 MiB; the median of the
+ *        per-round ratios, both run in each round)
  *   with the issue's other keys as "na" until they are measured here.
  */
 #include <errno.h>
@@ -185,6 +190,28 @@ static double group_run(worker_t *w, int nw, size_t bytes, int iters)
     return group_run_ms(w, nw, bytes, iters, 0);
 }
 
+/* As group_run, each worker reducing bytes as `pieces` asynchronous
+ * allreduces. */
+static double group_run_pieces(worker_t *w, int nw, size_t bytes, int iters,
+                               int pieces)
+{
+    for (int i = 0; i < nw; i++) {
+        fprintf(w[i].to, "run %zu %d 0 %d\n", bytes, iters, pieces);
+        fflush(w[i].to);
+    }
+    double worst = 0;
+    for (int i = 0; i < nw; i++) {
+        char line[256];
+        double us, mean;
+        worker_line(&w[i], line, sizeof(line));
+        if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
+            e2e__die("worker run", line);
+        if (us > worst)
+            worst = us;
+    }
+    return worst;
+}
+
 static void group_quit(worker_t *w, int nw)
 {
     for (int i = 0; i < nw; i++) {
@@ -226,7 +253,7 @@ static double cpu_seconds(pid_t pid)
 }
 
 typedef struct {
-    int full, quick, rounds;
+    int full, quick, rounds, async_only;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;
@@ -538,6 +565,48 @@ static void run_steps(bench_t *b, steps_t *out)
     kill_kids();
 }
 
+#define ASYNC_PIECES 64
+
+typedef struct {
+    double one_us, many_us; /* medians over the rounds */
+    double ratio;           /* median of one_us / many_us */
+} async_t;
+
+/*
+ * 64 MiB reduced as ASYNC_PIECES asynchronous allreduces of 1 MiB, all
+ * outstanding at once, against one blocking allreduce of 64 MiB, in the
+ * same rounds of one n = 2 job: what queuing costs or saves per
+ * collective (the daemon runs them back to back on the ring, no round
+ * trip to the trainer between them, no fusion).
+ */
+static void run_async(bench_t *b, async_t *out)
+{
+    static cluster_t c;
+    size_t bytes = 64 * MiB;
+    double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
+    cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
+    group_run(c.tr, 2, MiB, 1); /* the job forms */
+    int it = b->quick ? 3 : iters_for(bytes);
+    for (int r = 0; r < b->rounds; r++) {
+        one[r] = group_run(c.tr, 2, bytes, it);
+        many[r] = group_run_pieces(c.tr, 2, bytes, it, ASYNC_PIECES);
+        ratio[r] = one[r] / many[r];
+    }
+    out->one_us = e2e__median(one, b->rounds);
+    out->many_us = e2e__median(many, b->rounds);
+    out->ratio = e2e__median(ratio, b->rounds);
+    cluster_down(&c);
+    kill_kids();
+}
+
+static void print_async(const async_t *a)
+{
+    printf("# %d outstanding async allreduces of 1 MiB vs one of 64 MiB "
+           "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
+           "%.3f\n", ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
+           busbw(64 * MiB, a->one_us, 2), a->ratio);
+}
+
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
 
 /* Best Gloo ring variant per size at n; 0 where Gloo is not built. */
@@ -613,8 +682,11 @@ static void parse(bench_t *b, int argc, char **argv)
             b->quick = 1;
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             b->rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--async-only") == 0)
+            b->async_only = 1;
         else
-            e2e__die("usage", "e2e [--full|--quick] [--rounds R]");
+            e2e__die("usage", "e2e [--full|--quick] [--rounds R] "
+                     "[--async-only]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
@@ -662,6 +734,14 @@ static int coordinator(bench_t *b)
     if (b->tmp == NULL)
         e2e__die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
+    async_t as;
+    if (b->async_only) {
+        run_async(b, &as);
+        print_async(&as);
+        printf("e2e: async_vs_one=%.3f\n", as.ratio);
+        fx_done();
+        return 0;
+    }
     pthread_t ctl;
     if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
         pthread_detach(ctl);
@@ -675,6 +755,7 @@ static int coordinator(bench_t *b)
     run_steps(b, &st);
     mem_t mem;
     run_mem(b, &mem);
+    run_async(b, &as);
     printf("n\tt\tbytes\te2e_busbw\tring_busbw\tratio\tcpu_s_per_GB"
            "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo\n");
     double rvg[2] = {0, 0}, evg4 = 0;
@@ -711,15 +792,17 @@ static int coordinator(bench_t *b)
            "with checkpoints / without: %.2f; checkpoint stall of a "
            "step: %.1f ms per GiB of state\n", mem.mem_off, mem.mem_on,
            mem.ar_ratio, mem.stall_ms_per_gib);
+    print_async(&as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
-           "async_vs_one=na step_overhead_ms_1GiB=%.3f "
+           "async_vs_one=%.3f step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
            "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4, st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
+           evg4, as.ratio, st.overhead_ms[0], st.overhead_ms[1],
+           st.cpu_ms_per_step,
            mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on, mem.ar_ratio);
     fx_done();
     return 0;
