@@ -76,8 +76,9 @@ static void wait_scrambled(ringd_client_t *c, const ringd_handle_t *h,
 
 /*
  * Two trainers issue the same sequence each step: NT asynchronous
- * allreduces (SUM, then AVG every other tensor), a blocking allreduce and
- * an asynchronous broadcast from global rank 1 in between. Trainer 0
+ * allreduces (SUM, then AVG every other tensor) with a blocking allreduce
+ * in the middle, and an asynchronous broadcast from global rank 1; one
+ * trainer issues each half before the other does. Trainer 0
  * waits its handles out of order, trainer 1 in order after polling the
  * last with ringd_test; every result is the closed-form sum.
  */
@@ -101,9 +102,10 @@ TEST_IMPL(dmn_async_out_of_order)
                 for (int j = 0; j < LEN; j++)
                     b[k][i * LEN + j] = input(k, s, i, j);
         ringd_handle_t h[2][NT + 1];
-        /* The first half of the tensors, issued by both. */
-        for (int i = 0; i < NT / 2; i++)
-            for (int k = 0; k < 2; k++)
+        /* The first half of the tensors, all by trainer 0 before any by
+         * trainer 1, so that the daemon queues many of one trainer. */
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < NT / 2; i++)
                 ASSERT_OK(ringd_allreduce_async(
                     c[k], b[k] + i * LEN, LEN, RINGD_F32,
                     i % 2 ? RINGD_AVG : RINGD_SUM, &h[k][i]));
@@ -114,8 +116,8 @@ TEST_IMPL(dmn_async_out_of_order)
                                         RINGD_F32, RINGD_SUM, &hb));
         ASSERT_OK(ringd_allreduce(c[0], b[0] + NT * LEN, LEN, RINGD_F32,
                                   RINGD_SUM));
-        for (int i = NT / 2; i < NT; i++)
-            for (int k = 0; k < 2; k++)
+        for (int k = 1; k >= 0; k--)
+            for (int i = NT / 2; i < NT; i++)
                 ASSERT_OK(ringd_allreduce_async(
                     c[k], b[k] + i * LEN, LEN, RINGD_F32,
                     i % 2 ? RINGD_AVG : RINGD_SUM, &h[k][i]));
@@ -475,4 +477,88 @@ TEST_IMPL(dmn_ring_async_kill)
     for (int i = 0; i < 3; i += 2)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
+}
+
+/* For td_poll: the daemon at arg reports 10 collectives queued. */
+static int queued_ten(void *arg)
+{
+    const td_daemon_t *t = arg;
+    char *m = td_http_get(t->metrics_port, "/metrics");
+    int yes = m != NULL && strstr(m, "\nringd_collectives_queued 10\n");
+    free(m);
+    return yes;
+}
+
+/*
+ * The fake backend's view change at step 1 while trainer 0 has 10
+ * allreduces queued in the daemon (issued before trainer 1 issues any):
+ * all 10 of each trainer fail with RINGD_ERESHAPE, those queued when the
+ * first failed as well as those that came after, and the redone step
+ * gives the sums of an uninterrupted one.
+ */
+TEST_IMPL(dmn_async_reshape_queued)
+{
+    enum { K = 10, N = 512 };
+    td_daemon_t t;
+    td_init(&t, "dmn-async-rsq");
+    const char *flags[] = {"--trainers", "2", "--backend", "fake:reshape=1",
+                           NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ringd_client_t *c[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        b[k] = ringd_buffer(c[k], K * N * sizeof(float));
+        ASSERT(b[k] != NULL);
+    }
+    int reshaped[2] = {0, 0}, steps = 0;
+    while (steps < 3) {
+        ringd_view_t v[2];
+        begin_both(c, v);
+        int s = (int)v[0].step;
+        ringd_handle_t h[2][K];
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < K * N; i++)
+                b[k][i] = input(k, s, i / N, i % N);
+            for (int i = 0; i < K; i++)
+                ASSERT_OK(ringd_allreduce_async(c[k], b[k] + i * N, N,
+                                                RINGD_F32, RINGD_SUM,
+                                                &h[k][i]));
+            /* Trainer 0's all queued in the daemon before trainer 1's. */
+            if (k == 0)
+                ASSERT_MSG(td_poll(queued_ten, &t, 10000) == 0,
+                           "the daemon never queued trainer 0's %d", K);
+        }
+        int failed[2] = {0, 0};
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < K; i++) {
+                int rc = ringd_wait(c[k], h[k][i]);
+                ASSERT_MSG(rc == 0 || rc == RINGD_ERESHAPE, "rc %d", rc);
+                failed[k] += rc == RINGD_ERESHAPE;
+            }
+        if (failed[0] || failed[1]) {
+            ASSERT_EQ(s, 1);
+            for (int k = 0; k < 2; k++) {
+                ASSERT_MSG(failed[k] == K, "trainer %d: %d of %d failed", k,
+                           failed[k], K);
+                reshaped[k]++;
+            }
+            continue; /* redo */
+        }
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < K * N; i++)
+                ASSERT(b[k][i] == input(0, s, i / N, i % N) +
+                                      input(1, s, i / N, i % N));
+            ASSERT_OK(ringd_step_end(c[k]));
+        }
+        ASSERT_EQ(s, steps);
+        steps++;
+    }
+    ASSERT_EQ(reshaped[0], 1);
+    ASSERT_EQ(reshaped[1], 1);
+    ASSERT(td_file_has(t.log, "view change at step 1"));
+    for (int k = 0; k < 2; k++)
+        ringd_close(c[k]);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
 }
