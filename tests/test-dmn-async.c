@@ -562,3 +562,51 @@ TEST_IMPL(dmn_async_reshape_queued)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * The Python binding's Client.allreduce_async / broadcast_async / wait /
+ * test (tests/py/async_binding.py): two trainers as two threads, results
+ * checked in Python, a double wait and the bound raising ringd.Error.
+ */
+TEST_IMPL(client_python_async)
+{
+    const char *py = "/usr/bin/python3";
+#if defined(__SANITIZE_ADDRESS__)
+    TEST_SKIP_WHY("sanitizer build: %s cannot load an ASan libringd.so",
+                  py);
+#endif
+    if (access(py, X_OK) != 0)
+        TEST_SKIP_WHY("%s is not installed", py);
+    td_daemon_t t;
+    start_daemon(&t, "client-pyasync", "2");
+    const char *imp[] = {py, "-c", "import numpy", NULL};
+    pid_t p = th_spawn((char *const *)imp, td_path(&t, "numpy.log"));
+    td_track(p);
+    if (td_exit_code(p, 60000) != 0)
+        TEST_SKIP_WHY("numpy cannot be imported by %s", py);
+    char lib[600], script[600], pypath[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    snprintf(script, sizeof(script), "%s/../tests/py/async_binding.py",
+             th_bindir());
+    if (access(script, R_OK) != 0)
+        snprintf(script, sizeof(script),
+                 "%s/../../tests/py/async_binding.py", th_bindir());
+    snprintf(pypath, sizeof(pypath), "%s/../client/python", th_bindir());
+    if (access(pypath, R_OK) != 0)
+        snprintf(pypath, sizeof(pypath), "%s/../../client/python",
+                 th_bindir());
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    const char *argv[] = {py, script, "--socket", t.sock, NULL};
+    const char *log = td_path(&t, "async.log");
+    p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    int rc = td_exit_code(p, 120000);
+    if (rc != 0)
+        td_dump(log);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(log, "PASS async"));
+    ASSERT(!td_file_has(t.log, "rejected message"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
