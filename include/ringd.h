@@ -260,6 +260,31 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h);
  */
 int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p);
 
+/*
+ * Allgather: ptr (inside a ringd buffer) holds world * bytes, world being
+ * the step's (ringd_view_t.world); this trainer's contribution is at
+ * ptr + rank * bytes. On completion every trainer's ptr holds every
+ * trainer's chunk in rank order. The library zeroes the other chunks
+ * before issuing it, so they need not be written. Implemented as an
+ * allreduce (u8 SUM) of the whole region: exact for any bytes, at twice
+ * the ring traffic of a dedicated allgather. Issue, matching and errors
+ * as ringd_allreduce_async(); RINGD_EINVAL also when world * bytes does
+ * not fit in the buffer.
+ */
+int ringd_allgather_async(ringd_client_t *c, void *ptr, size_t bytes,
+                          ringd_handle_t *h_p);
+int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes);
+
+/*
+ * Barrier: completes once every trainer of the job has issued it (in the
+ * same place of its sequence of collectives). The first one allocates a
+ * one-page buffer of the library's (one of the client's buffers, toward
+ * the daemon's per-client limits: RINGD_ENOMEM past them). Errors as
+ * ringd_allreduce_async().
+ */
+int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p);
+int ringd_barrier(ringd_client_t *c);
+
 /* End the step: the update has been applied. Errors: RINGD_ESTATE (no
  * step begun, or a handle of the step not yet waited for),
  * RINGD_EDISCONNECTED. */

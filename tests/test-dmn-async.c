@@ -610,3 +610,57 @@ TEST_IMPL(client_python_async)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * Allgather and barrier for trainers: two trainers gather 3 floats each
+ * (the other chunk holds junk before, which must not leak into the
+ * result), and a barrier completes only once both issued it.
+ */
+TEST_IMPL(dmn_async_allgather_barrier)
+{
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-ag", "2");
+    ringd_client_t *c[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        b[k] = ringd_buffer(c[k], 4096);
+        ASSERT(b[k] != NULL);
+    }
+    ASSERT_EQ(ringd_allgather(c[0], b[0], 12), RINGD_ESTATE);
+    ringd_view_t v[2];
+    begin_both(c, v);
+    ringd_handle_t h[2];
+    for (int k = 0; k < 2; k++) {
+        uint32_t r = v[k].rank;
+        for (int j = 0; j < 6; j++)
+            b[k][j] = 99.0f;           /* junk in the others' chunk */
+        for (int j = 0; j < 3; j++)
+            b[k][r * 3 + j] = (float)(10 * (r + 1) + j);
+        ASSERT_OK(ringd_allgather_async(c[k], b[k], 3 * sizeof(float),
+                                        &h[k]));
+    }
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(ringd_wait(c[k], h[k]), 0);
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++)
+            for (int j = 0; j < 3; j++)
+                ASSERT_MSG(b[k][r * 3 + j] == (float)(10 * (r + 1) + j),
+                           "trainer %d, rank %d's [%d]: %g", k, r, j,
+                           (double)b[k][r * 3 + j]);
+    /* world * bytes past the buffer's end. */
+    ASSERT_EQ(ringd_allgather(c[0], b[0] + 1000, 64), RINGD_EINVAL);
+
+    ASSERT_OK(ringd_barrier_async(c[0], &h[0]));
+    int done = -1;
+    ASSERT_OK(ringd_test(c[0], h[0], &done));
+    ASSERT_EQ(done, 0); /* trainer 1 has not reached it */
+    ASSERT_OK(ringd_barrier_async(c[1], &h[1]));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(ringd_wait(c[k], h[k]), 0);
+        ASSERT_OK(ringd_step_end(c[k]));
+        ringd_close(c[k]);
+    }
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
