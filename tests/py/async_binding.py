@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Client.allreduce_async / broadcast_async / wait / test against a real
+"""Client.allreduce_async / broadcast_async / wait / test, allgather and
+barrier against a real
 ringd started with --trainers 2 (by tests/test-dmn-async.c): two trainers
 as two threads, one Client each, issuing the same sequence and waiting in
 different orders. Exits 0 and prints "PASS async"."""
@@ -55,6 +56,12 @@ def trainer(sock, errs):
                 assert e.code == ringd.ELIMIT, e
             for h in many:
                 c.wait(h)
+            ag = c.buffer((2, 5), np.int64)
+            ag[:] = -1  # the other row: zeroed by the library
+            ag[v.rank] = np.arange(5) + 100 * v.rank
+            c.allgather(ag)
+            assert np.array_equal(ag, [np.arange(5), np.arange(5) + 100]), ag
+            c.barrier()
             c.step_end()
         c.close()
     except BaseException as e:  # re-raised in the main thread

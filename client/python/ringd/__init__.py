@@ -179,6 +179,8 @@ def _load():
                                       ctypes.POINTER(U64)]),
         "ringd_wait": (I, [P, U64]),
         "ringd_test": (I, [P, U64, ctypes.POINTER(I)]),
+        "ringd_allgather_async": (I, [P, P, S, ctypes.POINTER(U64)]),
+        "ringd_barrier_async": (I, [P, ctypes.POINTER(U64)]),
     }
     for name, (res, args) in late.items():
         if hasattr(lib, name):
@@ -407,6 +409,36 @@ class Client:
             self._c, _address(array), _nbytes(array), root, ctypes.byref(h)),
             "ringd_broadcast_async")
         return Handle(h.value, array, "ringd_broadcast_async")
+
+    def allgather_async(self, array):
+        """array (in ringd memory) holds world equal chunks, this
+        trainer's at its rank; returns a Handle, after which every chunk
+        holds its trainer's bytes (the library zeroes the others first)."""
+        self._need("ringd_allgather_async")
+        world = self.view.world if self.view else 0
+        nbytes = _nbytes(array)
+        if world == 0 or nbytes % world:
+            raise Error(EINVAL, "allgather: %d bytes is not world (%d) "
+                                "equal chunks" % (nbytes, world))
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_allgather_async(
+            self._c, _address(array), nbytes // world, ctypes.byref(h)),
+            "ringd_allgather_async")
+        return Handle(h.value, array, "ringd_allgather_async")
+
+    def allgather(self, array):
+        self.wait(self.allgather_async(array))
+
+    def barrier_async(self):
+        """A barrier over every trainer of the job; returns a Handle."""
+        self._need("ringd_barrier_async")
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_barrier_async(self._c, ctypes.byref(h)),
+                    "ringd_barrier_async")
+        return Handle(h.value, None, "ringd_barrier_async")
+
+    def barrier(self):
+        self.wait(self.barrier_async())
 
     def wait(self, handle):
         """Block until handle's collective is done; raises Reshape (redo
