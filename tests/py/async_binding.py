@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Client.allreduce_async / broadcast_async / wait / test, allgather and
-barrier against a real
-ringd started with --trainers 2 (by tests/test-dmn-async.c): two trainers
-as two threads, one Client each, issuing the same sequence and waiting in
-different orders. Exits 0 and prints "PASS async"."""
+barrier against a real ringd started with --trainers 2 (by
+tests/test-dmn-async.c): two trainers as two threads, one Client each,
+issuing the same sequence and waiting in different orders. Exits 0 and
+prints "PASS async"."""
 import argparse
 import sys
 import threading
