@@ -43,7 +43,8 @@ double e2e__median(double *v, int n)
  * "run BYTES ITERS [MS [PIECES]]": one warm-up and ITERS timed
  * collectives (a trainer first sleeps MS ms in each step, standing in for
  * compute; with PIECES > 1 it reduces BYTES as that many asynchronous
- * allreduces, all issued before the first wait, timed together);
+ * allreduces, all issued before the first wait, timed together, and with
+ * PIECES < -1 as -PIECES blocking ones, one after the other);
  * BYTES 0: a trainer's steps hold no collective and the whole step
  * (step_begin + step_end) is timed. Answers "ok USEC" (the median) or
  * "err TEXT". "quit" ends the process. The coordinator never runs two
@@ -64,7 +65,8 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         if (sscanf(line, "run %zu %d %d %d", &bytes, &iters, &ms,
                    &pieces) < 2 ||
             bytes > max || iters < 1 || iters > 4096 || ms < 0 ||
-            pieces < 1 || pieces > RINGD_MAX_OUTSTANDING) {
+            pieces == 0 || pieces > RINGD_MAX_OUTSTANDING ||
+            pieces < -RINGD_MAX_OUTSTANDING) {
             printf("err bad command\n");
             fflush(stdout);
             continue;
@@ -85,11 +87,21 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 }
 
 /* bytes of f32 at buf as `pieces` asynchronous AVG allreduces, issued
- * first, then waited for in order. */
+ * first, then waited for in order; pieces < 0: -pieces blocking ones. */
 static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
                             int pieces)
 {
     size_t n = bytes / sizeof(float);
+    if (pieces < 0) {
+        int rc = 0;
+        for (int k = 0; k < -pieces && rc == 0; k++) {
+            size_t lo = n * (size_t)k / (size_t)-pieces;
+            size_t hi = n * (size_t)(k + 1) / (size_t)-pieces;
+            rc = ringd_allreduce(c, buf + lo, hi - lo, RINGD_F32,
+                                 RINGD_AVG);
+        }
+        return rc;
+    }
     ringd_handle_t h[RINGD_MAX_OUTSTANDING];
     int rc = 0, k = 0;
     for (; k < pieces && rc == 0; k++) {
@@ -134,7 +146,7 @@ static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
             nanosleep(&compute, NULL);
         f[0] = 1.0f;
         t0 = (int64_t)rd_now_ns();
-        rc = pieces > 1 ? allreduce_pieces(c, buf, bytes, pieces)
+        rc = pieces != 1 ? allreduce_pieces(c, buf, bytes, pieces)
                         : ringd_allreduce(c, buf, bytes / sizeof(float),
                                           RINGD_F32, RINGD_AVG);
         int64_t t1 = (int64_t)rd_now_ns();

@@ -57,6 +57,9 @@
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
  *        that of one blocking allreduce of 64 MiB; the median of the
  *        per-round ratios, both run in each round)
+ *        async_small_vs_blocking=... (128 allreduces of 8 KiB: the time
+ *        of the blocking ones one after the other over the time of the
+ *        asynchronous ones)
  *   with the issue's other keys as "na" until they are measured here.
  */
 #include <errno.h>
@@ -567,9 +570,14 @@ static void run_steps(bench_t *b, steps_t *out)
 
 #define ASYNC_PIECES 64
 
+#define SMALL_PIECES 128
+#define SMALL_BYTES (1 * MiB)
+
 typedef struct {
     double one_us, many_us; /* medians over the rounds */
     double ratio;           /* median of one_us / many_us */
+    double small_async_us, small_block_us;
+    double small_ratio;     /* median of block / async */
 } async_t;
 
 /*
@@ -577,13 +585,16 @@ typedef struct {
  * outstanding at once, against one blocking allreduce of 64 MiB, in the
  * same rounds of one n = 2 job: what queuing costs or saves per
  * collective (the daemon runs them back to back on the ring, no round
- * trip to the trainer between them, no fusion).
+ * trip to the trainer between them, no fusion). Then the small-tensor
+ * case, where that round trip dominates: SMALL_PIECES allreduces of
+ * 8 KiB, asynchronous against blocking one after the other.
  */
 static void run_async(bench_t *b, async_t *out)
 {
     static cluster_t c;
     size_t bytes = 64 * MiB;
     double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
+    double sa[MAXROUNDS], sb[MAXROUNDS], sr[MAXROUNDS];
     cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
     group_run(c.tr, 2, MiB, 1); /* the job forms */
     int it = b->quick ? 3 : iters_for(bytes);
@@ -591,7 +602,13 @@ static void run_async(bench_t *b, async_t *out)
         one[r] = group_run(c.tr, 2, bytes, it);
         many[r] = group_run_pieces(c.tr, 2, bytes, it, ASYNC_PIECES);
         ratio[r] = one[r] / many[r];
+        sa[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, SMALL_PIECES);
+        sb[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, -SMALL_PIECES);
+        sr[r] = sb[r] / sa[r];
     }
+    out->small_async_us = e2e__median(sa, b->rounds);
+    out->small_block_us = e2e__median(sb, b->rounds);
+    out->small_ratio = e2e__median(sr, b->rounds);
     out->one_us = e2e__median(one, b->rounds);
     out->many_us = e2e__median(many, b->rounds);
     out->ratio = e2e__median(ratio, b->rounds);
@@ -605,6 +622,10 @@ static void print_async(const async_t *a)
            "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
            "%.3f\n", ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
            busbw(64 * MiB, a->one_us, 2), a->ratio);
+    printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
+           "blocking one after the other %.1f us, speed-up %.2f\n",
+           SMALL_PIECES, SMALL_BYTES / SMALL_PIECES / 1024,
+           a->small_async_us, a->small_block_us, a->small_ratio);
 }
 
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
@@ -738,7 +759,8 @@ static int coordinator(bench_t *b)
     if (b->async_only) {
         run_async(b, &as);
         print_async(&as);
-        printf("e2e: async_vs_one=%.3f\n", as.ratio);
+        printf("e2e: async_vs_one=%.3f async_small_vs_blocking=%.2f\n",
+               as.ratio, as.small_ratio);
         fx_done();
         return 0;
     }
@@ -795,13 +817,15 @@ static int coordinator(bench_t *b)
     print_async(&as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
-           "async_vs_one=%.3f step_overhead_ms_1GiB=%.3f "
+           "async_vs_one=%.3f async_small_vs_blocking=%.2f "
+           "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
            "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4, as.ratio, st.overhead_ms[0], st.overhead_ms[1],
+           evg4, as.ratio, as.small_ratio, st.overhead_ms[0],
+           st.overhead_ms[1],
            st.cpu_ms_per_step,
            mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on, mem.ar_ratio);
     fx_done();
