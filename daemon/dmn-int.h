@@ -129,6 +129,7 @@ extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
 typedef struct {
     uint64_t collectives;
     uint64_t coll_zero_copy; /* ran in the one trainer's buffer */
+    uint64_t coll_fused;     /* ran as part of a fused group */
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
@@ -219,8 +220,12 @@ struct dmn {
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
-    /* The collective being reduced (REDUCING): the queues' head. */
+    /* The collective being reduced (REDUCING): the queues' head; when
+     * fused, count is the group's total. */
     proto_coll_req_t coll;
+    uint32_t coll_nsegs;   /* queue entries it answers: > 1 when fused */
+    size_t *seg_counts;    /* [coll_nsegs] of a fused one */
+    size_t seg_counts_cap;
     uint64_t coll_start_ns;
     void *staging;
     size_t staging_size;

@@ -135,6 +135,9 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_collectives_zero_copy_total", "counter",
            "Collectives run in the one local trainer's buffer.",
            st->coll_zero_copy);
+    metric(s, "ringd_collectives_fused_total", "counter",
+           "Collectives run fused with others in one ring operation.",
+           st->coll_fused);
     metric(s, "ringd_collectives_queued", "gauge",
            "Collectives the node's trainers issued that await their "
            "result (asynchronous ones queue).", queued(d));

@@ -163,7 +163,7 @@ static void fail_posted(dmn_t *d, int32_t status, int redo)
 {
     /* The head of every queue that the backend holds completes in
      * coll_done; only a mismatch comes while one is in flight. */
-    uint32_t keep = d->coll_in_flight && !redo ? 1 : 0;
+    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
@@ -425,7 +425,7 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 {
     return a->kind == b->kind && a->coll_seq == b->coll_seq &&
            a->count == b->count && a->dtype == b->dtype &&
-           (a->kind != PROTO_COLL_ALLREDUCE || a->op == b->op) &&
+           (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
            (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
 }
 
@@ -485,8 +485,10 @@ static void coll_done(void *arg, int status)
         maybe_close(d);
         return;
     }
-    int copy_out = !d->coll_direct && (r->kind == PROTO_COLL_BROADCAST ||
-                                       d->coll_bufs[0] == d->staging);
+    uint32_t g = d->coll_nsegs;
+    int copy_out = !d->coll_direct && g == 1 &&
+                   (r->kind == PROTO_COLL_BROADCAST ||
+                    d->coll_bufs[0] == d->staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
@@ -495,20 +497,23 @@ static void coll_done(void *arg, int status)
                                  r->count * esz);
         if (dst != NULL && copy_out)
             memcpy(dst, d->staging, r->count * esz);
-        uint32_t msg_seq = e->msg_seq;
-        c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
-        if (--c->q_len == 0)
-            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-        dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
+        for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
+            uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
+            c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
+            if (--c->q_len == 0)
+                dmn__conn_set_state(c, DMN_CONN_ACTIVE);
+            dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
+        }
     }
     double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
     uint64_t bytes = r->count * esz;
     uint32_t n = d->view.node_count;
-    d->stats.collectives++;
+    d->stats.collectives += g;
+    d->stats.coll_fused += g > 1 ? g : 0;
     d->stats.coll_zero_copy += d->coll_direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
-    if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
+    if (proto_coll_is_allreduce(r->kind) && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
     step_set_state(d, DMN_STEP_RUNNING);
     if (d->flags & DMN_F_BREAK_PENDING)
@@ -559,25 +564,71 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
  * backend reduces them into staging and writes the result back, on its
  * own thread. Only a broadcast to several trainers copies here.
  */
+/*
+ * A fused group of g allreduces: every posted trainer's g buffers into
+ * d->coll_bufs, trainer-major, their element counts into d->seg_counts
+ * (the same for all: matched), and d->coll.count becomes the total.
+ * Returns the number of trainers.
+ */
+static uint32_t gather_fused(dmn_t *d, uint32_t g)
+{
+    size_t esz = proto_dtype_size(d->coll.dtype), total = 0;
+    uint32_t n = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        for (uint32_t s = 0; s < g; s++) {
+            const proto_coll_req_t *q = &dmn__conn_q(c, s)->req;
+            d->coll_bufs[n * g + s] = dmn__buf_ptr(c, q->buf_id, q->offset,
+                                                   q->count * esz);
+            if (n == 0) {
+                d->seg_counts[s] = q->count;
+                total += q->count;
+            }
+        }
+        n++;
+    }
+    d->coll.count = total;
+    return n;
+}
+
+/* The group's total bytes (its entries are in every posted queue). */
+static size_t fused_bytes(dmn_t *d, uint32_t g)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        uint64_t n = 0;
+        for (uint32_t s = 0; s < g; s++)
+            n += dmn__conn_q(c, s)->req.count;
+        return n * proto_dtype_size(d->coll.dtype);
+    }
+    return 0;
+}
+
 static void launch(dmn_t *d)
 {
     const proto_coll_req_t *r = &d->coll;
-    size_t bytes = r->count * proto_dtype_size(r->dtype);
+    uint32_t g = d->coll_nsegs;
+    size_t bytes = g > 1 ? fused_bytes(d, g)
+                         : r->count * proto_dtype_size(r->dtype);
     uint32_t posted = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         posted += c->cstate == DMN_CONN_POSTED;
     size_t cap = d->coll_bufs_cap, scap = d->staging_size;
-    int direct = posted == 1 && d->zero_copy;
-    if (grow((void **)&d->coll_bufs, &cap, posted ? posted : 1,
+    int direct = posted == 1 && d->zero_copy && g == 1;
+    if (grow((void **)&d->coll_bufs, &cap, (posted ? posted : 1) * g,
              sizeof(void *)) != 0 ||
+        (g > 1 && grow((void **)&d->seg_counts, &d->seg_counts_cap, g,
+                       sizeof(size_t)) != 0) ||
         (!direct && grow(&d->staging, &scap, bytes, 1) != 0)) {
         fail_posted(d, RINGD_ENOMEM, 0);
         return;
     }
     d->coll_bufs_cap = (uint32_t)cap;
     d->staging_size = scap;
-    int root;
-    uint32_t n = gather_bufs(d, bytes, &root);
+    int root = -1;
+    uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
     kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
     void *buf = d->staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
@@ -586,7 +637,7 @@ static void launch(dmn_t *d)
             buf = d->coll_bufs[0];
         else if (root >= 0)
             memcpy(d->staging, d->coll_bufs[root], bytes);
-    } else if (!direct) {
+    } else if (!direct && g == 1) {
         /* The copying path: one buffer, copied in here and out in
          * coll_done, or several that the backend sums into staging. */
         if (n == 1) {
@@ -608,11 +659,32 @@ static void launch(dmn_t *d)
                             .dt = (kern_dtype_t)r->dtype, .op = op,
                             .avg_divisor = r->op == RINGD_AVG
                                                ? d->view.global_trainers
-                                               : 0};
+                                               : 0,
+                            .nsegs = g, .seg_counts = d->seg_counts};
         rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
     }
     if (rc != 0)
         coll_done(d, rc);
+}
+
+/*
+ * The entries the queues' head takes: 1, or for a fused group the run of
+ * ALLREDUCE_MORE and the allreduce that ends it. 0 while some trainer has
+ * not queued all of it: a group is one ring operation on every node, so
+ * it never starts in part (the trainers send it whole).
+ */
+static uint32_t group_len(const dmn_t *d, dmn_conn_t *first)
+{
+    uint32_t g = 1;
+    while (g <= first->q_len &&
+           dmn__conn_q(first, g - 1)->req.kind == PROTO_COLL_ALLREDUCE_MORE)
+        g++;
+    if (g > first->q_len)
+        return 0;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->cstate == DMN_CONN_POSTED && c->q_len < g)
+            return 0;
+    return g;
 }
 
 /* Run the next collective once every trainer of the step queued it. */
@@ -629,7 +701,11 @@ static void try_launch(dmn_t *d)
     }
     if (first == NULL)
         return;
+    uint32_t g = group_len(d, first);
+    if (g == 0)
+        return;
     d->coll = dmn__conn_q(first, 0)->req;
+    d->coll_nsegs = g;
     launch(d);
 }
 
@@ -685,6 +761,16 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         fail_posted(d, RINGD_EMISMATCH, 0);
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
         return;
+    }
+    if (c->q_len > 0) {
+        const proto_coll_req_t *prev = &dmn__conn_q(c, c->q_len - 1)->req;
+        if (prev->kind == PROTO_COLL_ALLREDUCE_MORE &&
+            (!proto_coll_is_allreduce(req->kind) ||
+             req->dtype != prev->dtype || req->op != prev->op)) {
+            dmn__reply_error(c, seq, RINGD_EINVAL, "a fused group must be "
+                             "allreduces of one dtype and op");
+            return;
+        }
     }
     dmn_qcoll_t *e = dmn__conn_q(c, c->q_len++);
     e->msg_seq = seq;

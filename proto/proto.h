@@ -70,8 +70,18 @@ typedef enum {
 typedef enum {
     PROTO_COLL_ALLREDUCE = 0,
     PROTO_COLL_BROADCAST = 1,
+    /* An allreduce fused with the next collective, which is an allreduce
+     * of the same dtype and op (of either kind): a run of these and the
+     * plain ALLREDUCE that ends it is one ring operation. */
+    PROTO_COLL_ALLREDUCE_MORE = 2,
     PROTO_COLL_COUNT
 } proto_coll_t;
+
+/* An allreduce, fused with the next or not. */
+static inline int proto_coll_is_allreduce(uint32_t kind)
+{
+    return kind == PROTO_COLL_ALLREDUCE || kind == PROTO_COLL_ALLREDUCE_MORE;
+}
 
 typedef struct {
     uint32_t magic;
@@ -259,7 +269,7 @@ static inline int proto_check_coll(const proto_coll_req_t *r,
         *why_p = "unknown dtype";
         return RINGD_EPROTO;
     }
-    if (r->kind == PROTO_COLL_ALLREDUCE && r->op > RINGD_AVG) {
+    if (proto_coll_is_allreduce(r->kind) && r->op > RINGD_AVG) {
         *why_p = "unknown reduction op";
         return RINGD_EPROTO;
     }

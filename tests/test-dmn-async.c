@@ -425,8 +425,18 @@ TEST_IMPL(dmn_async_reshape_redo)
     return 0;
 }
 
-/* A ring job's trainer k of node i with --async 10 (and extra, NULL-ended
- * pairs). */
+/* For td_poll: the daemon at arg reports 10 collectives queued. */
+static int queued_ten(void *arg)
+{
+    const td_daemon_t *t = arg;
+    char *m = td_http_get(t->metrics_port, "/metrics");
+    int yes = m != NULL && strstr(m, "\nringd_collectives_queued 10\n");
+    free(m);
+    return yes;
+}
+
+/* The trainer of ring node i with --async 10, stopping itself in step
+ * stop_in when given. */
 static pid_t async_trainer(cluster_t *c, int i, const char *steps,
                            const char *stop_in)
 {
@@ -456,6 +466,9 @@ TEST_IMPL(dmn_ring_async_kill)
         c.trainer[i][0] = async_trainer(&c, i, "300", i == 1 ? "60" : NULL);
     ASSERT_MSG(td_poll(td_all_stopped, &c.trainer[1][0], 60000) == 0,
                "n1's trainer never stopped in step 60");
+    for (int i = 0; i < 3; i += 2)
+        ASSERT_MSG(td_poll(queued_ten, &c.d[i], 30000) == 0,
+                   "n%d never queued its trainer's 10 pieces", i);
     th_kill(c.d[1].pid);
     c.d[1].pid = 0;
     th_kill(c.trainer[1][0]);
@@ -479,22 +492,13 @@ TEST_IMPL(dmn_ring_async_kill)
     return fx_done();
 }
 
-/* For td_poll: the daemon at arg reports 10 collectives queued. */
-static int queued_ten(void *arg)
-{
-    const td_daemon_t *t = arg;
-    char *m = td_http_get(t->metrics_port, "/metrics");
-    int yes = m != NULL && strstr(m, "\nringd_collectives_queued 10\n");
-    free(m);
-    return yes;
-}
-
 /*
  * The fake backend's view change at step 1 while trainer 0 has 10
  * allreduces queued in the daemon (issued before trainer 1 issues any):
- * all 10 of each trainer fail with RINGD_ERESHAPE, those queued when the
- * first failed as well as those that came after, and the redone step
- * gives the sums of an uninterrupted one.
+ * all 10 of each trainer fail with RINGD_ERESHAPE (trainer 1's last ones
+ * may be refused at issue instead), those queued when the first failed as
+ * well as those that came after, and the redone step gives the sums of an
+ * uninterrupted one.
  */
 TEST_IMPL(dmn_async_reshape_queued)
 {
@@ -517,27 +521,36 @@ TEST_IMPL(dmn_async_reshape_queued)
         begin_both(c, v);
         int s = (int)v[0].step;
         ringd_handle_t h[2][K];
+        int issued[2] = {0, 0}, failed[2] = {0, 0};
         for (int k = 0; k < 2; k++) {
             for (int i = 0; i < K * N; i++)
                 b[k][i] = input(k, s, i / N, i % N);
-            for (int i = 0; i < K; i++)
-                ASSERT_OK(ringd_allreduce_async(c[k], b[k] + i * N, N,
-                                                RINGD_F32, RINGD_SUM,
-                                                &h[k][i]));
+            /* Trainer 1's issue may find the failure of its first ones
+             * already answered: the rest are refused at once. */
+            for (int i = 0; i < K; i++, issued[k]++) {
+                int rc = ringd_allreduce_async(c[k], b[k] + i * N, N,
+                                               RINGD_F32, RINGD_SUM,
+                                               &h[k][i]);
+                if (rc == RINGD_ERESHAPE && k == 1) {
+                    failed[k] = K - i;
+                    break;
+                }
+                ASSERT_EQ(rc, 0);
+            }
             /* Trainer 0's all queued in the daemon before trainer 1's. */
             if (k == 0)
                 ASSERT_MSG(td_poll(queued_ten, &t, 10000) == 0,
                            "the daemon never queued trainer 0's %d", K);
         }
-        int failed[2] = {0, 0};
         for (int k = 0; k < 2; k++)
-            for (int i = 0; i < K; i++) {
+            for (int i = 0; i < issued[k]; i++) {
                 int rc = ringd_wait(c[k], h[k][i]);
                 ASSERT_MSG(rc == 0 || rc == RINGD_ERESHAPE, "rc %d", rc);
                 failed[k] += rc == RINGD_ERESHAPE;
             }
         if (failed[0] || failed[1]) {
             ASSERT_EQ(s, 1);
+            ASSERT_EQ(issued[0], K); /* all 10 queued when they failed */
             for (int k = 0; k < 2; k++) {
                 ASSERT_MSG(failed[k] == K, "trainer %d: %d of %d failed", k,
                            failed[k], K);
