@@ -37,6 +37,8 @@ typedef struct {
     uint32_t buf_id;
     int done;               /* its reply came (or the connection went) */
     int status;
+    int held;               /* in a group not yet ended: not sent */
+    proto_coll_req_t req;   /* what a held one will send */
 } cl_pend_t;
 
 _Static_assert(RINGD_MAX_OUTSTANDING == PROTO_MAX_OUTSTANDING,
@@ -61,6 +63,9 @@ struct ringd_client {
     uint8_t *barrier_buf;   /* a one-page buffer of ours, for barriers */
     cl_pend_t pend[RINGD_MAX_OUTSTANDING];
     uint32_t npend;         /* slots in use */
+    int group_open;         /* ringd_group_start() without its end */
+    uint32_t group_n;       /* held collectives, in issue order: */
+    uint16_t group_slot[RINGD_MAX_OUTSTANDING]; /* their pend slots */
     ringd_handle_t next_handle;
     char err[256];
 };
@@ -125,9 +130,12 @@ static void cl_drop(ringd_client_t *c)
     for (uint32_t i = 0; i < RINGD_MAX_OUTSTANDING; i++) {
         if (c->pend[i].h != 0 && !c->pend[i].done) {
             c->pend[i].done = 1;
+            c->pend[i].held = 0;
             c->pend[i].status = RINGD_EDISCONNECTED;
         }
     }
+    c->group_open = 0;
+    c->group_n = 0;
 }
 
 static int cl_disconnected(ringd_client_t *c, const char *what, int err)
@@ -250,7 +258,7 @@ static int cl_take(ringd_client_t *c, const char *buf)
     uint32_t type = h.type & ~PROTO_REPLY;
     cl_pend_t *p = NULL;
     for (uint32_t i = 0; i < RINGD_MAX_OUTSTANDING && p == NULL; i++)
-        if (c->pend[i].h != 0 && !c->pend[i].done &&
+        if (c->pend[i].h != 0 && !c->pend[i].done && !c->pend[i].held &&
             c->pend[i].seq == h.seq)
             p = &c->pend[i];
     if (p == NULL)
@@ -586,6 +594,8 @@ static void cl_void_handles(ringd_client_t *c)
 {
     memset(c->pend, 0, sizeof(c->pend));
     c->npend = 0;
+    c->group_open = 0;
+    c->group_n = 0;
 }
 
 /* STEP_BEGIN; with auto_reconnect, once more on a fresh connection if
@@ -681,17 +691,76 @@ static int cl_issue(ringd_client_t *c, proto_coll_req_t *r, const void *ptr,
         return cl_fail(c, RINGD_EDISCONNECTED,
                        "not connected to the daemon at %s", c->path);
     r->coll_seq = c->coll_seq++;
-    rc = cl_send(c, PROTO_T_COLL, r, sizeof(*r), -1);
-    if (rc != 0)
-        return rc;
     cl_pend_t *p = c->pend;
     while (p->h != 0)
         p++;
+    if (c->group_open) {
+        /* Sent at ringd_group_end(), when the group is known whole. */
+        c->group_slot[c->group_n++] = (uint16_t)(p - c->pend);
+    } else {
+        rc = cl_send(c, PROTO_T_COLL, r, sizeof(*r), -1);
+        if (rc != 0)
+            return rc;
+    }
     if (++c->next_handle == 0)
         c->next_handle = 1;
-    *p = (cl_pend_t){c->next_handle, c->seq, r->buf_id, 0, 0};
+    *p = (cl_pend_t){c->next_handle, c->seq, r->buf_id, 0, 0,
+                     c->group_open, *r};
     c->npend++;
     *h_p = p->h;
+    return c->group_open ? 0 : cl_take_ready(c);
+}
+
+int ringd_group_start(ringd_client_t *c)
+{
+    if (c == NULL)
+        return RINGD_EINVAL;
+    if (c->group_open)
+        return cl_fail(c, RINGD_ESTATE, "a group is already open");
+    if (c->reshaped)
+        return cl_fail(c, RINGD_ERESHAPE, "a collective of this step "
+                       "failed with RINGD_ERESHAPE: redo the step");
+    if (!c->in_step)
+        return cl_fail(c, RINGD_ESTATE,
+                       "group outside a step: call ringd_step_begin()");
+    c->group_open = 1;
+    c->group_n = 0;
+    return 0;
+}
+
+/* Consecutive allreduces of a group with the same dtype and op are sent
+ * as one fused run: each but the last says the next one joins it. */
+static int cl_joins_next(const proto_coll_req_t *a, const cl_pend_t *next)
+{
+    return next != NULL && a->kind == PROTO_COLL_ALLREDUCE &&
+           next->req.kind == PROTO_COLL_ALLREDUCE &&
+           next->req.dtype == a->dtype && next->req.op == a->op;
+}
+
+int ringd_group_end(ringd_client_t *c)
+{
+    if (c == NULL)
+        return RINGD_EINVAL;
+    if (!c->group_open)
+        return cl_fail(c, RINGD_ESTATE, "no group is open");
+    c->group_open = 0;
+    uint32_t n = c->group_n;
+    c->group_n = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cl_pend_t *p = &c->pend[c->group_slot[i]];
+        cl_pend_t *next = i + 1 < n ? &c->pend[c->group_slot[i + 1]]
+                                    : NULL;
+        if (!p->held)
+            continue; /* failed with the connection meanwhile */
+        proto_coll_req_t r = p->req;
+        if (cl_joins_next(&r, next))
+            r.kind = PROTO_COLL_ALLREDUCE_MORE;
+        int rc = cl_send(c, PROTO_T_COLL, &r, sizeof(r), -1);
+        if (rc != 0)
+            return rc; /* every handle failed with the connection */
+        p->seq = c->seq;
+        p->held = 0;
+    }
     return cl_take_ready(c);
 }
 
@@ -703,6 +772,10 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h)
     if (p == NULL)
         return cl_fail(c, RINGD_EINVAL, "handle %llu is not outstanding "
                        "(already waited for, or of a step left since)",
+                       (unsigned long long)h);
+    if (p->held)
+        return cl_fail(c, RINGD_ESTATE, "handle %llu is in a group not yet "
+                       "sent: ringd_group_end() first",
                        (unsigned long long)h);
     char buf[PROTO_MAX_MSG];
     size_t n;
@@ -736,6 +809,11 @@ int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p)
     if (p == NULL)
         return cl_fail(c, RINGD_EINVAL, "handle %llu is not outstanding",
                        (unsigned long long)h);
+    if (p->held) {
+        *done_p = 0;
+        return cl_fail(c, RINGD_ESTATE, "handle %llu is in a group not "
+                       "yet sent", (unsigned long long)h);
+    }
     (void)cl_take_ready(c); /* a failure marks the handles done */
     if (!p->done) {
         *done_p = 0;
@@ -795,8 +873,19 @@ int ringd_allgather_async(ringd_client_t *c, void *ptr, size_t bytes,
     return ringd_allreduce_async(c, ptr, all, RINGD_U8, RINGD_SUM, h_p);
 }
 
+/* A blocking call would wait for what the open group holds back. */
+static int cl_no_group(ringd_client_t *c, const char *what)
+{
+    if (c != NULL && c->group_open)
+        return cl_fail(c, RINGD_ESTATE, "blocking %s inside a group: use "
+                       "the _async call", what);
+    return 0;
+}
+
 int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes)
 {
+    if (cl_no_group(c, "allgather") != 0)
+        return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_allgather_async(c, ptr, bytes, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
@@ -821,6 +910,8 @@ int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p)
 
 int ringd_barrier(ringd_client_t *c)
 {
+    if (cl_no_group(c, "barrier") != 0)
+        return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_barrier_async(c, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
@@ -829,6 +920,8 @@ int ringd_barrier(ringd_client_t *c)
 int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
                     ringd_dtype_t dtype, ringd_op_t op)
 {
+    if (cl_no_group(c, "allreduce") != 0)
+        return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_allreduce_async(c, ptr, count, dtype, op, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
@@ -837,6 +930,8 @@ int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
 int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
                     uint32_t root)
 {
+    if (cl_no_group(c, "broadcast") != 0)
+        return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_broadcast_async(c, ptr, bytes, root, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
@@ -848,9 +943,10 @@ int ringd_step_end(ringd_client_t *c)
         return RINGD_EINVAL;
     if (!c->in_step)
         return cl_fail(c, RINGD_ESTATE, "step_end without step_begin");
-    if (c->npend > 0)
+    if (c->npend > 0 || c->group_open)
         return cl_fail(c, RINGD_ESTATE, "step_end with %u collectives not "
-                       "waited for", c->npend);
+                       "waited for%s", c->npend,
+                       c->group_open ? " and a group open" : "");
     proto_status_rep_t rep;
     int rc = cl_call(c, PROTO_T_STEP_END, NULL, 0, -1, &rep, sizeof(rep));
     c->in_step = 0;

@@ -261,6 +261,28 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h);
 int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p);
 
 /*
+ * Fusion groups. Between ringd_group_start() and ringd_group_end() the
+ * asynchronous calls only queue in the library (their handles are
+ * valid, but ringd_wait/ringd_test answer RINGD_ESTATE until the end);
+ * ringd_group_end() sends the group, and the daemon runs each run of
+ * consecutive allreduces of the group with the same dtype and op as ONE
+ * ring operation: it gathers their tensors into a fused buffer on its
+ * ring thread and scatters the result back (no copy in the trainer, one
+ * ring round trip for the run instead of one per tensor). Results are the
+ * same as unfused up to the summation order (bitwise the same as one
+ * allreduce over the tensors laid end to end). Each handle is waited for
+ * as usual; a failure fails them all alike. Every trainer of the job must
+ * group alike (a different grouping is RINGD_EMISMATCH). Blocking calls
+ * inside a group fail with RINGD_ESTATE, as do step_end and a second
+ * ringd_group_start(); ringd_step_begin() discards an open group. Errors:
+ * RINGD_EINVAL, RINGD_ESTATE (no step begun), RINGD_ERESHAPE as for
+ * ringd_allreduce_async(); ringd_group_end() also RINGD_EDISCONNECTED
+ * (its handles then fail with it).
+ */
+int ringd_group_start(ringd_client_t *c);
+int ringd_group_end(ringd_client_t *c);
+
+/*
  * Allgather: ptr (inside a ringd buffer) holds world * bytes, world being
  * the step's (ringd_view_t.world); this trainer's contribution is at
  * ptr + rank * bytes. On completion every trainer's ptr holds every

@@ -677,3 +677,117 @@ TEST_IMPL(dmn_async_allgather_barrier)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/* A counter's value from the daemon's /metrics; -1 if absent. */
+static double metric(const td_daemon_t *t, const char *name)
+{
+    char *m = td_http_get(t->metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(m, key);
+    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
+    free(m);
+    return v;
+}
+
+/*
+ * Fusion groups: two trainers issue, in one group, 10 f32 SUM allreduces,
+ * 5 f32 AVG ones, a broadcast and 4 i32 MAX ones, in buffers apart. The
+ * daemon runs the three allreduce runs fused (19 collectives fused, in 4
+ * operations with the broadcast), and every result is the closed form.
+ * Inside the group, waiting and blocking calls are refused; a grouping
+ * that differs between the trainers is a mismatch, and the daemon serves
+ * on.
+ */
+TEST_IMPL(dmn_async_fused)
+{
+    enum { NS = 10, NA = 5, NM = 4, L = 300 };
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-fuse", "2");
+    ringd_client_t *c[2];
+    float *f[2];
+    int32_t *m[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        f[k] = ringd_buffer(c[k], (NS + NA + 1) * L * sizeof(float));
+        m[k] = ringd_buffer(c[k], NM * L * sizeof(int32_t));
+        ASSERT(f[k] != NULL && m[k] != NULL);
+    }
+    ringd_view_t v[2];
+    begin_both(c, v);
+    enum { NH = NS + NA + 1 + NM };
+    ringd_handle_t h[2][NH];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < (NS + NA + 1) * L; i++)
+            f[k][i] = input(k, 0, i / L, i % L);
+        for (int i = 0; i < NM * L; i++)
+            m[k][i] = (k == 1) == (i % 2) ? i : -i;
+        ASSERT_OK(ringd_group_start(c[k]));
+        ASSERT_EQ(ringd_group_start(c[k]), RINGD_ESTATE);
+        int n = 0;
+        /* Backwards through the buffer: fusion needs no adjacency. */
+        for (int i = NS - 1; i >= 0; i--)
+            ASSERT_OK(ringd_allreduce_async(c[k], f[k] + i * L, L,
+                                            RINGD_F32, RINGD_SUM,
+                                            &h[k][n++]));
+        for (int i = NS; i < NS + NA; i++)
+            ASSERT_OK(ringd_allreduce_async(c[k], f[k] + i * L, L,
+                                            RINGD_F32, RINGD_AVG,
+                                            &h[k][n++]));
+        ASSERT_OK(ringd_broadcast_async(c[k], f[k] + (NS + NA) * L,
+                                        L * sizeof(float), 0, &h[k][n++]));
+        for (int i = 0; i < NM; i++)
+            ASSERT_OK(ringd_allreduce_async(c[k], m[k] + i * L, L,
+                                            RINGD_I32, RINGD_MAX,
+                                            &h[k][n++]));
+        ASSERT_EQ(ringd_wait(c[k], h[k][0]), RINGD_ESTATE);
+        int done = -1;
+        ASSERT_EQ(ringd_test(c[k], h[k][0], &done), RINGD_ESTATE);
+        ASSERT_EQ(done, 0);
+        ASSERT_EQ(ringd_allreduce(c[k], f[k], 1, RINGD_F32, RINGD_SUM),
+                  RINGD_ESTATE);
+        ASSERT_EQ(ringd_step_end(c[k]), RINGD_ESTATE);
+        ASSERT_OK(ringd_group_end(c[k]));
+        ASSERT_EQ(ringd_group_end(c[k]), RINGD_ESTATE);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = NH - 1; i >= 0; i--)
+            ASSERT_EQ(ringd_wait(c[k], h[k][i]), 0);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < (NS + NA + 1) * L; i++) {
+            int tsr = i / L, j = i % L;
+            float sum = input(0, 0, tsr, j) + input(1, 0, tsr, j);
+            float want = tsr < NS ? sum : tsr < NS + NA ? sum / 2
+                                        : input(0, 0, tsr, j);
+            ASSERT_MSG(f[k][i] == want, "trainer %d tensor %d [%d]: %g, "
+                       "want %g", k, tsr, j, (double)f[k][i],
+                       (double)want);
+        }
+        for (int i = 0; i < NM * L; i++)
+            ASSERT_EQ(m[k][i], i);
+    }
+    ASSERT_EQ(metric(&t, "ringd_collectives_fused_total"), NS + NA + NM);
+    ASSERT_EQ(metric(&t, "ringd_collectives_total"), NH);
+
+    /* Trainer 0 groups two allreduces, trainer 1 issues them apart. */
+    ringd_handle_t g0[2], g1[2];
+    ASSERT_OK(ringd_group_start(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[0], f[0] + i * L, L, RINGD_F32,
+                                        RINGD_SUM, &g0[i]));
+    ASSERT_OK(ringd_group_end(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[1], f[1] + i * L, L, RINGD_F32,
+                                        RINGD_SUM, &g1[i]));
+    ASSERT_EQ(ringd_wait(c[1], g1[0]), RINGD_EMISMATCH);
+    ASSERT_EQ(ringd_wait(c[0], g0[0]), RINGD_EMISMATCH);
+    for (int k = 0; k < 2; k++)
+        ringd_close(c[k]);
+    ASSERT(td_file_has(t.log, "does not match"));
+    ringd_client_t *again;
+    ASSERT_OK(ringd_connect(&again, t.sock, NULL));
+    ringd_close(again);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
