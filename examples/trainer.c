@@ -54,6 +54,7 @@ typedef struct {
     long stop_in;    /* fault injection: SIGSTOP itself in this step */
     long async_n;    /* > 0: the gradients in that many asynchronous
                         allreduces */
+    int fuse;        /* ... issued as one fusion group */
 } opts_t;
 
 typedef struct {
@@ -438,7 +439,9 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
 "  --dump-every N    ... after every N-th step (default 0: never)\n"
 "  --async N         average the gradients in N asynchronous allreduces,\n"
-"                    waited for last to first (default 0: one blocking)\n");
+"                    waited for last to first (default 0: one blocking)\n"
+"  --fuse            with --async: issue them as one fusion group (the\n"
+"                    daemon runs them as one ring operation)\n");
 }
 
 static int parse(opts_t *o, int argc, char **argv)
@@ -456,6 +459,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->no_daemon = 1, used = 0;
         } else if (strcmp(a, "--cpu") == 0) {
             o->cpu_only = 1, used = 0;
+        } else if (strcmp(a, "--fuse") == 0) {
+            o->fuse = 1, used = 0;
         } else if (v == NULL) {
             fprintf(stderr, "trainer: '%s' needs a value (or is unknown)\n",
                     a);
@@ -609,14 +614,19 @@ static int collective_async(trainer_t *t, float *p, long n)
     long k = t->o.async_n < n ? t->o.async_n : n;
     ringd_handle_t h[RINGD_MAX_OUTSTANDING];
     long issued = 0;
-    int rc = 0;
+    int rc = t->o.fuse ? ringd_group_start(t->c) : 0;
     for (; issued < k && rc == 0; issued++) {
         long lo = n * issued / k, hi = n * (issued + 1) / k;
         rc = ringd_allreduce_async(t->c, p + lo, (size_t)(hi - lo),
                                    RINGD_F32, RINGD_AVG, &h[issued]);
     }
-    if (rc != 0)
+    if (rc != 0 && issued > 0)
         issued--; /* that one has no handle */
+    if (t->o.fuse && (rc == 0 || issued > 0)) {
+        int e = ringd_group_end(t->c);
+        if (rc == 0)
+            rc = e;
+    }
     int reshaped = 0, failed = rc != 0;
     for (long i = issued - 1; i >= 0; i--) {
         int w = ringd_wait(t->c, h[i]);
