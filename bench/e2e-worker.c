@@ -43,8 +43,9 @@ double e2e__median(double *v, int n)
  * "run BYTES ITERS [MS [PIECES]]": one warm-up and ITERS timed
  * collectives (a trainer first sleeps MS ms in each step, standing in for
  * compute; with PIECES > 1 it reduces BYTES as that many asynchronous
- * allreduces, all issued before the first wait, timed together, and with
- * PIECES < -1 as -PIECES blocking ones, one after the other);
+ * allreduces, all issued before the first wait, timed together (in one
+ * fusion group with PIECES > RINGD_MAX_OUTSTANDING: PIECES minus that),
+ * and with PIECES < -1 as -PIECES blocking ones, one after the other);
  * BYTES 0: a trainer's steps hold no collective and the whole step
  * (step_begin + step_end) is timed. Answers "ok USEC" (the median) or
  * "err TEXT". "quit" ends the process. The coordinator never runs two
@@ -65,7 +66,7 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         if (sscanf(line, "run %zu %d %d %d", &bytes, &iters, &ms,
                    &pieces) < 2 ||
             bytes > max || iters < 1 || iters > 4096 || ms < 0 ||
-            pieces == 0 || pieces > RINGD_MAX_OUTSTANDING ||
+            pieces == 0 || pieces > 2 * RINGD_MAX_OUTSTANDING ||
             pieces < -RINGD_MAX_OUTSTANDING) {
             printf("err bad command\n");
             fflush(stdout);
@@ -87,11 +88,19 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 }
 
 /* bytes of f32 at buf as `pieces` asynchronous AVG allreduces, issued
- * first, then waited for in order; pieces < 0: -pieces blocking ones. */
+ * first, then waited for in order; pieces < 0: -pieces blocking ones;
+ * pieces > RINGD_MAX_OUTSTANDING: pieces - that, in a fusion group. */
 static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
                             int pieces)
 {
     size_t n = bytes / sizeof(float);
+    int fuse = pieces > RINGD_MAX_OUTSTANDING;
+    if (fuse) {
+        pieces -= RINGD_MAX_OUTSTANDING;
+        int rc = ringd_group_start(c);
+        if (rc != 0)
+            return rc;
+    }
     if (pieces < 0) {
         int rc = 0;
         for (int k = 0; k < -pieces && rc == 0; k++) {
@@ -112,6 +121,11 @@ static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
     }
     if (rc != 0)
         k--;
+    if (fuse) {
+        int e = ringd_group_end(c);
+        if (rc == 0)
+            rc = e;
+    }
     for (int i = 0; i < k; i++) {
         int w = ringd_wait(c, h[i]);
         if (rc == 0)

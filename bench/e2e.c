@@ -59,7 +59,8 @@
  *        per-round ratios, both run in each round)
  *        async_small_vs_blocking=... (128 allreduces of 8 KiB: the time
  *        of the blocking ones one after the other over the time of the
- *        asynchronous ones)
+ *        asynchronous ones) fused_small_vs_blocking=... (the same
+ *        over the time of the 128 in one fusion group)
  *   with the issue's other keys as "na" until they are measured here.
  */
 #include <errno.h>
@@ -576,8 +577,9 @@ static void run_steps(bench_t *b, steps_t *out)
 typedef struct {
     double one_us, many_us; /* medians over the rounds */
     double ratio;           /* median of one_us / many_us */
-    double small_async_us, small_block_us;
+    double small_async_us, small_block_us, small_fused_us;
     double small_ratio;     /* median of block / async */
+    double fused_ratio;     /* median of block / fused */
 } async_t;
 
 /*
@@ -587,7 +589,8 @@ typedef struct {
  * collective (the daemon runs them back to back on the ring, no round
  * trip to the trainer between them, no fusion). Then the small-tensor
  * case, where that round trip dominates: SMALL_PIECES allreduces of
- * 8 KiB, asynchronous against blocking one after the other.
+ * 8 KiB, asynchronous, and asynchronous in one fusion group (one ring
+ * operation), against blocking one after the other.
  */
 static void run_async(bench_t *b, async_t *out)
 {
@@ -595,6 +598,7 @@ static void run_async(bench_t *b, async_t *out)
     size_t bytes = 64 * MiB;
     double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
     double sa[MAXROUNDS], sb[MAXROUNDS], sr[MAXROUNDS];
+    double sf[MAXROUNDS], fr[MAXROUNDS];
     cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
     group_run(c.tr, 2, MiB, 1); /* the job forms */
     int it = b->quick ? 3 : iters_for(bytes);
@@ -605,7 +609,12 @@ static void run_async(bench_t *b, async_t *out)
         sa[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, SMALL_PIECES);
         sb[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, -SMALL_PIECES);
         sr[r] = sb[r] / sa[r];
+        sf[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it,
+                                 RINGD_MAX_OUTSTANDING + SMALL_PIECES);
+        fr[r] = sb[r] / sf[r];
     }
+    out->small_fused_us = e2e__median(sf, b->rounds);
+    out->fused_ratio = e2e__median(fr, b->rounds);
     out->small_async_us = e2e__median(sa, b->rounds);
     out->small_block_us = e2e__median(sb, b->rounds);
     out->small_ratio = e2e__median(sr, b->rounds);
@@ -623,9 +632,11 @@ static void print_async(const async_t *a)
            "%.3f\n", ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
            busbw(64 * MiB, a->one_us, 2), a->ratio);
     printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
-           "blocking one after the other %.1f us, speed-up %.2f\n",
+           "fused in one group %.1f us, blocking one after the other "
+           "%.1f us; speed-up %.2f (async), %.2f (fused)\n",
            SMALL_PIECES, SMALL_BYTES / SMALL_PIECES / 1024,
-           a->small_async_us, a->small_block_us, a->small_ratio);
+           a->small_async_us, a->small_fused_us, a->small_block_us,
+           a->small_ratio, a->fused_ratio);
 }
 
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
@@ -759,8 +770,9 @@ static int coordinator(bench_t *b)
     if (b->async_only) {
         run_async(b, &as);
         print_async(&as);
-        printf("e2e: async_vs_one=%.3f async_small_vs_blocking=%.2f\n",
-               as.ratio, as.small_ratio);
+        printf("e2e: async_vs_one=%.3f async_small_vs_blocking=%.2f "
+               "fused_small_vs_blocking=%.2f\n", as.ratio, as.small_ratio,
+               as.fused_ratio);
         fx_done();
         return 0;
     }
@@ -818,13 +830,15 @@ static int coordinator(bench_t *b)
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
            "async_vs_one=%.3f async_small_vs_blocking=%.2f "
+           "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
            "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4, as.ratio, as.small_ratio, st.overhead_ms[0],
+           evg4, as.ratio, as.small_ratio, as.fused_ratio,
+           st.overhead_ms[0],
            st.overhead_ms[1],
            st.cpu_ms_per_step,
            mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on, mem.ar_ratio);
