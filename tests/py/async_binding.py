@@ -62,6 +62,16 @@ def trainer(sock, errs):
             c.allgather(ag)
             assert np.array_equal(ag, [np.arange(5), np.arange(5) + 100]), ag
             c.barrier()
+            fb = [c.buffer(N, np.float32) for _ in range(4)]
+            for i, b in enumerate(fb):
+                b[:] = (v.rank + 1) * (np.arange(N) - i)
+            with c.group():
+                gh = [c.allreduce_async(b, op="sum") for b in fb]
+            for h in gh:
+                c.wait(h)
+            for i, b in enumerate(fb):
+                want = (3 * (np.arange(N) - i)).astype(np.float32)
+                assert np.array_equal(b, want), (i, b[:4])
             c.step_end()
         c.close()
     except BaseException as e:  # re-raised in the main thread

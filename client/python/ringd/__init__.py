@@ -181,6 +181,8 @@ def _load():
         "ringd_test": (I, [P, U64, ctypes.POINTER(I)]),
         "ringd_allgather_async": (I, [P, P, S, ctypes.POINTER(U64)]),
         "ringd_barrier_async": (I, [P, ctypes.POINTER(U64)]),
+        "ringd_group_start": (I, [P]),
+        "ringd_group_end": (I, [P]),
     }
     for name, (res, args) in late.items():
         if hasattr(lib, name):
@@ -440,6 +442,14 @@ class Client:
     def barrier(self):
         self.wait(self.barrier_async())
 
+    def group(self):
+        """A fusion group, as a context manager: the asynchronous calls
+        inside it are sent together when it exits, and the daemon runs
+        each run of allreduces of one dtype and op as one ring operation.
+        Every trainer must group alike. Wait for the handles after it."""
+        self._need("ringd_group_start")
+        return _Group(self)
+
     def wait(self, handle):
         """Block until handle's collective is done; raises Reshape (redo
         the step), Disconnected, Error as the blocking calls do, and
@@ -538,6 +548,20 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Group:
+    def __init__(self, client):
+        self._c = client
+
+    def __enter__(self):
+        c = self._c
+        c._check(_lib.ringd_group_start(c._c), "ringd_group_start")
+        return c
+
+    def __exit__(self, *exc):
+        c = self._c
+        c._check(_lib.ringd_group_end(c._c), "ringd_group_end")
 
 
 def _nbytes(array):
