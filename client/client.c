@@ -781,6 +781,12 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h)
     size_t n;
     int timeout = c->opts.timeout_ms ? (int)c->opts.timeout_ms : -1;
     while (!p->done) {
+        if (c->fd < 0) {
+            /* cl_drop failed every handle; this only guards the loop. */
+            p->done = 1;
+            p->status = RINGD_EDISCONNECTED;
+            break;
+        }
         int rc = cl_read(c, timeout, buf, &n);
         if (rc == 0)
             rc = cl_take(c, buf);

@@ -845,3 +845,53 @@ TEST_IMPL(dmn_ring_async_fused)
     }
     return fx_done();
 }
+
+/*
+ * The daemon dies with handles outstanding: each of them fails with
+ * RINGD_EDISCONNECTED (none hangs), ringd_step_begin() reconnects to a
+ * new daemon, and the old handles are void there.
+ */
+TEST_IMPL(dmn_async_daemon_dies)
+{
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-dies", "2");
+    ringd_client_t *c[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        b[k] = ringd_buffer(c[k], 4096);
+        ASSERT(b[k] != NULL);
+    }
+    ringd_view_t v[2];
+    begin_both(c, v);
+    ringd_handle_t h[3];
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(ringd_allreduce_async(c[0], b[0] + i * 4, 4, RINGD_F32,
+                                        RINGD_SUM, &h[i]));
+    int done = -1;
+    ASSERT_OK(ringd_test(c[0], h[2], &done));
+    ASSERT_EQ(done, 0); /* trainer 1 issued none */
+    kill(t.pid, SIGKILL);
+    ASSERT_EQ(td_exit_code(t.pid, 10000), 128 + SIGKILL);
+    ASSERT_EQ(ringd_wait(c[0], h[1]), RINGD_EDISCONNECTED);
+    ASSERT_EQ(ringd_test(c[0], h[2], &done), RINGD_EDISCONNECTED);
+    ASSERT_EQ(done, 1);
+    ASSERT_EQ(ringd_wait(c[0], h[0]), RINGD_EDISCONNECTED);
+    ringd_close(c[1]);
+
+    const char *flags[] = {"--trainers", "1", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ASSERT_OK(ringd_step_begin(c[0], &v[0]));
+    ASSERT_EQ(v[0].world, 1);
+    ASSERT_EQ(ringd_wait(c[0], h[0]), RINGD_EINVAL);
+    ringd_handle_t hn;
+    b[0][0] = 5.0f;
+    ASSERT_OK(ringd_allreduce_async(c[0], b[0], 1, RINGD_F32, RINGD_SUM,
+                                    &hn));
+    ASSERT_EQ(ringd_wait(c[0], hn), 0);
+    ASSERT(b[0][0] == 5.0f);
+    ASSERT_OK(ringd_step_end(c[0]));
+    ringd_close(c[0]);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
