@@ -559,12 +559,6 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
 }
 
 /*
- * Everyone posted: hand the node's buffers to the backend. With one
- * trainer the collective runs in its buffer (zero-copy); with several the
- * backend reduces them into staging and writes the result back, on its
- * own thread. Only a broadcast to several trainers copies here.
- */
-/*
  * A fused group of g allreduces: every posted trainer's g buffers into
  * d->coll_bufs, trainer-major, their element counts into d->seg_counts
  * (the same for all: matched), and d->coll.count becomes the total.
@@ -606,6 +600,13 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
     return 0;
 }
 
+/*
+ * Everyone posted: hand the node's buffers to the backend. With one
+ * trainer the collective runs in its buffer (zero-copy); with several the
+ * backend reduces them into staging and writes the result back, on its
+ * own thread; a fused group always goes through staging, gathered and
+ * scattered there. Only a broadcast to several trainers copies here.
+ */
 static void launch(dmn_t *d)
 {
     const proto_coll_req_t *r = &d->coll;
