@@ -10,6 +10,10 @@
  * into a staging area in local-rank order, handed once to the backend, and
  * the result is copied back into every trainer's buffer. Because all
  * trainers receive the very same bytes, replicas stay bitwise identical.
+ * Collectives are asynchronous: each trainer's queue holds those it sent
+ * in order, the i-th entries of all queues are the same collective, and
+ * the next runs as soon as one completes; a run of ALLREDUCE_MORE entries
+ * and the allreduce ending it (a fusion group) runs as one.
  *
  * Anything that invalidates the step's view (a backend view change, a lost
  * trainer) breaks the step: pending and later collectives of the step
