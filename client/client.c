@@ -4,9 +4,9 @@
  * Every call is one synchronous request/reply on a SOCK_SEQPACKET socket
  * (see proto/proto.h), except the asynchronous collectives: their requests
  * go out at once and their replies are taken whenever the client reads the
- * socket (in any call), matched to their handle by seq. Buffers are memfds created here; the client keeps
- * the fds open for its lifetime so that a reconnect can hand the very same
- * memory to a restarted daemon.
+ * socket (in any call), matched to their handle by seq. Buffers are
+ * memfds created here; the client keeps the fds open for its lifetime so
+ * that a reconnect can hand the very same memory to a restarted daemon.
  */
 #include "include/ringd.h"
 
