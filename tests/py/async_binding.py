@@ -12,6 +12,11 @@ import numpy as np
 
 import ringd
 
+try:
+    import torch
+except ImportError:
+    torch = None
+
 K = 8
 N = 1000
 
@@ -72,6 +77,13 @@ def trainer(sock, errs):
             for i, b in enumerate(fb):
                 want = (3 * (np.arange(N) - i)).astype(np.float32)
                 assert np.array_equal(b, want), (i, b[:4])
+            if torch is not None:
+                # A torch tensor over ringd memory, bf16 on the wire.
+                _, mv = c.raw_buffer(2 * N)
+                t = torch.frombuffer(mv, dtype=torch.bfloat16)
+                t[:] = float(v.rank + 1)
+                c.wait(c.allreduce_async(t, op="sum"))
+                assert bool((t == 3.0).all()), t[:4]
             c.step_end()
         c.close()
     except BaseException as e:  # re-raised in the main thread
