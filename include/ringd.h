@@ -291,7 +291,8 @@ int ringd_group_end(ringd_client_t *c);
  * allreduce (u8 SUM) of the whole region: exact for any bytes, at twice
  * the ring traffic of a dedicated allgather. Issue, matching and errors
  * as ringd_allreduce_async(); RINGD_EINVAL also when world * bytes does
- * not fit in the buffer.
+ * not fit in the buffer. ringd_allgather() is the issue plus ringd_wait()
+ * (RINGD_ESTATE inside a fusion group), with the errors of both.
  */
 int ringd_allgather_async(ringd_client_t *c, void *ptr, size_t bytes,
                           ringd_handle_t *h_p);
@@ -302,7 +303,8 @@ int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes);
  * same place of its sequence of collectives). The first one allocates a
  * one-page buffer of the library's (one of the client's buffers, toward
  * the daemon's per-client limits: RINGD_ENOMEM past them). Errors as
- * ringd_allreduce_async().
+ * ringd_allreduce_async(); ringd_barrier() is the issue plus ringd_wait()
+ * (RINGD_ESTATE inside a fusion group), with the errors of both.
  */
 int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p);
 int ringd_barrier(ringd_client_t *c);
