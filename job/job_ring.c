@@ -788,6 +788,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
     mc->ttl_s = (int)cfg->lease_ttl;
     mc->min_members = (int)cfg->min_nodes;
+    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
     mc->etcd.endpoints = cfg->etcd;
     mc->etcd.ca_file = cfg->etcd_ca;
     mc->etcd.cert_file = cfg->etcd_cert;
