@@ -236,6 +236,8 @@ typedef enum {
     MB_KEY_CKPT_PARTS,       /* prefix of every part record */
     MB_KEY_CKPT_STEP_PARTS,  /* prefix of the part records of step */
     MB_KEY_CKPT_PART,        /* shard rank's part record of step */
+    MB_KEY_HOPS,             /* prefix of the nodes' hop-wait records */
+    MB_KEY_HOP,              /* node's recent waits on its predecessor */
 } mb_key_t;
 
 /* Write the key into buf (n bytes with the NUL). Returns 0, or ST_EINVAL
