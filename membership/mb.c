@@ -284,8 +284,16 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
 static void on_ka_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb->ka_inflight || !mb__holds_lease(mb->state))
+    if (!mb__holds_lease(mb->state))
         return;
+    if (mb->ka_inflight) {
+        /* Unanswered for a period while we ran, before the deadline:
+         * etcd is failing over its endpoints (a member down, an
+         * election), which can take past the deadline to say so. */
+        if (uv_now(mb->loop) < mb->fence_at_ms)
+            mb->etcd_unreach = 1;
+        return;
+    }
     mb->ka_gen = mb->reg_gen;
     mb->ka_sent_ms = uv_now(mb->loop);
     if (etcd_lease_keepalive(mb->etcd, mb->lease, on_keepalive, mb) == 0)
