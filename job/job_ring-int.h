@@ -56,7 +56,8 @@ typedef enum {
 #define RB_REBUILD_DEADLINE_MS 60000
 #define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
-#define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd */
+#define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd ... */
+#define RB_HOP_SKIP_MAX 8       /* ... ticks skipped after failed puts */
 
 typedef struct {
     cmd_kind_t kind;
@@ -142,6 +143,7 @@ typedef struct {
     uv_timer_t hop_timer;
     uint64_t win_steps, win_wait_us; /* since the last record put */
     char win_peer[64];
+    int hop_skip, hop_backoff; /* ticks to skip; after a failed put */
 } rb_t;
 
 /* job_ring_hops.c */

@@ -69,12 +69,30 @@ void job__hops_step(rb_t *b)
     snprintf(b->win_peer, sizeof(b->win_peer), "%s", v->members[pred].node);
 }
 
+/* A failed put (etcd down: the job rides it out) skips the next ticks,
+ * doubling to RB_HOP_SKIP_MAX, so an outage is not tried every 2 s; the
+ * steps meanwhile go into the next record. */
+static void on_hop_put(int status, const etcd_result_t *res, void *data)
+{
+    rb_t *b = data;
+    (void)res;
+    b->hop_backoff = status == 0 ? 0
+                     : b->hop_backoff == 0 ? 1
+                     : b->hop_backoff * 2 > RB_HOP_SKIP_MAX
+                         ? RB_HOP_SKIP_MAX : b->hop_backoff * 2;
+    b->hop_skip = b->hop_backoff;
+}
+
 /* Put the record of the steps since the last one, under our lease (it
  * goes with the node). A failed put is only the loss of one record. */
 static void on_hop_timer(uv_timer_t *t)
 {
     rb_t *b = t->data;
     int64_t lease = b->mb != NULL ? mb_lease(b->mb) : 0;
+    if (b->hop_skip > 0) {
+        b->hop_skip--;
+        return;
+    }
     if (b->win_steps == 0 || lease == 0 || b->cur == NULL)
         return;
     char key[MB_KEY_MAX], val[256];
@@ -89,8 +107,8 @@ static void on_hop_timer(uv_timer_t *t)
                      (unsigned long long)b->win_wait_us);
     b->win_steps = b->win_wait_us = 0;
     if (n > 0 && (size_t)n < sizeof(val))
-        (void)etcd_put(mb_etcd(b->mb), key, val, (size_t)n, lease, NULL,
-                       NULL);
+        (void)etcd_put(mb_etcd(b->mb), key, val, (size_t)n, lease,
+                       on_hop_put, b);
 }
 
 /* Started with the job: the record waits for a view and a lease. */
