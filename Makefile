@@ -5,6 +5,7 @@
 #   make test       install missing packages, build, run the test suite
 #   make asan       the test suite again under -fsanitize=address,undefined
 #   make bench      run the benchmarks (print TSV tables)
+#   make sim        the model of 10..1000 nodes (sim/README.md)
 #   make demo       the demo (see README.md)
 #   make demo-torch the demo with the PyTorch trainer, and DDP beside it
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
