@@ -52,10 +52,12 @@ WIN=${SCALE_WINDOW:-100}
 RING2D=${SCALE_RING2D:-}
 TTL=${SCALE_LEASE_TTL:-5}
 for v in N K J STEPS WIN TTL; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "scale: $v must be a number" >&2; exit 2; }
+    [[ "${!v}" =~ ^[0-9]+$ ]] ||
+        { echo "scale: $v must be a number" >&2; exit 2; }
 done
 [ "$N" -ge 2 ] && [ "$K" -ge 1 ] && [ "$K" -lt "$N" ] && [ "$WIN" -ge 2 ] ||
-    { echo "scale: need NODES >= 2, 1 <= KILL < NODES, SCALE_WINDOW >= 2" >&2; exit 2; }
+    { echo "scale: need NODES >= 2, 1 <= KILL < NODES," \
+           "SCALE_WINDOW >= 2" >&2; exit 2; }
 T=$(mktemp -d /tmp/ringd-scale.XXXXXX)
 PIDS=()
 NETNS=0
@@ -82,7 +84,8 @@ command -v etcd >/dev/null || die "etcd not found: run make deps"
 # sockets to its ring peers and etcd, etcd one or more per daemon.
 need_fd=$(( 16 * (N + J) + 1024 ))
 [ "$(ulimit -n)" -ge "$need_fd" ] || ulimit -n "$need_fd" 2>/dev/null ||
-    die "open files: ulimit -n is $(ulimit -n), $need_fd needed (ulimit -Hn $(ulimit -Hn))"
+    die "open files: ulimit -n is $(ulimit -n), $need_fd needed" \
+        "(ulimit -Hn $(ulimit -Hn))"
 # Threads count against RLIMIT_NPROC: a daemon has a handful (loop, ring,
 # checkpoint workers, UCX), a trainer one or two.
 need_proc=$(( 16 * (N + J) + 256 ))
@@ -115,7 +118,8 @@ $(tail -5 "$T/ringd-$i.log")"
 $(tail -5 "$T/ringd-$i.log")"
         sleep 0.05
     done
-    OPENBLAS_NUM_THREADS=1 "$B/examples/trainer" --cpu --socket "$T/node$i.sock" \
+    OPENBLAS_NUM_THREADS=1 "$B/examples/trainer" --cpu \
+        --socket "$T/node$i.sock" \
         --steps "$STEPS" --hidden 13 --log-every 1000000 \
         --hash-log "$T/hash-$i.log" --save "$T/params-$i.bin" \
         >"$T/trainer-$i.log" 2>&1 &
@@ -136,13 +140,17 @@ wait_for() {
     until "$@"; do
         [ "$(now_ms)" -lt "$deadline" ] || die "timed out: $what"
         kill -0 "${TPID[1]}" 2>/dev/null || die "node1's trainer exited" \
-            "at step $(steps_of 1) of $STEPS$([ "$(steps_of 1)" -ge "$STEPS" ] &&
+            "at step $(steps_of 1) of $STEPS$(
+            [ "$(steps_of 1)" -ge "$STEPS" ] &&
             echo " (the job ended first: raise SCALE_STEPS)"):
 $(tail -5 "$T/trainer-1.log")"
         sleep 0.1
     done
 }
-steps_of() { [ -f "$T/hash-$1.log" ] && awk 'END { print NR }' "$T/hash-$1.log" || echo 0; }
+steps_of() {
+    [ -f "$T/hash-$1.log" ] && awk 'END { print NR }' "$T/hash-$1.log" ||
+        echo 0
+}
 # Every node in $@ logged a step.
 all_stepped() { local i; for i in "$@"; do [ -s "$T/hash-$i.log" ]; done; }
 at_least() { [ "$(steps_of 1)" -ge "$1" ]; }
@@ -157,7 +165,8 @@ world_step() {
 step_us() {
     awk -v a="$1" -v w="$WIN" 'NR == a { g = $4; t0 = $12; n = 0 }
         NR > a && n < w - 1 && $4 == g { t1 = $12; n++ }
-        END { if (n > 0) printf "%d", (t1 - t0) * 1000 / n; else print "none" }' \
+        END { if (n > 0) printf "%d", (t1 - t0) * 1000 / n
+              else print "none" }' \
         "$T/hash-1.log"
 }
 # A job of NODES nodes with daemon arguments $1 up to its latency window:
@@ -168,7 +177,8 @@ run_latency() {
     start_nodes 1 "$N" "$N" "$1"
     wait_for 120 "the first view (every trainer's first step)" \
         all_stepped $(seq 1 "$N")
-    FIRST_VIEW_MS=$(( $(awk '$1 == "step" { print $12; exit }' "$T/hash-1.log") - T0 ))
+    FIRST_VIEW_MS=$(( $(awk '$1 == "step" { print $12; exit }' \
+        "$T/hash-1.log") - T0 ))
     # Leave the first steps (joining, cold caches) out of the window.
     from=$(( $(steps_of 1) + 20 ))
     wait_for 300 "node1 at step $((from + WIN))" at_least $((from + WIN))
@@ -176,11 +186,14 @@ run_latency() {
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Median of the numbers on stdin, one decimal.
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "none"; exit }
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.1f", m }'; }
+median() {
+    sort -n | awk '{ v[NR] = $1 }
+        END { if (NR == 0) { print "none"; exit }
+              m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+              printf "%.1f", m }'
+}
 
-# ---- the flat ring alone, first, when the main job runs the other --------------
+# ---- the flat ring alone, first, when the main job runs the other -------
 rd_start_etcd scale
 echo "scale: etcd at $ETCD_URL ($([ "$ETCD_SECURE" = 1 ] &&
     echo "TLS, password auth" || echo "plain http on loopback")), $N nodes," \
@@ -200,7 +213,7 @@ else
          "step_us_4k is the flat ring's figure" >&2
 fi
 
-# ---- the main job ----------------------------------------------------------------
+# ---- the main job ----------------------------------------------------------
 JOB=scale
 CPU0=$(cpu_ticks "$ETCD_PID")
 CPU0_MS=$(now_ms)
@@ -219,11 +232,13 @@ KILL_MS=$(now_ms)
 } 2>/dev/null
 echo "scale: SIGKILL nodes ${VICTIMS[*]} (daemons and trainers)"
 WORLD=$(( N - K ))
-wait_for 60 "a step of world $WORLD after the kill" world_step "$WORLD" "$KILL_MS"
+wait_for 60 "a step of world $WORLD after the kill" \
+    world_step "$WORLD" "$KILL_MS"
 rd_kill_to_step "$T/hash-1.log" "$KILL_MS"
 KILL_OK=no
 [ "$FIRST_GEN" != "" ] &&
-    [ "$(awk -v g="$FIRST_GEN" '$4 == g { print $8; exit }' "$T/hash-1.log")" = "$WORLD" ] &&
+    [ "$(awk -v g="$FIRST_GEN" '$4 == g { print $8; exit }' \
+        "$T/hash-1.log")" = "$WORLD" ] &&
     KILL_OK=yes
 echo "scale: kill: generation $GEN0 -> $FIRST_GEN (world $WORLD: $KILL_OK)," \
      "first step $FIRST_STEP after $KILL_TO_STEP ms"
@@ -235,7 +250,8 @@ if [ "$J" -gt 0 ]; then
     J0=$(now_ms)
     start_nodes $((N + 1)) $((N + J)) 1 "$RING2D"
     WORLD=$(( N - K + J ))
-    wait_for 120 "a step of world $WORLD after the join" world_step "$WORLD" "$J0"
+    wait_for 120 "a step of world $WORLD after the join" \
+        world_step "$WORLD" "$J0"
     read -r _ _ _ JGEN _ _ _ _ _ _ _ JT _ <<<"$LINE"
     JOIN_MS=$(( JT - J0 ))
     JOIN_OK=yes
@@ -262,15 +278,18 @@ for i in "${SURV[@]}"; do
         now=$(steps_of 1)
         [ "$now" = "$last" ] || { last=$now; deadline=$(( $(date +%s) + 60 )); }
         [ "$(date +%s)" -lt "$deadline" ] ||
-            die "no step for 60 s (node1 at step $now of $STEPS, node$i's trainer running)"
+            die "no step for 60 s (node1 at step $now of $STEPS," \
+                "node$i's trainer running)"
         sleep 0.2
     done
     wait "${TPID[$i]}" || { FAILED=$((FAILED + 1))
-        echo "scale: node$i's trainer failed: $(tail -2 "$T/trainer-$i.log")" >&2; }
+        echo "scale: node$i's trainer failed:" \
+             "$(tail -2 "$T/trainer-$i.log")" >&2; }
 done
 CPU1=$(cpu_ticks "$ETCD_PID")
 CPU_PCT=$(awk -v a="$CPU0" -v b="$CPU1" -v hz="$(getconf CLK_TCK)" \
-    -v ms=$(( $(now_ms) - CPU0_MS )) 'BEGIN { printf "%.1f", (b - a) / hz * 100000 / ms }')
+    -v ms=$(( $(now_ms) - CPU0_MS )) \
+    'BEGIN { printf "%.1f", (b - a) / hz * 100000 / ms }')
 
 # Hash logs: per file the last line per step wins; every step 0..STEPS-1
 # must be logged (else lost), and the lines of a step's newest generation
@@ -279,7 +298,8 @@ read -r LOST DUP < <(for i in $(seq 1 $((N + J))); do
         awk '$1 == "step" { h[$2] = $10; g[$2] = $4 }
             END { for (s in h) print s, g[s], h[s] }' "$T/hash-$i.log"
     done | awk -v n="$STEPS" '{ if (!($1 in top) || $2 > top[$1]) {
-            top[$1] = $2; th[$1] = $3; delete d[$1] } else if ($2 == top[$1] && $3 != th[$1]) d[$1] = 1 }
+            top[$1] = $2; th[$1] = $3; delete d[$1]
+        } else if ($2 == top[$1] && $3 != th[$1]) d[$1] = 1 }
         END { for (s = 0; s < n; s++) if (!(s in th)) lost++
               for (s in d) dup++; print lost + 0, dup + 0 }')
 echo "scale: hash logs: $LOST steps lost, $DUP with diverging replicas"
@@ -296,7 +316,8 @@ echo "scale: final parameters of ${#SURV[@]} nodes: $([ $identical = yes ] &&
 # again (a new member): with 2 cores for 128 processes that happens at a
 # short TTL, and each one costs the job a view change.
 FENCED=$(cat "$T"/ringd-*.log | grep -c -- "-> FENCED")
-echo "scale: $FENCED times a daemon fenced itself (lease $TTL s not renewed in time)"
+echo "scale: $FENCED times a daemon fenced itself" \
+     "(lease $TTL s not renewed in time)"
 echo "scale: recovered: kill=$KILL_OK join=$JOIN_OK"
 echo "scale: nodes=$N kill${K}_recovery_ms=$KILL_TO_STEP join${J}_ms=$JOIN_MS" \
      "identical=$identical step_us_4k=$STEP_US step_us_4k_flat=$STEP_US_FLAT" \
