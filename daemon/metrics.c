@@ -15,7 +15,7 @@
 #include "common/status.h"
 
 #define HTTP_MAX_REQ 4096
-#define HTTP_MAX_BODY 8192
+#define HTTP_MAX_BODY 32768 /* the hop histograms: ~0.8 KiB a peer */
 
 typedef struct {
     uv_tcp_t tcp;
@@ -86,6 +86,47 @@ static void recovery_histogram(sbuf_t *s, const dmn_stats_t *st)
               (unsigned long long)st->recoveries);
 }
 
+static double queued(const dmn_t *d)
+{
+    uint64_t n = 0;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        n += c->q_len;
+    return (double)n;
+}
+
+/* Per predecessor: the peer label is a node id, which has no '/' but
+ * may hold a quote or a backslash; those are escaped as the format says. */
+static void hop_histograms(sbuf_t *s, dmn_t *d)
+{
+    if (d->be->ops->hop_stats == NULL)
+        return;
+    static job_hops_t h; /* the loop's thread only; too big for its stack */
+    d->be->ops->hop_stats(d->be, &h);
+    const char *n = "ringd_hop_wait_seconds";
+    sb_printf(s, "# HELP %s Per step: time this node waited on its ring "
+                 "predecessor (peer).\n# TYPE %s histogram\n", n, n);
+    for (size_t p = 0; p < h.n; p++) {
+        char peer[2 * sizeof(h.peers[p].peer)], *o = peer;
+        for (const char *c = h.peers[p].peer; *c != '\0'; c++) {
+            if (*c == '"' || *c == '\\')
+                *o++ = '\\';
+            *o++ = *c == '\n' ? ' ' : *c;
+        }
+        *o = '\0';
+        uint64_t cum = 0;
+        for (int i = 0; i < JOB_HOP_BUCKETS; i++) {
+            cum += h.peers[p].bucket[i];
+            sb_printf(s, "%s_bucket{peer=\"%s\",le=\"%g\"} %llu\n", n, peer,
+                      job_hop_le[i], (unsigned long long)cum);
+        }
+        sb_printf(s, "%s_bucket{peer=\"%s\",le=\"+Inf\"} %llu\n"
+                     "%s_sum{peer=\"%s\"} %.17g\n%s_count{peer=\"%s\"} %llu\n",
+                  n, peer, (unsigned long long)h.peers[p].steps, n, peer,
+                  h.peers[p].sum_s, n, peer,
+                  (unsigned long long)h.peers[p].steps);
+    }
+}
+
 static void render_metrics(dmn_t *d, sbuf_t *s)
 {
     const dmn_stats_t *st = &d->stats;
@@ -132,6 +173,12 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_collectives_zero_copy_total", "counter",
            "Collectives run in the one local trainer's buffer.",
            st->coll_zero_copy);
+    metric(s, "ringd_collectives_fused_total", "counter",
+           "Collectives run fused with others in one ring operation.",
+           st->coll_fused);
+    metric(s, "ringd_collectives_queued", "gauge",
+           "Collectives the node's trainers issued that await their "
+           "result (asynchronous ones queue).", queued(d));
     metric(s, "ringd_collective_bytes_total", "counter",
            "Bytes reduced or broadcast (per node, once).", st->coll_bytes);
     metric(s, "ringd_collective_seconds_total", "counter",
@@ -167,6 +214,7 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
            st->ckpt_skipped);
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
+    hop_histograms(s, d);
 }
 
 static void http_closed(uv_handle_t *h)

@@ -73,6 +73,29 @@ typedef struct {
 typedef struct job job_t;
 
 /*
+ * How long this node waited on its ring predecessor per completed step
+ * (the ring's idle time in that step's collectives), per predecessor:
+ * a straggler makes its successors wait, and waits little itself.
+ * bucket[i] counts steps with a wait <= job_hop_le[i] seconds (not
+ * cumulative; the rest are over the last bound).
+ */
+#define JOB_HOP_BUCKETS 10
+#define JOB_HOP_PEERS 8
+extern const double job_hop_le[JOB_HOP_BUCKETS];
+typedef struct {
+    char peer[64];           /* the predecessor's node id (truncated) */
+    uint64_t steps;
+    double sum_s;
+    uint64_t bucket[JOB_HOP_BUCKETS];
+} job_hop_t;
+typedef struct {
+    size_t n;                /* the JOB_HOP_PEERS most used are kept */
+    job_hop_t peers[JOB_HOP_PEERS];
+} job_hops_t;
+/* Count one step's wait on peer into h. */
+void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
+
+/*
  * The node's part of an allreduce: the buffers of the node's trainers that
  * posted it, in local-rank order. The backend combines them with the other
  * nodes' and writes the result into every one of them, all on its own
@@ -82,6 +105,11 @@ typedef struct job job_t;
  *    byte reaches the buffer, see ring/README.md);
  *  - several: they are reduced into staging, the cross-node allreduce runs
  *    there, and the result is copied back into each.
+ *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
+ *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
+ *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
+ *    elements) is always used: the local reduction gathers the segments
+ *    into it, the copy back scatters the result.
  * On failure the buffers hold undefined data (the trainers redo the step).
  * The descriptor is copied; bufs, the buffers and staging must stay valid
  * and untouched until done_cb runs.
@@ -97,6 +125,8 @@ typedef struct {
                               (AVG over the job's trainers; the ring
                               backend's ring divides each chunk at its
                               owner, ring_allreduce_avg) */
+    uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
+    const size_t *seg_counts; /* [nsegs] elements of each, when fused */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding
@@ -188,6 +218,8 @@ typedef struct {
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
     void (*destroy)(job_t *be);
+    /* May be NULL (no ring): the per-step waits on the predecessor. */
+    void (*hop_stats)(job_t *be, job_hops_t *hops_p);
 } job_ops_t;
 
 /* Every backend struct starts with this. */

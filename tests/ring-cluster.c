@@ -39,6 +39,7 @@ const char *rc_stop_in;  /* when set, trainers stop in that step */
 const char *rc_lease_ttl = "2"; /* --lease-ttl */
 const char *rc_step_timeout; /* when set, --step-timeout */
 const char *rc_grid; /* when set, --ring-grid-min-nodes */
+const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
 
 /* Daemon i of the job (not started). */
 void node_init(cluster_t *c, int i, const char *trainers,
@@ -99,7 +100,7 @@ pid_t trainer(cluster_t *c, int i, int k, const char *steps)
                           td_path(&c->d[i], hl), "--save",
                           td_path(&c->d[i], sv), "--log-every", "20",
                           rc_crash_at ? "--crash-at-step" : NULL, rc_crash_at,
-                          NULL, NULL, NULL, NULL, NULL};
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     int at = rc_crash_at ? 10 : 8;
     if (rc_stop_after != NULL) {
         args[at++] = "--stop-after-step";
@@ -108,6 +109,10 @@ pid_t trainer(cluster_t *c, int i, int k, const char *steps)
     if (rc_stop_in != NULL) {
         args[at++] = "--stop-in-step";
         args[at++] = rc_stop_in;
+    }
+    if (rc_step_delay != NULL) {
+        args[at++] = "--step-delay-ms";
+        args[at++] = rc_step_delay;
     }
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }
