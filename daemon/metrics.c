@@ -137,6 +137,11 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_view_trainers", "gauge",
            "Trainers of the whole job in the current view.",
            d->view.global_trainers);
+    metric(s, "ringd_agreements_total", "counter",
+           "Step starts that agreed the trainer counts of every node "
+           "(only after a change, a checkpoint request or a step without "
+           "a collective; a view change agrees them too, uncounted).",
+           (double)d->view.agreements);
     metric(s, "ringd_node_rank", "gauge", "This node's rank in the view.",
            d->view.node_rank);
     metric(s, "ringd_step", "gauge", "The job's current step.",

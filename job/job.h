@@ -57,6 +57,10 @@ typedef struct {
     uint32_t ckpt_requested;  /* some node of the job asked for a
                                  checkpoint (ringd_checkpoint): every node
                                  takes one at the end of this step */
+    uint64_t agreements;      /* a counter: step starts at which the nodes
+                                 agreed the trainer counts (the ring
+                                 backend's AGREE; a view's REBUILD agrees
+                                 them too and is not counted) */
 } job_view_t;
 
 /* This node's two files of one checkpoint, written and durable. */
@@ -143,7 +147,8 @@ typedef struct {
      * May be NULL (always ready). Called at every step start after
      * set_local_trainers and before get_view: returns 1 when a step can
      * start now, 0 when cb will be called once it can (a new view is being
-     * installed, or the nodes are agreeing on trainer counts), or < 0. The
+     * installed, or the nodes are agreeing on trainer counts after a
+     * change), or < 0. The
      * daemon then calls it again. At most one cb is pending.
      */
     int (*ready)(job_t *be, job_done_cb cb, void *arg);
@@ -186,8 +191,10 @@ typedef struct {
     /*
      * A trainer of this node asked for a checkpoint (ringd_checkpoint).
      * The backend sets ckpt_requested in the view of the next step that
-     * starts, on every node of the job alike (a ring backend carries the
-     * flag in the per-step agreement), until a step with it completes.
+     * starts, on every node of the job alike, until a step with it
+     * completes (a ring backend carries the request as a flag on the
+     * step's collectives and agrees at the next step start: the
+     * checkpoint comes a step later than the request otherwise would).
      */
     void (*request_ckpt)(job_t *be);
     /*

@@ -77,6 +77,7 @@ typedef struct {
     kern_dtype_t dt;
     kern_op_t op;
     uint32_t root;
+    unsigned flags;       /* ALLREDUCE, BROADCAST: RB_FLAG_* raised here */
     /* results */
     int status;
     uint32_t suspect; /* ring rank, when status is a peer failure */
@@ -85,6 +86,8 @@ typedef struct {
     uint64_t step_out;
     int state_replaced;
     uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
+    int flags_all;        /* the collective carried every node's flags */
+    unsigned flags_seen;  /* then: their OR */
 } rb_cmd_t;
 
 typedef struct {
@@ -122,8 +125,15 @@ typedef struct {
     int ckpt_req;         /* a trainer here asked for a checkpoint */
     char *ckpt_root;      /* this node's store (NULL: checkpoints off) */
     struct job_rbck *ckpt; /* checkpoint records in etcd */
-    uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
+    /* The trainer counts agreed at the last REBUILD or AGREE, and when to
+     * agree again (job_ring.c, "step attempts"). */
     uint32_t counts[RB_MAX_NODES];
+    int agree_due;        /* the next step start runs AGREE */
+    int attempt_open;     /* a step runs on the agreed counts */
+    int attempt_carried;  /* a collective of it carried every node's flags */
+    unsigned attempt_flags; /* their OR over the attempt */
+    unsigned my_flags;    /* RB_FLAG_* this node raises in the attempt */
+    uint64_t agreements;  /* AGREE commands run (a counter) */
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
     int op_status;        /* a deferred completion */
@@ -157,6 +167,13 @@ void job__hops_get(job_t *be, job_hops_t *hops_p);
 /* Every node's trainer count's top bit in the per-step allgather carries
  * "a checkpoint was asked for here". */
 #define RB_CKPT_BIT 0x80000000u
+
+/* Flags on the ring's messages (ring_set_flags): a node asks every node to
+ * agree the trainer counts again at the next step start. */
+#define RB_FLAG_AGREE 1u
+/* This node runs the step with another trainer count than the agreed one:
+ * the collective that carries it is void on every node (ST_ERESHAPE). */
+#define RB_FLAG_VOID 2u
 
 /*
  * job_ring_restore.c, on the ring thread during a REBUILD in which no

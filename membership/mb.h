@@ -46,6 +46,9 @@ typedef struct {
 typedef struct {
     const char *node;
     const char *host;
+    /* The UCX address, from the member's node record: on_view fills it
+     * for this node and its ring neighbours (the peers the ring connects
+     * to) only, addr_len 0 for the others and in mb_view_parse views. */
     const uint8_t *addr;
     size_t addr_len;
     int slots;

@@ -15,7 +15,7 @@
 #include "tests/dmn-util.h"
 #include "tests/mb-fixture.h"
 
-#define MAXN 4
+#define MAXN 6
 
 typedef struct {
     fx_etcd_t etcd;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
+#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -525,71 +526,111 @@ static unsigned worlds_seen(const td_hashes_t *h)
 }
 
 /*
- * Two daemons (a, b of a 4-node ring) SIGKILLed at once while every
+ * The generations a daemon's log names: *full the last view of n
+ * members, returns the first later one of k members (0: none).
+ */
+static uint64_t view_after(const char *log, int n, int k, uint64_t *full)
+{
+    char *text = td_read(log, NULL);
+    uint64_t first = 0;
+    *full = 0;
+    for (char *p = text; p != NULL && (p = strstr(p, ": view ")) != NULL;
+         p++) {
+        unsigned long long g;
+        int m;
+        if (sscanf(p, ": view %llu, %d members", &g, &m) != 2)
+            continue;
+        if (m == n)
+            *full = g;
+        else if (m == k && *full > 0 && first == 0)
+            first = g;
+    }
+    free(text);
+    return first;
+}
+
+/*
+ * Daemons (dead[] of an n-node ring) SIGKILLed at once while every
  * trainer is stopped between steps, with a 30 s lease TTL: no lease
  * expiry can remove them in time. The survivors' rings see the failed
  * endpoints while no collective runs; each failure must reach the leader
  * (the first command after it returns an abort, and that abort still
  * names the dead neighbour; a survivor whose two neighbours both died
- * names both) and go into a view, so the survivors go on as a 2-node job
- * long before either lease runs out (the wait below is shorter than the
- * TTL) and finish every step, bitwise identical. No step runs in a
- * 3-node world: a view that still held a dead node could not complete
- * one.
+ * names both) and go into a view, so the survivors go on as a job of the
+ * survivors long before any lease runs out (the wait below is shorter
+ * than the TTL) and finish every step, bitwise identical. No step runs
+ * in a world in between: a view that still held a dead node could not
+ * complete one.
  */
-static int kill_two(int a, int b)
+static int kill_nodes(int n, const int *dead, int n_dead)
 {
     cluster_env();
-    cluster_t c = {.n = 4};
-    int s[2], k = 0;
-    for (int i = 0; i < 4; i++)
-        if (i != a && i != b)
-            s[k++] = i;
+    cluster_t c = {.n = n};
+    int s[MAXN], n_s = 0, is_dead[MAXN] = {0};
+    char nodes[16], world[32];
+    for (int i = 0; i < n_dead; i++)
+        is_dead[dead[i]] = 1;
+    for (int i = 0; i < n; i++)
+        if (!is_dead[i])
+            s[n_s++] = i;
+    snprintf(nodes, sizeof(nodes), "%d", n);
+    snprintf(world, sizeof(world), "world %d", n_s);
     fx_etcd_start(&c.etcd, 0);
     rc_lease_ttl = "30";
-    for (int i = 0; i < 4; i++)
-        node_init(&c, i, "1", "4");
+    for (int i = 0; i < n; i++)
+        node_init(&c, i, "1", nodes);
     rc_lease_ttl = "2";
     rc_stop_after = "100";
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     rc_stop_after = NULL;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
                    "n%d's trainer never stopped after step 100", i);
-    kill(c.d[a].pid, SIGKILL);
-    kill(c.d[b].pid, SIGKILL);
-    th_kill(c.d[a].pid);
-    th_kill(c.d[b].pid);
-    c.d[a].pid = c.d[b].pid = 0;
-    th_kill(c.trainer[a][0]);
-    th_kill(c.trainer[b][0]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_dead; i++)
+        kill(c.d[dead[i]].pid, SIGKILL);
+    for (int i = 0; i < n_dead; i++) {
+        th_kill(c.d[dead[i]].pid);
+        c.d[dead[i]].pid = 0;
+        th_kill(c.trainer[dead[i]][0]);
+    }
+    for (int i = 0; i < n_s; i++)
         ASSERT_OK(td_wait_file(c.d[s[i]].log, "peer endpoint failed",
                                10000));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_s; i++)
         kill(c.trainer[s[i]][0], SIGCONT);
-    for (int i = 0; i < 2; i++) {
-        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), "world 2", 20000);
-        if (rc != 0) {
-            td_dump(c.d[s[0]].log);
-            td_dump(c.d[s[1]].log);
-        }
-        ASSERT_MSG(rc == 0, "n%d never went on as a 2-node job before the "
-                            "dead nodes' leases (30 s) could expire", s[i]);
+    for (int i = 0; i < n_s; i++) {
+        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), world, 20000);
+        if (rc != 0)
+            for (int j = 0; j < n_s; j++)
+                td_dump(c.d[s[j]].log);
+        ASSERT_MSG(rc == 0, "n%d never went on as a %d-node job before "
+                            "the dead nodes' leases (30 s) could expire",
+                   s[i], n_s);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_s; i++)
         expect_exit0(&c, s[i], 0, c.trainer[s[i]][0]);
-
-    static td_hashes_t h[2];
-    for (int i = 0; i < 2; i++) {
-        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
-        ASSERT_EQ(worlds_seen(&h[i]), (1u << 4) | (1u << 2));
+    /* One view for the suspects the leader holds: the dead are all out
+     * of the next view or the one after (a report that came while the
+     * first was being written). */
+    for (int i = 0; i < n_s; i++) {
+        uint64_t full, after = view_after(c.d[s[i]].log, n, n_s, &full);
+        ASSERT_MSG(after > full && after <= full + 2,
+                   "n%d: the view of %d members after view %llu is %llu",
+                   s[i], n_s, (unsigned long long)full,
+                   (unsigned long long)after);
     }
-    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), 3000);
-    ASSERT_EQ(h[0].world[100], 4);
-    ASSERT_EQ(h[0].world[101], 2);
-    for (int i = 0; i < 2; i++)
+
+    static td_hashes_t h[MAXN];
+    for (int i = 0; i < n_s; i++) {
+        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
+        ASSERT_EQ(worlds_seen(&h[i]), (1u << n) | (1u << n_s));
+        if (i > 0)
+            ASSERT_EQ(td_same_hashes(&h[0], &h[i]), 3000);
+    }
+    ASSERT_EQ(h[0].world[100], n);
+    ASSERT_EQ(h[0].world[101], n_s);
+    for (int i = 0; i < n_s; i++)
         ASSERT_EQ(td_stop(&c.d[s[i]], 30000), 0);
     return fx_done();
 }
@@ -597,13 +638,23 @@ static int kill_two(int a, int b)
 /* n1 and n2: each survivor has one dead neighbour. */
 TEST_IMPL(dmn_ring_kill_two_adjacent)
 {
-    return kill_two(1, 2);
+    static const int dead[] = {1, 2};
+    return kill_nodes(4, dead, 2);
 }
 
 /* n1 and n3: both neighbours of each survivor die at once. */
 TEST_IMPL(dmn_ring_kill_both_neighbours)
 {
-    return kill_two(1, 3);
+    static const int dead[] = {1, 3};
+    return kill_nodes(4, dead, 2);
+}
+
+/* Three of six at once: n1 and n2 adjacent, n4 too, so n3 loses both
+ * neighbours and n0 and n5 one each. */
+TEST_IMPL(dmn_ring_kill_three)
+{
+    static const int dead[] = {1, 2, 4};
+    return kill_nodes(6, dead, 3);
 }
 
 /*
@@ -738,6 +789,239 @@ TEST_IMPL(dmn_ring_slow_trainer)
     ASSERT_EQ(td_same_hashes(&h0, &h1), 3000);
     ASSERT_EQ(td_same_hashes(&h1, &h2), 3000);
     for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * Every step's hash-log lines over the logs of all the job's trainers:
+ * each step ran somewhere, every trainer of it was told the same world,
+ * exactly world trainers logged it and their ranks are 0..world-1 once
+ * each. world is the AVG divisor (the daemon's avg_divisor is the view's
+ * global_trainers), so this checks the divisor, global_trainers and
+ * rank_offset of every node at every step.
+ */
+static void check_step_ranks(const char *const *logs, int nlogs, int steps)
+{
+    static unsigned world[TD_MAX_STEPS], seen[TD_MAX_STEPS];
+    static unsigned long long ranks[TD_MAX_STEPS];
+    memset(world, 0, sizeof(world));
+    memset(seen, 0, sizeof(seen));
+    memset(ranks, 0, sizeof(ranks));
+    for (int i = 0; i < nlogs; i++) {
+        char *s = td_read(logs[i], NULL);
+        ASSERT_MSG(s != NULL, "no hash log %s", logs[i]);
+        for (char *l = strtok(s, "\n"); l; l = strtok(NULL, "\n")) {
+            long st;
+            unsigned long long gen;
+            unsigned r, w;
+            if (sscanf(l, "step %ld gen %llu rank %u world %u", &st, &gen,
+                       &r, &w) != 4 || st < 0 || st >= steps)
+                continue;
+            ASSERT_MSG(r < w && w < 64, "%s: step %ld rank %u world %u",
+                       logs[i], st, r, w);
+            ASSERT_MSG(seen[st] == 0 || world[st] == w,
+                       "step %ld: world %u in %s, %u elsewhere", st, w,
+                       logs[i], world[st]);
+            ASSERT_MSG(!(ranks[st] & (1ull << r)),
+                       "step %ld: rank %u twice", st, r);
+            world[st] = w;
+            seen[st]++;
+            ranks[st] |= 1ull << r;
+        }
+        free(s);
+    }
+    for (int st = 0; st < steps; st++)
+        ASSERT_MSG(seen[st] > 0 && seen[st] == world[st],
+                   "step %d: %u trainers logged it, world %u", st, seen[st],
+                   world[st]);
+}
+
+typedef struct {
+    cluster_t *c;
+    double step;
+} step_wait_t;
+
+/* For td_poll: n2's ringd_step reached w->step. */
+static int n2_reached(void *arg)
+{
+    step_wait_t *w = arg;
+    return metric_value(w->c, 2, "ringd_step") >= w->step;
+}
+
+/*
+ * The trainer counts travel only when they change. n0 starts with two
+ * trainers, n1 and n2 with one (n2 hears n0's flags through n1: the ring
+ * runs n0 -> n1 -> n2); n0's second trainer leaves after step 159 (its
+ * last) and a new one joins n0 after step 270. Over 100 steady steps no
+ * node agrees the counts more than twice (it once did at every step);
+ * the leave and the join void one step on every node, which is redone on
+ * the new counts: at every step every node's world, ranks and divisor
+ * count exactly the trainers that took part, the replicas end bitwise
+ * identical and match one process training the same global batch.
+ */
+TEST_IMPL(dmn_ring_trainer_counts)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "2", "3");
+    node_init(&c, 1, "1", "3");
+    node_init(&c, 2, "1", "3");
+    const char *steps = "600";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    c.trainer[0][1] = trainer(&c, 0, 1, "160"); /* logs as the others */
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    c.trainer[2][0] = trainer(&c, 2, 0, steps);
+    ASSERT_EQ(td_exit_code(c.trainer[0][1], 60000), 0);
+
+    step_wait_t w = {&c, 170};
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    double a0[3], s0 = metric_value(&c, 2, "ringd_step");
+    for (int i = 0; i < 3; i++)
+        a0[i] = metric_value(&c, i, "ringd_agreements_total");
+    w.step = s0 + 100;
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    for (int i = 0; i < 3; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a0[i] >= 0 && a - a0[i] <= 2,
+                   "n%d agreed %g times in 100 steady steps", i, a - a0[i]);
+    }
+    ASSERT(metric_value(&c, 2, "ringd_step") < 590); /* the join comes */
+    c.trainer[0][1] = trainer(&c, 0, 1, steps); /* appends to h1 */
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 0, 1, c.trainer[0][1]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+
+    static char logs[4][512];
+    snprintf(logs[0], sizeof(logs[0]), "%s", td_path(&c.d[0], "h0"));
+    snprintf(logs[1], sizeof(logs[1]), "%s", td_path(&c.d[0], "h1"));
+    snprintf(logs[2], sizeof(logs[2]), "%s", td_path(&c.d[1], "h0"));
+    snprintf(logs[3], sizeof(logs[3]), "%s", td_path(&c.d[2], "h0"));
+    const char *const lp[] = {logs[0], logs[1], logs[2], logs[3]};
+    check_step_ranks(lp, 4, 600);
+    static td_hashes_t h;
+    td_read_hashes(logs[3], &h);
+    ASSERT_EQ(h.world[0], 4);
+    ASSERT_EQ(h.world[200], 3);
+    ASSERT_EQ(h.world[599], 4);
+    /* n1's and n2's trainers never changed: they learned both changes
+     * from the flags on the ring, and agreed a few times in all. */
+    for (int i = 1; i < 3; i++)
+        ASSERT_GE(td_count(c.d[i].log, "trainer count changed"), 2);
+    for (int i = 0; i < 3; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a >= 2 && a <= 8, "n%d agreed %g times in 600 steps", i,
+                   a);
+    }
+
+    const char *ref[] = {"--no-daemon", "--steps", steps, "--save",
+                         td_path(&c.d[0], "pref"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(&c.d[0], ref,
+                                      td_path(&c.d[0], "ref.log")),
+                           60000), 0);
+    for (int i = 1; i < 3; i++)
+        ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"),
+                                td_path(&c.d[i], "p0")), 0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[0], "p1")),
+              0);
+    double d = td_param_diff(td_path(&c.d[0], "p0"),
+                             td_path(&c.d[0], "pref"));
+    ASSERT_MSG(d < 1e-3, "the job vs 1 process differ by %g", d);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* ---- steps without a collective ----------------------------------------- */
+
+enum { NC_STEPS = 30, NC_COUNT = 256, NC_BYTES = 64 };
+
+/* What step s runs: an allreduce (0-9, 20-29), nothing (10-14) or only a
+ * broadcast (15-19), the same on every node. */
+static int nc_kind(uint64_t s)
+{
+    return s < 10 || s >= 20 ? 'a' : s < 15 ? '-' : 'b';
+}
+
+/* One trainer of the job, in a child process: 0 when every step's result
+ * was right. */
+static int nc_trainer(const char *sock)
+{
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *f = ringd_buffer(c, NC_COUNT * sizeof(float));
+    uint8_t *b = ringd_buffer(c, NC_BYTES);
+    if (f == NULL || b == NULL)
+        return 11;
+    for (;;) {
+        ringd_view_t v;
+        if (ringd_step_begin(c, &v) != 0)
+            return 12;
+        if (v.step >= NC_STEPS)
+            break;
+        int rc = 0;
+        if (nc_kind(v.step) == 'a') {
+            for (int i = 0; i < NC_COUNT; i++)
+                f[i] = (float)(v.rank + 1 + i);
+            rc = ringd_allreduce(c, f, NC_COUNT, RINGD_F32, RINGD_SUM);
+            for (int i = 0; rc == 0 && i < NC_COUNT; i++)
+                if (f[i] != (float)(v.world * (v.world + 1) / 2 +
+                                    v.world * i)) {
+                    fprintf(stderr, "step %llu: [%d] = %g\n",
+                            (unsigned long long)v.step, i, f[i]);
+                    return 13;
+                }
+        } else if (nc_kind(v.step) == 'b') {
+            for (int i = 0; i < NC_BYTES; i++)
+                b[i] = v.rank == 0 ? (uint8_t)(v.step + i) : 0;
+            rc = ringd_broadcast(c, b, NC_BYTES, 0);
+            for (int i = 0; rc == 0 && i < NC_BYTES; i++)
+                if (b[i] != (uint8_t)(v.step + i))
+                    return 14;
+        }
+        if (rc == RINGD_ERESHAPE)
+            continue;
+        if (rc != 0 || ringd_step_end(c) != 0)
+            return 15;
+    }
+    ringd_close(c);
+    return 0;
+}
+
+/*
+ * Steps that carry no flags (none run a collective, or only a
+ * broadcast, which does not reach every node's flags) make every node
+ * agree the trainer counts at the next step start, and only those: of
+ * 30 steps, 5 without a collective and 5 broadcast-only ones cost
+ * exactly 10 agreements on every node, the allreduce steps none, and no
+ * node waits for another that skipped (the job finishes, every result
+ * right).
+ */
+TEST_IMPL(dmn_ring_steps_without_collective)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        p[i] = fork();
+        ASSERT(p[i] >= 0);
+        if (p[i] == 0)
+            _exit(nc_trainer(c.d[i].sock));
+        td_track(p[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_exit_code(p[i], 60000), 0);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(metric_value(&c, i, "ringd_steps_total"), NC_STEPS);
+        ASSERT_EQ(metric_value(&c, i, "ringd_agreements_total"), 10);
+    }
+    for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
