@@ -85,9 +85,9 @@ typedef struct {
                           UINT32_MAX: none */
     uint64_t step_out;
     int state_replaced;
-    uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
     int flags_all;        /* the collective carried every node's flags */
     unsigned flags_seen;  /* then: their OR */
+    uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
 } rb_cmd_t;
 
 typedef struct {

@@ -744,8 +744,8 @@ static int rb_broadcast(job_t *be, void *buf, size_t bytes,
 static void rb_step_end(job_t *be, uint64_t step)
 {
     rb_t *b = (rb_t *)be;
-    job__hops_step(b);
     attempt_close(b);
+    job__hops_step(b);
     b->step = step + 1;
     b->dview.step = b->step;
     mb_set_step(b->mb, b->step);
