@@ -73,6 +73,29 @@ typedef struct {
 typedef struct job job_t;
 
 /*
+ * How long this node waited on its ring predecessor per completed step
+ * (the ring's idle time in that step's collectives), per predecessor:
+ * a straggler makes its successors wait, and waits little itself.
+ * bucket[i] counts steps with a wait <= job_hop_le[i] seconds (not
+ * cumulative; the rest are over the last bound).
+ */
+#define JOB_HOP_BUCKETS 10
+#define JOB_HOP_PEERS 8
+extern const double job_hop_le[JOB_HOP_BUCKETS];
+typedef struct {
+    char peer[64];           /* the predecessor's node id (truncated) */
+    uint64_t steps;
+    double sum_s;
+    uint64_t bucket[JOB_HOP_BUCKETS];
+} job_hop_t;
+typedef struct {
+    size_t n;                /* the JOB_HOP_PEERS most used are kept */
+    job_hop_t peers[JOB_HOP_PEERS];
+} job_hops_t;
+/* Count one step's wait on peer into h. */
+void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
+
+/*
  * The node's part of an allreduce: the buffers of the node's trainers that
  * posted it, in local-rank order. The backend combines them with the other
  * nodes' and writes the result into every one of them, all on its own
@@ -188,6 +211,8 @@ typedef struct {
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
     void (*destroy)(job_t *be);
+    /* May be NULL (no ring): the per-step waits on the predecessor. */
+    void (*hop_stats)(job_t *be, job_hops_t *hops_p);
 } job_ops_t;
 
 /* Every backend struct starts with this. */

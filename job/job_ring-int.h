@@ -56,6 +56,8 @@ typedef enum {
 #define RB_REBUILD_DEADLINE_MS 60000
 #define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
+#define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd ... */
+#define RB_HOP_SKIP_MAX 8       /* ... ticks skipped after failed puts */
 
 typedef struct {
     cmd_kind_t kind;
@@ -85,6 +87,7 @@ typedef struct {
     int state_replaced;
     int flags_all;        /* the collective carried every node's flags */
     unsigned flags_seen;  /* then: their OR */
+    uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
 } rb_cmd_t;
 
 typedef struct {
@@ -144,7 +147,21 @@ typedef struct {
     char *quiet_node;     /* neighbour that went quiet (deadline) */
     int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */
+    /* Waits on the predecessor (job_ring_hops.c). */
+    uint64_t step_wait_us; /* this step's so far */
+    job_hops_t hops;
+    uv_timer_t hop_timer;
+    uint64_t win_steps, win_wait_us; /* since the last record put */
+    char win_peer[64];
+    int hop_skip, hop_backoff; /* ticks to skip; after a failed put */
 } rb_t;
+
+/* job_ring_hops.c */
+void job__hops_init(rb_t *b, uv_loop_t *loop); /* its timer: with the
+                                                   other handles */
+void job__hops_cmd(rb_t *b, const rb_cmd_t *c); /* a command came back */
+void job__hops_step(rb_t *b);
+void job__hops_get(job_t *be, job_hops_t *hops_p);
 
 
 /* Every node's trainer count's top bit in the per-step allgather carries

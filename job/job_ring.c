@@ -513,6 +513,7 @@ static void on_async(uv_async_t *h)
         return;
     rb_cmd_t c = b->cmd;
     b->cmd.kind = CMD_NONE;
+    job__hops_cmd(b, &c);
     if (c.kind == CMD_REBUILD)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)
@@ -759,6 +760,7 @@ static void rb_step_end(job_t *be, uint64_t step)
 {
     rb_t *b = (rb_t *)be;
     attempt_close(b);
+    job__hops_step(b);
     b->step = step + 1;
     b->dview.step = b->step;
     mb_set_step(b->mb, b->step);
@@ -815,7 +817,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(rb_t *b)
 {
-    b->open_handles = 5;
+    b->open_handles = 6;
+    uv_close((uv_handle_t *)&b->hop_timer, on_handle_closed);
     uv_close((uv_handle_t *)&b->retry, on_handle_closed);
     uv_close((uv_handle_t *)&b->rejoin, on_handle_closed);
     uv_close((uv_handle_t *)&b->async, on_handle_closed);
@@ -874,6 +877,7 @@ static const job_ops_t rb_ops = {
     .ckpt_report = rb_ckpt_report,
     .leave = rb_leave,
     .destroy = rb_destroy,
+    .hop_stats = job__hops_get,
 };
 
 /*
@@ -905,6 +909,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
     mc->ttl_s = (int)cfg->lease_ttl;
     mc->min_members = (int)cfg->min_nodes;
+    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
     mc->etcd.endpoints = cfg->etcd;
     mc->etcd.ca_file = cfg->etcd_ca;
     mc->etcd.cert_file = cfg->etcd_cert;
@@ -924,6 +929,7 @@ static void init_sync(rb_t *b, uv_loop_t *loop)
     uv_timer_init(loop, &b->suspect_timer);
     uv_timer_init(loop, &b->rejoin);
     uv_timer_init(loop, &b->retry);
+    job__hops_init(b, loop);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
     b->rejoin.data = b->retry.data = b;
 }

@@ -11,14 +11,15 @@
  *   MB_KEY_CKPT (step)           the manifest (ckpt_manifest_t JSON), put
  *                                if absent
  *
- * A node puts its record, then reads every record of the step. When all
- * n are there, each shard has its primary (from node i) and its replica
- * (from node i+1), and the two copies' raw xxh64 agree, the node writes
- * the manifest in one txn (create_revision(ckpt/S) == 0, which also
- * deletes the step's records). Any node may get there first; if two do,
- * the txn lets one win. Etcd serialises the puts and the reads, so the
- * last node to put always sees all of them: a complete set is never
- * missed.
+ * A node puts its record, then counts the records of the step, and reads
+ * them only when all n are there (so etcd sends each record to one or two
+ * nodes, not to all). Then each shard has its primary (from node i) and
+ * its replica (from node i+1), and if the two copies' raw xxh64 agree,
+ * the node writes the manifest in one txn (create_revision(ckpt/S) == 0,
+ * which also deletes the step's records). Any node may get there first;
+ * if two do, the txn lets one win. Etcd serialises the puts and the
+ * counts, so the last node to put always counts all of them: a complete
+ * set is never missed.
  *
  * Records are written without a lease: the files they describe outlive
  * the node (a node that dies after reporting still leaves a complete
@@ -442,6 +443,31 @@ static void on_records(int status, const etcd_result_t *res, void *data)
         req_done(r, rc);
 }
 
+/* Only a node that finds every record there reads them: the others
+ * learn just the count, so a checkpoint costs etcd O(n) records sent,
+ * not each node reading all n (O(n^2)). */
+static void on_count(int status, const etcd_result_t *res, void *data)
+{
+    rbck_req_t *r = data;
+    char parts[MB_KEY_MAX];
+    if (status != 0) {
+        RD_WARN("checkpoint of step %" PRIu64 ": cannot count the nodes' "
+                "records: %s", r->f.primary.step, st_strerror(status));
+        req_done(r, status);
+        return;
+    }
+    if (res->count < (int64_t)r->f.primary.nshards) {
+        req_done(r, 0); /* others still writing */
+        return;
+    }
+    int rc = mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
+                    NULL, r->f.primary.step, 0);
+    if (rc == 0)
+        rc = etcd_get(r->etcd, parts, 1, on_records, r);
+    if (rc != 0)
+        req_done(r, rc);
+}
+
 static void on_put(int status, const etcd_result_t *res, void *data)
 {
     (void)res;
@@ -456,7 +482,7 @@ static void on_put(int status, const etcd_result_t *res, void *data)
     int rc = mb_key(parts, sizeof(parts), r->k->job, MB_KEY_CKPT_STEP_PARTS,
                     NULL, r->f.primary.step, 0);
     if (rc == 0)
-        rc = etcd_get(r->etcd, parts, 1, on_records, r);
+        rc = etcd_count(r->etcd, parts, 1, on_count, r);
     if (rc != 0)
         req_done(r, rc);
 }

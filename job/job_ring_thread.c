@@ -261,6 +261,11 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
     default:
         c->status = ST_EINVAL;
     }
+    if (c->status == 0 && c->kind != CMD_REBUILD && b->ring != NULL) {
+        ring_stats_t st;
+        ring_stats(b->ring, &st);
+        c->wait_us = st.last_wait_us;
+    }
     if (c->status != 0 && b->ring != NULL) {
         int cause = ring_suspect(b->ring, &c->suspect);
         if (cause == 0)

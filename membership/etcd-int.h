@@ -68,6 +68,7 @@ struct etcd_req {
     int cancelled;    /* owner gone: free without calling back */
     int stream_rc;    /* why we cut the watch stream (0: we did not) */
     int to_add;       /* launched, waiting for the kick timer */
+    int quiet;        /* failures logged at debug (a watch retrying) */
     etcd_req_t *prev, *next;
 };
 
@@ -81,6 +82,7 @@ struct etcd_watch {
     int64_t next_rev;      /* 0: a snapshot is needed first */
     long backoff_ms;
     uint64_t started_ms;   /* when the current stream was opened */
+    unsigned fails;        /* streams ended in a row: logged once */
     int stopped;
     etcd_watch_t *prev, *next;
 };

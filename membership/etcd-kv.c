@@ -109,6 +109,15 @@ int etcd_get(etcd_t *e, const char *key, int prefix, etcd_cb cb, void *data)
     return etcd__call(e, ETCD_K_RANGE, "/v3/kv/range", b, cb, data);
 }
 
+int etcd_count(etcd_t *e, const char *key, int prefix, etcd_cb cb,
+               void *data)
+{
+    cJSON *b = cJSON_CreateObject();
+    etcd__add_range(b, key, prefix);
+    cJSON_AddBoolToObject(b, "count_only", 1);
+    return etcd__call(e, ETCD_K_RANGE, "/v3/kv/range", b, cb, data);
+}
+
 int etcd_delete(etcd_t *e, const char *key, int prefix, etcd_cb cb,
                 void *data)
 {

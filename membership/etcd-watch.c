@@ -68,16 +68,22 @@ void etcd__watch_stream_done(etcd_watch_t *w, int status)
 {
     if (w == NULL || w->stopped)
         return;
-    if (w->next_rev == 0)
+    /* A stream that lived a while was healthy: retry quickly. One that
+     * fails at once (bad replies, auth) backs off to 1 s. Through an
+     * outage a member's every watch retries: each says so once. */
+    if (uv_now(w->e->loop) - w->started_ms > 1000) {
+        w->backoff_ms = 50;
+        w->fails = 0;
+    }
+    if (w->fails++ > 0)
+        RD_DEBUG("etcd watch: stream ended again (%s), try %u",
+                 st_strerror(status), w->fails);
+    else if (w->next_rev == 0)
         RD_INFO("etcd watch: stream ended (%s); re-reading the range",
                 st_strerror(status));
     else
         RD_INFO("etcd watch: stream ended (%s); resuming at revision %lld",
                 st_strerror(status), (long long)w->next_rev);
-    /* A stream that lived a while was healthy: retry quickly. One that
-     * fails at once (bad replies, auth) backs off to 1 s. */
-    if (uv_now(w->e->loop) - w->started_ms > 1000)
-        w->backoff_ms = 50;
     watch_retry(w);
 }
 
@@ -88,7 +94,8 @@ static void watch_next(uv_timer_t *t)
     etcd_t *e = w->e;
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "key", w->key_b64);
-    cJSON_AddStringToObject(b, "range_end", w->end_b64);
+    if (w->end_b64 != NULL)
+        cJSON_AddStringToObject(b, "range_end", w->end_b64);
     etcd_req_t *r;
     int rc;
     if (w->next_rev == 0) {
@@ -102,6 +109,7 @@ static void watch_next(uv_timer_t *t)
         rc = etcd__req_new(e, ETCD_K_WATCH, "/v3/watch", o, NULL, NULL, &r);
         if (rc == 0) {
             r->watch = w;
+            r->quiet = w->fails > 0;
             e->stats.watch_streams++;
         }
         w->started_ms = uv_now(e->loop);
@@ -114,20 +122,21 @@ static void watch_next(uv_timer_t *t)
     etcd__req_submit(r);
 }
 
-int etcd_watch_start(etcd_t *e, const char *prefix, etcd_watch_cb cb,
-                     void *data, etcd_watch_t **watch_p)
+/* A range of one key has no range_end. */
+static int watch_start(etcd_t *e, const char *key, int prefix,
+                       etcd_watch_cb cb, void *data, etcd_watch_t **watch_p)
 {
     etcd_watch_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return ST_ENOMEM;
     cJSON *tmp = cJSON_CreateObject();
-    etcd__add_range(tmp, prefix, 1);
+    etcd__add_range(tmp, key, prefix);
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(tmp, "key");
     const cJSON *end = cJSON_GetObjectItemCaseSensitive(tmp, "range_end");
     w->key_b64 = cJSON_IsString(k) ? strdup(k->valuestring) : NULL;
     w->end_b64 = cJSON_IsString(end) ? strdup(end->valuestring) : NULL;
     cJSON_Delete(tmp);
-    if (w->key_b64 == NULL || w->end_b64 == NULL) {
+    if (w->key_b64 == NULL || (prefix && w->end_b64 == NULL)) {
         free(w->key_b64);
         free(w->end_b64);
         free(w);
@@ -143,6 +152,18 @@ int etcd_watch_start(etcd_t *e, const char *prefix, etcd_watch_cb cb,
     uv_timer_start(&w->timer, watch_next, 0, 0);
     *watch_p = w;
     return 0;
+}
+
+int etcd_watch_start(etcd_t *e, const char *prefix, etcd_watch_cb cb,
+                     void *data, etcd_watch_t **watch_p)
+{
+    return watch_start(e, prefix, 1, cb, data, watch_p);
+}
+
+int etcd_watch_key(etcd_t *e, const char *key, etcd_watch_cb cb,
+                   void *data, etcd_watch_t **watch_p)
+{
+    return watch_start(e, key, 0, cb, data, watch_p);
 }
 
 /* Deliver the events of one result; returns 0 or ST_EPROTO. */

@@ -307,8 +307,12 @@ static void req_done(etcd_req_t *r, CURLcode cc)
     }
     if (cc != CURLE_OK || http >= 500 || http < 100) {
         int status = cc != CURLE_OK ? transport_status(cc) : ST_EUNAVAIL;
-        RD_WARN("etcd %s%s: %s (HTTP %ld)", e->eps[r->ep], r->path,
-                curl_easy_strerror(cc), http);
+        if (r->quiet)
+            RD_DEBUG("etcd %s%s: %s (HTTP %ld)", e->eps[r->ep], r->path,
+                     curl_easy_strerror(cc), http);
+        else
+            RD_WARN("etcd %s%s: %s (HTTP %ld)", e->eps[r->ep], r->path,
+                    curl_easy_strerror(cc), http);
         if (++r->attempts < e->n_eps && r->kind != ETCD_K_WATCH) {
             r->ep = (r->ep + 1) % e->n_eps;
             req_launch(r);

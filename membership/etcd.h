@@ -163,6 +163,10 @@ int etcd_put(etcd_t *etcd, const char *key, const void *value,
 /* Range over one key, or every key starting with key when prefix != 0. */
 int etcd_get(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
              void *data);
+/* The same range, answering only res->count (no kvs): how many keys
+ * there are, at a constant cost however many and large they are. */
+int etcd_count(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
+               void *data);
 int etcd_delete(etcd_t *etcd, const char *key, int prefix, etcd_cb cb,
                 void *data);
 /* if (all cmps hold) run success ops else failure ops, atomically. */
@@ -211,6 +215,10 @@ typedef void (*etcd_watch_cb)(const etcd_watch_update_t *up, void *data);
  */
 int etcd_watch_start(etcd_t *etcd, const char *prefix, etcd_watch_cb cb,
                      void *data, etcd_watch_t **watch_p);
+/* The same for exactly one key (no range end): a member watching its
+ * own record must not receive every record whose name it prefixes. */
+int etcd_watch_key(etcd_t *etcd, const char *key, etcd_watch_cb cb,
+                   void *data, etcd_watch_t **watch_p);
 /* Stop and free a watch; cb is not called again. Accepts NULL. */
 void etcd_watch_stop(etcd_watch_t *watch);
 

@@ -62,6 +62,44 @@ typedef struct {
     int64_t mod, create, lease;
 } mb_kv_t;
 
+/*
+ * The mirror is one slot per watch (membership/README.md, "Watches"):
+ * every member watches its own record, the view, the leader key, its
+ * drain key and the records of its ring neighbours; the leader adds the
+ * node records, the suspects and the reshape requests. A slot's keys
+ * are reset only by its own watch, so slots may overlap.
+ */
+enum {
+    MB_W_SELF = 0,
+    MB_W_VIEW,
+    MB_W_LEADER,
+    MB_W_DRAIN,
+    MB_W_PEER,               /* MB_PEERS_MAX slots: neighbours' records */
+#define MB_PEERS_MAX 4       /* of the view delivered and the one next */
+    MB_W_NODES = MB_W_PEER + MB_PEERS_MAX,
+    MB_W_SUSPECTS,
+    MB_W_RESHAPES,
+    MB_W_N,
+};
+
+typedef struct {
+    mb_t *mb;
+    etcd_watch_t *watch;     /* NULL: slot unused */
+    char key[MB_KEY_MAX];
+    int prefix;              /* key is a prefix, else exactly one key */
+    int synced;              /* its first range read arrived */
+    int64_t rev;             /* complete up to this revision */
+    mb_kv_t *kvs;
+    size_t n_kvs, cap_kvs;
+} mb_mirror_t;
+
+/* A node record that made a view unusable, said once per version. */
+typedef struct {
+    uint64_t gen;
+    int64_t mod;
+    char node[MB_KEY_MAX];
+} mb_bad_peer_t;
+
 struct mb {
     uv_loop_t *loop;
     etcd_t *etcd;
@@ -92,6 +130,10 @@ struct mb {
     uint64_t fence_at_ms;    /* loop time the lease may have run out */
     long retry_ms;
     int fence_reason;        /* why the next fence happens; 0: lease */
+    int ride_outage;         /* mb_config_t.ride_outage */
+    int etcd_unreach;        /* since the last renewal a keepalive found
+                                etcd unreachable before the deadline */
+    uint64_t outage_since_ms; /* riding out an outage since; 0: not */
     int auth_probe;          /* etcd auth on: check it at each keepalive */
     int probe_inflight;
     unsigned denied;         /* etcd refusals since the last success */
@@ -104,19 +146,29 @@ struct mb {
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
     size_t secret_len;
 
-    etcd_watch_t *watch;
-    mb_kv_t *kvs;
-    size_t n_kvs, cap_kvs;
-    int64_t rev;             /* mirror is complete up to this revision */
+    mb_mirror_t mirrors[MB_W_N];
+    uint64_t events;         /* watch events received, for tests */
 
     mb__view_t view;         /* the view in etcd, as last parsed */
     int64_t view_mod;        /* its mod_revision */
     uint64_t delivered_gen;  /* last generation given to on_view */
+    uint64_t pending_gen;    /* a view with us, waiting for peers' records */
+    char *nbrs[2];           /* the delivered view's ring neighbours */
+    mb_bad_peer_t bad;       /* the last unusable record logged */
 };
 
 /* mb.c */
 int mb__holds_lease(mb_state_t s);
 mb_kv_t *mb__mirror_find(mb_t *mb, const char *key);
+/* 1 when a synced slot covers key (*kv_p: its value, NULL when absent
+ * from etcd), 0 when no watch of ours tells (*kv_p NULL). */
+int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p);
+/* The keys this member watches now (prefix[i]: a prefix watch), at most
+ * max of them; returns how many. For tests. */
+/* 1 once the leader's watches (records, suspects, reshapes) synced. */
+int mb__leader_synced(mb_t *mb);
+size_t mb__watched(const mb_t *mb, const char **keys, int *prefix,
+                   size_t max);
 void mb__reconcile_soon(mb_t *mb);
 
 /* mb-sign.c: the hex HMAC of fields with the job secret; without a

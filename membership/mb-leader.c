@@ -62,12 +62,13 @@ static void record_refused(mb_t *mb, const mb_kv_t *kv)
  * members are owned copies. */
 static size_t collect_alive(mb_t *mb, mb_member_t **out)
 {
+    const mb_mirror_t *s = &mb->mirrors[MB_W_NODES];
     size_t plen = strlen(mb->nodes_prefix), n = 0;
-    mb_member_t *arr = calloc(mb->n_kvs + 1, sizeof(*arr));
+    mb_member_t *arr = calloc(s->n_kvs + 1, sizeof(*arr));
     if (arr == NULL)
         return 0;
-    for (size_t i = 0; i < mb->n_kvs; i++) {
-        const mb_kv_t *kv = &mb->kvs[i];
+    for (size_t i = 0; i < s->n_kvs; i++) {
+        const mb_kv_t *kv = &s->kvs[i];
         if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
             continue;
         if (suspected(mb, kv->key + plen, kv->lease))
@@ -103,10 +104,11 @@ static void on_settle(uv_timer_t *t);
  * ones and those of nodes that are not members. */
 static int reshape_wanted(mb_t *mb)
 {
+    const mb_mirror_t *s = &mb->mirrors[MB_W_RESHAPES];
     size_t plen = strlen(mb->reshape_prefix);
     int wanted = 0;
-    for (size_t i = 0; i < mb->n_kvs; i++) {
-        const mb_kv_t *kv = &mb->kvs[i];
+    for (size_t i = 0; i < s->n_kvs; i++) {
+        const mb_kv_t *kv = &s->kvs[i];
         if (strncmp(kv->key, mb->reshape_prefix, plen) != 0)
             continue;
         cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
@@ -187,8 +189,8 @@ int mb__is_leader(mb_t *mb)
 static void on_settle(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (!mb__is_leader(mb))
-        return;
+    if (!mb__is_leader(mb) || !mb__leader_synced(mb))
+        return; /* a partial list of records is no live set */
     if (mb->view_inflight) {
         mb->view_again = 1;
         return;
@@ -305,10 +307,11 @@ static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j)
  * is deleted. */
 void mb__handle_suspects(mb_t *mb)
 {
+    const mb_mirror_t *s = &mb->mirrors[MB_W_SUSPECTS];
     size_t plen = strlen(mb->suspect_prefix);
     int64_t done = mb->suspect_rev_done;
-    for (size_t i = 0; i < mb->n_kvs; i++) {
-        const mb_kv_t *kv = &mb->kvs[i];
+    for (size_t i = 0; i < s->n_kvs; i++) {
+        const mb_kv_t *kv = &s->kvs[i];
         if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
             continue;
         char nkey[MB_KEY_MAX];

@@ -1,13 +1,16 @@
 /*
- * mb.c - membership: the state machine, registration and keepalive, the
- * mirror of /ringd/<job>/ kept by one watch, and the leader's duties
- * (writing views, acting on suspicions).
+ * mb.c - membership: the state machine, registration and keepalive, and
+ * the mirror of the keys this node acts on (its own record, the view, the
+ * leader key, its drain key, its ring neighbours' records; the leader
+ * adds every record, the suspects and the reshape requests), one watch
+ * each, so etcd's traffic to a member does not grow with the job.
  *
  * Everything is driven by two inputs: etcd replies and watch updates.
  * After each watch update reconcile() compares the mirror with what this
- * node believes and acts: evicted -> fence; new view -> install; drain key
- * -> drain; no leader -> campaign; leader -> revoke suspects and write the
- * next view if the live set changed.
+ * node believes and acts: evicted -> fence; new view -> read its
+ * neighbours' addresses, install; drain key -> drain; no leader ->
+ * campaign; leader -> revoke suspects and write the next view if the live
+ * set changed.
  */
 #include "membership/mb-int.h"
 
@@ -141,11 +144,74 @@ static void schedule_retry(mb_t *mb)
     schedule_retry_after(mb, 0, NULL);
 }
 
+static int find_me(const mb_t *mb, const mb__view_t *v);
+
+/*
+ * The lease deadline passed with etcd unreachable. Nobody can write a
+ * view while etcd is down, so the view this node runs is still the job's
+ * and it may keep training in it, provided something other than etcd
+ * stops it should the outage be only ours (a partition: etcd expires our
+ * lease and the others move to a newer generation without us). That
+ * fence is the ring: every step of a view of two or more nodes needs a
+ * collective with every member, and the ring drops messages of other
+ * generations, so a node the others left behind completes no step. A
+ * node alone in its view has no such fence and steps alone: it fences.
+ * So does a node that saw no keepalive fail while it ran (it was stopped
+ * past its deadline: the others may have moved on while it could not
+ * notice) or whose user has no collective fence (ride_outage 0).
+ */
+static int may_ride_outage(mb_t *mb)
+{
+    return mb->ride_outage && mb->etcd_unreach && mb->state == MB_ACTIVE &&
+           mb->view.n_members >= 2 &&
+           mb->view.generation == mb->delivered_gen &&
+           find_me(mb, &mb->view) >= 0;
+}
+
+/* Past the lease deadline: 1 when riding out an outage (from now on,
+ * if not yet), 0 when this node must fence. */
+static int ride_outage(mb_t *mb)
+{
+    if (mb->outage_since_ms != 0)
+        return 1;
+    if (!may_ride_outage(mb))
+        return 0;
+    mb->outage_since_ms = uv_now(mb->loop);
+    RD_WARN("mb %s: etcd unreachable past the lease deadline: keeping "
+            "view %llu and training while every ring member does",
+            mb->me.node, (unsigned long long)mb->view.generation);
+    return 1;
+}
+
 static void on_fence_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb__holds_lease(mb->state))
+    if (mb__holds_lease(mb->state) && !ride_outage(mb))
         transition(mb, MB_EV_LEASE_LOST, "lease not renewed in time");
+}
+
+/* A keepalive failed: log the first failure after a renewal, and note
+ * whether etcd was found unreachable while the lease was still good. */
+static void keepalive_failed(mb_t *mb, int status)
+{
+    if (!mb->etcd_unreach && mb->outage_since_ms == 0)
+        RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
+                st_strerror(status));
+    uv_update_time(mb->loop);
+    if ((status == ST_EUNAVAIL || status == ST_ETIMEDOUT) &&
+        uv_now(mb->loop) < mb->fence_at_ms)
+        mb->etcd_unreach = 1;
+}
+
+static void keepalive_renewed(mb_t *mb)
+{
+    if (mb->outage_since_ms != 0)
+        RD_INFO("mb %s: etcd answers again after %llu ms past the lease "
+                "deadline: lease renewed, view %llu kept", mb->me.node,
+                (unsigned long long)(uv_now(mb->loop) - mb->outage_since_ms),
+                (unsigned long long)mb->delivered_gen);
+    mb->outage_since_ms = 0;
+    mb->etcd_unreach = 0;
 }
 
 /* The lease is good until sent + ttl as etcd counts from the arrival of
@@ -206,14 +272,14 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
         return;
     }
     if (status != 0) {
-        RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
-                st_strerror(status));
+        keepalive_failed(mb, status);
         return; /* the fence timer decides */
     }
     if (res->ttl <= 0) {
         transition(mb, MB_EV_LEASE_LOST, "lease expired or revoked");
         return;
     }
+    keepalive_renewed(mb);
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
     probe_credentials(mb);
 }
@@ -221,8 +287,16 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
 static void on_ka_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb->ka_inflight || !mb__holds_lease(mb->state))
+    if (!mb__holds_lease(mb->state))
         return;
+    if (mb->ka_inflight) {
+        /* Unanswered for a period while we ran, before the deadline:
+         * etcd is failing over its endpoints (a member down, an
+         * election), which can take past the deadline to say so. */
+        if (uv_now(mb->loop) < mb->fence_at_ms)
+            mb->etcd_unreach = 1;
+        return;
+    }
     mb->ka_gen = mb->reg_gen;
     mb->ka_sent_ms = uv_now(mb->loop);
     if (etcd_lease_keepalive(mb->etcd, mb->lease, on_keepalive, mb) == 0)
@@ -308,7 +382,7 @@ static void reg_begin(mb_t *mb)
 }
 
 /* ------------------------------------------------------------------ */
-/* Mirror of /ringd/<job>/                                             */
+/* The mirror: the keys this member acts on, one slot per watch        */
 
 static void kv_free(mb_kv_t *kv)
 {
@@ -316,36 +390,83 @@ static void kv_free(mb_kv_t *kv)
     free(kv->val);
 }
 
-mb_kv_t *mb__mirror_find(mb_t *mb, const char *key)
+static int slot_covers(const mb_mirror_t *s, const char *key)
 {
-    for (size_t i = 0; i < mb->n_kvs; i++)
-        if (strcmp(mb->kvs[i].key, key) == 0)
-            return &mb->kvs[i];
+    if (s->watch == NULL)
+        return 0;
+    return s->prefix ? strncmp(key, s->key, strlen(s->key)) == 0
+                     : strcmp(key, s->key) == 0;
+}
+
+static mb_kv_t *slot_find(mb_mirror_t *s, const char *key)
+{
+    for (size_t i = 0; i < s->n_kvs; i++)
+        if (strcmp(s->kvs[i].key, key) == 0)
+            return &s->kvs[i];
     return NULL;
 }
 
-static void mirror_del(mb_t *mb, const char *key)
+int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p)
 {
-    mb_kv_t *kv = mb__mirror_find(mb, key);
+    *kv_p = NULL;
+    for (int i = 0; i < MB_W_N; i++) {
+        mb_mirror_t *s = &mb->mirrors[i];
+        if (s->synced && slot_covers(s, key)) {
+            *kv_p = slot_find(s, key);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+mb_kv_t *mb__mirror_find(mb_t *mb, const char *key)
+{
+    mb_kv_t *kv;
+    mb__mirror_lookup(mb, key, &kv);
+    return kv;
+}
+
+size_t mb__watched(const mb_t *mb, const char **keys, int *prefix,
+                   size_t max)
+{
+    size_t n = 0;
+    for (int i = 0; i < MB_W_N && n < max; i++) {
+        if (mb->mirrors[i].watch == NULL)
+            continue;
+        keys[n] = mb->mirrors[i].key;
+        prefix[n++] = mb->mirrors[i].prefix;
+    }
+    return n;
+}
+
+static void slot_clear(mb_mirror_t *s)
+{
+    while (s->n_kvs > 0)
+        kv_free(&s->kvs[--s->n_kvs]);
+}
+
+static void slot_del(mb_mirror_t *s, const char *key)
+{
+    mb_kv_t *kv = slot_find(s, key);
     if (kv == NULL)
         return;
     kv_free(kv);
-    *kv = mb->kvs[--mb->n_kvs];
+    *kv = s->kvs[--s->n_kvs];
 }
 
-static int mirror_put(mb_t *mb, const etcd_kv_t *src)
+static int slot_put(mb_mirror_t *s, const etcd_kv_t *src)
 {
-    mb_kv_t *kv = mb__mirror_find(mb, src->key);
+    mb_kv_t *kv = slot_find(s, src->key);
     if (kv == NULL) {
-        if (mb->n_kvs == mb->cap_kvs) {
-            size_t cap = mb->cap_kvs ? mb->cap_kvs * 2 : 16;
-            mb_kv_t *p = realloc(mb->kvs, cap * sizeof(*p));
+        if (s->n_kvs == s->cap_kvs) {
+            size_t cap = s->cap_kvs ? s->cap_kvs * 2 : 4;
+            mb_kv_t *p = realloc(s->kvs, cap * sizeof(*p));
             if (p == NULL)
                 return ST_ENOMEM;
-            mb->kvs = p;
-            mb->cap_kvs = cap;
+            s->kvs = p;
+            s->cap_kvs = cap;
         }
-        kv = &mb->kvs[mb->n_kvs++];
+        kv = &s->kvs[s->n_kvs++];
         memset(kv, 0, sizeof(*kv));
         kv->key = strdup(src->key);
     }
@@ -353,7 +474,7 @@ static int mirror_put(mb_t *mb, const etcd_kv_t *src)
     kv->val = malloc(src->value_len + 1);
     if (kv->key == NULL || kv->val == NULL) {
         kv_free(kv);
-        *kv = mb->kvs[--mb->n_kvs];
+        *kv = s->kvs[--s->n_kvs];
         return ST_ENOMEM;
     }
     memcpy(kv->val, src->value, src->value_len);
@@ -367,38 +488,131 @@ static int mirror_put(mb_t *mb, const etcd_kv_t *src)
 
 static void on_watch(const etcd_watch_update_t *up, void *data)
 {
-    mb_t *mb = data;
+    mb_mirror_t *s = data;
+    mb_t *mb = s->mb;
+    etcd_watch_t *w = s->watch;
     if (up->reset) {
-        while (mb->n_kvs > 0)
-            kv_free(&mb->kvs[--mb->n_kvs]);
+        slot_clear(s);
         for (size_t i = 0; i < up->n_kvs; i++)
-            mirror_put(mb, &up->kvs[i]);
-        mb->rev = up->revision;
+            slot_put(s, &up->kvs[i]);
+        s->rev = up->revision;
+        s->synced = 1;
     }
+    mb->events += up->n_events;
     /* One reconcile per event, not per batch: a batch may hold two
-     * writes of the view key, and every generation must be installed. */
-    for (size_t i = 0; i < up->n_events; i++) {
+     * writes of the view key, and every generation must be installed.
+     * A reconcile may stop this very watch (leadership, neighbours). */
+    for (size_t i = 0; i < up->n_events && s->watch == w; i++) {
         const etcd_event_t *ev = &up->events[i];
         if (ev->is_delete)
-            mirror_del(mb, ev->kv.key);
+            slot_del(s, ev->kv.key);
         else
-            mirror_put(mb, &ev->kv);
-        mb->rev = ev->kv.mod_revision;
+            slot_put(s, &ev->kv);
+        s->rev = ev->kv.mod_revision;
         reconcile(mb);
     }
-    if (up->reset)
+    if (up->reset && s->watch == w)
         reconcile(mb);
 }
 
+static void slot_stop(mb_mirror_t *s)
+{
+    etcd_watch_stop(s->watch);
+    s->watch = NULL;
+    s->synced = 0;
+    s->rev = 0;
+    s->key[0] = '\0';
+    slot_clear(s);
+}
+
+static void slot_start(mb_t *mb, int i, const char *key, int prefix)
+{
+    mb_mirror_t *s = &mb->mirrors[i];
+    slot_stop(s);
+    s->mb = mb;
+    s->prefix = prefix;
+    snprintf(s->key, sizeof(s->key), "%s", key);
+    int rc = prefix ? etcd_watch_start(mb->etcd, key, on_watch, s, &s->watch)
+                    : etcd_watch_key(mb->etcd, key, on_watch, s, &s->watch);
+    if (rc != 0) {
+        s->watch = NULL;
+        RD_ERROR("mb %s: cannot watch %s", mb->me.node, key);
+    }
+}
+
+static void stop_watches(mb_t *mb)
+{
+    for (int i = 0; i < MB_W_N; i++)
+        slot_stop(&mb->mirrors[i]);
+}
+
+/* What every member acts on; the rest follows leadership and views. */
 static void restart_watch(mb_t *mb)
 {
-    etcd_watch_stop(mb->watch);
-    mb->watch = NULL;
-    while (mb->n_kvs > 0)
-        kv_free(&mb->kvs[--mb->n_kvs]);
-    mb->rev = 0;
-    if (etcd_watch_start(mb->etcd, mb->prefix, on_watch, mb, &mb->watch))
-        RD_ERROR("mb %s: cannot watch %s", mb->me.node, mb->prefix);
+    stop_watches(mb);
+    mb->pending_gen = 0;
+    for (int i = 0; i < 2; i++) {
+        free(mb->nbrs[i]);
+        mb->nbrs[i] = NULL;
+    }
+    slot_start(mb, MB_W_SELF, mb->my_key, 0);
+    slot_start(mb, MB_W_VIEW, mb->view_key, 0);
+    slot_start(mb, MB_W_LEADER, mb->leader_key, 0);
+    slot_start(mb, MB_W_DRAIN, mb->drain_key, 0);
+}
+
+/* The leader's watches, started on election and stopped when it no
+ * longer leads: node records, suspects and reshape requests reach only
+ * the one member that acts on them. Returns 1 once all have synced. */
+static int leader_watches(mb_t *mb, int on)
+{
+    const char *keys[] = {mb->nodes_prefix, mb->suspect_prefix,
+                          mb->reshape_prefix};
+    int synced = 1;
+    for (int i = 0; i < 3; i++) {
+        mb_mirror_t *s = &mb->mirrors[MB_W_NODES + i];
+        if (on && s->watch == NULL)
+            slot_start(mb, MB_W_NODES + i, keys[i], 1);
+        else if (!on && s->watch != NULL)
+            slot_stop(s);
+        synced &= s->synced;
+    }
+    return on && synced;
+}
+
+int mb__leader_synced(mb_t *mb)
+{
+    for (int i = MB_W_NODES; i <= MB_W_RESHAPES; i++)
+        if (!mb->mirrors[i].synced)
+            return 0;
+    return 1;
+}
+
+/* Watch the records of exactly the nodes named (at most MB_PEERS_MAX). */
+static void watch_peers(mb_t *mb, const char *const *nodes, size_t n)
+{
+    char keys[MB_PEERS_MAX][MB_KEY_MAX];
+    for (size_t j = 0; j < n; j++)
+        mb_key(keys[j], MB_KEY_MAX, mb->job, MB_KEY_NODE, nodes[j], 0, 0);
+    for (int i = MB_W_PEER; i < MB_W_PEER + MB_PEERS_MAX; i++) {
+        mb_mirror_t *s = &mb->mirrors[i];
+        int wanted = 0;
+        for (size_t j = 0; j < n && s->watch != NULL; j++)
+            wanted |= strcmp(s->key, keys[j]) == 0;
+        if (s->watch != NULL && !wanted)
+            slot_stop(s);
+    }
+    for (size_t j = 0; j < n; j++) {
+        int have = 0, free_slot = -1;
+        for (int i = MB_W_PEER; i < MB_W_PEER + MB_PEERS_MAX; i++) {
+            mb_mirror_t *s = &mb->mirrors[i];
+            have |= s->watch != NULL && strcmp(s->key, keys[j]) == 0;
+            if (s->watch == NULL && free_slot < 0)
+                free_slot = i;
+        }
+        if (!have && free_slot >= 0)
+            slot_start(mb, free_slot, keys[j], 0);
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -435,12 +649,145 @@ static int drain_wanted(mb_t *mb)
     return 0;
 }
 
-/* Parse the view key when it changed; deliver it if it is new and ours. */
-static void install_view(mb_t *mb)
+/* Ring neighbours of index me in v (right first); returns how many. */
+static size_t view_nbrs(const mb__view_t *v, int me, int idx[2])
 {
-    mb_kv_t *kv = mb__mirror_find(mb, mb->view_key);
-    if (kv == NULL || kv->mod == mb->view_mod)
+    size_t n = v->n_members;
+    if (n < 2 || me < 0)
+        return 0;
+    idx[0] = (int)(((size_t)me + 1) % n);
+    idx[1] = (int)(((size_t)me + n - 1) % n);
+    return idx[1] == idx[0] ? 1 : 2;
+}
+
+/* Watch the neighbours of the delivered view, which the ring talks to
+ * now, and those of the view waiting for their records. */
+static void update_peers(mb_t *mb)
+{
+    const char *names[MB_PEERS_MAX];
+    size_t n = 0;
+    for (int i = 0; i < 2; i++)
+        if (mb->nbrs[i] != NULL)
+            names[n++] = mb->nbrs[i];
+    int idx[2];
+    size_t k = mb->pending_gen != 0
+                   ? view_nbrs(&mb->view, find_me(mb, &mb->view), idx)
+                   : 0;
+    for (size_t i = 0; i < k; i++) {
+        const char *node = mb->view.members[idx[i]].node;
+        int dup = 0;
+        for (size_t j = 0; j < n; j++)
+            dup |= strcmp(names[j], node) == 0;
+        if (!dup)
+            names[n++] = node;
+    }
+    watch_peers(mb, names, n);
+}
+
+/* Said once per view, node and version of its record. */
+static void peer_unusable(mb_t *mb, const mb_member_t *m, int64_t mod,
+                          const char *why)
+{
+    mb_bad_peer_t *bad = &mb->bad;
+    if (bad->gen == mb->view.generation && bad->mod == mod &&
+        strcmp(bad->node, m->node) == 0)
         return;
+    bad->gen = mb->view.generation;
+    bad->mod = mod;
+    snprintf(bad->node, sizeof(bad->node), "%s", m->node);
+    RD_ERROR("mb %s: view %llu is unusable: the node record of its member "
+             "%s %s; waiting for the record or a later view", mb->me.node,
+             (unsigned long long)mb->view.generation, m->node, why);
+}
+
+/*
+ * The address of view member m from its node record: 0 with rec filled
+ * (owned), 1 while no watch has told yet, ST_EPROTO when the record is
+ * missing, garbled, unsigned or of another incarnation (logged).
+ */
+static int resolve_peer(mb_t *mb, const mb_member_t *m, mb_node_rec_t *rec)
+{
+    char key[MB_KEY_MAX];
+    mb_kv_t *kv;
+    const char *why = NULL;
+    memset(rec, 0, sizeof(*rec));
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, m->node, 0, 0) != 0)
+        return ST_EPROTO;
+    if (!mb__mirror_lookup(mb, key, &kv))
+        return 1;
+    if (kv == NULL) {
+        peer_unusable(mb, m, 0, "is missing");
+        return ST_EPROTO;
+    }
+    if (mb_node_parse(m->node, kv->val, kv->len, rec, &why) != 0) {
+        char garbled[128];
+        snprintf(garbled, sizeof(garbled), "is garbled (%s)", why);
+        peer_unusable(mb, m, kv->mod, garbled);
+        return ST_EPROTO;
+    }
+    why = NULL;
+    if (rec->member.addr_len == 0)
+        why = "has no address";
+    else if (kv->lease != m->lease)
+        why = "is of another incarnation (lease)";
+    else if (!mb__text_sig_ok(mb, "node", key, kv->val, kv->len))
+        why = "is not signed with the job secret";
+    if (why != NULL) {
+        peer_unusable(mb, m, kv->mod, why);
+        mb_node_rec_free(rec);
+        return ST_EPROTO;
+    }
+    return 0;
+}
+
+/* Hand the waiting view to on_view once its neighbours' addresses are
+ * known; the other members carry none (the ring connects to neither). */
+static void deliver_view(mb_t *mb)
+{
+    mb__view_t *v = &mb->view;
+    int me = find_me(mb, v), idx[2];
+    size_t k = view_nbrs(v, me, idx), got = 0;
+    mb_node_rec_t recs[2];
+    mb_member_t *members = calloc(v->n_members, sizeof(*members));
+    if (members == NULL || me < 0) {
+        free(members);
+        return;
+    }
+    memcpy(members, v->members, v->n_members * sizeof(*members));
+    members[me].addr = mb->me.addr;
+    members[me].addr_len = mb->me.addr_len;
+    for (; got < k; got++) {
+        if (resolve_peer(mb, &v->members[idx[got]], &recs[got]) != 0)
+            break;
+        members[idx[got]].addr = recs[got].member.addr;
+        members[idx[got]].addr_len = recs[got].member.addr_len;
+    }
+    if (got == k) {
+        mb->delivered_gen = v->generation;
+        mb->pending_gen = 0;
+        for (int i = 0; i < 2; i++) {
+            free(mb->nbrs[i]);
+            mb->nbrs[i] = (size_t)i < k ? strdup(v->members[idx[i]].node)
+                                        : NULL;
+        }
+        update_peers(mb);
+        transition(mb, MB_EV_IN_VIEW, "view installed");
+        mb_view_t pub = {v->generation, v->step, members, v->n_members, me,
+                         v->source_index, v->n_joiners};
+        RD_INFO("mb %s: view %llu, %zu members, index %d", mb->me.node,
+                (unsigned long long)v->generation, v->n_members, me);
+        if (mb->cb.on_view != NULL)
+            mb->cb.on_view(&pub, mb->data);
+    }
+    for (size_t i = 0; i < got && i < k; i++)
+        mb_node_rec_free(&recs[i]);
+    free(members);
+}
+
+/* Parse the view key when it changed; a new view with us waits in
+ * pending_gen for its neighbours' records. */
+static void take_view(mb_t *mb, const mb_kv_t *kv)
+{
     mb__view_t v;
     mb->view_mod = kv->mod;
     if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
@@ -455,27 +802,43 @@ static void install_view(mb_t *mb)
     mb->view = v;
     if (v.generation <= mb->delivered_gen)
         return;
-    int me = find_me(mb, &v);
-    if (me < 0) {
+    mb->pending_gen = 0;
+    if (find_me(mb, &v) < 0) {
+        update_peers(mb);
         if (mb->state == MB_ACTIVE)
             transition(mb, MB_EV_LEASE_LOST, "left out of a new view");
         return;
     }
-    mb->delivered_gen = v.generation;
-    transition(mb, MB_EV_IN_VIEW, "view installed");
-    mb_view_t pub = {v.generation, v.step, v.members, v.n_members, me,
-                     v.source_index, v.n_joiners};
-    RD_INFO("mb %s: view %llu, %zu members, index %d", mb->me.node,
-            (unsigned long long)v.generation, v.n_members, me);
-    if (mb->cb.on_view != NULL)
-        mb->cb.on_view(&pub, mb->data);
+    mb->pending_gen = v.generation;
+    update_peers(mb);
+}
+
+static void install_view(mb_t *mb)
+{
+    mb_kv_t *kv = mb__mirror_find(mb, mb->view_key);
+    if (kv != NULL && kv->mod != mb->view_mod)
+        take_view(mb, kv);
+    if (mb__holds_lease(mb->state) && mb->pending_gen != 0 &&
+        mb->pending_gen == mb->view.generation)
+        deliver_view(mb);
+}
+
+/* The member's own watches have all read their keys, its record up to
+ * the registration: acting earlier would take a missing key for a
+ * deleted one. */
+static int mirror_ready(mb_t *mb)
+{
+    for (int i = MB_W_SELF; i <= MB_W_DRAIN; i++)
+        if (!mb->mirrors[i].synced)
+            return 0;
+    return mb->mirrors[MB_W_SELF].rev >= mb->my_key_rev;
 }
 
 /* Act on the mirror; see the top of the file. */
 static void reconcile(mb_t *mb)
 {
-    if (!mb__holds_lease(mb->state) || mb->rev < mb->my_key_rev)
-        return; /* the mirror is older than our own registration */
+    if (!mb__holds_lease(mb->state) || !mirror_ready(mb))
+        return;
     mb_kv_t *mine = mb__mirror_find(mb, mb->my_key);
     if (mine == NULL || mine->lease != mb->lease) {
         transition(mb, MB_EV_LEASE_LOST, "node record gone (evicted)");
@@ -492,7 +855,7 @@ static void reconcile(mb_t *mb)
     }
     if (mb__mirror_find(mb, mb->leader_key) == NULL)
         mb__campaign(mb);
-    if (mb__is_leader(mb)) {
+    if (leader_watches(mb, mb__is_leader(mb))) {
         mb__handle_suspects(mb);
         mb__schedule_settle(mb);
     } else {
@@ -537,6 +900,8 @@ static void stop_lease_timers(mb_t *mb)
     uv_timer_stop(&mb->again_timer);
     mb->reg_gen++;
     mb->ka_inflight = 0;
+    mb->etcd_unreach = 0;
+    mb->outage_since_ms = 0;
 }
 
 static void enter_joining(mb_t *mb)
@@ -676,6 +1041,7 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->retry_ms = MB_RETRY_MIN_MS;
     mb->view_retry_ms = MB_RETRY_MIN_MS;
     mb->auth_probe = cfg->etcd.user != NULL;
+    mb->ride_outage = cfg->ride_outage;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,
                             &mb->again_timer};
@@ -732,16 +1098,26 @@ int mb_lease_valid(mb_t *mb)
     if (!mb__holds_lease(mb->state) || mb->lease == 0)
         return 0;
     uv_update_time(mb->loop); /* after a stop, the cached time is old */
-    return uv_now(mb->loop) < mb->fence_at_ms;
+    /* Past the deadline before the fence timer ran: decide as it will. */
+    return uv_now(mb->loop) < mb->fence_at_ms || ride_outage(mb);
 }
 
+/* Only the leader and a node's ring neighbours watch its record; for
+ * anyone else the view stands in: the leader drops a member whose record
+ * is gone. */
 int mb_member_alive(mb_t *mb, const char *node, int64_t lease)
 {
     char key[MB_KEY_MAX];
+    mb_kv_t *kv;
     if (mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, node, 0, 0) != 0)
         return 0;
-    mb_kv_t *kv = mb__mirror_find(mb, key);
-    return kv != NULL && kv->lease == lease;
+    if (mb__mirror_lookup(mb, key, &kv))
+        return kv != NULL && kv->lease == lease;
+    for (size_t i = 0; i < mb->view.n_members; i++)
+        if (mb->view.members[i].lease == lease &&
+            strcmp(mb->view.members[i].node, node) == 0)
+            return 1;
+    return 0;
 }
 
 int mb_is_leader(const mb_t *mb)
@@ -765,9 +1141,12 @@ static void mb_close_cb(uv_handle_t *h)
     if (--mb->n_closing > 0)
         return;
     mb__view_free(&mb->view);
-    while (mb->n_kvs > 0)
-        kv_free(&mb->kvs[--mb->n_kvs]);
-    free(mb->kvs);
+    for (int i = 0; i < MB_W_N; i++) {
+        slot_clear(&mb->mirrors[i]);
+        free(mb->mirrors[i].kvs);
+    }
+    free(mb->nbrs[0]);
+    free(mb->nbrs[1]);
     mb__member_free(&mb->me);
     if (mb->secret != NULL)
         OPENSSL_cleanse(mb->secret, mb->secret_len);
@@ -779,7 +1158,7 @@ void mb_destroy(mb_t *mb)
 {
     if (mb == NULL)
         return;
-    etcd_watch_stop(mb->watch);
+    stop_watches(mb);
     etcd_destroy(mb->etcd);
     mb->n_closing = 5;
     uv_close((uv_handle_t *)&mb->again_timer, mb_close_cb);

@@ -303,8 +303,8 @@ TEST_IMPL(dmn_auth_forged_suspect)
 }
 
 /*
- * A foreign writer puts a view of a later generation that leaves n1 out
- * (and gives n0 a garbage address): both members refuse it as unsigned,
+ * A foreign writer puts a well-formed view of a later generation that
+ * leaves n1 out: both members refuse it as unsigned,
  * nobody is fenced or trains alone, and the job finishes on the leader's
  * views.
  */
@@ -317,10 +317,9 @@ TEST_IMPL(dmn_auth_forged_view)
     ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
     char key[MB_KEY_MAX], v[512];
     ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
-    snprintf(v, sizeof(v), "{\"generation\":999999,\"step\":0,\"members\":"
-             "[{\"node\":\"n0\",\"host\":\"h\",\"addr\":\"AAAA\",\"lease\":"
-             "\"%lld\",\"slots\":1}],\"joiners\":[]}",
-             record_lease(&j, "n0"));
+    snprintf(v, sizeof(v), "{\"generation\":999999,\"step\":0,\"hosts\":"
+             "[\"h\"],\"members\":[[\"n0\",0,\"%llx\",1]],\"joiners\":[]}",
+             (unsigned long long)record_lease(&j, "n0"));
     forge(&j, key, v);
     for (int i = 0; i < 2; i++) {
         int rc = td_wait_file(j.d[i].log, "refusing the view at revision",

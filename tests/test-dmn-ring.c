@@ -526,71 +526,111 @@ static unsigned worlds_seen(const td_hashes_t *h)
 }
 
 /*
- * Two daemons (a, b of a 4-node ring) SIGKILLed at once while every
+ * The generations a daemon's log names: *full the last view of n
+ * members, returns the first later one of k members (0: none).
+ */
+static uint64_t view_after(const char *log, int n, int k, uint64_t *full)
+{
+    char *text = td_read(log, NULL);
+    uint64_t first = 0;
+    *full = 0;
+    for (char *p = text; p != NULL && (p = strstr(p, ": view ")) != NULL;
+         p++) {
+        unsigned long long g;
+        int m;
+        if (sscanf(p, ": view %llu, %d members", &g, &m) != 2)
+            continue;
+        if (m == n)
+            *full = g;
+        else if (m == k && *full > 0 && first == 0)
+            first = g;
+    }
+    free(text);
+    return first;
+}
+
+/*
+ * Daemons (dead[] of an n-node ring) SIGKILLed at once while every
  * trainer is stopped between steps, with a 30 s lease TTL: no lease
  * expiry can remove them in time. The survivors' rings see the failed
  * endpoints while no collective runs; each failure must reach the leader
  * (the first command after it returns an abort, and that abort still
  * names the dead neighbour; a survivor whose two neighbours both died
- * names both) and go into a view, so the survivors go on as a 2-node job
- * long before either lease runs out (the wait below is shorter than the
- * TTL) and finish every step, bitwise identical. No step runs in a
- * 3-node world: a view that still held a dead node could not complete
- * one.
+ * names both) and go into a view, so the survivors go on as a job of the
+ * survivors long before any lease runs out (the wait below is shorter
+ * than the TTL) and finish every step, bitwise identical. No step runs
+ * in a world in between: a view that still held a dead node could not
+ * complete one.
  */
-static int kill_two(int a, int b)
+static int kill_nodes(int n, const int *dead, int n_dead)
 {
     cluster_env();
-    cluster_t c = {.n = 4};
-    int s[2], k = 0;
-    for (int i = 0; i < 4; i++)
-        if (i != a && i != b)
-            s[k++] = i;
+    cluster_t c = {.n = n};
+    int s[MAXN], n_s = 0, is_dead[MAXN] = {0};
+    char nodes[16], world[32];
+    for (int i = 0; i < n_dead; i++)
+        is_dead[dead[i]] = 1;
+    for (int i = 0; i < n; i++)
+        if (!is_dead[i])
+            s[n_s++] = i;
+    snprintf(nodes, sizeof(nodes), "%d", n);
+    snprintf(world, sizeof(world), "world %d", n_s);
     fx_etcd_start(&c.etcd, 0);
     rc_lease_ttl = "30";
-    for (int i = 0; i < 4; i++)
-        node_init(&c, i, "1", "4");
+    for (int i = 0; i < n; i++)
+        node_init(&c, i, "1", nodes);
     rc_lease_ttl = "2";
     rc_stop_after = "100";
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     rc_stop_after = NULL;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
                    "n%d's trainer never stopped after step 100", i);
-    kill(c.d[a].pid, SIGKILL);
-    kill(c.d[b].pid, SIGKILL);
-    th_kill(c.d[a].pid);
-    th_kill(c.d[b].pid);
-    c.d[a].pid = c.d[b].pid = 0;
-    th_kill(c.trainer[a][0]);
-    th_kill(c.trainer[b][0]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_dead; i++)
+        kill(c.d[dead[i]].pid, SIGKILL);
+    for (int i = 0; i < n_dead; i++) {
+        th_kill(c.d[dead[i]].pid);
+        c.d[dead[i]].pid = 0;
+        th_kill(c.trainer[dead[i]][0]);
+    }
+    for (int i = 0; i < n_s; i++)
         ASSERT_OK(td_wait_file(c.d[s[i]].log, "peer endpoint failed",
                                10000));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_s; i++)
         kill(c.trainer[s[i]][0], SIGCONT);
-    for (int i = 0; i < 2; i++) {
-        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), "world 2", 20000);
-        if (rc != 0) {
-            td_dump(c.d[s[0]].log);
-            td_dump(c.d[s[1]].log);
-        }
-        ASSERT_MSG(rc == 0, "n%d never went on as a 2-node job before the "
-                            "dead nodes' leases (30 s) could expire", s[i]);
+    for (int i = 0; i < n_s; i++) {
+        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), world, 20000);
+        if (rc != 0)
+            for (int j = 0; j < n_s; j++)
+                td_dump(c.d[s[j]].log);
+        ASSERT_MSG(rc == 0, "n%d never went on as a %d-node job before "
+                            "the dead nodes' leases (30 s) could expire",
+                   s[i], n_s);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n_s; i++)
         expect_exit0(&c, s[i], 0, c.trainer[s[i]][0]);
-
-    static td_hashes_t h[2];
-    for (int i = 0; i < 2; i++) {
-        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
-        ASSERT_EQ(worlds_seen(&h[i]), (1u << 4) | (1u << 2));
+    /* One view for the suspects the leader holds: the dead are all out
+     * of the next view or the one after (a report that came while the
+     * first was being written). */
+    for (int i = 0; i < n_s; i++) {
+        uint64_t full, after = view_after(c.d[s[i]].log, n, n_s, &full);
+        ASSERT_MSG(after > full && after <= full + 2,
+                   "n%d: the view of %d members after view %llu is %llu",
+                   s[i], n_s, (unsigned long long)full,
+                   (unsigned long long)after);
     }
-    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), 3000);
-    ASSERT_EQ(h[0].world[100], 4);
-    ASSERT_EQ(h[0].world[101], 2);
-    for (int i = 0; i < 2; i++)
+
+    static td_hashes_t h[MAXN];
+    for (int i = 0; i < n_s; i++) {
+        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
+        ASSERT_EQ(worlds_seen(&h[i]), (1u << n) | (1u << n_s));
+        if (i > 0)
+            ASSERT_EQ(td_same_hashes(&h[0], &h[i]), 3000);
+    }
+    ASSERT_EQ(h[0].world[100], n);
+    ASSERT_EQ(h[0].world[101], n_s);
+    for (int i = 0; i < n_s; i++)
         ASSERT_EQ(td_stop(&c.d[s[i]], 30000), 0);
     return fx_done();
 }
@@ -598,13 +638,23 @@ static int kill_two(int a, int b)
 /* n1 and n2: each survivor has one dead neighbour. */
 TEST_IMPL(dmn_ring_kill_two_adjacent)
 {
-    return kill_two(1, 2);
+    static const int dead[] = {1, 2};
+    return kill_nodes(4, dead, 2);
 }
 
 /* n1 and n3: both neighbours of each survivor die at once. */
 TEST_IMPL(dmn_ring_kill_both_neighbours)
 {
-    return kill_two(1, 3);
+    static const int dead[] = {1, 3};
+    return kill_nodes(4, dead, 2);
+}
+
+/* Three of six at once: n1 and n2 adjacent, n4 too, so n3 loses both
+ * neighbours and n0 and n5 one each. */
+TEST_IMPL(dmn_ring_kill_three)
+{
+    static const int dead[] = {1, 2, 4};
+    return kill_nodes(6, dead, 3);
 }
 
 /*

@@ -108,6 +108,10 @@ TEST_IMPL(etcd_kv_txn_lease)
     r = CALL(e, etcd_get(e, "/t/", 1, on_reply, rp_));
     ASSERT_EQ(r.n_kvs, 2);
     ASSERT_EQ(r.res.count, 2);
+    r = CALL(e, etcd_count(e, "/t/", 1, on_reply, rp_)); /* no values */
+    ASSERT_OK(r.status);
+    ASSERT_EQ(r.n_kvs, 0);
+    ASSERT_EQ(r.res.count, 2);
     r = CALL(e, etcd_get(e, "/nothing", 1, on_reply, rp_));
     ASSERT_OK(r.status);
     ASSERT_EQ(r.n_kvs, 0);

@@ -149,10 +149,10 @@ TEST_IMPL(fuzz_view_reject_log_within_len)
 TEST_IMPL(fuzz_view_numbers_out_of_range)
 {
     static const char *const bad[] = {
-        "{\"generation\":1,\"step\":-1,\"members\":[],\"joiners\":[]}",
-        "{\"generation\":1e30,\"step\":0,\"members\":[],\"joiners\":[]}",
-        "{\"generation\":1,\"step\":1e300,\"members\":[],\"joiners\":[]}",
-        "{\"generation\":0.5,\"step\":0,\"members\":[],\"joiners\":[]}",
+        "{\"generation\":1,\"step\":-1,\"hosts\":[],\"members\":[],\"joiners\":[]}",
+        "{\"generation\":1e30,\"step\":0,\"hosts\":[],\"members\":[],\"joiners\":[]}",
+        "{\"generation\":1,\"step\":1e300,\"hosts\":[],\"members\":[],\"joiners\":[]}",
+        "{\"generation\":0.5,\"step\":0,\"hosts\":[],\"members\":[],\"joiners\":[]}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         mb__view_t v;
@@ -160,7 +160,7 @@ TEST_IMPL(fuzz_view_numbers_out_of_range)
                    "accepted %s", bad[i]);
     }
     static const char ok[] =
-        "{\"generation\":9007199254740992,\"step\":7,\"members\":[],"
+        "{\"generation\":9007199254740992,\"step\":7,\"hosts\":[],\"members\":[],"
         "\"joiners\":[]}";
     mb__view_t v;
     ASSERT_OK(mb__view_parse(ok, strlen(ok), &v));
@@ -204,9 +204,8 @@ TEST_IMPL(fuzz_etcd_number_out_of_range)
 TEST_IMPL(fuzz_view_joiner_listed_twice)
 {
     static const char json[] =
-        "{\"generation\":1,\"step\":0,\"members\":[{\"node\":\"a\","
-        "\"host\":\"h\",\"addr\":\"\",\"lease\":\"1\",\"slots\":1}],"
-        "\"joiners\":[\"a\",\"a\"]}";
+        "{\"generation\":1,\"step\":0,\"hosts\":[\"h\"],"
+        "\"members\":[[\"a\",0,\"1\",1]],\"joiners\":[0,0]}";
     mb__view_t v;
     ASSERT_OK(mb__view_parse(json, strlen(json), &v));
     ASSERT_EQ(v.n_members, 1);

@@ -39,6 +39,8 @@ TEST_IMPL(mb_key_paths)
                   "/ringd/J/ckpt-parts/00000000000000000150/");
     ASSERT_STR_EQ(key(MB_KEY_CKPT_PART, NULL, 150, 3),
                   "/ringd/J/ckpt-parts/00000000000000000150/00003");
+    ASSERT_STR_EQ(key(MB_KEY_HOPS, NULL, 0, 0), "/ringd/J/hop/");
+    ASSERT_STR_EQ(key(MB_KEY_HOP, "n2", 0, 0), "/ringd/J/hop/n2");
     /* Too small a buffer: refused, and no half key left behind. */
     char small[12] = "x";
     ASSERT_EQ(mb_key(small, sizeof(small), "J", MB_KEY_NODE, "n1", 0, 0),
@@ -48,11 +50,9 @@ TEST_IMPL(mb_key_paths)
 }
 
 static const char view_json[] =
-    "{\"generation\":3,\"step\":120,\"members\":["
-    "{\"node\":\"a\",\"host\":\"h\",\"addr\":\"AQID\",\"lease\":\"17\","
-    "\"slots\":2},"
-    "{\"node\":\"b\",\"host\":\"h\",\"addr\":\"BA==\",\"lease\":\"9\","
-    "\"slots\":1}],\"joiners\":[\"b\"],\"source\":\"a\"}";
+    "{\"generation\":3,\"step\":120,\"hosts\":[\"h\",\"g\"],"
+    "\"members\":[[\"a\",0,\"11\",2],[\"b\",1,\"9\",1]],"
+    "\"joiners\":[1],\"source\":0}";
 
 TEST_IMPL(mb_read_records)
 {
@@ -66,9 +66,11 @@ TEST_IMPL(mb_read_records)
     ASSERT_EQ(v->source_index, 0);
     ASSERT_EQ(v->n_joiners, 1);
     ASSERT(!v->members[0].joiner && v->members[1].joiner);
-    ASSERT_EQ(v->members[0].addr_len, 3);
-    ASSERT_EQ(v->members[0].addr[2], 3);
+    /* Addresses live in the node records, not in the view. */
+    ASSERT_EQ(v->members[0].addr_len, 0);
+    ASSERT_EQ(v->members[0].lease, 17); /* hex */
     ASSERT_EQ(v->members[1].lease, 9);
+    ASSERT_STR_EQ(v->members[1].host, "g");
     ASSERT_OK(mb_view_dup(v, &copy));
     mb_view_free(v);
     ASSERT_STR_EQ(copy->members[1].node, "b"); /* a deep copy */
@@ -80,9 +82,22 @@ TEST_IMPL(mb_read_records)
     const char *bad[] = {
         "[]", "{\"generation\":0,\"step\":0,\"members\":[],\"joiners\":[]}",
         "{\"generation\":1.5,\"step\":0,\"members\":[],\"joiners\":[]}",
-        "{\"generation\":1,\"step\":0,\"members\":[],\"joiners\":[\"x\"]}",
-        "{\"generation\":1,\"step\":0,\"members\":[],\"joiners\":[],"
-        "\"source\":\"x\"}"};
+        "{\"generation\":1,\"step\":0,\"hosts\":[],\"members\":[],"
+        "\"joiners\":[0]}",
+        "{\"generation\":1,\"step\":0,\"hosts\":[],\"members\":[],"
+        "\"joiners\":[],\"source\":0}",
+        /* the format before compact views: objects with addresses */
+        "{\"generation\":1,\"step\":0,\"members\":[{\"node\":\"a\","
+        "\"host\":\"h\",\"addr\":\"AQID\",\"lease\":\"17\",\"slots\":2}],"
+        "\"joiners\":[]}",
+        "{\"generation\":1,\"step\":0,\"hosts\":[\"h\"],"
+        "\"members\":[[\"a\",1,\"11\",2]],\"joiners\":[]}",
+        "{\"generation\":1,\"step\":0,\"hosts\":[\"h\"],"
+        "\"members\":[[\"a\",0,\"-11\",2]],\"joiners\":[]}",
+        "{\"generation\":1,\"step\":0,\"hosts\":[\"h\"],"
+        "\"members\":[[\"a\",0,\"11\"]],\"joiners\":[]}",
+        "{\"generation\":1,\"step\":0,\"hosts\":[\"h\"],"
+        "\"members\":[[\"a\",0,\"8000000000000000\",2]],\"joiners\":[]}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         v = NULL;
         why = NULL;
