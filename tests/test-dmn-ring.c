@@ -855,12 +855,12 @@ static int n1_reached(void *arg)
  * starts with two trainers, n0 and n1 with one; n2's second trainer
  * leaves after step 159 (its last) and a new one joins n2 while n0's
  * trainer is stopped after step 1000 (so the join lands mid-job however
- * fast the steps run). Over 100 steady steps no node agrees the counts more than twice
- * (it once did at every step); the leave and the join void one step on
- * every node, which is redone on the new counts: at every step every
- * node's world, ranks and divisor count exactly the trainers that took
- * part, the replicas end bitwise identical and match one process
- * training the same global batch.
+ * fast the steps run). Over 100 steady steps no node agrees the counts
+ * more than twice (it once did at every step); the leave and the join
+ * void one step on every node, which is redone on the new counts: at
+ * every step every node's world, ranks and divisor count exactly the
+ * trainers that took part, the replicas end bitwise identical and match
+ * one process training the same global batch.
  */
 TEST_IMPL(dmn_ring_trainer_counts)
 {
