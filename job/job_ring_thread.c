@@ -170,8 +170,8 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
  * REBUILD, step 3: resync the state. A job starting again from step 0
  * restores its newest checkpoint from the members' stores; otherwise the
  * source broadcasts its state when the members disagree on the step or a
- * joiner needs it. The trainer counts are agreed in between, as every
- * step start does.
+ * joiner needs it. The trainer counts are agreed in between, so the first
+ * step of a view starts on this view's counts.
  */
 static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
                            const rt_agreed_t *a)
