@@ -276,7 +276,7 @@ void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
 void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
                    uint64_t len);
 
-/* step.c */
+/* step.c, step-queue.c */
 const char *dmn__step_state_name(dmn_step_state_t s);
 /* The one place a connection's state changes; a move its table does not
  * allow is logged as an error and refused. */

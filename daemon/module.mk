@@ -2,8 +2,8 @@
 # config, checkpoint orchestration); the job engine is job/. The daemon
 # objects also go into the core library so that tests can drive the
 # config parser in-process.
-LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/metrics.c \
-            daemon/config.c daemon/checkpoint.c
+LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/step-queue.c \
+            daemon/metrics.c daemon/config.c daemon/checkpoint.c
 # Parsers of untrusted input, loop-free for the fuzz harnesses.
 LIB_SRCS += daemon/msg.c
 PKGS += libuv libsystemd libcurl libcjson

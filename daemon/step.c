@@ -1,31 +1,22 @@
 /*
- * step.c - the node's step and collective state machine.
+ * step.c - the node's step state machine.
  *
  * A step starts when every member trainer of the node (those that took part
  * in an earlier step and are still connected) and any joiner has called
  * step_begin; joiners are only admitted there, at a step boundary, and get
- * the job's state copied into their state region. Within a step, a
- * collective proceeds when every trainer of the step has posted the same
- * one (same index, kind, count, dtype, op, root): their buffers are reduced
- * into a staging area in local-rank order, handed once to the backend, and
- * the result is copied back into every trainer's buffer. Because all
- * trainers receive the very same bytes, replicas stay bitwise identical.
- * Collectives are asynchronous: each trainer's queue holds those it sent
- * in order, the i-th entries of all queues are the same collective, and
- * the next runs as soon as one completes; a run of ALLREDUCE_MORE entries
- * and the allreduce ending it (a fusion group) runs as one.
+ * the job's state copied into their state region. The collectives within a
+ * step are step-queue.c's.
  *
  * Anything that invalidates the step's view (a backend view change, a lost
  * trainer) breaks the step: pending and later collectives of the step
  * answer RINGD_ERESHAPE and the trainers redo it. The step closes when
  * every trainer has left it, by step_end (done) or step_begin (redo).
- * All state changes go through step_set_state().
+ * All state changes go through dmn__step_set_state().
  */
-#include "daemon/dmn-int.h"
+#include "daemon/step-int.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -41,7 +32,6 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
                "ringd_op_t must match kern_op_t");
 
 static void try_start(dmn_t *d);
-static void try_launch(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
 static void maybe_restore(dmn_t *d);
 
@@ -114,25 +104,13 @@ static int has_state(const dmn_conn_t *c)
 }
 
 /* c leaves the step it is in to redo it: the step cannot complete. */
-static void leave_to_redo(dmn_t *d, dmn_conn_t *c)
+void dmn__step_leave_to_redo(dmn_t *d, dmn_conn_t *c)
 {
     dmn__conn_set_state(c, DMN_CONN_IDLE);
     c->flags |= DMN_CONN_F_REDO;
     d->flags |= DMN_F_ANY_REDO;
 }
 
-/* Answer c's queued collectives from the keep-th on with status, oldest
- * first, and forget them. */
-static void answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status)
-{
-    for (uint32_t i = keep; i < c->q_len; i++)
-        dmn__reply_status(c, PROTO_T_COLL, dmn__conn_q(c, i)->msg_seq,
-                          status);
-    if (c->q_len > keep)
-        c->q_len = keep;
-}
-
-/* Some trainer of the step has a collective queued. */
 static int any_queued(const dmn_t *d)
 {
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
@@ -155,30 +133,6 @@ static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
         d->hooks.on_status(d->hooks.arg, buf);
 }
 
-/*
- * Reply to every trainer whose collective is pending, and forget it. The
- * step is void only if someone is told to redo it (leave_to_redo): when
- * none waits (a trainer lost after the step's last collective), the
- * survivors have the whole result, apply it and end the step, and voiding
- * it then would make them apply it twice; a later collective of the step
- * still answers RINGD_ERESHAPE (dmn__step_coll) and voids it there.
- */
-static void fail_posted(dmn_t *d, int32_t status, int redo)
-{
-    /* The head of every queue that the backend holds completes in
-     * coll_done; only a mismatch comes while one is in flight. */
-    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        answer_queue(c, keep, status);
-        if (redo)
-            leave_to_redo(d, c);
-        else if (c->q_len == 0)
-            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-    }
-}
-
 static void check_done(dmn_t *d)
 {
     if (dmn_done(d)) {
@@ -199,7 +153,7 @@ static void on_leave(void *arg, int status)
 /*
  * The one transition function: exit/entry actions of every state change.
  */
-static void step_set_state(dmn_t *d, dmn_step_state_t to)
+void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
 {
     dmn_step_state_t from = d->state;
     if (from == to || from == DMN_STEP_DRAINED)
@@ -213,7 +167,7 @@ static void step_set_state(dmn_t *d, dmn_step_state_t to)
         if (d->break_ms == 0)
             d->break_ms = dmn__now_ms();
         d->flags &= ~DMN_F_BREAK_PENDING;
-        fail_posted(d, RINGD_ERESHAPE, 1);
+        dmn__step_fail_posted(d, RINGD_ERESHAPE, 1);
         break;
     case DMN_STEP_DRAINED:
         RD_INFO("drained at step %llu: telling trainers to stop",
@@ -271,7 +225,7 @@ static void snapshot_state(dmn_t *d)
 }
 
 /* Close the step once every trainer has left it. */
-static void maybe_close(dmn_t *d)
+void dmn__step_maybe_close(dmn_t *d)
 {
     if (d->state != DMN_STEP_RUNNING && d->state != DMN_STEP_BROKEN)
         return;
@@ -295,9 +249,9 @@ static void maybe_close(dmn_t *d)
         d->step++;
         dmn__ckpt_boundary(d, d->step);
     }
-    step_set_state(d, DMN_STEP_IDLE);
+    dmn__step_set_state(d, DMN_STEP_IDLE);
     if (d->flags & DMN_F_DRAIN_REQUESTED)
-        step_set_state(d, DMN_STEP_DRAINED);
+        dmn__step_set_state(d, DMN_STEP_DRAINED);
     else
         try_start(d);
 }
@@ -366,7 +320,7 @@ static void try_start(dmn_t *d)
     dmn__ckpt_prepare(d);
     d->flags &= ~DMN_F_ANY_REDO;
     d->ended = 0;
-    step_set_state(d, DMN_STEP_RUNNING);
+    dmn__step_set_state(d, DMN_STEP_RUNNING);
 
     uint32_t rank = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
@@ -411,377 +365,18 @@ void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
         /* Its collectives are answered before this STEP_BEGIN is. One
          * may be with the backend: the break waits for it, and its
          * buffers stay mapped until then (dmn__buf_unmap). */
-        answer_queue(c, 0, RINGD_ERESHAPE);
-        leave_to_redo(d, c);
+        dmn__step_answer_queue(c, 0, RINGD_ERESHAPE);
+        dmn__step_leave_to_redo(d, c);
         if (d->state == DMN_STEP_RUNNING)
-            step_set_state(d, DMN_STEP_BROKEN);
+            dmn__step_set_state(d, DMN_STEP_BROKEN);
         else if (d->state == DMN_STEP_REDUCING)
             d->flags |= DMN_F_BREAK_PENDING;
     }
     c->flags &= ~DMN_CONN_F_REDO;
     c->begin_seq = seq;
     dmn__conn_set_state(c, DMN_CONN_WAITING);
-    maybe_close(d);
+    dmn__step_maybe_close(d);
     try_start(d);
-}
-
-static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
-{
-    return a->kind == b->kind && a->coll_seq == b->coll_seq &&
-           a->count == b->count && a->dtype == b->dtype &&
-           (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
-           (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
-}
-
-void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
-{
-    if (!d->coll_in_flight) {
-        munmap(addr, size);
-        return;
-    }
-    if (d->nheld == d->held_cap) {
-        uint32_t cap = d->held_cap ? 2 * d->held_cap : 4;
-        struct dmn_held *p = realloc(d->held, cap * sizeof(*p));
-        if (p == NULL) {
-            /* Unmapping under the backend's thread could crash the
-             * daemon: losing the address space is the lesser evil. */
-            RD_WARN("no memory to defer an unmap: %zu bytes stay mapped",
-                    size);
-            return;
-        }
-        d->held = p;
-        d->held_cap = cap;
-    }
-    d->held[d->nheld++] = (struct dmn_held){addr, size};
-}
-
-void dmn__held_release(dmn_t *d)
-{
-    for (uint32_t i = 0; i < d->nheld; i++)
-        munmap(d->held[i].addr, d->held[i].size);
-    d->nheld = 0;
-}
-
-/*
- * The backend is done. An allreduce's result is already in every
- * trainer's buffer (the backend wrote it back, job_reduce_t); a broadcast
- * is copied out of staging unless it ran in the one trainer's buffer.
- */
-static void coll_done(void *arg, int status)
-{
-    dmn_t *d = arg;
-    d->coll_in_flight = 0;
-    dmn__held_release(d);
-    if (d->state != DMN_STEP_REDUCING)
-        return;
-    const proto_coll_req_t *r = &d->coll;
-    size_t esz = proto_dtype_size(r->dtype);
-    if (status != 0) {
-        int32_t wire = status == ST_ERESHAPE  ? RINGD_ERESHAPE
-                       : status == ST_EFENCED ? RINGD_EFENCED
-                                              : RINGD_EABORTED;
-        if (status != ST_ERESHAPE)
-            RD_WARN("collective %u of step %llu failed: %s", r->coll_seq,
-                    (unsigned long long)d->step, st_strerror(status));
-        d->stats.coll_errors++;
-        fail_posted(d, wire, 1);
-        step_set_state(d, DMN_STEP_BROKEN);
-        maybe_close(d);
-        return;
-    }
-    uint32_t g = d->coll_nsegs;
-    int copy_out = !d->coll_direct && g == 1 &&
-                   (r->kind == PROTO_COLL_BROADCAST ||
-                    d->coll_bufs[0] == d->staging);
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
-        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
-                                 r->count * esz);
-        if (dst != NULL && copy_out)
-            memcpy(dst, d->staging, r->count * esz);
-        for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
-            uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
-            c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
-            if (--c->q_len == 0)
-                dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-            dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
-        }
-    }
-    double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
-    uint64_t bytes = r->count * esz;
-    uint32_t n = d->view.node_count;
-    d->stats.collectives += g;
-    d->stats.coll_fused += g > 1 ? g : 0;
-    d->stats.coll_zero_copy += d->coll_direct;
-    d->stats.coll_bytes += bytes;
-    d->stats.coll_seconds += secs;
-    if (proto_coll_is_allreduce(r->kind) && secs > 0)
-        d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
-    step_set_state(d, DMN_STEP_RUNNING);
-    if (d->flags & DMN_F_BREAK_PENDING)
-        step_set_state(d, DMN_STEP_BROKEN);
-    else
-        try_launch(d); /* the next one queued: no round trip between */
-}
-
-static int grow(void **p, size_t *cap, size_t want, size_t esz)
-{
-    if (*cap >= want)
-        return 0;
-    void *q = realloc(*p, want * esz);
-    if (q == NULL) {
-        RD_ERROR("no memory for %zu bytes of collective state", want * esz);
-        return ST_ENOMEM;
-    }
-    *p = q;
-    *cap = want;
-    return 0;
-}
-
-/*
- * The posted trainers' buffers, in local-rank order, into d->coll_bufs;
- * returns how many. *root_p: the index of a broadcast's root among them,
- * or -1 when it is on another node.
- */
-static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
-{
-    const proto_coll_req_t *r = &d->coll;
-    uint32_t n = 0;
-    *root_p = -1;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        if (r->kind == PROTO_COLL_BROADCAST &&
-            d->view.rank_offset + c->local_rank == r->root)
-            *root_p = (int)n;
-        const proto_coll_req_t *q = &dmn__conn_q(c, 0)->req;
-        d->coll_bufs[n++] = dmn__buf_ptr(c, q->buf_id, q->offset, bytes);
-    }
-    return n;
-}
-
-/*
- * A fused group of g allreduces: every posted trainer's g buffers into
- * d->coll_bufs, trainer-major, their element counts into d->seg_counts
- * (the same for all: matched), and d->coll.count becomes the total.
- * Returns the number of trainers.
- */
-static uint32_t gather_fused(dmn_t *d, uint32_t g)
-{
-    size_t esz = proto_dtype_size(d->coll.dtype), total = 0;
-    uint32_t n = 0;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        for (uint32_t s = 0; s < g; s++) {
-            const proto_coll_req_t *q = &dmn__conn_q(c, s)->req;
-            d->coll_bufs[n * g + s] = dmn__buf_ptr(c, q->buf_id, q->offset,
-                                                   q->count * esz);
-            if (n == 0) {
-                d->seg_counts[s] = q->count;
-                total += q->count;
-            }
-        }
-        n++;
-    }
-    d->coll.count = total;
-    return n;
-}
-
-/* The group's total bytes (its entries are in every posted queue). */
-static size_t fused_bytes(dmn_t *d, uint32_t g)
-{
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        uint64_t n = 0;
-        for (uint32_t s = 0; s < g; s++)
-            n += dmn__conn_q(c, s)->req.count;
-        return n * proto_dtype_size(d->coll.dtype);
-    }
-    return 0;
-}
-
-/*
- * Everyone posted: hand the node's buffers to the backend. With one
- * trainer the collective runs in its buffer (zero-copy); with several the
- * backend reduces them into staging and writes the result back, on its
- * own thread; a fused group always goes through staging, gathered and
- * scattered there. Only a broadcast to several trainers copies here.
- */
-static void launch(dmn_t *d)
-{
-    const proto_coll_req_t *r = &d->coll;
-    uint32_t g = d->coll_nsegs;
-    size_t bytes = g > 1 ? fused_bytes(d, g)
-                         : r->count * proto_dtype_size(r->dtype);
-    uint32_t posted = 0;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        posted += c->cstate == DMN_CONN_POSTED;
-    size_t cap = d->coll_bufs_cap, scap = d->staging_size;
-    int direct = posted == 1 && d->zero_copy && g == 1;
-    if (grow((void **)&d->coll_bufs, &cap, (posted ? posted : 1) * g,
-             sizeof(void *)) != 0 ||
-        (g > 1 && grow((void **)&d->seg_counts, &d->seg_counts_cap, g,
-                       sizeof(size_t)) != 0) ||
-        (!direct && grow(&d->staging, &scap, bytes, 1) != 0)) {
-        fail_posted(d, RINGD_ENOMEM, 0);
-        return;
-    }
-    d->coll_bufs_cap = (uint32_t)cap;
-    d->staging_size = scap;
-    int root = -1;
-    uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
-    kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
-    void *buf = d->staging;
-    if (r->kind == PROTO_COLL_BROADCAST) {
-        /* The one trainer's buffer is sent from or received into. */
-        if (direct)
-            buf = d->coll_bufs[0];
-        else if (root >= 0)
-            memcpy(d->staging, d->coll_bufs[root], bytes);
-    } else if (!direct && g == 1) {
-        /* The copying path: one buffer, copied in here and out in
-         * coll_done, or several that the backend sums into staging. */
-        if (n == 1) {
-            memcpy(d->staging, d->coll_bufs[0], bytes);
-            d->coll_bufs[0] = d->staging;
-        }
-    }
-    d->coll_direct = direct;
-    step_set_state(d, DMN_STEP_REDUCING);
-    d->coll_start_ns = rd_now_ns();
-    d->coll_in_flight = 1;
-    int rc;
-    if (r->kind == PROTO_COLL_BROADCAST) {
-        rc = d->be->ops->broadcast(d->be, buf, bytes, r->root, coll_done,
-                                   d);
-    } else {
-        job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
-                            .staging = d->staging, .count = r->count,
-                            .dt = (kern_dtype_t)r->dtype, .op = op,
-                            .avg_divisor = r->op == RINGD_AVG
-                                               ? d->view.global_trainers
-                                               : 0,
-                            .nsegs = g, .seg_counts = d->seg_counts};
-        rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
-    }
-    if (rc != 0)
-        coll_done(d, rc);
-}
-
-/*
- * The entries the queues' head takes: 1, or for a fused group the run of
- * ALLREDUCE_MORE and the allreduce that ends it. 0 while some trainer has
- * not queued all of it: a group is one ring operation on every node, so
- * it never starts in part (the trainers send it whole).
- */
-static uint32_t group_len(const dmn_t *d, dmn_conn_t *first)
-{
-    uint32_t g = 1;
-    while (g <= first->q_len &&
-           dmn__conn_q(first, g - 1)->req.kind == PROTO_COLL_ALLREDUCE_MORE)
-        g++;
-    if (g > first->q_len)
-        return 0;
-    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        if (c->cstate == DMN_CONN_POSTED && c->q_len < g)
-            return 0;
-    return g;
-}
-
-/* Run the next collective once every trainer of the step queued it. */
-static void try_launch(dmn_t *d)
-{
-    if (d->state != DMN_STEP_RUNNING)
-        return;
-    dmn_conn_t *first = NULL;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate == DMN_CONN_ACTIVE)
-            return;
-        if (c->cstate == DMN_CONN_POSTED && first == NULL)
-            first = c;
-    }
-    if (first == NULL)
-        return;
-    uint32_t g = group_len(d, first);
-    if (g == 0)
-        return;
-    d->coll = dmn__conn_q(first, 0)->req;
-    d->coll_nsegs = g;
-    launch(d);
-}
-
-/* Another trainer's collective at position pos of its queue, the one req
- * must match; NULL when none has queued that far yet. */
-static const proto_coll_req_t *queued_at(dmn_t *d, const dmn_conn_t *c,
-                                         uint32_t pos)
-{
-    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-        if (o != c && dmn__conn_in_step(o) && o->q_len > pos)
-            return &dmn__conn_q(o, pos)->req;
-    return NULL;
-}
-
-void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
-                    const proto_coll_req_t *req)
-{
-    if (c->flags & (DMN_CONN_F_STALLED | DMN_CONN_F_REDO)) {
-        /* Back from a step it was timed out of, or one it left to redo
-         * (the rest of what it issued in that step): redo it. */
-        c->flags &= ~DMN_CONN_F_STALLED;
-        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
-        return;
-    }
-    if (dmn__conn_in_step(c) && d->state == DMN_STEP_BROKEN) {
-        answer_queue(c, 0, RINGD_ERESHAPE);
-        leave_to_redo(d, c);
-        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
-        maybe_close(d);
-        return;
-    }
-    if (!dmn__conn_in_step(c) || (d->state != DMN_STEP_RUNNING &&
-                                  d->state != DMN_STEP_REDUCING)) {
-        dmn__reply_error(c, seq, RINGD_ESTATE,
-                         "collective outside a step (state %s)",
-                         dmn__step_state_name(d->state));
-        return;
-    }
-    if (req->kind == PROTO_COLL_BROADCAST &&
-        req->root >= d->view.global_trainers) {
-        dmn__reply_error(c, seq, RINGD_EINVAL, "broadcast root %u >= %u",
-                         req->root, d->view.global_trainers);
-        return;
-    }
-    /* Matched by order of issue: the other trainers' collective at the
-     * same place in their queues. A trainer that already ended the step
-     * will post nothing more. */
-    const proto_coll_req_t *other = queued_at(d, c, c->q_len);
-    if ((other != NULL && !coll_matches(other, req)) || d->ended > 0) {
-        RD_WARN("client %u: collective %u does not match the other "
-                "trainers'", c->id, req->coll_seq);
-        d->stats.coll_errors++;
-        fail_posted(d, RINGD_EMISMATCH, 0);
-        dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
-        return;
-    }
-    if (c->q_len > 0) {
-        const proto_coll_req_t *prev = &dmn__conn_q(c, c->q_len - 1)->req;
-        if (prev->kind == PROTO_COLL_ALLREDUCE_MORE &&
-            (!proto_coll_is_allreduce(req->kind) ||
-             req->dtype != prev->dtype || req->op != prev->op)) {
-            dmn__reply_error(c, seq, RINGD_EINVAL, "a fused group must be "
-                             "allreduces of one dtype and op");
-            return;
-        }
-    }
-    dmn_qcoll_t *e = dmn__conn_q(c, c->q_len++);
-    e->msg_seq = seq;
-    e->req = *req;
-    dmn__conn_set_state(c, DMN_CONN_POSTED);
-    try_launch(d);
 }
 
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
@@ -802,12 +397,12 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
     if (any_queued(d)) {
         RD_WARN("client %u ended step %llu while others wait in a "
                 "collective", c->id, (unsigned long long)d->step);
-        fail_posted(d, RINGD_EMISMATCH, 0);
+        dmn__step_fail_posted(d, RINGD_EMISMATCH, 0);
     }
     dmn__conn_set_state(c, DMN_CONN_IDLE);
     d->ended++;
     dmn__reply_status(c, PROTO_T_STEP_END, seq, 0);
-    maybe_close(d);
+    dmn__step_maybe_close(d);
 }
 
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
@@ -827,7 +422,7 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     dmn__conn_set_state(c, DMN_CONN_CLOSED);
     if (in_step) {
         if (d->state == DMN_STEP_RUNNING)
-            step_set_state(d, DMN_STEP_BROKEN);
+            dmn__step_set_state(d, DMN_STEP_BROKEN);
         else if (d->state == DMN_STEP_REDUCING)
             d->flags |= DMN_F_BREAK_PENDING;
     }
@@ -842,7 +437,7 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
         check_done(d);
         return;
     }
-    maybe_close(d);
+    dmn__step_maybe_close(d);
     try_start(d);
 }
 
@@ -864,16 +459,16 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
             d->cfg->step_timeout_ms);
     c->flags |= DMN_CONN_F_STALLED;
     c->flags &= ~DMN_CONN_F_MEMBER;
-    leave_to_redo(d, c);
+    dmn__step_leave_to_redo(d, c);
     if (d->state == DMN_STEP_RUNNING)
-        step_set_state(d, DMN_STEP_BROKEN);
+        dmn__step_set_state(d, DMN_STEP_BROKEN);
     if (d->be->ops->trainer_lost != NULL) {
         uint32_t remaining = 0;
         for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
             remaining += dmn__conn_counted(o);
         d->be->ops->trainer_lost(d->be, 1, remaining);
     }
-    maybe_close(d);
+    dmn__step_maybe_close(d);
     try_start(d);
 }
 
@@ -985,8 +580,8 @@ void dmn__step_on_view(void *arg, const job_view_t *view)
     }
     if (d->state == DMN_STEP_RUNNING &&
         view->generation != d->view.generation) {
-        step_set_state(d, DMN_STEP_BROKEN);
-        maybe_close(d);
+        dmn__step_set_state(d, DMN_STEP_BROKEN);
+        dmn__step_maybe_close(d);
     }
 }
 
@@ -999,7 +594,7 @@ void dmn__step_drain(dmn_t *d)
 {
     d->flags |= DMN_F_DRAIN_REQUESTED;
     if (d->state == DMN_STEP_IDLE)
-        step_set_state(d, DMN_STEP_DRAINED);
+        dmn__step_set_state(d, DMN_STEP_DRAINED);
 }
 
 int dmn_done(const dmn_t *d)

@@ -1,0 +1,22 @@
+/*
+ * step-int.h - what step.c (the step state machine) and step-queue.c (the
+ * collectives within a step) share; the rest of the daemon uses dmn-int.h.
+ */
+#ifndef RINGD_DMN_STEP_INT_H
+#define RINGD_DMN_STEP_INT_H
+
+#include "daemon/dmn-int.h"
+
+/* The one transition function of the step state (step.c). */
+void dmn__step_set_state(dmn_t *d, dmn_step_state_t to);
+/* Close the step once every trainer has left it. */
+void dmn__step_maybe_close(dmn_t *d);
+/* c leaves the step it is in to redo it: the step cannot complete. */
+void dmn__step_leave_to_redo(dmn_t *d, dmn_conn_t *c);
+
+/* Answer c's queued collectives from the keep-th on (step-queue.c). */
+void dmn__step_answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status);
+/* Answer every pending collective with status; redo: void the step. */
+void dmn__step_fail_posted(dmn_t *d, int32_t status, int redo);
+
+#endif
