@@ -1,0 +1,386 @@
+/*
+ * Ring jobs through faults other than one trainer or one daemon lost: a
+ * daemon SIGSTOPped past its lease (it fences and rejoins), two or three
+ * daemons SIGKILLed at once (neighbours of each other or not), a trainer
+ * timed out of a step (--step-timeout) and one slower than the ring
+ * deadline (it waits: liveness is not progress).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "include/ringd.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/ring-cluster.h"
+#include "tests/task.h"
+
+/* 1 once the trainer process pid is stopped (SIGSTOP), reaping the
+ * stop so the test sees it exactly once. */
+static int trainer_stopped(void *pid_p)
+{
+    int st;
+    return waitpid(*(pid_t *)pid_p, &st, WUNTRACED | WNOHANG) ==
+               *(pid_t *)pid_p && WIFSTOPPED(st);
+}
+
+/*
+ * A daemon SIGSTOPped past its lease TTL (2 s) while its trainer waits in
+ * a collective. n0's trainer stops itself in step 200, so the others'
+ * trainers post their step-200 allreduce and wait; n2's daemon is stopped
+ * once it reduces its part, then n0's trainer resumes. n0 and n1 wait for
+ * n2 until its lease expires, then redo step 200 as a 2-node job. After
+ * SIGCONT, n2 finds its lease gone: it fences, the collective it was in
+ * is dropped (even when it completed from buffered data first) and its
+ * trainer gets RINGD_EFENCED; it registers again as a new member and
+ * joins with the job's state. Its step 200 of the old view never counts:
+ * its trainer logs no step between 199 and its join, every step it logged
+ * has the others' hash, and all end identical in a 3-node view.
+ */
+TEST_IMPL(dmn_ring_fence_stopped)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "1", "3");
+    node_init(&c, 1, "1", "3");
+    rc_log_level = "debug";
+    node_init(&c, 2, "1", "3");
+    rc_log_level = NULL;
+    const char *steps = "3000";
+    rc_stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    rc_stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, steps);
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    ASSERT_OK(td_wait_file(c.d[2].log, "step 200: running -> reducing",
+                           30000));
+    ASSERT_OK(kill(c.d[2].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &c.d[2].pid, 10000) == 0,
+               "n2's daemon did not stop");
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    const char *h00 = td_path(&c.d[0], "h0");
+    /* The others redo step 200 without n2 once its lease expired. */
+    ASSERT_OK(td_wait_file(h00, "step 200 ", 30000));
+    ASSERT(td_file_has(c.d[0].log, ": 2 members, me #"));
+    ASSERT_OK(kill(c.d[2].pid, SIGCONT));
+
+    const char *t2 = td_path(&c.d[2], "t0.log");
+    ASSERT_OK(td_wait_file(c.d[2].log, "ring backend: fenced", 10000));
+    ASSERT_OK(td_wait_file(t2, "collective: the node is fenced (lease "
+                               "lost); redoing the step", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 10000));
+    ASSERT_OK(td_wait_file(c.d[2].log, ": 3 members, me #", 30000));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(c.d[0].log, " 1 joiner"));
+    /* Most often its part of step 200 went out before the stop and the
+     * others' parts were buffered, so on waking the collective completed
+     * before the fence timer fired: it must have been dropped (else the
+     * fence aborted it first). Either way step 200 is not counted below. */
+    if (!td_file_has(c.d[2].log, "lease ran out: dropped"))
+        fprintf(stderr, "note: the fence aborted n2's collective first\n");
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(h00, &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(t2, "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT_EQ(h0.world[199], 3);
+    ASSERT_EQ(h0.world[200], 2);
+    ASSERT(h2.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h2.have[s], "n2 logged step %d while evicted", s);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h2), 200);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(h0.world[2999], 3);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* The worlds n's trainer logged steps in: bit w set for world w. */
+static unsigned worlds_seen(const td_hashes_t *h)
+{
+    unsigned seen = 0;
+    for (int s = 0; s < h->nsteps && s < TD_MAX_STEPS; s++)
+        if (h->have[s] && h->world[s] < 32)
+            seen |= 1u << h->world[s];
+    return seen;
+}
+
+/*
+ * The generations a daemon's log names: *full the last view of n
+ * members, returns the first later one of k members (0: none).
+ */
+static uint64_t view_after(const char *log, int n, int k, uint64_t *full)
+{
+    char *text = td_read(log, NULL);
+    uint64_t first = 0;
+    *full = 0;
+    for (char *p = text; p != NULL && (p = strstr(p, ": view ")) != NULL;
+         p++) {
+        unsigned long long g;
+        int m;
+        if (sscanf(p, ": view %llu, %d members", &g, &m) != 2)
+            continue;
+        if (m == n)
+            *full = g;
+        else if (m == k && *full > 0 && first == 0)
+            first = g;
+    }
+    free(text);
+    return first;
+}
+
+/*
+ * Daemons (dead[] of an n-node ring) SIGKILLed at once while every
+ * trainer is stopped between steps, with a 30 s lease TTL: no lease
+ * expiry can remove them in time. The survivors' rings see the failed
+ * endpoints while no collective runs; each failure must reach the leader
+ * (the first command after it returns an abort, and that abort still
+ * names the dead neighbour; a survivor whose two neighbours both died
+ * names both) and go into a view, so the survivors go on as a job of the
+ * survivors long before any lease runs out (the wait below is shorter
+ * than the TTL) and finish every step, bitwise identical. No step runs
+ * in a world in between: a view that still held a dead node could not
+ * complete one.
+ */
+static int kill_nodes(int n, const int *dead, int n_dead)
+{
+    cluster_env();
+    cluster_t c = {.n = n};
+    int s[MAXN], n_s = 0, is_dead[MAXN] = {0};
+    char nodes[16], world[32];
+    for (int i = 0; i < n_dead; i++)
+        is_dead[dead[i]] = 1;
+    for (int i = 0; i < n; i++)
+        if (!is_dead[i])
+            s[n_s++] = i;
+    snprintf(nodes, sizeof(nodes), "%d", n);
+    snprintf(world, sizeof(world), "world %d", n_s);
+    fx_etcd_start(&c.etcd, 0);
+    rc_lease_ttl = "30";
+    for (int i = 0; i < n; i++)
+        node_init(&c, i, "1", nodes);
+    rc_lease_ttl = "2";
+    rc_stop_after = "100";
+    for (int i = 0; i < n; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    rc_stop_after = NULL;
+    for (int i = 0; i < n; i++)
+        ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[i][0], 60000) == 0,
+                   "n%d's trainer never stopped after step 100", i);
+    for (int i = 0; i < n_dead; i++)
+        kill(c.d[dead[i]].pid, SIGKILL);
+    for (int i = 0; i < n_dead; i++) {
+        th_kill(c.d[dead[i]].pid);
+        c.d[dead[i]].pid = 0;
+        th_kill(c.trainer[dead[i]][0]);
+    }
+    for (int i = 0; i < n_s; i++)
+        ASSERT_OK(td_wait_file(c.d[s[i]].log, "peer endpoint failed",
+                               10000));
+    for (int i = 0; i < n_s; i++)
+        kill(c.trainer[s[i]][0], SIGCONT);
+    for (int i = 0; i < n_s; i++) {
+        int rc = td_wait_file(td_path(&c.d[s[i]], "h0"), world, 20000);
+        if (rc != 0)
+            for (int j = 0; j < n_s; j++)
+                td_dump(c.d[s[j]].log);
+        ASSERT_MSG(rc == 0, "n%d never went on as a %d-node job before "
+                            "the dead nodes' leases (30 s) could expire",
+                   s[i], n_s);
+    }
+    for (int i = 0; i < n_s; i++)
+        expect_exit0(&c, s[i], 0, c.trainer[s[i]][0]);
+    /* One view for the suspects the leader holds: the dead are all out
+     * of the next view or the one after (a report that came while the
+     * first was being written). */
+    for (int i = 0; i < n_s; i++) {
+        uint64_t full, after = view_after(c.d[s[i]].log, n, n_s, &full);
+        ASSERT_MSG(after > full && after <= full + 2,
+                   "n%d: the view of %d members after view %llu is %llu",
+                   s[i], n_s, (unsigned long long)full,
+                   (unsigned long long)after);
+    }
+
+    static td_hashes_t h[MAXN];
+    for (int i = 0; i < n_s; i++) {
+        td_read_hashes(td_path(&c.d[s[i]], "h0"), &h[i]);
+        ASSERT_EQ(worlds_seen(&h[i]), (1u << n) | (1u << n_s));
+        if (i > 0)
+            ASSERT_EQ(td_same_hashes(&h[0], &h[i]), 3000);
+    }
+    ASSERT_EQ(h[0].world[100], n);
+    ASSERT_EQ(h[0].world[101], n_s);
+    for (int i = 0; i < n_s; i++)
+        ASSERT_EQ(td_stop(&c.d[s[i]], 30000), 0);
+    return fx_done();
+}
+
+/* n1 and n2: each survivor has one dead neighbour. */
+TEST_IMPL(dmn_ring_kill_two_adjacent)
+{
+    static const int dead[] = {1, 2};
+    return kill_nodes(4, dead, 2);
+}
+
+/* n1 and n3: both neighbours of each survivor die at once. */
+TEST_IMPL(dmn_ring_kill_both_neighbours)
+{
+    static const int dead[] = {1, 3};
+    return kill_nodes(4, dead, 2);
+}
+
+/* Three of six at once: n1 and n2 adjacent, n4 too, so n3 loses both
+ * neighbours and n0 and n5 one each. */
+TEST_IMPL(dmn_ring_kill_three)
+{
+    static const int dead[] = {1, 2, 4};
+    return kill_nodes(6, dead, 3);
+}
+
+/*
+ * --step-timeout: n0's trainer stops itself in step 200, after step_begin
+ * and before its collective, while n1's and n2's wait for it there. After
+ * the timeout n0's daemon names that trainer (its pid), takes it out of
+ * the step and steps out of the job, so n1 and n2 redo step 200 as a
+ * 2-node job instead of waiting. Resumed, the trainer's collective answers
+ * RINGD_ERESHAPE, its step_begin brings n0 back as a joiner with the job's
+ * state, and the three end identical in a 3-node view. n0 logs no step
+ * from 200 until it joined (its step 200 never counted).
+ */
+TEST_IMPL(dmn_ring_step_timeout)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    rc_step_timeout = "1500";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    rc_step_timeout = NULL;
+    rc_stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    rc_stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    char named[64];
+    snprintf(named, sizeof(named), "(pid %d) sent nothing for ",
+             (int)c.trainer[0][0]);
+    int rc = td_wait_file(c.d[0].log, named, 30000);
+    if (rc != 0)
+        td_dump(c.d[0].log);
+    ASSERT_MSG(rc == 0, "n0 never timed its trainer out of the step");
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "world 2", 30000));
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    int64_t joined = logged_step(td_path(&c.d[0], "t0.log"),
+                                 "joined at step ");
+    ASSERT_GT(joined, 200);
+    ASSERT(h0.have[199]);
+    for (int s = 200; s < joined; s++)
+        ASSERT_MSG(!h0.have[s], "n0 logged step %d while out", s);
+    /* n1 and n2 went on as a 2-node job and took n0 back. One of them
+     * may have received a step in the state rather than computed it (it
+     * was one step behind at a view change): it need not log it. */
+    ASSERT_EQ(worlds_seen(&h1), (1u << 3) | (1u << 2));
+    ASSERT_EQ(h1.world[199], 3);
+    for (int s = 0; s < 3000; s++)
+        ASSERT_MSG(h1.have[s] || h2.have[s], "step %d ran nowhere", s);
+    ASSERT_GE(td_same_hashes(&h1, &h2), 2990);
+    ASSERT_GT(td_same_hashes(&h0, &h1), 200);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h1.world[2999], 3);
+    char *m = td_http_get(c.d[0].metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    ASSERT_MSG(strstr(m, "ringd_trainers_stalled_total 1\n") != NULL,
+               "n0's /metrics does not count one stalled trainer");
+    free(m);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* For td_poll: the daemon log at path shows three deadlines waited out. */
+static int waited_thrice(void *path)
+{
+    return td_count(path, "alive: waiting for it") >= 3;
+}
+
+/*
+ * Liveness is not progress: n0's trainer stops itself in step 200 for
+ * longer than the ring deadline (2 s here) plus the lease TTL, while n1's
+ * and n2's wait for it in a collective. Their rings' deadlines pass, but
+ * no view removed n0 (its daemon keeps renewing its lease), so the
+ * collective waits on: nobody is suspected, evicted or re-ringed. Resumed
+ * (once a neighbour has waited past a deadline and a TTL, n0's lease
+ * renewed meanwhile), n0's trainer finishes with the others: the job
+ * never left generation 1, every step had all three, all end identical.
+ */
+TEST_IMPL(dmn_ring_slow_trainer)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    rc_deadline = "2000";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    rc_deadline = NULL;
+    rc_stop_in = "200";
+    c.trainer[0][0] = trainer(&c, 0, 0, "3000");
+    rc_stop_in = NULL;
+    for (int i = 1; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
+               "n0's trainer never stopped in step 200");
+    /* The event: n1's ring waited past its deadline three times (6 s >
+     * 2 s + the 2 s TTL + 1 s: the old suspicion would have fired). */
+    if (td_poll(waited_thrice, c.d[1].log, 30000) != 0) {
+        td_dump(c.d[1].log);
+        td_dump(c.d[2].log);
+        ASSERT_MSG(0, "n1's ring never waited out three deadlines for n0");
+    }
+    ASSERT_OK(kill(c.trainer[0][0], SIGCONT));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+
+    for (int i = 0; i < 3; i++) {
+        ASSERT_MSG(!td_file_has(c.d[i].log, " suspects "),
+                   "n%d suspected a live node", i);
+        ASSERT_MSG(!td_file_has(c.d[i].log, "ring backend: view 2"),
+                   "n%d left generation 1", i);
+        ASSERT(!td_file_has(c.d[i].log, "FENCED"));
+    }
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    for (int s = 0; s < 3000; s++) {
+        ASSERT_MSG(h0.have[s] && h1.have[s] && h2.have[s],
+                   "step %d not logged by all three", s);
+        ASSERT_EQ(h0.gen[s], 1);
+        ASSERT_EQ(h0.world[s], 3);
+    }
+    ASSERT_EQ(td_same_hashes(&h0, &h1), 3000);
+    ASSERT_EQ(td_same_hashes(&h1, &h2), 3000);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
