@@ -1,6 +1,7 @@
 /*
  * job_ring-int.h - internals of the ring backend shared by
- * job_ring.c (main loop side, membership, the backend ops),
+ * job_ring.c (main loop side, the backend ops),
+ * job_ring_mb.c (membership's callbacks, stepping out, rejoining),
  * job_ring_thread.c (views and the ring thread) and
  * job_ring_ckpt.c (checkpoint records in etcd).
  */
@@ -28,8 +29,8 @@
  *   STANDBY -trainer back-> WAITING
  *   any but LEFT -leave-> LEAVING -left-> LEFT; STANDBY -leave-> LEFT
  *
- * job_set_state() is the one place that changes it, with the exit and
- * entry actions.
+ * job__ring_set_state() is the one place that changes it, with the exit
+ * and entry actions.
  */
 typedef enum {
     JOB_WAITING = 0,  /* no usable view: start, after a failure */
@@ -155,6 +156,22 @@ typedef struct {
     char win_peer[64];
     int hop_skip, hop_backoff; /* ticks to skip; after a failed put */
 } rb_t;
+
+/* job_ring.c: the main loop side. */
+/* The one transition function; refuses a move the table does not allow. */
+void job__ring_set_state(rb_t *b, job_state_t next, const char *why);
+/* Thread-safe abort of the collective the ring thread is running. */
+void job__ring_abort_running(rb_t *b);
+/* Start whatever the state and the pending view allow now. */
+void job__ring_advance(rb_t *b);
+
+/* job_ring_mb.c: membership's callbacks, stepping out and rejoining. */
+/* Membership on this node's transport address (kept in b->mc). */
+int job__ring_create_mb(rb_t *b, const job_config_t *cfg);
+/* Register again once a trainer waits at a step start (from STANDBY). */
+void job__ring_maybe_rejoin(rb_t *b);
+/* The backend op: a local trainer died. */
+void job__ring_trainer_lost(job_t *be, int in_step, uint32_t remaining);
 
 /* job_ring_hops.c */
 void job__hops_init(rb_t *b, uv_loop_t *loop); /* its timer: with the

@@ -9,7 +9,7 @@
  *   uv_async <------------------------------    BROADCAST; posts the result
  *
  * States (job_state_t in job_ring-int.h; one transition function,
- * job_set_state):
+ * job__ring_set_state):
  *   WAITING  no usable view yet (start, after a failure)
  *   SYNCING  a REBUILD command runs: new ring, then agree on the step and
  *            broadcast the state from the member furthest ahead
@@ -61,12 +61,10 @@ static int busy(const rb_t *b)
     return b->cmd.kind != CMD_NONE;
 }
 
-static void abort_running(rb_t *b);
-static void maybe_rejoin(rb_t *b);
 
 /* The one transition function: refuses a move the table does not allow
  * (loudly: it is a bug), then runs the exit and entry actions. */
-static void job_set_state(rb_t *b, job_state_t next, const char *why)
+void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
 {
     job_state_t prev = b->state;
     if (prev == next)
@@ -82,7 +80,7 @@ static void job_set_state(rb_t *b, job_state_t next, const char *why)
     /* Exit: the ring of the old view can no longer be used. */
     if ((prev == JOB_READY || prev == JOB_SYNCING) && next != JOB_READY &&
         next != JOB_LEAVING && busy(b))
-        abort_running(b);
+        job__ring_abort_running(b);
     switch (next) {
     case JOB_READY:
         uv_timer_stop(&b->suspect_timer);
@@ -97,10 +95,10 @@ static void job_set_state(rb_t *b, job_state_t next, const char *why)
         mb_view_free(b->pending);
         b->pending = NULL;
         if (mb_leave(b->mb) != 0)
-            job_set_state(b, JOB_STANDBY, "not registered");
+            job__ring_set_state(b, JOB_STANDBY, "not registered");
         break;
     case JOB_STANDBY:
-        maybe_rejoin(b);
+        job__ring_maybe_rejoin(b);
         break;
     default:
         break;
@@ -117,7 +115,7 @@ static void post_cmd(rb_t *b)
 }
 
 /* Thread-safe abort of the collective the ring thread is running. */
-static void abort_running(rb_t *b)
+void job__ring_abort_running(rb_t *b)
 {
     pthread_mutex_lock(&b->mu);
     if (b->posted) {
@@ -176,7 +174,7 @@ static void post_rebuild(rb_t *b)
                         .ckpt_root = b->ckpt_root};
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
-    job_set_state(b, JOB_SYNCING, "a view to install");
+    job__ring_set_state(b, JOB_SYNCING, "a view to install");
     post_cmd(b);
 }
 
@@ -186,7 +184,7 @@ static void post_rebuild(rb_t *b)
  * starts only while the daemon waits in ready(): then the node is at a
  * step start with its state registered.
  */
-static void advance(rb_t *b)
+void job__ring_advance(rb_t *b)
 {
     if (busy(b) || b->ready_cb == NULL || b->state >= JOB_STEPPING_OUT)
         return;
@@ -329,7 +327,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         handle_peer_failure(b, c->status, c->suspect);
         handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_SYNCING)
-            job_set_state(b, JOB_WAITING, "resync failed");
+            job__ring_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
             c->status != ST_ECONFIG && c->view == b->cur &&
             b->retries < RB_REBUILD_RETRIES)
@@ -345,7 +343,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
     fill_dview(b);
     b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     b->dview.restored = c->state_replaced;
-    job_set_state(b, JOB_READY, "resynced");
+    job__ring_set_state(b, JOB_READY, "resynced");
     if (b->cbs.on_view != NULL)
         b->cbs.on_view(b->cbs.arg, &b->dview);
     b->dview.restored = 0;
@@ -467,7 +465,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
         RD_WARN("ring backend: a collective finished after this node's "
                 "lease ran out: dropped, the step is redone");
         if (b->state < JOB_STEPPING_OUT)
-            job_set_state(b, JOB_FENCED, "lease ran out");
+            job__ring_set_state(b, JOB_FENCED, "lease ran out");
         status = ST_EFENCED;
     }
     if (status == 0 && attempt_account(b, c)) {
@@ -480,7 +478,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
         handle_peer_failure(b, status, c->suspect);
         handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
-            job_set_state(b, JOB_WAITING, "collective failed");
+            job__ring_set_state(b, JOB_WAITING, "collective failed");
         status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
     }
     if (cb != NULL)
@@ -493,7 +491,7 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
         handle_peer_failure(b, c->status, c->suspect);
         handle_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
-            job_set_state(b, JOB_WAITING, "agreement failed");
+            job__ring_set_state(b, JOB_WAITING, "agreement failed");
         return;
     }
     b->agree_due = 0;
@@ -522,155 +520,7 @@ static void on_async(uv_async_t *h)
         on_agreed(b, &c);
     else
         on_collective_done(b, &c);
-    advance(b);
-}
-
-/* ---- membership callbacks ------------------------------------------------ */
-
-static void mb_on_view(const mb_view_t *mv, void *data)
-{
-    rb_t *b = data;
-    mb_view_t *v;
-    if (mb_view_dup(mv, &v) != 0) {
-        RD_ERROR("ring backend: out of memory copying view %llu",
-                 (unsigned long long)mv->generation);
-        return;
-    }
-    RD_INFO("ring backend: view %llu: %zu member%s, me #%d, %zu joiner%s",
-            (unsigned long long)v->generation, v->n_members,
-            v->n_members == 1 ? "" : "s",
-            v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
-    /*
-     * Every node must switch rings at the same point of the job, and a
-     * node cannot know where the others are when a view arrives: so any
-     * new view, a join as much as a loss, ends whatever runs on the old
-     * ring (a collective comes back ST_ERESHAPE and its step is redone),
-     * and each node installs the newest view it has at its next step
-     * start. A node still on an older view aborts when the newer one
-     * reaches it, so all converge on the latest generation.
-     */
-    mb_view_free(b->pending);
-    b->pending = v;
-    if (b->state == JOB_SYNCING)
-        abort_running(b); /* its failure brings WAITING */
-    else if (b->state == JOB_READY || b->state == JOB_FENCED)
-        job_set_state(b, JOB_WAITING, "a new view");
-    advance(b);
-}
-
-static void mb_on_fenced(int reason, void *data)
-{
-    rb_t *b = data;
-    RD_WARN("ring backend: fenced (%s): not serving collectives until "
-            "etcd takes this node back", st_strerror(reason));
-    /* cur stays: a command in flight may still read it; the view that
-     * takes this node back replaces it. */
-    if (b->state < JOB_STEPPING_OUT)
-        job_set_state(b, JOB_FENCED, "lease lost");
-}
-
-static void mb_on_drain(void *data)
-{
-    rb_t *b = data;
-    RD_INFO("ring backend: drain requested; leaving at the next step "
-            "boundary");
-    if (b->cbs.on_drain != NULL)
-        b->cbs.on_drain(b->cbs.arg);
-}
-
-static void mb_on_left(int status, void *data)
-{
-    rb_t *b = data;
-    if (b->state == JOB_STEPPING_OUT) {
-        job_set_state(b, JOB_STANDBY, "left the job");
-        return;
-    }
-    job_set_state(b, JOB_LEFT, "left the job");
-    job_done_cb cb = b->leave_cb;
-    b->leave_cb = NULL;
-    if (cb != NULL)
-        cb(b->leave_arg, status);
-}
-
-/* ---- a local trainer lost ------------------------------------------------ */
-
-/* Register again, as a new member, once a trainer waits at a step start.
- * From a timer: mb_destroy may not run inside an mb callback. */
-static void on_rejoin(uv_timer_t *t)
-{
-    rb_t *b = t->data;
-    if (b->state != JOB_STANDBY || b->ready_cb == NULL ||
-        b->local_trainers == 0)
-        return;
-    mb_t *mb = NULL;
-    int rc = mb_create(b->loop, &b->mc, &b->mcb, b, &mb);
-    if (rc == 0)
-        rc = mb_start(mb);
-    if (rc != 0) {
-        RD_ERROR("ring backend: cannot register again: %s; retrying",
-                 st_strerror(rc));
-        mb_destroy(mb);
-        uv_timer_start(&b->rejoin, on_rejoin, 1000, 0);
-        return;
-    }
-    mb_destroy(b->mb);
-    b->mb = mb;
-    RD_INFO("ring backend: a trainer is back: registering again");
-    job_set_state(b, JOB_WAITING, "registered again");
-}
-
-static void maybe_rejoin(rb_t *b)
-{
-    if (b->state == JOB_STANDBY && b->ready_cb != NULL &&
-        b->local_trainers > 0)
-        uv_timer_start(&b->rejoin, on_rejoin, 0, 0);
-}
-
-/*
- * No trainer left here: this node cannot take part in any collective, and
- * every other node would wait for it. It leaves the job (a clean leave:
- * the view without it comes at once) and registers again as a new member
- * when a trainer is back; it then gets the job's state like any joiner.
- */
-static void step_out(rb_t *b)
-{
-    RD_WARN("ring backend: no trainer left on this node: leaving the job "
-            "until one connects");
-    job_set_state(b, JOB_STEPPING_OUT, "no local trainer");
-}
-
-/*
- * A trainer that had begun the step died: this node cannot finish the
- * step, and the others wait for it in a collective (its daemon is
- * healthy: no endpoint fails, no lease expires). Ask for a new
- * generation of the view; every node aborts the old ring, redoes the
- * step and agrees on the state again (the same path as any view change),
- * so no step is lost or applied twice. A trainer lost between steps
- * needs nothing here: the node's next step runs with another count than
- * the agreed one, which voids it on every node (attempt_begin).
- */
-static void rb_trainer_lost(job_t *be, int in_step,
-                            uint32_t remaining)
-{
-    rb_t *b = (rb_t *)be;
-    if (b->state >= JOB_STEPPING_OUT)
-        return;
-    if (remaining == 0) {
-        step_out(b);
-        return;
-    }
-    if (!in_step || b->pending != NULL || b->cur == NULL)
-        return; /* a view already on its way aborts everyone anyway */
-    RD_WARN("ring backend: a trainer died during step %llu: asking for a "
-            "new generation of view %llu so that every node redoes it",
-            (unsigned long long)b->step,
-            (unsigned long long)b->cur->generation);
-    if (mb_request_view(b->mb, "a local trainer died mid-step") != 0)
-        return; /* not in a view: the one that takes us in comes anyway */
-    if (b->state == JOB_SYNCING)
-        abort_running(b);
-    else if (b->state == JOB_READY)
-        job_set_state(b, JOB_WAITING, "a trainer died mid-step");
+    job__ring_advance(b);
 }
 
 /* ---- backend ops ------------------------------------------------------- */
@@ -706,8 +556,9 @@ static int rb_ready(job_t *be, job_done_cb cb, void *arg)
         b->ready_cb = cb;
         b->ready_arg = arg;
     }
-    maybe_rejoin(b);
-    advance(b); /* a step start: pending views and joins go now */
+    job__ring_maybe_rejoin(b);
+    /* A step start: pending views and joins go now. */
+    job__ring_advance(b);
     return 0;
 }
 
@@ -791,19 +642,19 @@ static int rb_leave(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
     if (b->state == JOB_STANDBY) {
-        job_set_state(b, JOB_LEFT, "leave: already out of the job");
+        job__ring_set_state(b, JOB_LEFT, "leave: already out of the job");
         return 1;
     }
     job_state_t prev = b->state;
     b->leave_cb = cb;
     b->leave_arg = arg;
-    job_set_state(b, JOB_LEAVING, "leave");
+    job__ring_set_state(b, JOB_LEAVING, "leave");
     if (prev == JOB_STEPPING_OUT)
         return 0; /* the standby's mb_leave finishes it (mb_on_left) */
     int rc = mb_leave(b->mb);
     if (rc != 0) {
         b->leave_cb = NULL;
-        job_set_state(b, JOB_LEFT, "not registered");
+        job__ring_set_state(b, JOB_LEFT, "not registered");
     }
     return rc;
 }
@@ -871,7 +722,7 @@ static const job_ops_t rb_ops = {
     .ready = rb_ready,
     .get_view = rb_get_view,
     .set_step = rb_set_step,
-    .trainer_lost = rb_trainer_lost,
+    .trainer_lost = job__ring_trainer_lost,
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,
@@ -887,8 +738,8 @@ static const job_ops_t rb_ops = {
  * running ring's view is alive until a view says otherwise: a dead daemon
  * fails its endpoints (UCX), a hung or cut-off one loses its lease, and
  * either brings a new view, which aborts the collective (mb_on_view,
- * abort_running). So a quiet rank while no abort was asked is a slow
- * trainer: wait. Known gap: a daemon whose ring thread is wedged while its
+ * job__ring_abort_running). So a quiet rank while no abort was asked is a
+ * slow trainer: wait. Known gap: a daemon whose ring thread is wedged while its
  * main loop renews the lease is waited for too.
  */
 static int rt_member_alive(void *arg, uint32_t rank)
@@ -899,25 +750,6 @@ static int rt_member_alive(void *arg, uint32_t rank)
     int alive = !b->abort_flag;
     pthread_mutex_unlock(&b->mu);
     return alive;
-}
-
-/* What membership needs, from the job's config. */
-static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
-{
-    memset(mc, 0, sizeof(*mc));
-    mc->job = cfg->job;
-    mc->node = cfg->node;
-    mc->host = cfg->host;
-    mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
-    mc->ttl_s = (int)cfg->lease_ttl;
-    mc->min_members = (int)cfg->min_nodes;
-    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
-    mc->etcd.endpoints = cfg->etcd;
-    mc->etcd.ca_file = cfg->etcd_ca;
-    mc->etcd.cert_file = cfg->etcd_cert;
-    mc->etcd.key_file = cfg->etcd_key;
-    mc->etcd.user = cfg->etcd_user;
-    mc->etcd.password_file = cfg->etcd_password_file;
 }
 
 /* The main loop's handles and the command slot's lock: first, so that
@@ -934,20 +766,6 @@ static void init_sync(rb_t *b, uv_loop_t *loop)
     job__hops_init(b, loop);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
     b->rejoin.data = b->retry.data = b;
-}
-
-/* Membership on this node's transport address; its strings live in cfg
- * and tp, as long as the job does (kept in b->mc for a rejoin). */
-static int create_mb(rb_t *b, const job_config_t *cfg)
-{
-    mb_config_from(cfg, &b->mc);
-    job_auth_secret(b->auth, &b->mc.secret, &b->mc.secret_len);
-    tp_address(b->tp, &b->mc.addr, &b->mc.addr_len);
-    b->mcb = (mb_callbacks_t){.on_view = mb_on_view,
-                              .on_fenced = mb_on_fenced,
-                              .on_drain = mb_on_drain,
-                              .on_left = mb_on_left};
-    return mb_create(b->loop, &b->mc, &b->mcb, b, &b->mb);
 }
 
 int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
@@ -988,7 +806,7 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     rc = job__rbck_create(cfg->job, cfg->node, b->ckpt_root, &b->ckpt);
     if (rc != 0)
         goto err_tp;
-    rc = create_mb(b, cfg);
+    rc = job__ring_create_mb(b, cfg);
     if (rc != 0)
         goto err_ckpt;
     if (pthread_create(&b->thread, NULL, job__ring_thread_main, b) != 0) {

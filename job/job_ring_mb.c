@@ -1,0 +1,192 @@
+/*
+ * job_ring_mb.c - the ring backend's side of membership (mb_), on the main
+ * loop: membership's callbacks (a new view, fenced, a drain asked, left),
+ * and a node without local trainers stepping out of the job and
+ * registering again as a new member once one is back.
+ */
+#include "job/job_ring-int.h"
+
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+
+/* ---- membership callbacks ------------------------------------------------ */
+
+static void mb_on_view(const mb_view_t *mv, void *data)
+{
+    rb_t *b = data;
+    mb_view_t *v;
+    if (mb_view_dup(mv, &v) != 0) {
+        RD_ERROR("ring backend: out of memory copying view %llu",
+                 (unsigned long long)mv->generation);
+        return;
+    }
+    RD_INFO("ring backend: view %llu: %zu member%s, me #%d, %zu joiner%s",
+            (unsigned long long)v->generation, v->n_members,
+            v->n_members == 1 ? "" : "s",
+            v->my_index, v->n_joiners, v->n_joiners == 1 ? "" : "s");
+    /*
+     * Every node must switch rings at the same point of the job, and a
+     * node cannot know where the others are when a view arrives: so any
+     * new view, a join as much as a loss, ends whatever runs on the old
+     * ring (a collective comes back ST_ERESHAPE and its step is redone),
+     * and each node installs the newest view it has at its next step
+     * start. A node still on an older view aborts when the newer one
+     * reaches it, so all converge on the latest generation.
+     */
+    mb_view_free(b->pending);
+    b->pending = v;
+    if (b->state == JOB_SYNCING)
+        job__ring_abort_running(b); /* its failure brings WAITING */
+    else if (b->state == JOB_READY || b->state == JOB_FENCED)
+        job__ring_set_state(b, JOB_WAITING, "a new view");
+    job__ring_advance(b);
+}
+
+static void mb_on_fenced(int reason, void *data)
+{
+    rb_t *b = data;
+    RD_WARN("ring backend: fenced (%s): not serving collectives until "
+            "etcd takes this node back", st_strerror(reason));
+    /* cur stays: a command in flight may still read it; the view that
+     * takes this node back replaces it. */
+    if (b->state < JOB_STEPPING_OUT)
+        job__ring_set_state(b, JOB_FENCED, "lease lost");
+}
+
+static void mb_on_drain(void *data)
+{
+    rb_t *b = data;
+    RD_INFO("ring backend: drain requested; leaving at the next step "
+            "boundary");
+    if (b->cbs.on_drain != NULL)
+        b->cbs.on_drain(b->cbs.arg);
+}
+
+static void mb_on_left(int status, void *data)
+{
+    rb_t *b = data;
+    if (b->state == JOB_STEPPING_OUT) {
+        job__ring_set_state(b, JOB_STANDBY, "left the job");
+        return;
+    }
+    job__ring_set_state(b, JOB_LEFT, "left the job");
+    job_done_cb cb = b->leave_cb;
+    b->leave_cb = NULL;
+    if (cb != NULL)
+        cb(b->leave_arg, status);
+}
+
+/* ---- a local trainer lost ------------------------------------------------ */
+
+/* Register again, as a new member, once a trainer waits at a step start.
+ * From a timer: mb_destroy may not run inside an mb callback. */
+static void on_rejoin(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    if (b->state != JOB_STANDBY || b->ready_cb == NULL ||
+        b->local_trainers == 0)
+        return;
+    mb_t *mb = NULL;
+    int rc = mb_create(b->loop, &b->mc, &b->mcb, b, &mb);
+    if (rc == 0)
+        rc = mb_start(mb);
+    if (rc != 0) {
+        RD_ERROR("ring backend: cannot register again: %s; retrying",
+                 st_strerror(rc));
+        mb_destroy(mb);
+        uv_timer_start(&b->rejoin, on_rejoin, 1000, 0);
+        return;
+    }
+    mb_destroy(b->mb);
+    b->mb = mb;
+    RD_INFO("ring backend: a trainer is back: registering again");
+    job__ring_set_state(b, JOB_WAITING, "registered again");
+}
+
+void job__ring_maybe_rejoin(rb_t *b)
+{
+    if (b->state == JOB_STANDBY && b->ready_cb != NULL &&
+        b->local_trainers > 0)
+        uv_timer_start(&b->rejoin, on_rejoin, 0, 0);
+}
+
+/*
+ * No trainer left here: this node cannot take part in any collective, and
+ * every other node would wait for it. It leaves the job (a clean leave:
+ * the view without it comes at once) and registers again as a new member
+ * when a trainer is back; it then gets the job's state like any joiner.
+ */
+static void step_out(rb_t *b)
+{
+    RD_WARN("ring backend: no trainer left on this node: leaving the job "
+            "until one connects");
+    job__ring_set_state(b, JOB_STEPPING_OUT, "no local trainer");
+}
+
+/*
+ * A trainer that had begun the step died: this node cannot finish the
+ * step, and the others wait for it in a collective (its daemon is
+ * healthy: no endpoint fails, no lease expires). Ask for a new
+ * generation of the view; every node aborts the old ring, redoes the
+ * step and agrees on the state again (the same path as any view change),
+ * so no step is lost or applied twice. A trainer lost between steps
+ * needs nothing here: the node's next step runs with another count than
+ * the agreed one, which voids it on every node (attempt_begin).
+ */
+void job__ring_trainer_lost(job_t *be, int in_step, uint32_t remaining)
+{
+    rb_t *b = (rb_t *)be;
+    if (b->state >= JOB_STEPPING_OUT)
+        return;
+    if (remaining == 0) {
+        step_out(b);
+        return;
+    }
+    if (!in_step || b->pending != NULL || b->cur == NULL)
+        return; /* a view already on its way aborts everyone anyway */
+    RD_WARN("ring backend: a trainer died during step %llu: asking for a "
+            "new generation of view %llu so that every node redoes it",
+            (unsigned long long)b->step,
+            (unsigned long long)b->cur->generation);
+    if (mb_request_view(b->mb, "a local trainer died mid-step") != 0)
+        return; /* not in a view: the one that takes us in comes anyway */
+    if (b->state == JOB_SYNCING)
+        job__ring_abort_running(b);
+    else if (b->state == JOB_READY)
+        job__ring_set_state(b, JOB_WAITING, "a trainer died mid-step");
+}
+
+/* What membership needs, from the job's config. */
+static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
+{
+    memset(mc, 0, sizeof(*mc));
+    mc->job = cfg->job;
+    mc->node = cfg->node;
+    mc->host = cfg->host;
+    mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
+    mc->ttl_s = (int)cfg->lease_ttl;
+    mc->min_members = (int)cfg->min_nodes;
+    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
+    mc->etcd.endpoints = cfg->etcd;
+    mc->etcd.ca_file = cfg->etcd_ca;
+    mc->etcd.cert_file = cfg->etcd_cert;
+    mc->etcd.key_file = cfg->etcd_key;
+    mc->etcd.user = cfg->etcd_user;
+    mc->etcd.password_file = cfg->etcd_password_file;
+}
+
+/* Membership on this node's transport address; its strings live in cfg
+ * and tp, as long as the job does (kept in b->mc for a rejoin). */
+int job__ring_create_mb(rb_t *b, const job_config_t *cfg)
+{
+    mb_config_from(cfg, &b->mc);
+    job_auth_secret(b->auth, &b->mc.secret, &b->mc.secret_len);
+    tp_address(b->tp, &b->mc.addr, &b->mc.addr_len);
+    b->mcb = (mb_callbacks_t){.on_view = mb_on_view,
+                              .on_fenced = mb_on_fenced,
+                              .on_drain = mb_on_drain,
+                              .on_left = mb_on_left};
+    return mb_create(b->loop, &b->mc, &b->mcb, b, &b->mb);
+}
