@@ -8,7 +8,7 @@
  * memfds created here; the client keeps the fds open for its lifetime so
  * that a reconnect can hand the very same memory to a restarted daemon.
  */
-#include "include/ringd.h"
+#include "client/client-int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,62 +19,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "proto/proto.h"
-
-typedef struct {
-    void *addr;             /* NULL: slot free */
-    size_t size;
-    int fd;
-} cl_buf_t;
-
-/* An issued collective whose handle has not been waited for. */
-typedef struct {
-    ringd_handle_t h;       /* 0: slot free */
-    uint32_t seq;           /* of its COLL request */
-    uint32_t buf_id;
-    int done;               /* its reply came (or the connection went) */
-    int status;
-    int held;               /* in a group not yet ended: not sent */
-    proto_coll_req_t req;   /* what a held one will send */
-} cl_pend_t;
-
-_Static_assert(RINGD_MAX_OUTSTANDING == PROTO_MAX_OUTSTANDING,
-               "the client's bound is the daemon's");
-
-struct ringd_client {
-    int fd;                 /* -1 while disconnected */
-    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    ringd_opts_t opts;
-    char name[32];
-    uint32_t seq;
-    uint32_t client_id;
-    cl_buf_t *bufs;         /* indexed by buffer id; lowest free id reused */
-    uint32_t nbufs;         /* slots in use, free ones included */
-    uint32_t bufs_cap;
-    int has_state;
-    proto_state_set_t state;
-    int in_step;            /* step_begin succeeded, step_end not yet */
-    uint32_t coll_seq;      /* collectives posted in this step */
-    int reshaped;           /* a collective of this step got ERESHAPE */
-    uint32_t rank, world;   /* of the step begun */
-    uint8_t *barrier_buf;   /* a one-page buffer of ours, for barriers */
-    cl_pend_t pend[RINGD_MAX_OUTSTANDING];
-    uint32_t npend;         /* slots in use */
-    int group_open;         /* ringd_group_start() without its end */
-    uint32_t group_n;       /* held collectives, in issue order: */
-    uint16_t group_slot[RINGD_MAX_OUTSTANDING]; /* their pend slots */
-    ringd_handle_t next_handle;
-    char err[256];
-};
-
-static int cl_fail(ringd_client_t *c, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Record the detailed message of a failure; returns rc. */
-static int cl_fail(ringd_client_t *c, int rc, const char *fmt, ...)
+int cl__fail(ringd_client_t *c, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -121,7 +70,7 @@ void ringd_opts_init(ringd_opts_t *opts)
 
 /* The connection is gone: so are the replies of every outstanding
  * collective. */
-static void cl_drop(ringd_client_t *c)
+void cl__drop(ringd_client_t *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -140,15 +89,15 @@ static void cl_drop(ringd_client_t *c)
 
 static int cl_disconnected(ringd_client_t *c, const char *what, int err)
 {
-    cl_drop(c);
-    return cl_fail(c, RINGD_EDISCONNECTED,
-                   "lost the ringd daemon at %s (%s: %s); call "
-                   "ringd_reconnect() or ringd_step_begin()",
-                   c->path, what, err ? strerror(err) : "connection closed");
+    cl__drop(c);
+    return cl__fail(c, RINGD_EDISCONNECTED,
+                    "lost the ringd daemon at %s (%s: %s); call "
+                    "ringd_reconnect() or ringd_step_begin()",
+                    c->path, what, err ? strerror(err) : "connection closed");
 }
 
-static int cl_send(ringd_client_t *c, uint32_t type, const void *body,
-                   size_t len, int pass_fd)
+int cl__send(ringd_client_t *c, uint32_t type, const void *body,
+             size_t len, int pass_fd)
 {
     char buf[PROTO_MAX_MSG];
     proto_hdr_t h = {PROTO_MAGIC, PROTO_VERSION, (uint16_t)type,
@@ -176,7 +125,7 @@ static int cl_send(ringd_client_t *c, uint32_t type, const void *body,
             continue;
         if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
             return cl_disconnected(c, "send", errno);
-        return cl_fail(c, RINGD_ESYS, "sendmsg: %s", strerror(errno));
+        return cl__fail(c, RINGD_ESYS, "sendmsg: %s", strerror(errno));
     }
 }
 
@@ -191,7 +140,7 @@ static int cl_status_ok(int32_t st)
  * header: 0 with *n_p set, 1 when wait_ms is 0 and nothing is there, or an
  * error (the connection is then dropped, but for RINGD_ESYS).
  */
-static int cl_read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p)
+int cl__read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p)
 {
     for (;;) {
         struct pollfd p = {c->fd, POLLIN, 0};
@@ -199,16 +148,16 @@ static int cl_read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            return cl_fail(c, RINGD_ESYS, "poll: %s", strerror(errno));
+            return cl__fail(c, RINGD_ESYS, "poll: %s", strerror(errno));
         if (n == 0 && wait_ms == 0)
             return 1;
         if (n == 0) {
             /* The late reply would desynchronise the connection: drop it;
              * ringd_step_begin() reconnects. */
-            cl_drop(c);
-            return cl_fail(c, RINGD_ETIMEDOUT,
-                           "no reply from the daemon within %u ms; "
-                           "connection closed", c->opts.timeout_ms);
+            cl__drop(c);
+            return cl__fail(c, RINGD_ETIMEDOUT,
+                            "no reply from the daemon within %u ms; "
+                            "connection closed", c->opts.timeout_ms);
         }
         ssize_t got = recv(c->fd, buf, PROTO_MAX_MSG, MSG_TRUNC);
         if (got < 0 && errno == EINTR)
@@ -218,8 +167,8 @@ static int cl_read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p)
         if (got == 0)
             return cl_disconnected(c, "recv", 0);
         if ((size_t)got > PROTO_MAX_MSG) {
-            cl_drop(c);
-            return cl_fail(c, RINGD_EPROTO, "oversized reply from daemon");
+            cl__drop(c);
+            return cl__fail(c, RINGD_EPROTO, "oversized reply from daemon");
         }
         *n_p = (size_t)got;
         break;
@@ -229,8 +178,8 @@ static int cl_read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p)
     memcpy(&h, buf, *n_p < sizeof(h) ? *n_p : sizeof(h));
     int rc = proto_check_hdr(&h, *n_p, 1, &why);
     if (rc != 0) {
-        cl_drop(c);
-        return cl_fail(c, rc, "bad reply from daemon: %s", why);
+        cl__drop(c);
+        return cl__fail(c, rc, "bad reply from daemon: %s", why);
     }
     return 0;
 }
@@ -243,7 +192,7 @@ static int cl_error_status(ringd_client_t *c, const char *buf)
     e.text[PROTO_TEXT - 1] = '\0';
     int st = e.status < 0 && cl_status_ok(e.status) ? e.status
                                                    : RINGD_EPROTO;
-    return cl_fail(c, st, "daemon: %s", e.text);
+    return cl__fail(c, st, "daemon: %s", e.text);
 }
 
 /*
@@ -251,7 +200,7 @@ static int cl_error_status(ringd_client_t *c, const char *buf)
  * 1 when taken, 0 when it is no collective's, < 0 for a malformed one
  * (the connection is then dropped).
  */
-static int cl_take(ringd_client_t *c, const char *buf)
+int cl__take(ringd_client_t *c, const char *buf)
 {
     proto_hdr_t h;
     memcpy(&h, buf, sizeof(h));
@@ -270,13 +219,13 @@ static int cl_take(ringd_client_t *c, const char *buf)
         int32_t v;
         memcpy(&v, buf + sizeof(h), sizeof(v));
         if (!cl_status_ok(v)) {
-            cl_drop(c);
-            return cl_fail(c, RINGD_EPROTO, "daemon sent status %d", v);
+            cl__drop(c);
+            return cl__fail(c, RINGD_EPROTO, "daemon sent status %d", v);
         }
         st = v;
     } else {
-        cl_drop(c);
-        return cl_fail(c, RINGD_EPROTO, "reply out of sequence");
+        cl__drop(c);
+        return cl__fail(c, RINGD_EPROTO, "reply out of sequence");
     }
     p->done = 1;
     p->status = st;
@@ -289,21 +238,21 @@ static int cl_take(ringd_client_t *c, const char *buf)
 
 /* Take every reply already there without blocking, so that a client
  * issuing many collectives never lets the daemon's replies pile up. */
-static int cl_take_ready(ringd_client_t *c)
+int cl__take_ready(ringd_client_t *c)
 {
     char buf[PROTO_MAX_MSG];
     size_t n;
     while (c->fd >= 0) {
-        int rc = cl_read(c, 0, buf, &n);
+        int rc = cl__read(c, 0, buf, &n);
         if (rc == 1)
             return 0;
         if (rc == 0)
-            rc = cl_take(c, buf);
+            rc = cl__take(c, buf);
         if (rc < 0)
             return rc;
         if (rc == 0) {
-            cl_drop(c);
-            return cl_fail(c, RINGD_EPROTO, "reply out of sequence");
+            cl__drop(c);
+            return cl__fail(c, RINGD_EPROTO, "reply out of sequence");
         }
     }
     return 0;
@@ -318,9 +267,9 @@ static int cl_recv(ringd_client_t *c, uint32_t type, void *rep,
     size_t n_got = 0;
     int timeout = c->opts.timeout_ms ? (int)c->opts.timeout_ms : -1;
     for (;;) {
-        int rc = cl_read(c, timeout, buf, &n_got);
+        int rc = cl__read(c, timeout, buf, &n_got);
         if (rc == 0)
-            rc = cl_take(c, buf);
+            rc = cl__take(c, buf);
         if (rc < 0)
             return rc;
         if (rc == 0)
@@ -331,18 +280,18 @@ static int cl_recv(ringd_client_t *c, uint32_t type, void *rep,
     if ((h.type & ~PROTO_REPLY) == PROTO_T_ERROR)
         return cl_error_status(c, buf);
     if (h.seq != c->seq || (h.type & ~PROTO_REPLY) != type) {
-        cl_drop(c);
-        return cl_fail(c, RINGD_EPROTO, "reply out of sequence");
+        cl__drop(c);
+        return cl__fail(c, RINGD_EPROTO, "reply out of sequence");
     }
     memcpy(rep, buf + sizeof(h), rep_len);
     int32_t st;
     memcpy(&st, rep, sizeof(st));
     if (!cl_status_ok(st)) {
-        cl_drop(c);
-        return cl_fail(c, RINGD_EPROTO, "daemon sent status %d", st);
+        cl__drop(c);
+        return cl__fail(c, RINGD_EPROTO, "daemon sent status %d", st);
     }
     if (st != 0)
-        cl_fail(c, st, "daemon: %s", ringd_strerror(st));
+        cl__fail(c, st, "daemon: %s", ringd_strerror(st));
     return st;
 }
 
@@ -350,9 +299,9 @@ static int cl_call(ringd_client_t *c, uint32_t type, const void *body,
                    size_t len, int pass_fd, void *rep, size_t rep_len)
 {
     if (c->fd < 0)
-        return cl_fail(c, RINGD_EDISCONNECTED,
-                       "not connected to the daemon at %s", c->path);
-    int rc = cl_send(c, type, body, len, pass_fd);
+        return cl__fail(c, RINGD_EDISCONNECTED,
+                        "not connected to the daemon at %s", c->path);
+    int rc = cl__send(c, type, body, len, pass_fd);
     if (rc != 0)
         return rc;
     return cl_recv(c, type, rep, rep_len);
@@ -371,19 +320,19 @@ static int cl_open(ringd_client_t *c)
 {
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
-        return cl_fail(c, RINGD_ESYS, "socket: %s", strerror(errno));
+        return cl__fail(c, RINGD_ESYS, "socket: %s", strerror(errno));
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, c->path, sizeof(a.sun_path));
     if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         int e = errno;
-        cl_drop(c);
+        cl__drop(c);
         if (e == ENOENT || e == ECONNREFUSED || e == ENOTSOCK)
-            return cl_fail(c, RINGD_ENODAEMON,
-                           "no ringd daemon listening at %s (%s); is ringd "
-                           "running, and is RINGD_SOCKET right?",
-                           c->path, strerror(e));
-        return cl_fail(c, RINGD_ESYS, "connect %s: %s", c->path,
-                       strerror(e));
+            return cl__fail(c, RINGD_ENODAEMON,
+                            "no ringd daemon listening at %s (%s); is ringd "
+                            "running, and is RINGD_SOCKET right?",
+                            c->path, strerror(e));
+        return cl__fail(c, RINGD_ESYS, "connect %s: %s", c->path,
+                        strerror(e));
     }
     proto_hello_t h = {(uint32_t)getpid(), RINGD_API_VERSION, {0}};
     memcpy(h.name, c->name, sizeof(h.name));
@@ -398,7 +347,7 @@ static int cl_open(ringd_client_t *c)
         rc = cl_call(c, PROTO_T_STATE_SET, &c->state, sizeof(c->state), -1,
                      &rep, sizeof(rep));
     if (rc != 0) {
-        cl_drop(c);
+        cl__drop(c);
         return rc;
     }
     return 0;
@@ -443,7 +392,7 @@ int ringd_reconnect(ringd_client_t *c)
 {
     if (c == NULL)
         return RINGD_EINVAL;
-    cl_drop(c);
+    cl__drop(c);
     return cl_open(c);
 }
 
@@ -454,13 +403,13 @@ static int cl_free_slot(ringd_client_t *c, uint32_t *id_p)
     while (id < c->nbufs && c->bufs[id].addr != NULL)
         id++;
     if (id == PROTO_MAX_BUFFERS)
-        return cl_fail(c, RINGD_ENOMEM, "at most %d buffers at once",
-                       PROTO_MAX_BUFFERS);
+        return cl__fail(c, RINGD_ENOMEM, "at most %d buffers at once",
+                        PROTO_MAX_BUFFERS);
     if (id == c->bufs_cap) {
         uint32_t cap = c->bufs_cap ? c->bufs_cap * 2 : 16;
         cl_buf_t *b = realloc(c->bufs, cap * sizeof(*b));
         if (b == NULL)
-            return cl_fail(c, RINGD_ENOMEM, "buffer table of %u", cap);
+            return cl__fail(c, RINGD_ENOMEM, "buffer table of %u", cap);
         c->bufs = b;
         c->bufs_cap = cap;
     }
@@ -483,7 +432,7 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
     if (c == NULL)
         return NULL;
     if (bytes == 0 || bytes > PROTO_MAX_BUF_BYTES) {
-        cl_fail(c, RINGD_EINVAL, "buffer size %zu out of range", bytes);
+        cl__fail(c, RINGD_EINVAL, "buffer size %zu out of range", bytes);
         return NULL;
     }
     uint32_t id = 0;
@@ -493,7 +442,7 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
     size_t size = (bytes + page - 1) / page * page;
     int fd = memfd_create("ringd-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
-        cl_fail(c, RINGD_ESYS, "memfd_create: %s", strerror(errno));
+        cl__fail(c, RINGD_ESYS, "memfd_create: %s", strerror(errno));
         return NULL;
     }
     /* The daemon maps it too and insists it can never shrink. */
@@ -502,8 +451,8 @@ void *ringd_buffer(ringd_client_t *c, size_t bytes)
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
         addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
-        cl_fail(c, RINGD_ENOMEM, "shared buffer of %zu bytes: %s", size,
-                strerror(errno));
+        cl__fail(c, RINGD_ENOMEM, "shared buffer of %zu bytes: %s", size,
+                 strerror(errno));
         close(fd);
         return NULL;
     }
@@ -525,16 +474,16 @@ int ringd_buffer_free(ringd_client_t *c, void *ptr)
     while (id < c->nbufs && c->bufs[id].addr != ptr)
         id++;
     if (id == c->nbufs)
-        return cl_fail(c, RINGD_EINVAL, "%p is not the start of a buffer "
-                       "from ringd_buffer()", ptr);
+        return cl__fail(c, RINGD_EINVAL, "%p is not the start of a buffer "
+                        "from ringd_buffer()", ptr);
     if (c->has_state && c->state.buf_id == id)
-        return cl_fail(c, RINGD_ESTATE, "buffer %u holds the state region: "
-                       "move it with ringd_state() first", id);
+        return cl__fail(c, RINGD_ESTATE, "buffer %u holds the state region: "
+                        "move it with ringd_state() first", id);
     for (uint32_t i = 0; i < RINGD_MAX_OUTSTANDING; i++)
         if (c->pend[i].h != 0 && !c->pend[i].done &&
             c->pend[i].buf_id == id)
-            return cl_fail(c, RINGD_ESTATE, "buffer %u has a collective "
-                           "outstanding: ringd_wait() for it first", id);
+            return cl__fail(c, RINGD_ESTATE, "buffer %u has a collective "
+                            "outstanding: ringd_wait() for it first", id);
     /* Without a connection the daemon has unmapped it already. */
     if (c->fd >= 0) {
         proto_buf_free_t f = {id, 0};
@@ -549,8 +498,8 @@ int ringd_buffer_free(ringd_client_t *c, void *ptr)
 }
 
 /* Find the buffer holding [p, p+len); 0 or RINGD_EINVAL. */
-static int cl_locate(ringd_client_t *c, const void *p, size_t len,
-                     uint32_t *id_p, uint64_t *off_p)
+int cl__locate(ringd_client_t *c, const void *p, size_t len,
+               uint32_t *id_p, uint64_t *off_p)
 {
     for (uint32_t i = 0; i < c->nbufs; i++) {
         if (c->bufs[i].addr == NULL)
@@ -559,16 +508,16 @@ static int cl_locate(ringd_client_t *c, const void *p, size_t len,
         uintptr_t q = (uintptr_t)p;
         if (q >= base && q - base < c->bufs[i].size) {
             if (!proto_range_ok(q - base, len, c->bufs[i].size))
-                return cl_fail(c, RINGD_EINVAL,
-                               "%zu bytes at %p run past the end of ringd "
-                               "buffer %u", len, p, i);
+                return cl__fail(c, RINGD_EINVAL,
+                                "%zu bytes at %p run past the end of ringd "
+                                "buffer %u", len, p, i);
             *id_p = i;
             *off_p = q - base;
             return 0;
         }
     }
-    return cl_fail(c, RINGD_EINVAL,
-                   "%p is not inside a buffer from ringd_buffer()", p);
+    return cl__fail(c, RINGD_EINVAL,
+                    "%p is not inside a buffer from ringd_buffer()", p);
 }
 
 int ringd_state(ringd_client_t *c, void *ptr, size_t bytes)
@@ -576,7 +525,7 @@ int ringd_state(ringd_client_t *c, void *ptr, size_t bytes)
     if (c == NULL || ptr == NULL || bytes == 0)
         return RINGD_EINVAL;
     proto_state_set_t s = {0};
-    int rc = cl_locate(c, ptr, bytes, &s.buf_id, &s.offset);
+    int rc = cl__locate(c, ptr, bytes, &s.buf_id, &s.offset);
     if (rc != 0)
         return rc;
     s.bytes = bytes;
@@ -634,10 +583,10 @@ int ringd_step_begin(ringd_client_t *c, ringd_view_t *view)
     if (rep.world == 0 || rep.rank >= rep.world || rep.local_world == 0 ||
         rep.local_rank >= rep.local_world || rep.local_world > rep.world ||
         rep.restored > 1) {
-        cl_drop(c);
-        return cl_fail(c, RINGD_EPROTO, "daemon sent an impossible view "
-                       "(rank %u of %u, local %u of %u)", rep.rank,
-                       rep.world, rep.local_rank, rep.local_world);
+        cl__drop(c);
+        return cl__fail(c, RINGD_EPROTO, "daemon sent an impossible view "
+                        "(rank %u of %u, local %u of %u)", rep.rank,
+                        rep.world, rep.local_rank, rep.local_world);
     }
     *view = (ringd_view_t){rep.rank, rep.world, rep.local_rank,
                            rep.local_world, rep.step, rep.generation,
@@ -649,310 +598,16 @@ int ringd_step_begin(ringd_client_t *c, ringd_view_t *view)
     return 0;
 }
 
-static cl_pend_t *cl_find(ringd_client_t *c, ringd_handle_t h)
-{
-    for (uint32_t i = 0; h != 0 && i < RINGD_MAX_OUTSTANDING; i++)
-        if (c->pend[i].h == h)
-            return &c->pend[i];
-    return NULL;
-}
-
-/* Its outcome; the handle is free again. */
-static int cl_release_handle(ringd_client_t *c, cl_pend_t *p)
-{
-    int st = p->status;
-    *p = (cl_pend_t){0};
-    c->npend--;
-    return st;
-}
-
-/* Send a collective request without waiting; *h_p names it. */
-static int cl_issue(ringd_client_t *c, proto_coll_req_t *r, const void *ptr,
-                    ringd_handle_t *h_p)
-{
-    size_t esz = proto_dtype_size(r->dtype);
-    if (esz == 0 || r->count == 0 || r->count > PROTO_MAX_BUF_BYTES / esz)
-        return cl_fail(c, RINGD_EINVAL, "bad dtype or count");
-    if (r->kind == PROTO_COLL_ALLREDUCE && r->op > RINGD_AVG)
-        return cl_fail(c, RINGD_EINVAL, "bad reduction op %u", r->op);
-    if (c->reshaped)
-        return cl_fail(c, RINGD_ERESHAPE, "a collective of this step "
-                       "failed with RINGD_ERESHAPE: redo the step");
-    if (!c->in_step)
-        return cl_fail(c, RINGD_ESTATE,
-                       "collective outside a step: call ringd_step_begin()");
-    if (c->npend == RINGD_MAX_OUTSTANDING)
-        return cl_fail(c, RINGD_ELIMIT, "%d collectives not waited for: "
-                       "ringd_wait() for some first", RINGD_MAX_OUTSTANDING);
-    int rc = cl_locate(c, ptr, r->count * esz, &r->buf_id, &r->offset);
-    if (rc != 0)
-        return rc;
-    if (c->fd < 0)
-        return cl_fail(c, RINGD_EDISCONNECTED,
-                       "not connected to the daemon at %s", c->path);
-    r->coll_seq = c->coll_seq++;
-    cl_pend_t *p = c->pend;
-    while (p->h != 0)
-        p++;
-    if (c->group_open) {
-        /* Sent at ringd_group_end(), when the group is known whole. */
-        c->group_slot[c->group_n++] = (uint16_t)(p - c->pend);
-    } else {
-        rc = cl_send(c, PROTO_T_COLL, r, sizeof(*r), -1);
-        if (rc != 0)
-            return rc;
-    }
-    if (++c->next_handle == 0)
-        c->next_handle = 1;
-    *p = (cl_pend_t){c->next_handle, c->seq, r->buf_id, 0, 0,
-                     c->group_open, *r};
-    c->npend++;
-    *h_p = p->h;
-    return c->group_open ? 0 : cl_take_ready(c);
-}
-
-int ringd_group_start(ringd_client_t *c)
-{
-    if (c == NULL)
-        return RINGD_EINVAL;
-    if (c->group_open)
-        return cl_fail(c, RINGD_ESTATE, "a group is already open");
-    if (c->reshaped)
-        return cl_fail(c, RINGD_ERESHAPE, "a collective of this step "
-                       "failed with RINGD_ERESHAPE: redo the step");
-    if (!c->in_step)
-        return cl_fail(c, RINGD_ESTATE,
-                       "group outside a step: call ringd_step_begin()");
-    c->group_open = 1;
-    c->group_n = 0;
-    return 0;
-}
-
-/* Consecutive allreduces of a group with the same dtype and op are sent
- * as one fused run: each but the last says the next one joins it. */
-static int cl_joins_next(const proto_coll_req_t *a, const cl_pend_t *next)
-{
-    return next != NULL && a->kind == PROTO_COLL_ALLREDUCE &&
-           next->req.kind == PROTO_COLL_ALLREDUCE &&
-           next->req.dtype == a->dtype && next->req.op == a->op;
-}
-
-int ringd_group_end(ringd_client_t *c)
-{
-    if (c == NULL)
-        return RINGD_EINVAL;
-    if (!c->group_open)
-        return cl_fail(c, RINGD_ESTATE, "no group is open");
-    c->group_open = 0;
-    uint32_t n = c->group_n;
-    c->group_n = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        cl_pend_t *p = &c->pend[c->group_slot[i]];
-        cl_pend_t *next = i + 1 < n ? &c->pend[c->group_slot[i + 1]]
-                                    : NULL;
-        if (!p->held)
-            continue; /* failed with the connection meanwhile */
-        proto_coll_req_t r = p->req;
-        if (cl_joins_next(&r, next))
-            r.kind = PROTO_COLL_ALLREDUCE_MORE;
-        int rc = cl_send(c, PROTO_T_COLL, &r, sizeof(r), -1);
-        if (rc != 0)
-            return rc; /* every handle failed with the connection */
-        p->seq = c->seq;
-        p->held = 0;
-    }
-    return cl_take_ready(c);
-}
-
-int ringd_wait(ringd_client_t *c, ringd_handle_t h)
-{
-    if (c == NULL)
-        return RINGD_EINVAL;
-    cl_pend_t *p = cl_find(c, h);
-    if (p == NULL)
-        return cl_fail(c, RINGD_EINVAL, "handle %llu is not outstanding "
-                       "(already waited for, or of a step left since)",
-                       (unsigned long long)h);
-    if (p->held)
-        return cl_fail(c, RINGD_ESTATE, "handle %llu is in a group not yet "
-                       "sent: ringd_group_end() first",
-                       (unsigned long long)h);
-    char buf[PROTO_MAX_MSG];
-    size_t n;
-    int timeout = c->opts.timeout_ms ? (int)c->opts.timeout_ms : -1;
-    while (!p->done) {
-        if (c->fd < 0) {
-            /* cl_drop failed every handle; this only guards the loop. */
-            p->done = 1;
-            p->status = RINGD_EDISCONNECTED;
-            break;
-        }
-        int rc = cl_read(c, timeout, buf, &n);
-        if (rc == 0)
-            rc = cl_take(c, buf);
-        if (rc == 0)
-            rc = cl_fail(c, RINGD_EPROTO, "reply out of sequence");
-        if (rc < 0) {
-            /* Dropped (if not yet): a late reply would come unexpected,
-             * and every handle fails; this one with the cause. */
-            if (c->fd >= 0)
-                cl_drop(c);
-            p->status = rc;
-        }
-    }
-    int st = cl_release_handle(c, p);
-    if (st != 0 && st != RINGD_EDISCONNECTED)
-        cl_fail(c, st, "collective: %s", ringd_strerror(st));
-    return st;
-}
-
-int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p)
-{
-    if (c == NULL || done_p == NULL)
-        return RINGD_EINVAL;
-    cl_pend_t *p = cl_find(c, h);
-    *done_p = 1;
-    if (p == NULL)
-        return cl_fail(c, RINGD_EINVAL, "handle %llu is not outstanding",
-                       (unsigned long long)h);
-    if (p->held) {
-        *done_p = 0;
-        return cl_fail(c, RINGD_ESTATE, "handle %llu is in a group not "
-                       "yet sent", (unsigned long long)h);
-    }
-    (void)cl_take_ready(c); /* a failure marks the handles done */
-    if (!p->done) {
-        *done_p = 0;
-        return 0;
-    }
-    return cl_release_handle(c, p);
-}
-
-int ringd_allreduce_async(ringd_client_t *c, void *ptr, size_t count,
-                          ringd_dtype_t dtype, ringd_op_t op,
-                          ringd_handle_t *h_p)
-{
-    if (c == NULL || ptr == NULL || h_p == NULL)
-        return RINGD_EINVAL;
-    proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
-                          .dtype = (uint32_t)dtype, .count = count,
-                          .op = (uint32_t)op};
-    return cl_issue(c, &r, ptr, h_p);
-}
-
-int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
-                          uint32_t root, ringd_handle_t *h_p)
-{
-    if (c == NULL || ptr == NULL || h_p == NULL)
-        return RINGD_EINVAL;
-    proto_coll_req_t r = {.kind = PROTO_COLL_BROADCAST, .dtype = RINGD_U8,
-                          .count = bytes, .root = root};
-    return cl_issue(c, &r, ptr, h_p);
-}
-
-/*
- * An allgather is an allreduce SUM of bytes over world * bytes in which
- * every trainer contributes only its own chunk, the others zeroed here:
- * exact for any content (0 + b = b in u8), no new collective in the
- * daemon or the ring, at twice the ring traffic of a dedicated one.
- */
-int ringd_allgather_async(ringd_client_t *c, void *ptr, size_t bytes,
-                          ringd_handle_t *h_p)
-{
-    if (c == NULL || ptr == NULL || h_p == NULL || bytes == 0)
-        return RINGD_EINVAL;
-    if (!c->in_step)
-        return cl_fail(c, c->reshaped ? RINGD_ERESHAPE : RINGD_ESTATE,
-                       "allgather outside a step");
-    if (bytes > PROTO_MAX_BUF_BYTES / c->world)
-        return cl_fail(c, RINGD_EINVAL, "allgather of %zu bytes x %u "
-                       "trainers is too large", bytes, c->world);
-    size_t all = bytes * c->world;
-    uint32_t id;
-    uint64_t off;
-    int rc = cl_locate(c, ptr, all, &id, &off);
-    if (rc != 0)
-        return rc;
-    uint8_t *p = ptr;
-    memset(p, 0, bytes * c->rank);
-    memset(p + bytes * (c->rank + 1), 0, all - bytes * (c->rank + 1));
-    return ringd_allreduce_async(c, ptr, all, RINGD_U8, RINGD_SUM, h_p);
-}
-
-/* A blocking call would wait for what the open group holds back. */
-static int cl_no_group(ringd_client_t *c, const char *what)
-{
-    if (c != NULL && c->group_open)
-        return cl_fail(c, RINGD_ESTATE, "blocking %s inside a group: use "
-                       "the _async call", what);
-    return 0;
-}
-
-int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes)
-{
-    if (cl_no_group(c, "allgather") != 0)
-        return RINGD_ESTATE;
-    ringd_handle_t h;
-    int rc = ringd_allgather_async(c, ptr, bytes, &h);
-    return rc != 0 ? rc : ringd_wait(c, h);
-}
-
-/* A barrier is an allreduce of one byte of a buffer of the client's own,
- * allocated at the first one (a page, counted as one of its buffers). */
-int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p)
-{
-    if (c == NULL || h_p == NULL)
-        return RINGD_EINVAL;
-    if (c->barrier_buf == NULL) {
-        c->barrier_buf = ringd_buffer(c, 1);
-        if (c->barrier_buf == NULL)
-            return c->fd < 0 ? RINGD_EDISCONNECTED : RINGD_ENOMEM;
-    }
-    /* Outstanding barriers of the step each get a byte of their own. */
-    uint32_t slot = c->coll_seq % 4096;
-    return ringd_allreduce_async(c, c->barrier_buf + slot, 1, RINGD_U8,
-                                 RINGD_MAX, h_p);
-}
-
-int ringd_barrier(ringd_client_t *c)
-{
-    if (cl_no_group(c, "barrier") != 0)
-        return RINGD_ESTATE;
-    ringd_handle_t h;
-    int rc = ringd_barrier_async(c, &h);
-    return rc != 0 ? rc : ringd_wait(c, h);
-}
-
-int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
-                    ringd_dtype_t dtype, ringd_op_t op)
-{
-    if (cl_no_group(c, "allreduce") != 0)
-        return RINGD_ESTATE;
-    ringd_handle_t h;
-    int rc = ringd_allreduce_async(c, ptr, count, dtype, op, &h);
-    return rc != 0 ? rc : ringd_wait(c, h);
-}
-
-int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
-                    uint32_t root)
-{
-    if (cl_no_group(c, "broadcast") != 0)
-        return RINGD_ESTATE;
-    ringd_handle_t h;
-    int rc = ringd_broadcast_async(c, ptr, bytes, root, &h);
-    return rc != 0 ? rc : ringd_wait(c, h);
-}
-
 int ringd_step_end(ringd_client_t *c)
 {
     if (c == NULL)
         return RINGD_EINVAL;
     if (!c->in_step)
-        return cl_fail(c, RINGD_ESTATE, "step_end without step_begin");
+        return cl__fail(c, RINGD_ESTATE, "step_end without step_begin");
     if (c->npend > 0 || c->group_open)
-        return cl_fail(c, RINGD_ESTATE, "step_end with %u collectives not "
-                       "waited for%s", c->npend,
-                       c->group_open ? " and a group open" : "");
+        return cl__fail(c, RINGD_ESTATE, "step_end with %u collectives not "
+                        "waited for%s", c->npend,
+                        c->group_open ? " and a group open" : "");
     proto_status_rep_t rep;
     int rc = cl_call(c, PROTO_T_STEP_END, NULL, 0, -1, &rep, sizeof(rep));
     c->in_step = 0;
@@ -973,8 +628,8 @@ void ringd_close(ringd_client_t *c)
         return;
     /* A clean leave, so the daemon does not count us as lost. */
     if (c->fd >= 0)
-        (void)cl_send(c, PROTO_T_BYE, NULL, 0, -1);
-    cl_drop(c);
+        (void)cl__send(c, PROTO_T_BYE, NULL, 0, -1);
+    cl__drop(c);
     for (uint32_t i = 0; i < c->nbufs; i++)
         if (c->bufs[i].addr != NULL)
             cl_release(c, i);

@@ -1,14 +1,15 @@
 # client/: libringd.so, what trainers link. It depends on nothing but libc
-# (no libuv, no UCX). client.c also goes into the core library so that
+# (no libuv, no UCX). Its objects also go into the core library so that
 # tests can use the client in-process.
-LIB_SRCS += client/client.c
+CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o
+LIB_SRCS += client/client.c client/client-coll.c
 BIN_TARGETS += $(BUILD)/libringd.so
 TEST_SRCS += $(wildcard tests/test-client-*.c)
 
-$(BUILD)/libringd.so: $(BUILD)/client/client.o client/libringd.map
+$(BUILD)/libringd.so: $(CLIENT_OBJS) client/libringd.map
 	@echo "  LD      $@"
 	$(Q)$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,libringd.so \
-	    -Wl,--version-script=client/libringd.map -o $@ $<
+	    -Wl,--version-script=client/libringd.map -o $@ $(CLIENT_OBJS)
 
 # make install: the library, its header, and the Python package, which
 # learns from ringd/_config.py where the library went.
