@@ -37,10 +37,11 @@
  * trainer per node timing step_begin + allreduce + step_end, the slowest
  * trainer's median) at n = 2, 4, 8 ('e2e --step-latency' runs only
  * that: the trainer counts travel only when they change, so it no longer
- * pays an allgather of N-1 hops per step), the per-step cost of a 1 GiB state region (a
- * trainer doing only step_begin/step_end, with and without the state, at
- * n = 2 and in a one-node job) and the daemons' CPU per step while their
- * trainers compute (sleep 20 ms, then a 1 MiB allreduce), as '#' lines,
+ * pays an allgather of N-1 hops per step), the per-step cost of a 1 GiB
+ * state region (a trainer doing only step_begin/step_end, with and
+ * without the state, at n = 2 and in a one-node job) and the daemons'
+ * CPU per step while their trainers compute (sleep 20 ms, then a 1 MiB
+ * allreduce), as '#' lines,
  * and a last line
  *   e2e: e2e_vs_ring_min=... (tensors >= 16 MiB, one trainer per node)
  *        e2e2_vs_ring_min=... (two trainers per node) ring_vs_gloo_n2=...
@@ -50,9 +51,10 @@
  *        main-loop lag of any daemon through the allreduce runs, from
  *        ringd_loop_lag_max_seconds scraped before and after them; the
  *        largest size is 256 MiB with --full; on a loaded machine it
- *        includes time the daemon was not scheduled) mem_per_state=... mem_per_state_ckpt=... (the
- *        daemons' largest RssAnon over the state size, n = 4, 256 MiB
- *        state, checkpoints off / every 10 steps) ar_ckpt_vs_none=...
+ *        includes time the daemon was not scheduled) mem_per_state=...
+ *        mem_per_state_ckpt=... (the daemons' largest RssAnon over the
+ *        state size, n = 4, 256 MiB state, checkpoints off / every 10
+ *        steps) ar_ckpt_vs_none=...
  *        (64 MiB allreduce time with checkpoints over without)
  *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
  *        checkpoint every 10 steps minus without, per checkpoint, scaled
@@ -82,7 +84,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench/e2e.h"
+#include "bench/e2e-coord.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "include/ringd.h"
@@ -95,17 +97,11 @@
 
 /* ---- the coordinator -------------------------------------------------- */
 
-typedef struct {
-    pid_t pid;
-    FILE *to;
-    int from;
-} worker_t;
-
 static pid_t kids[64];
 static int nkids;
 static char *tmp_dir; /* removed at exit, also after e2e__die() */
 
-static void kill_kids(void)
+void e2e__kill_kids(void)
 {
     for (int i = 0; i < nkids; i++)
         th_kill(kids[i]);
@@ -114,7 +110,7 @@ static void kill_kids(void)
 
 static void at_exit(void)
 {
-    kill_kids();
+    e2e__kill_kids();
     if (tmp_dir != NULL)
         th_rmtree(tmp_dir);
     free(tmp_dir);
@@ -150,7 +146,7 @@ static void worker_spawn(worker_t *w, char *const *argv, const char *log)
 }
 
 /* One line from w within the timeout; exits on EOF or timeout. */
-static void worker_line(worker_t *w, char *line, size_t cap)
+void e2e__worker_line(worker_t *w, char *line, size_t cap)
 {
     size_t len = 0;
     int64_t deadline = (int64_t)rd_now_ns() + (int64_t)CMD_TIMEOUT_MS * 1000000;
@@ -172,8 +168,8 @@ static void worker_line(worker_t *w, char *line, size_t cap)
 static int want_mean; /* group_run answers the slowest mean instead */
 
 /* Send "run" to every worker of a group; the slowest median, in us. */
-static double group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
-                           int ms)
+double e2e__group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
+                         int ms)
 {
     for (int i = 0; i < nw; i++) {
         fprintf(w[i].to, "run %zu %d %d\n", bytes, iters, ms);
@@ -183,7 +179,7 @@ static double group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
     for (int i = 0; i < nw; i++) {
         char line[256];
         double us, mean;
-        worker_line(&w[i], line, sizeof(line));
+        e2e__worker_line(&w[i], line, sizeof(line));
         if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
             e2e__die("worker run", line);
         if (want_mean)
@@ -194,31 +190,9 @@ static double group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
     return worst;
 }
 
-static double group_run(worker_t *w, int nw, size_t bytes, int iters)
+double e2e__group_run(worker_t *w, int nw, size_t bytes, int iters)
 {
-    return group_run_ms(w, nw, bytes, iters, 0);
-}
-
-/* As group_run, each worker reducing bytes as `pieces` asynchronous
- * allreduces. */
-static double group_run_pieces(worker_t *w, int nw, size_t bytes, int iters,
-                               int pieces)
-{
-    for (int i = 0; i < nw; i++) {
-        fprintf(w[i].to, "run %zu %d 0 %d\n", bytes, iters, pieces);
-        fflush(w[i].to);
-    }
-    double worst = 0;
-    for (int i = 0; i < nw; i++) {
-        char line[256];
-        double us, mean;
-        worker_line(&w[i], line, sizeof(line));
-        if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
-            e2e__die("worker run", line);
-        if (us > worst)
-            worst = us;
-    }
-    return worst;
+    return e2e__group_run_ms(w, nw, bytes, iters, 0);
 }
 
 static void group_quit(worker_t *w, int nw)
@@ -262,36 +236,10 @@ static double cpu_seconds(pid_t pid)
 }
 
 typedef struct {
-    int full, quick, rounds, step_latency_only, async_only;
-    size_t sizes[MAXSIZES];
-    int nsizes;
-    fx_etcd_t etcd;
-    const char *self;
-    char *tmp;
-} bench_t;
-
-typedef struct {
     double e2e_us, ring_us, ratio, cpu_per_gb;
 } row_t;
 
-static int iters_for(size_t bytes)
-{
-    size_t it = 256 * MiB / bytes;
-    return it < 3 ? 3 : it > 64 ? 64 : (int)it;
-}
-
-static double busbw(size_t bytes, double us, int n)
-{
-    return (double)bytes / (us * 1000.0) * 2.0 * (n - 1) / n;
-}
-
-typedef struct {
-    td_daemon_t d[MAXN];
-    worker_t tr[MAXN * MAXT];
-    int n, t;
-} cluster_t;
-
-static double cluster_cpu(const cluster_t *c)
+double e2e__cluster_cpu(const cluster_t *c)
 {
     double s = 0;
     for (int i = 0; i < c->n; i++)
@@ -305,8 +253,8 @@ static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
                             int n, int t, size_t max, size_t state,
                             const char *ckpt_dir);
 
-static void cluster_up(bench_t *b, cluster_t *c, const char *job, int n,
-                       int t, size_t max, size_t state)
+void e2e__cluster_up(bench_t *b, cluster_t *c, const char *job, int n,
+                     int t, size_t max, size_t state)
 {
     cluster_up_ckpt(b, c, job, n, t, max, state, NULL);
 }
@@ -395,7 +343,7 @@ static void *control_main(void *arg)
     return NULL;
 }
 
-static void cluster_down(cluster_t *c)
+void e2e__cluster_down(cluster_t *c)
 {
     group_quit(c->tr, c->n * c->t);
     for (int i = 0; i < c->n; i++)
@@ -416,7 +364,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     snprintf(maxb, sizeof(maxb), "%zu", max);
     snprintf(ring_dir, sizeof(ring_dir), "%s/%s-ring", b->tmp, job);
     mkdir(ring_dir, 0700);
-    cluster_up(b, &cl, job, n, t, max, 0);
+    e2e__cluster_up(b, &cl, job, n, t, max, 0);
     for (int i = 0; i < n; i++) {
         char rk[8], lg[600];
         snprintf(rk, sizeof(rk), "%d", i);
@@ -429,7 +377,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     double ratio[MAXSIZES][MAXROUNDS], cpu[MAXSIZES][MAXROUNDS];
     /* The job is formed after one collective; a scrape then starts the
      * daemons' lag window, so start-up is not counted. */
-    group_run(tr, n * t, b->sizes[0], 1);
+    e2e__group_run(tr, n * t, b->sizes[0], 1);
     (void)cluster_lag_ms(&cl);
     ctl_lag_ms = 0;
     for (int r = 0; r < b->rounds; r++)
@@ -439,10 +387,10 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
             double c0 = 0, c1 = 0;
             for (int i = 0; i < n; i++)
                 c0 += cpu_seconds(d[i].pid);
-            e2e[s][r] = group_run(tr, n * t, bytes, it);
+            e2e[s][r] = e2e__group_run(tr, n * t, bytes, it);
             for (int i = 0; i < n; i++)
                 c1 += cpu_seconds(d[i].pid);
-            ring[s][r] = group_run(rg, n, bytes, it);
+            ring[s][r] = e2e__group_run(rg, n, bytes, it);
             ratio[s][r] = ring[s][r] / e2e[s][r];
             cpu[s][r] = (c1 - c0) / n / ((double)bytes * (it + 1) / 1e9);
         }
@@ -458,8 +406,8 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     if (ctl_lag_ms > ctl_lag_max_ms)
         ctl_lag_max_ms = ctl_lag_ms;
     group_quit(rg, n);
-    cluster_down(&cl);
-    kill_kids();
+    e2e__cluster_down(&cl);
+    e2e__kill_kids();
 }
 
 /* The largest anonymous (private) resident set of c's daemons: their
@@ -504,12 +452,12 @@ static void run_mem(bench_t *b, mem_t *out)
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/ckpt", b->tmp);
     mkdir(dir, 0700);
-    cluster_up(b, &off, "e2e-mem-off", 4, 1, MEM_GRADS, MEM_STATE);
+    e2e__cluster_up(b, &off, "e2e-mem-off", 4, 1, MEM_GRADS, MEM_STATE);
     cluster_up_ckpt(b, &on, "e2e-mem-on", 4, 1, MEM_GRADS, MEM_STATE, dir);
     double toff[MAXROUNDS], ton[MAXROUNDS];
     for (int r = 0; r < b->rounds; r++) {
-        toff[r] = group_run(off.tr, 4, MEM_GRADS, 10);
-        ton[r] = group_run(on.tr, 4, MEM_GRADS, 10);
+        toff[r] = e2e__group_run(off.tr, 4, MEM_GRADS, 10);
+        ton[r] = e2e__group_run(on.tr, 4, MEM_GRADS, 10);
     }
     /* Empty steps, 2 * CKPT_INTERVAL of them: the mean holds the two
      * checkpoint boundaries' stalls as the trainer sees them. */
@@ -517,185 +465,19 @@ static void run_mem(bench_t *b, mem_t *out)
     int nsteps = 2 * atoi(CKPT_INTERVAL);
     want_mean = 1;
     for (int r = 0; r < b->rounds; r++) {
-        soff[r] = group_run(off.tr, 4, 0, nsteps);
-        son[r] = group_run(on.tr, 4, 0, nsteps);
+        soff[r] = e2e__group_run(off.tr, 4, 0, nsteps);
+        son[r] = e2e__group_run(on.tr, 4, 0, nsteps);
     }
     want_mean = 0;
-    double stall_ms = (e2e__median(son, b->rounds) - e2e__median(soff, b->rounds)) *
-                      nsteps / 2 / 1e3;
+    double stall_ms = (e2e__median(son, b->rounds) -
+                       e2e__median(soff, b->rounds)) * nsteps / 2 / 1e3;
     out->stall_ms_per_gib = stall_ms * (1024.0 * MiB) / MEM_STATE;
     out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
     out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
     out->ar_ratio = e2e__median(ton, b->rounds) / e2e__median(toff, b->rounds);
-    cluster_down(&on);
-    cluster_down(&off);
-    kill_kids();
-}
-
-#define STATE_BYTES (1024 * MiB)
-#define COMPUTE_MS 20
-
-typedef struct {
-    double overhead_ms[2];   /* [n=2, n=1]: a step with the state minus
-                                one without */
-    double cpu_ms_per_step;  /* daemon CPU while trainers compute */
-} steps_t;
-
-/*
- * The per-step cost of a 1 GiB state region: a trainer that does nothing
- * but step_begin/step_end, with and without the state, at n = 2 and in a
- * one-node job (where the daemon keeps a per-step snapshot for joiners).
- * Then the daemons' CPU time per step while their trainers "compute"
- * (sleep COMPUTE_MS) before a 1 MiB allreduce: what the ring's progress
- * takes from trainers and loaders.
- */
-static void run_steps(bench_t *b, steps_t *out)
-{
-    static cluster_t plain, st2, st1;
-    double tp[MAXROUNDS], t2[MAXROUNDS], t1[MAXROUNDS], cpu[MAXROUNDS];
-    cluster_up(b, &plain, "e2e-steps-plain", 2, 1, MiB, 0);
-    cluster_up(b, &st2, "e2e-steps-state2", 2, 1, MiB, STATE_BYTES);
-    cluster_up(b, &st1, "e2e-steps-state1", 1, 1, MiB, STATE_BYTES);
-    for (int r = 0; r < b->rounds; r++) {
-        tp[r] = group_run(plain.tr, 2, 0, 20);
-        t2[r] = group_run(st2.tr, 2, 0, 20);
-        t1[r] = group_run(st1.tr, 1, 0, 20);
-        double c0 = cluster_cpu(&plain);
-        group_run_ms(plain.tr, 2, MiB, 10, COMPUTE_MS);
-        cpu[r] = (cluster_cpu(&plain) - c0) / 2 / 11 * 1e3;
-    }
-    double base = e2e__median(tp, b->rounds) / 1e3;
-    out->overhead_ms[0] = e2e__median(t2, b->rounds) / 1e3 - base;
-    out->overhead_ms[1] = e2e__median(t1, b->rounds) / 1e3 - base;
-    out->cpu_ms_per_step = e2e__median(cpu, b->rounds);
-    cluster_down(&st1);
-    cluster_down(&st2);
-    cluster_down(&plain);
-    kill_kids();
-}
-
-#define ASYNC_PIECES 64
-
-#define SMALL_PIECES 128
-#define SMALL_BYTES (1 * MiB)
-
-typedef struct {
-    double one_us, many_us; /* medians over the rounds */
-    double ratio;           /* median of one_us / many_us */
-    double many_fused_us, fused_one_ratio; /* the 64 in one group */
-    double small_async_us, small_block_us, small_fused_us;
-    double small_ratio;     /* median of block / async */
-    double fused_ratio;     /* median of block / fused */
-} async_t;
-
-/*
- * 64 MiB reduced as ASYNC_PIECES asynchronous allreduces of 1 MiB, all
- * outstanding at once, against one blocking allreduce of 64 MiB, in the
- * same rounds of one n = 2 job: what queuing costs or saves per
- * collective (the daemon runs them back to back on the ring, no round
- * trip to the trainer between them, no fusion). Then the small-tensor
- * case, where that round trip dominates: SMALL_PIECES allreduces of
- * 8 KiB, asynchronous, and asynchronous in one fusion group (one ring
- * operation), against blocking one after the other.
- */
-static void run_async(bench_t *b, async_t *out)
-{
-    static cluster_t c;
-    size_t bytes = 64 * MiB;
-    double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
-    double sa[MAXROUNDS], sb[MAXROUNDS], sr[MAXROUNDS];
-    double sf[MAXROUNDS], fr[MAXROUNDS], mf[MAXROUNDS], mr[MAXROUNDS];
-    cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
-    group_run(c.tr, 2, MiB, 1); /* the job forms */
-    int it = b->quick ? 3 : iters_for(bytes);
-    for (int r = 0; r < b->rounds; r++) {
-        one[r] = group_run(c.tr, 2, bytes, it);
-        many[r] = group_run_pieces(c.tr, 2, bytes, it, ASYNC_PIECES);
-        ratio[r] = one[r] / many[r];
-        mf[r] = group_run_pieces(c.tr, 2, bytes, it,
-                                 RINGD_MAX_OUTSTANDING + ASYNC_PIECES);
-        mr[r] = one[r] / mf[r];
-        sa[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, SMALL_PIECES);
-        sb[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, -SMALL_PIECES);
-        sr[r] = sb[r] / sa[r];
-        sf[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it,
-                                 RINGD_MAX_OUTSTANDING + SMALL_PIECES);
-        fr[r] = sb[r] / sf[r];
-    }
-    out->many_fused_us = e2e__median(mf, b->rounds);
-    out->fused_one_ratio = e2e__median(mr, b->rounds);
-    out->small_fused_us = e2e__median(sf, b->rounds);
-    out->fused_ratio = e2e__median(fr, b->rounds);
-    out->small_async_us = e2e__median(sa, b->rounds);
-    out->small_block_us = e2e__median(sb, b->rounds);
-    out->small_ratio = e2e__median(sr, b->rounds);
-    out->one_us = e2e__median(one, b->rounds);
-    out->many_us = e2e__median(many, b->rounds);
-    out->ratio = e2e__median(ratio, b->rounds);
-    cluster_down(&c);
-    kill_kids();
-}
-
-static void print_async(const async_t *a)
-{
-    printf("# %d outstanding async allreduces of 1 MiB vs one of 64 MiB "
-           "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
-           "%.3f; the %d in one fusion group: busbw %.3f, ratio %.3f\n",
-           ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
-           busbw(64 * MiB, a->one_us, 2), a->ratio, ASYNC_PIECES,
-           busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio);
-    printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
-           "fused in one group %.1f us, blocking one after the other "
-           "%.1f us; speed-up %.2f (async), %.2f (fused)\n",
-           SMALL_PIECES, SMALL_BYTES / SMALL_PIECES / 1024,
-           a->small_async_us, a->small_fused_us, a->small_block_us,
-           a->small_ratio, a->fused_ratio);
-}
-
-#define STEP_LAT_BYTES 4096
-
-/*
- * The per-step latency of a 4 KiB allreduce at n = 2, 4, 8 nodes, one
- * trainer each: the slowest trainer's median over 200 steps (50 with
- * --quick) of step_begin + allreduce + step_end, in us.
- */
-static void run_step_latency(bench_t *b, double us[3])
-{
-    static const int ns[3] = {2, 4, 8};
-    int iters = b->quick ? 50 : 200;
-    for (int k = 0; k < 3; k++) {
-        static cluster_t cl;
-        char job[32];
-        snprintf(job, sizeof(job), "e2e-steplat-n%d", ns[k]);
-        cluster_up(b, &cl, job, ns[k], 1, STEP_LAT_BYTES, 0);
-        group_run(cl.tr, ns[k], STEP_LAT_BYTES, 1); /* the job forms */
-        double r[MAXROUNDS];
-        for (int i = 0; i < b->rounds; i++) {
-            for (int w = 0; w < ns[k]; w++) {
-                fprintf(cl.tr[w].to, "step %d %d\n", STEP_LAT_BYTES, iters);
-                fflush(cl.tr[w].to);
-            }
-            double worst = 0;
-            for (int w = 0; w < ns[k]; w++) {
-                char line[256];
-                double med, mean;
-                worker_line(&cl.tr[w], line, sizeof(line));
-                if (sscanf(line, "ok %lf %lf", &med, &mean) != 2)
-                    e2e__die("worker step", line);
-                if (med > worst)
-                    worst = med;
-            }
-            r[i] = worst;
-        }
-        us[k] = e2e__median(r, b->rounds);
-        cluster_down(&cl);
-        kill_kids();
-    }
-    printf("# per-step latency of a %d-byte allreduce (step_begin + "
-           "allreduce + step_end, one trainer per node): n=2 %.0f us, "
-           "n=4 %.0f us, n=8 %.0f us\n", STEP_LAT_BYTES, us[0], us[1],
-           us[2]);
-    fflush(stdout);
+    e2e__cluster_down(&on);
+    e2e__cluster_down(&off);
+    e2e__kill_kids();
 }
 
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
@@ -741,7 +523,7 @@ static void run_gloo(bench_t *b, int n, double *us, const char **algo)
                 char line[128];
                 size_t bytes;
                 double t;
-                worker_line(&w[r], line, sizeof(line));
+                e2e__worker_line(&w[r], line, sizeof(line));
                 if (sscanf(line, "%zu %lf", &bytes, &t) != 2)
                     e2e__die("gloo", line);
                 if (t > worst)
@@ -759,7 +541,7 @@ static void run_gloo(bench_t *b, int n, double *us, const char **algo)
                 th_kill(w[r].pid);
             close(w[r].from);
         }
-        kill_kids();
+        e2e__kill_kids();
     }
 }
 
@@ -818,50 +600,16 @@ static double min_ratio(row_t rows[2][2][MAXSIZES], const bench_t *b, int t)
     return m;
 }
 
-static int coordinator(bench_t *b)
+/* The busbw table (TSV); rvg[ni]: ring over Gloo at 64 MiB, one trainer
+ * per node, n = 2 and 4; *evg4_p: the product path over Gloo there, n = 4.
+ */
+static void print_table(const bench_t *b, row_t rows[2][2][MAXSIZES],
+                        double gloo[2][MAXSIZES],
+                        const char *galgo[2][MAXSIZES], double rvg[2],
+                        double *evg4_p)
 {
-    row_t rows[2][2][MAXSIZES];
-    double gloo[2][MAXSIZES];
-    const char *galgo[2][MAXSIZES];
-    b->tmp = tmp_dir = th_mkdtemp("ringd-e2e");
-    if (b->tmp == NULL)
-        e2e__die("temp dir", strerror(errno));
-    fx_etcd_start(&b->etcd, 0);
-    async_t as;
-    if (b->async_only) {
-        run_async(b, &as);
-        print_async(&as);
-        printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
-               "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
-               as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
-        fx_done();
-        return 0;
-    }
-    double step_us[3];
-    run_step_latency(b, step_us);
-    if (b->step_latency_only) {
-        printf("e2e: step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
-               "step_us_4k_n8=%.0f\n", step_us[0], step_us[1], step_us[2]);
-        fx_done();
-        return 0;
-    }
-    pthread_t ctl;
-    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
-        pthread_detach(ctl);
-    for (int ni = 0; ni < 2; ni++) {
-        int n = ni ? 4 : 2;
-        run_config(b, n, 1, rows[ni][0]);
-        run_gloo(b, n, gloo[ni], galgo[ni]);
-        run_config(b, n, 2, rows[ni][1]);
-    }
-    steps_t st;
-    run_steps(b, &st);
-    mem_t mem;
-    run_mem(b, &mem);
-    run_async(b, &as);
     printf("n\tt\tbytes\te2e_busbw\tring_busbw\tratio\tcpu_s_per_GB"
            "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo\n");
-    double rvg[2] = {0, 0}, evg4 = 0;
     for (int ni = 0; ni < 2; ni++)
         for (int t = 0; t < 2; t++)
             for (int s = 0; s < b->nsizes; s++) {
@@ -878,14 +626,20 @@ static int coordinator(bench_t *b)
                 if (by == 64 * MiB && t == 0 && gb > 0) {
                     rvg[ni] = rb / gb;
                     if (ni == 1)
-                        evg4 = eb / gb;
+                        *evg4_p = eb / gb;
                 }
             }
+}
+
+/* The '#' lines of the rows that are not the table. */
+static void print_notes(const steps_t *st, const mem_t *mem,
+                        const async_t *as)
+{
     printf("# step with a 1 GiB state minus one without: n=2 %.3f ms, "
-           "one-node job %.3f ms\n", st.overhead_ms[0], st.overhead_ms[1]);
+           "one-node job %.3f ms\n", st->overhead_ms[0], st->overhead_ms[1]);
     printf("# daemon CPU per step while trainers compute %d ms "
            "(1 MiB allreduce, n=2): %.3f ms\n", COMPUTE_MS,
-           st.cpu_ms_per_step);
+           st->cpu_ms_per_step);
     printf("# worst main-loop lag of a daemon during the allreduce runs: "
            "%.1f ms; an idle control thread in the coordinator woke up to "
            "%.1f ms late in the same windows\n", lag_max_ms,
@@ -893,9 +647,55 @@ static int coordinator(bench_t *b)
     printf("# daemon private memory (RssAnon) per state, n=4, 256 MiB "
            "state: checkpoints off %.2f, on %.2f; allreduce of 64 MiB "
            "with checkpoints / without: %.2f; checkpoint stall of a "
-           "step: %.1f ms per GiB of state\n", mem.mem_off, mem.mem_on,
-           mem.ar_ratio, mem.stall_ms_per_gib);
-    print_async(&as);
+           "step: %.1f ms per GiB of state\n", mem->mem_off, mem->mem_on,
+           mem->ar_ratio, mem->stall_ms_per_gib);
+    e2e__print_async(as);
+}
+
+static int coordinator(bench_t *b)
+{
+    row_t rows[2][2][MAXSIZES];
+    double gloo[2][MAXSIZES];
+    const char *galgo[2][MAXSIZES];
+    b->tmp = tmp_dir = th_mkdtemp("ringd-e2e");
+    if (b->tmp == NULL)
+        e2e__die("temp dir", strerror(errno));
+    fx_etcd_start(&b->etcd, 0);
+    async_t as;
+    if (b->async_only) {
+        e2e__run_async(b, &as);
+        e2e__print_async(&as);
+        printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
+               "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
+               as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
+        fx_done();
+        return 0;
+    }
+    double step_us[3];
+    e2e__run_step_latency(b, step_us);
+    if (b->step_latency_only) {
+        printf("e2e: step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
+               "step_us_4k_n8=%.0f\n", step_us[0], step_us[1], step_us[2]);
+        fx_done();
+        return 0;
+    }
+    pthread_t ctl;
+    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
+        pthread_detach(ctl);
+    for (int ni = 0; ni < 2; ni++) {
+        int n = ni ? 4 : 2;
+        run_config(b, n, 1, rows[ni][0]);
+        run_gloo(b, n, gloo[ni], galgo[ni]);
+        run_config(b, n, 2, rows[ni][1]);
+    }
+    steps_t st;
+    e2e__run_steps(b, &st);
+    mem_t mem;
+    run_mem(b, &mem);
+    e2e__run_async(b, &as);
+    double rvg[2] = {0, 0}, evg4 = 0;
+    print_table(b, rows, gloo, galgo, rvg, &evg4);
+    print_notes(&st, &mem, &as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
            "async_vs_one=%.3f async_fused_vs_one=%.3f "

@@ -2,7 +2,8 @@
 # raw ring and Gloo. It reuses the tests' daemon and etcd fixtures.
 BENCH_BINS += $(BUILD)/bench/e2e
 
-$(BUILD)/bench/e2e: $(BUILD)/bench/e2e.o $(BUILD)/bench/e2e-worker.o \
+$(BUILD)/bench/e2e: $(BUILD)/bench/e2e.o $(BUILD)/bench/e2e-rows.o \
+    $(BUILD)/bench/e2e-worker.o \
     $(BUILD)/tests/dmn-util.o \
     $(BUILD)/tests/mb-fixture.o $(BUILD)/tests/helpers.o $(CORE_LIB)
 	@echo "  LD      $@"
