@@ -240,11 +240,35 @@ def torch_phases(o):
             assert torch.equal(held[0], held[1]), held
             print("after broadcast_parameters: replicas identical")
 
+    def really_async(c, rank, sync):
+        # Rank 1 issues only after rank 0's issue has returned: a
+        # blocking allreduce_async_ would hold rank 0 in the issue and
+        # break the barrier (its timeout) instead.
+        t = rt.zeros(NEL, client=c)
+        t.fill_(rank + 1)
+        if rank == 0:
+            h = rt.allreduce_async_(t, op="sum", client=c)
+            sync()
+        else:
+            sync()
+            h = rt.allreduce_async_(t, op="sum", client=c)
+        assert h.wait() is t and (t == 3).all(), t
+        assert h.done() and h.wait() is t       # released: waits no more
+        u = rt.zeros(NEL, client=c)
+        u.fill_(rank + 1)
+        h = rt.allreduce_async_(u, op="max", client=c)
+        for _ in range(10 ** 7):
+            if h.done():
+                break
+        assert h.done() and (h.wait() == 2).all(), u
+        if rank == 0:
+            print("allreduce_async_: issued before the peer, done() polled")
+
     def reduce_async(c, t):
         h = rt.allreduce_async_(t, op="sum", client=c)
         assert h.wait() is t
 
-    return [dtypes, bad, differ, broadcast] + freeing_phases(
+    return [dtypes, bad, differ, broadcast, really_async] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed")
 
