@@ -240,17 +240,19 @@ def torch_phases(o):
             assert torch.equal(held[0], held[1]), held
             print("after broadcast_parameters: replicas identical")
 
+    issued = threading.Event()
+
     def really_async(c, rank, sync):
-        # Rank 1 issues only after rank 0's issue has returned: a
-        # blocking allreduce_async_ would hold rank 0 in the issue and
-        # break the barrier (its timeout) instead.
+        # Rank 1 issues only once rank 0's issue has returned (or after
+        # 60 s, so that a blocking rank 0 still completes and the failure
+        # is named, not a hang).
         t = rt.zeros(NEL, client=c)
         t.fill_(rank + 1)
         if rank == 0:
             h = rt.allreduce_async_(t, op="sum", client=c)
-            sync()
+            issued.set()
         else:
-            sync()
+            early = issued.wait(60)
             h = rt.allreduce_async_(t, op="sum", client=c)
         assert h.wait() is t and (t == 3).all(), t
         assert h.done() and h.wait() is t       # released: waits no more
@@ -261,6 +263,9 @@ def torch_phases(o):
             if h.done():
                 break
         assert h.done() and (h.wait() == 2).all(), u
+        # Asserted last: rank 0 needs the peer through the phase.
+        assert rank == 0 or early, \
+            "allreduce_async_ blocked until the peer issued"
         if rank == 0:
             print("allreduce_async_: issued before the peer, done() polled")
 
@@ -268,9 +273,11 @@ def torch_phases(o):
         h = rt.allreduce_async_(t, op="sum", client=c)
         assert h.wait() is t
 
-    return [dtypes, bad, differ, broadcast, really_async] + freeing_phases(
+    # really_async last: when it fails, no later step waits for the
+    # failed trainer.
+    return [dtypes, bad, differ, broadcast] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
-        "500 tensors reduced in one step, then freed")
+        "500 tensors reduced in one step, then freed") + [really_async]
 
 
 def main():
