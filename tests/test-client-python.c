@@ -401,8 +401,10 @@ TEST_IMPL(client_python_dtypes_and_freeing)
 
 /* ringd.torch: tensors in ringd memory reduced in place for every dtype,
  * NotContiguous / NotRingdMemory / UnsupportedDtype with the daemon
- * unharmed, 500 tensors in one step freed after. Skips (and says so) only
- * when torch cannot be imported. */
+ * unharmed, a DistributedOptimizer of 200 buckets (past the cap on
+ * outstanding handles), 500 tensors in one step freed after, and
+ * allreduce_async_ returning before the peer issued. Skips (and says so)
+ * only when torch cannot be imported. */
 TEST_IMPL(client_python_torch_tensors)
 {
     return run_binding("torch");

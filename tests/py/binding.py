@@ -7,8 +7,9 @@ one step each.
 --part numpy: every ringd dtype (bf16 as uint16 bits), clear errors for
 bad arrays, 500 buffers in one step freed when dropped.
 --part torch: tensors in ringd memory reduced in place (zero copy), every
-dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, 500 tensors in
-one step freed when dropped. Exits 0 and prints "PASS <part>", or
+dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
+DistributedOptimizer of 200 buckets, 500 tensors in one step freed when
+dropped, allreduce_async_ returning before the peer issued. Exits 0 and prints "PASS <part>", or
 "SKIP ..." when torch cannot be imported.
 """
 import argparse
@@ -240,6 +241,27 @@ def torch_phases(o):
             assert torch.equal(held[0], held[1]), held
             print("after broadcast_parameters: replicas identical")
 
+    def many_buckets(c, rank, sync):
+        # More buckets than ringd lets a client have outstanding
+        # (MAX_OUTSTANDING): the optimizer waits for the oldest first.
+        n = ringd.MAX_OUTSTANDING + 72
+        ps = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.full((4,), float(i))) for i in range(n)])
+        opt = torch.optim.SGD(ps.parameters(), lr=1.0)
+        d = rt.DistributedOptimizer(opt, named_parameters=ps.named_parameters(),
+                                    bucket_cap_mb=1e-6, client=c)
+        assert len(d.buckets) == n, len(d.buckets)
+        sum(p.sum() * (rank + 1) * (i + 1)
+            for i, p in enumerate(ps)).backward()
+        d.step()    # gradients (rank+1)*(i+1), averaged: 1.5*(i+1)
+        for i, p in enumerate(ps):
+            assert torch.equal(p.detach(), torch.full((4,), i - 1.5 * (i + 1))
+                               ), (i, p)
+        d.close()
+        if rank == 0:
+            print("%d buckets in one step, past the cap of %d outstanding" %
+                  (n, ringd.MAX_OUTSTANDING))
+
     issued = threading.Event()
 
     def really_async(c, rank, sync):
@@ -275,7 +297,7 @@ def torch_phases(o):
 
     # really_async last: when it fails, no later step waits for the
     # failed trainer.
-    return [dtypes, bad, differ, broadcast] + freeing_phases(
+    return [dtypes, bad, differ, broadcast, many_buckets] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed") + [really_async]
 
