@@ -338,7 +338,11 @@ static mb_kv_t *slot_find(mb_mirror_t *s, const char *key)
 int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p)
 {
     *kv_p = NULL;
-    for (int i = 0; i < MB_W_N; i++) {
+    /* Own keys first, then the leader's records (the ones its views are
+     * made of: a neighbour's own watch may lag them), then the rest. */
+    for (int j = 0; j < MB_W_N; j++) {
+        int i = j < MB_W_PEER ? j : j == MB_W_PEER ? MB_W_NODES
+                : j <= MB_W_NODES ? j - 1 : j;
         mb_mirror_t *s = &mb->mirrors[i];
         if (s->synced && slot_covers(s, key)) {
             *kv_p = slot_find(s, key);
@@ -624,7 +628,8 @@ static void peer_unusable(mb_t *mb, const mb_member_t *m, int64_t mod,
     bad->gen = mb->view.generation;
     bad->mod = mod;
     snprintf(bad->node, sizeof(bad->node), "%s", m->node);
-    RD_ERROR("mb %s: view %llu is unusable: the node record of its member "
+    /* A warning: a watch of a record may lag the view's by a moment. */
+    RD_WARN("mb %s: view %llu is unusable: the node record of its member "
              "%s %s; waiting for the record or a later view", mb->me.node,
              (unsigned long long)mb->view.generation, m->node, why);
 }
