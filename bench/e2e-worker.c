@@ -43,13 +43,17 @@ double e2e__median(double *v, int n)
  * "run BYTES ITERS [MS]": one warm-up and ITERS timed collectives (a
  * trainer first sleeps MS ms in each step, standing in for compute);
  * BYTES 0: a trainer's steps hold no collective and the whole step
- * (step_begin + step_end) is timed. Answers "ok USEC" (the median) or
- * "err TEXT". "quit" ends the process. The coordinator never runs two
+ * (step_begin + step_end) is timed. "step BYTES ITERS": the same, with
+ * the whole step of a trainer timed (step_begin, the allreduce,
+ * step_end): the per-step latency. Answers "ok USEC MEAN" (the median,
+ * the mean) or "err TEXT". "quit" ends the process. The coordinator never runs two
  * groups at once, so the idle group sleeps in read() and takes no CPU
  * from the measured one.
  */
 typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
                            double *us);
+
+static int whole_step; /* "step": trainer_op times the whole step */
 
 static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 {
@@ -59,6 +63,9 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         int iters, ms = 0;
         if (strncmp(line, "quit", 4) == 0)
             break;
+        whole_step = strncmp(line, "step ", 5) == 0;
+        if (whole_step)
+            memcpy(line, "run ", 4); /* "step X" -> "run  X" */
         if (sscanf(line, "run %zu %d %d", &bytes, &iters, &ms) < 2 ||
             bytes > max || iters < 1 || iters > 4096 || ms < 0) {
             printf("err bad command\n");
@@ -88,7 +95,7 @@ static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
     float *f = buf;
     for (int tries = 0; tries < 100; tries++) {
         ringd_view_t v;
-        int64_t t0 = (int64_t)rd_now_ns();
+        int64_t t0 = (int64_t)rd_now_ns(), step0 = t0;
         int rc = ringd_step_begin(c, &v);
         if (rc != 0) {
             fprintf(stderr, "e2e trainer: step_begin: %s\n",
@@ -128,6 +135,8 @@ static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
             return -EIO;
         }
         *us = (double)(t1 - t0) / 1000.0;
+        if (whole_step)
+            *us = (double)((int64_t)rd_now_ns() - step0) / 1000.0;
         return 0;
     }
     return ST_ETIMEDOUT;

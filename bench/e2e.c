@@ -32,7 +32,11 @@
  * Columns (TSV):
  *   n t bytes e2e_busbw ring_busbw ratio cpu_s_per_GB gloo_busbw gloo_algo
  *   ring_vs_gloo e2e_vs_gloo
- * Then, in fresh jobs, the per-step cost of a 1 GiB state region (a
+ * Then, in fresh jobs, the per-step latency of a 4 KiB allreduce (one
+ * trainer per node timing step_begin + allreduce + step_end, the slowest
+ * trainer's median) at n = 2, 4, 8 ('e2e --step-latency' runs only
+ * that: the trainer counts travel only when they change, so it no longer
+ * pays an allgather of N-1 hops per step), the per-step cost of a 1 GiB state region (a
  * trainer doing only step_begin/step_end, with and without the state, at
  * n = 2 and in a one-node job) and the daemons' CPU per step while their
  * trainers compute (sleep 20 ms, then a 1 MiB allreduce), as '#' lines,
@@ -226,7 +230,7 @@ static double cpu_seconds(pid_t pid)
 }
 
 typedef struct {
-    int full, quick, rounds;
+    int full, quick, rounds, step_latency_only;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;
@@ -538,6 +542,52 @@ static void run_steps(bench_t *b, steps_t *out)
     kill_kids();
 }
 
+#define STEP_LAT_BYTES 4096
+
+/*
+ * The per-step latency of a 4 KiB allreduce at n = 2, 4, 8 nodes, one
+ * trainer each: the slowest trainer's median over 200 steps (50 with
+ * --quick) of step_begin + allreduce + step_end, in us.
+ */
+static void run_step_latency(bench_t *b, double us[3])
+{
+    static const int ns[3] = {2, 4, 8};
+    int iters = b->quick ? 50 : 200;
+    for (int k = 0; k < 3; k++) {
+        static cluster_t cl;
+        char job[32];
+        snprintf(job, sizeof(job), "e2e-steplat-n%d", ns[k]);
+        cluster_up(b, &cl, job, ns[k], 1, STEP_LAT_BYTES, 0);
+        group_run(cl.tr, ns[k], STEP_LAT_BYTES, 1); /* the job forms */
+        double r[MAXROUNDS];
+        for (int i = 0; i < b->rounds; i++) {
+            for (int w = 0; w < ns[k]; w++) {
+                fprintf(cl.tr[w].to, "step %d %d\n", STEP_LAT_BYTES, iters);
+                fflush(cl.tr[w].to);
+            }
+            double worst = 0;
+            for (int w = 0; w < ns[k]; w++) {
+                char line[256];
+                double med, mean;
+                worker_line(&cl.tr[w], line, sizeof(line));
+                if (sscanf(line, "ok %lf %lf", &med, &mean) != 2)
+                    e2e__die("worker step", line);
+                if (med > worst)
+                    worst = med;
+            }
+            r[i] = worst;
+        }
+        us[k] = e2e__median(r, b->rounds);
+        cluster_down(&cl);
+        kill_kids();
+    }
+    printf("# per-step latency of a %d-byte allreduce (step_begin + "
+           "allreduce + step_end, one trainer per node): n=2 %.0f us, "
+           "n=4 %.0f us, n=8 %.0f us\n", STEP_LAT_BYTES, us[0], us[1],
+           us[2]);
+    fflush(stdout);
+}
+
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
 
 /* Best Gloo ring variant per size at n; 0 where Gloo is not built. */
@@ -611,10 +661,13 @@ static void parse(bench_t *b, int argc, char **argv)
             b->full = 1;
         else if (strcmp(argv[i], "--quick") == 0)
             b->quick = 1;
+        else if (strcmp(argv[i], "--step-latency") == 0)
+            b->step_latency_only = 1;
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             b->rounds = atoi(argv[++i]);
         else
-            e2e__die("usage", "e2e [--full|--quick] [--rounds R]");
+            e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
+                              "[--rounds R]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
@@ -662,6 +715,14 @@ static int coordinator(bench_t *b)
     if (b->tmp == NULL)
         e2e__die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
+    double step_us[3];
+    run_step_latency(b, step_us);
+    if (b->step_latency_only) {
+        printf("e2e: step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
+               "step_us_4k_n8=%.0f\n", step_us[0], step_us[1], step_us[2]);
+        fx_done();
+        return 0;
+    }
     pthread_t ctl;
     if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
         pthread_detach(ctl);
@@ -717,10 +778,12 @@ static int coordinator(bench_t *b)
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
            "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
-           "ar_ckpt_vs_none=%.2f\n",
+           "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
+           "step_us_4k_n8=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
            evg4, st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
-           mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on, mem.ar_ratio);
+           mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on,
+           mem.ar_ratio, step_us[0], step_us[1], step_us[2]);
     fx_done();
     return 0;
 }

@@ -15,7 +15,7 @@
 #include "common/status.h"
 
 #define HTTP_MAX_REQ 4096
-#define HTTP_MAX_BODY 8192
+#define HTTP_MAX_BODY 32768 /* the hop histograms: ~0.8 KiB a peer */
 
 typedef struct {
     uv_tcp_t tcp;
@@ -86,6 +86,39 @@ static void recovery_histogram(sbuf_t *s, const dmn_stats_t *st)
               (unsigned long long)st->recoveries);
 }
 
+/* Per predecessor: the peer label is a node id, which has no '/' but
+ * may hold a quote or a backslash; those are escaped as the format says. */
+static void hop_histograms(sbuf_t *s, dmn_t *d)
+{
+    if (d->be->ops->hop_stats == NULL)
+        return;
+    static job_hops_t h; /* the loop's thread only; too big for its stack */
+    d->be->ops->hop_stats(d->be, &h);
+    const char *n = "ringd_hop_wait_seconds";
+    sb_printf(s, "# HELP %s Per step: time this node waited on its ring "
+                 "predecessor (peer).\n# TYPE %s histogram\n", n, n);
+    for (size_t p = 0; p < h.n; p++) {
+        char peer[2 * sizeof(h.peers[p].peer)], *o = peer;
+        for (const char *c = h.peers[p].peer; *c != '\0'; c++) {
+            if (*c == '"' || *c == '\\')
+                *o++ = '\\';
+            *o++ = *c == '\n' ? ' ' : *c;
+        }
+        *o = '\0';
+        uint64_t cum = 0;
+        for (int i = 0; i < JOB_HOP_BUCKETS; i++) {
+            cum += h.peers[p].bucket[i];
+            sb_printf(s, "%s_bucket{peer=\"%s\",le=\"%g\"} %llu\n", n, peer,
+                      job_hop_le[i], (unsigned long long)cum);
+        }
+        sb_printf(s, "%s_bucket{peer=\"%s\",le=\"+Inf\"} %llu\n"
+                     "%s_sum{peer=\"%s\"} %.17g\n%s_count{peer=\"%s\"} %llu\n",
+                  n, peer, (unsigned long long)h.peers[p].steps, n, peer,
+                  h.peers[p].sum_s, n, peer,
+                  (unsigned long long)h.peers[p].steps);
+    }
+}
+
 static void render_metrics(dmn_t *d, sbuf_t *s)
 {
     const dmn_stats_t *st = &d->stats;
@@ -104,6 +137,11 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_view_trainers", "gauge",
            "Trainers of the whole job in the current view.",
            d->view.global_trainers);
+    metric(s, "ringd_agreements_total", "counter",
+           "Step starts that agreed the trainer counts of every node "
+           "(only after a change, a checkpoint request or a step without "
+           "a collective; a view change agrees them too, uncounted).",
+           (double)d->view.agreements);
     metric(s, "ringd_node_rank", "gauge", "This node's rank in the view.",
            d->view.node_rank);
     metric(s, "ringd_step", "gauge", "The job's current step.",
@@ -162,6 +200,7 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
            st->ckpt_skipped);
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
+    hop_histograms(s, d);
 }
 
 static void http_closed(uv_handle_t *h)

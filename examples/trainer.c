@@ -52,6 +52,7 @@ typedef struct {
     long dump_every;       /* --dump: parameters every N steps; 0 */
     const char *dump;
     long stop_in;    /* fault injection: SIGSTOP itself in this step */
+    long delay_ms;   /* a straggler for tests: extra compute per step */
 } opts_t;
 
 typedef struct {
@@ -432,6 +433,7 @@ RINGD_DEFAULT_SOCKET ")\n"
 "                    step S, before the next step_begin\n"
 "  --stop-in-step S  fault injection for tests: SIGSTOP itself once step S\n"
 "                    has begun, before its collectives\n"
+"  --step-delay-ms N a straggler for tests: N ms more compute per step\n"
 "  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
 "  --dump-every N    ... after every N-th step (default 0: never)\n");
@@ -486,6 +488,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->stop_after = strtol(v, &end, 10);
         } else if (strcmp(a, "--stop-in-step") == 0) {
             o->stop_in = strtol(v, &end, 10);
+        } else if (strcmp(a, "--step-delay-ms") == 0) {
+            o->delay_ms = strtol(v, &end, 10);
         } else if (strcmp(a, "--ckpt-at") == 0) {
             o->ckpt_at = strtol(v, &end, 10);
         } else if (strcmp(a, "--dump-every") == 0) {
@@ -687,6 +691,11 @@ static int train(trainer_t *t)
         if (s == o->stop_in && t->c != NULL) {
             t->o.stop_in = -1; /* once: not again when the step is redone */
             raise(SIGSTOP);    /* mid-step: the others wait in a collective */
+        }
+        if (o->delay_ms > 0) {
+            struct timespec d = {o->delay_ms / 1000,
+                                 o->delay_ms % 1000 * 1000000L};
+            nanosleep(&d, NULL);
         }
         if (gradients(&t->dense, &t->m, &t->g, &t->sc, t->data, s, o->batch,
                       v.rank, v.world, o, t->stats) != 0)

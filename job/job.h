@@ -57,6 +57,10 @@ typedef struct {
     uint32_t ckpt_requested;  /* some node of the job asked for a
                                  checkpoint (ringd_checkpoint): every node
                                  takes one at the end of this step */
+    uint64_t agreements;      /* a counter: step starts at which the nodes
+                                 agreed the trainer counts (the ring
+                                 backend's AGREE; a view's REBUILD agrees
+                                 them too and is not counted) */
 } job_view_t;
 
 /* This node's two files of one checkpoint, written and durable. */
@@ -67,6 +71,29 @@ typedef struct {
 } job_ckpt_files_t;
 
 typedef struct job job_t;
+
+/*
+ * How long this node waited on its ring predecessor per completed step
+ * (the ring's idle time in that step's collectives), per predecessor:
+ * a straggler makes its successors wait, and waits little itself.
+ * bucket[i] counts steps with a wait <= job_hop_le[i] seconds (not
+ * cumulative; the rest are over the last bound).
+ */
+#define JOB_HOP_BUCKETS 10
+#define JOB_HOP_PEERS 8
+extern const double job_hop_le[JOB_HOP_BUCKETS];
+typedef struct {
+    char peer[64];           /* the predecessor's node id (truncated) */
+    uint64_t steps;
+    double sum_s;
+    uint64_t bucket[JOB_HOP_BUCKETS];
+} job_hop_t;
+typedef struct {
+    size_t n;                /* the JOB_HOP_PEERS most used are kept */
+    job_hop_t peers[JOB_HOP_PEERS];
+} job_hops_t;
+/* Count one step's wait on peer into h. */
+void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
 
 /*
  * The node's part of an allreduce: the buffers of the node's trainers that
@@ -120,7 +147,8 @@ typedef struct {
      * May be NULL (always ready). Called at every step start after
      * set_local_trainers and before get_view: returns 1 when a step can
      * start now, 0 when cb will be called once it can (a new view is being
-     * installed, or the nodes are agreeing on trainer counts), or < 0. The
+     * installed, or the nodes are agreeing on trainer counts after a
+     * change), or < 0. The
      * daemon then calls it again. At most one cb is pending.
      */
     int (*ready)(job_t *be, job_done_cb cb, void *arg);
@@ -163,8 +191,10 @@ typedef struct {
     /*
      * A trainer of this node asked for a checkpoint (ringd_checkpoint).
      * The backend sets ckpt_requested in the view of the next step that
-     * starts, on every node of the job alike (a ring backend carries the
-     * flag in the per-step agreement), until a step with it completes.
+     * starts, on every node of the job alike, until a step with it
+     * completes (a ring backend carries the request as a flag on the
+     * step's collectives and agrees at the next step start: the
+     * checkpoint comes a step later than the request otherwise would).
      */
     void (*request_ckpt)(job_t *be);
     /*
@@ -181,6 +211,8 @@ typedef struct {
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
     void (*destroy)(job_t *be);
+    /* May be NULL (no ring): the per-step waits on the predecessor. */
+    void (*hop_stats)(job_t *be, job_hops_t *hops_p);
 } job_ops_t;
 
 /* Every backend struct starts with this. */

@@ -56,6 +56,8 @@ typedef enum {
 #define RB_REBUILD_DEADLINE_MS 60000
 #define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
+#define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd ... */
+#define RB_HOP_SKIP_MAX 8       /* ... ticks skipped after failed puts */
 
 typedef struct {
     cmd_kind_t kind;
@@ -75,6 +77,7 @@ typedef struct {
     kern_dtype_t dt;
     kern_op_t op;
     uint32_t root;
+    unsigned flags;       /* ALLREDUCE, BROADCAST: RB_FLAG_* raised here */
     /* results */
     int status;
     uint32_t suspect; /* ring rank, when status is a peer failure */
@@ -82,6 +85,9 @@ typedef struct {
                           UINT32_MAX: none */
     uint64_t step_out;
     int state_replaced;
+    int flags_all;        /* the collective carried every node's flags */
+    unsigned flags_seen;  /* then: their OR */
+    uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
 } rb_cmd_t;
 
 typedef struct {
@@ -119,8 +125,15 @@ typedef struct {
     int ckpt_req;         /* a trainer here asked for a checkpoint */
     char *ckpt_root;      /* this node's store (NULL: checkpoints off) */
     struct job_rbck *ckpt; /* checkpoint records in etcd */
-    uint64_t agreed_step; /* step + 1 whose counts are agreed; 0: none */
+    /* The trainer counts agreed at the last REBUILD or AGREE, and when to
+     * agree again (job_ring.c, "step attempts"). */
     uint32_t counts[RB_MAX_NODES];
+    int agree_due;        /* the next step start runs AGREE */
+    int attempt_open;     /* a step runs on the agreed counts */
+    int attempt_carried;  /* a collective of it carried every node's flags */
+    unsigned attempt_flags; /* their OR over the attempt */
+    unsigned my_flags;    /* RB_FLAG_* this node raises in the attempt */
+    uint64_t agreements;  /* AGREE commands run (a counter) */
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
     int op_status;        /* a deferred completion */
@@ -134,12 +147,33 @@ typedef struct {
     char *quiet_node;     /* neighbour that went quiet (deadline) */
     int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */
+    /* Waits on the predecessor (job_ring_hops.c). */
+    uint64_t step_wait_us; /* this step's so far */
+    job_hops_t hops;
+    uv_timer_t hop_timer;
+    uint64_t win_steps, win_wait_us; /* since the last record put */
+    char win_peer[64];
+    int hop_skip, hop_backoff; /* ticks to skip; after a failed put */
 } rb_t;
+
+/* job_ring_hops.c */
+void job__hops_init(rb_t *b, uv_loop_t *loop); /* its timer: with the
+                                                   other handles */
+void job__hops_cmd(rb_t *b, const rb_cmd_t *c); /* a command came back */
+void job__hops_step(rb_t *b);
+void job__hops_get(job_t *be, job_hops_t *hops_p);
 
 
 /* Every node's trainer count's top bit in the per-step allgather carries
  * "a checkpoint was asked for here". */
 #define RB_CKPT_BIT 0x80000000u
+
+/* Flags on the ring's messages (ring_set_flags): a node asks every node to
+ * agree the trainer counts again at the next step start. */
+#define RB_FLAG_AGREE 1u
+/* This node runs the step with another trainer count than the agreed one:
+ * the collective that carries it is void on every node (ST_ERESHAPE). */
+#define RB_FLAG_VOID 2u
 
 /*
  * job_ring_restore.c, on the ring thread during a REBUILD in which no

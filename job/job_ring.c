@@ -192,7 +192,7 @@ static void advance(rb_t *b)
         return;
     if (b->pending != NULL) {
         install_pending(b);
-    } else if (b->state == JOB_READY && b->agreed_step != b->step + 1) {
+    } else if (b->state == JOB_READY && b->agree_due) {
         b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
                             .counts = b->counts,
                             .my_trainers = b->local_trainers,
@@ -339,7 +339,8 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
     if (b->state != JOB_SYNCING)
         return; /* fenced or stepped out meanwhile: not in this view */
     b->step = c->step_out;
-    b->agreed_step = b->step + 1;
+    b->agree_due = 0; /* the REBUILD agreed the counts */
+    b->attempt_open = 0;
     mb_set_step(b->mb, b->step);
     fill_dview(b);
     b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
@@ -349,6 +350,90 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         b->cbs.on_view(b->cbs.arg, &b->dview);
     b->dview.restored = 0;
     ready_fire(b, 0);
+}
+
+/*
+ * Step attempts: the trainer counts travel only when they change.
+ *
+ * An attempt is one run of a step on the agreed counts: it opens at the
+ * step start that lets it run (rb_ready returns 1) and closes when the
+ * step ends (step_end) or a collective of it is void on every node. A step
+ * the daemon redoes on its own (a trainer of this node left it) stays in
+ * the same attempt: the other nodes are still in it. During an attempt
+ * this node raises RB_FLAG_AGREE on its collectives' messages when it
+ * wants a checkpoint, and RB_FLAG_VOID too when its trainer count is not
+ * the agreed one (a trainer joined or left at a step start). A
+ * collective that carries every node's flags (ring_flags_seen: an
+ * allreduce or allgather of non-zero size) ends with their OR on every
+ * node; whether it carries them depends on its kind and size only.
+ *
+ * When an attempt closes, every node decides to run AGREE at its next
+ * step start iff no collective of the attempt carried the flags or their
+ * OR was non-zero. Every node of a generation runs the same collectives
+ * in the same order (otherwise the ring itself would not match), so all
+ * see the same ORs and take the same decision; a node that misses a
+ * collective (a failed ring) goes through a new view and REBUILD, which
+ * agrees the counts anyway. A VOID seen fails its collective with
+ * ST_ERESHAPE on every node alike: it ran with a divisor and global ranks
+ * that miscount that node's trainers, so the step is redone after the
+ * agreement, on the new counts.
+ */
+static void attempt_close(rb_t *b)
+{
+    if (!b->attempt_open)
+        return;
+    b->attempt_open = 0;
+    if (!b->attempt_carried || b->attempt_flags != 0)
+        b->agree_due = 1;
+}
+
+/* The flags this node raises in the attempt from now on. */
+static unsigned my_flags(const rb_t *b)
+{
+    unsigned f = 0;
+    if (b->local_trainers != b->counts[b->cur->my_index])
+        f |= RB_FLAG_VOID | RB_FLAG_AGREE;
+    if (b->ckpt_req && !b->dview.ckpt_requested)
+        f |= RB_FLAG_AGREE;
+    return f;
+}
+
+/* A step starts: 1, in a new attempt or the one the daemon redoes; or 0
+ * with an agreement due (a one-node job agrees with itself at once, for
+ * nothing, rather than run a void step). */
+static int attempt_begin(rb_t *b)
+{
+    unsigned f = my_flags(b);
+    if (f != 0 && b->cur->n_members == 1) {
+        b->attempt_open = 0;
+        b->agree_due = 1;
+        return 0;
+    }
+    if (b->attempt_open) {
+        b->my_flags |= f;
+        return 1;
+    }
+    b->attempt_open = 1;
+    b->attempt_carried = 0;
+    b->attempt_flags = 0;
+    b->my_flags = f;
+    return 1;
+}
+
+/* A collective of the attempt completed: 1 when it is void. */
+static int attempt_account(rb_t *b, const rb_cmd_t *c)
+{
+    if (!b->attempt_open || !c->flags_all)
+        return 0;
+    b->attempt_carried = 1;
+    b->attempt_flags |= c->flags_seen;
+    if (!(c->flags_seen & RB_FLAG_VOID))
+        return 0;
+    RD_INFO("ring backend: a node's trainer count changed at step %llu: "
+            "the step is redone on the counts agreed again",
+            (unsigned long long)b->step);
+    attempt_close(b);
+    return 1;
 }
 
 static void on_collective_done(rb_t *b, rb_cmd_t *c)
@@ -367,6 +452,11 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
         if (b->state < JOB_STEPPING_OUT)
             job_set_state(b, JOB_FENCED, "lease ran out");
         status = ST_EFENCED;
+    }
+    if (status == 0 && attempt_account(b, c)) {
+        if (cb != NULL)
+            cb(arg, ST_ERESHAPE); /* void: every node redoes the step */
+        return;
     }
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
@@ -389,7 +479,8 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
             job_set_state(b, JOB_WAITING, "agreement failed");
         return;
     }
-    b->agreed_step = b->step + 1;
+    b->agree_due = 0;
+    b->agreements++;
     fill_dview(b);
     b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
     ready_fire(b, 0);
@@ -405,6 +496,7 @@ static void on_async(uv_async_t *h)
         return;
     rb_cmd_t c = b->cmd;
     b->cmd.kind = CMD_NONE;
+    job__hops_cmd(b, &c);
     if (c.kind == CMD_REBUILD)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)
@@ -535,7 +627,8 @@ static void step_out(rb_t *b)
  * generation of the view; every node aborts the old ring, redoes the
  * step and agrees on the state again (the same path as any view change),
  * so no step is lost or applied twice. A trainer lost between steps
- * needs nothing: the trainer counts are agreed at every step start.
+ * needs nothing here: the node's next step runs with another count than
+ * the agreed one, which voids it on every node (attempt_begin).
  */
 static void rb_trainer_lost(job_t *be, int in_step,
                             uint32_t remaining)
@@ -577,14 +670,16 @@ static void rb_set_step(job_t *be, uint64_t step)
 
 static void rb_get_view(job_t *be, job_view_t *view_p)
 {
-    *view_p = ((rb_t *)be)->dview;
+    const rb_t *b = (const rb_t *)be;
+    *view_p = b->dview;
+    view_p->agreements = b->agreements;
 }
 
 static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
     if (b->state == JOB_READY && !busy(b) && b->pending == NULL &&
-        b->agreed_step == b->step + 1)
+        !b->agree_due && attempt_begin(b))
         return 1;
     if (b->state >= JOB_LEAVING)
         return ST_EINVAL;
@@ -611,6 +706,7 @@ static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
     b->op_cb = cb;
     b->op_arg = arg;
     b->cmd = *c;
+    b->cmd.flags = b->my_flags;
     post_cmd(b);
     return 0;
 }
@@ -646,6 +742,8 @@ static int rb_broadcast(job_t *be, void *buf, size_t bytes,
 static void rb_step_end(job_t *be, uint64_t step)
 {
     rb_t *b = (rb_t *)be;
+    attempt_close(b);
+    job__hops_step(b);
     b->step = step + 1;
     b->dview.step = b->step;
     mb_set_step(b->mb, b->step);
@@ -654,9 +752,13 @@ static void rb_step_end(job_t *be, uint64_t step)
     b->dview.ckpt_requested = 0;
 }
 
+/* The flag rides on the step's next collectives already, if any. */
 static void rb_request_ckpt(job_t *be)
 {
-    ((rb_t *)be)->ckpt_req = 1;
+    rb_t *b = (rb_t *)be;
+    b->ckpt_req = 1;
+    if (!b->dview.ckpt_requested)
+        b->my_flags |= RB_FLAG_AGREE;
 }
 
 static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
@@ -698,7 +800,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(rb_t *b)
 {
-    b->open_handles = 5;
+    b->open_handles = 6;
+    uv_close((uv_handle_t *)&b->hop_timer, on_handle_closed);
     uv_close((uv_handle_t *)&b->retry, on_handle_closed);
     uv_close((uv_handle_t *)&b->rejoin, on_handle_closed);
     uv_close((uv_handle_t *)&b->async, on_handle_closed);
@@ -757,6 +860,7 @@ static const job_ops_t rb_ops = {
     .ckpt_report = rb_ckpt_report,
     .leave = rb_leave,
     .destroy = rb_destroy,
+    .hop_stats = job__hops_get,
 };
 
 /*
@@ -788,6 +892,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
     mc->ttl_s = (int)cfg->lease_ttl;
     mc->min_members = (int)cfg->min_nodes;
+    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
     mc->etcd.endpoints = cfg->etcd;
     mc->etcd.ca_file = cfg->etcd_ca;
     mc->etcd.cert_file = cfg->etcd_cert;
@@ -807,6 +912,7 @@ static void init_sync(rb_t *b, uv_loop_t *loop)
     uv_timer_init(loop, &b->suspect_timer);
     uv_timer_init(loop, &b->rejoin);
     uv_timer_init(loop, &b->retry);
+    job__hops_init(b, loop);
     b->async.data = b->defer.data = b->suspect_timer.data = b;
     b->rejoin.data = b->retry.data = b;
 }

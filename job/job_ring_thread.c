@@ -27,7 +27,9 @@ static void rt_set_ring(rb_t *b, ring_t *r)
 }
 
 /* Every node's trainer count, in ring order; the top bit carries "a
- * checkpoint was asked for here", so every node learns it at this step. */
+ * checkpoint was asked for here", so every node learns it at this step.
+ * Run by REBUILD and, at a step start, only when the last step's flags
+ * asked for it (job_ring.c, "step attempts"). */
 static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
 {
     uint32_t n = (uint32_t)c->view->n_members;
@@ -225,9 +227,26 @@ static int rt_allreduce(ring_t *r, const job_reduce_t *red)
     return rc;
 }
 
+/* A collective of the step with this node's flags on its messages; after
+ * it, whether it carried every node's and their OR. */
+static int rt_collective(rb_t *b, rb_cmd_t *c)
+{
+    if (b->ring == NULL)
+        return ST_EABORTED;
+    ring_set_flags(b->ring, c->flags);
+    int rc = c->kind == CMD_ALLREDUCE
+                 ? rt_allreduce(b->ring, &c->red)
+                 : ring_broadcast(b->ring, c->buf, c->count, c->root);
+    ring_set_flags(b->ring, 0);
+    c->flags_all = rc == 0 && ring_flags_seen(b->ring, &c->flags_seen);
+    return rc;
+}
+
 static void rt_run(rb_t *b, rb_cmd_t *c)
 {
     c->suspect = c->suspect2 = UINT32_MAX;
+    c->flags_all = 0;
+    c->flags_seen = 0;
     switch (c->kind) {
     case CMD_REBUILD:
         c->status = rt_rebuild(b, c);
@@ -236,15 +255,16 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
         c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
         break;
     case CMD_ALLREDUCE:
-        c->status = b->ring ? rt_allreduce(b->ring, &c->red) : ST_EABORTED;
-        break;
     case CMD_BROADCAST:
-        c->status = b->ring ? ring_broadcast(b->ring, c->buf, c->count,
-                                             c->root)
-                            : ST_EABORTED;
+        c->status = rt_collective(b, c);
         break;
     default:
         c->status = ST_EINVAL;
+    }
+    if (c->status == 0 && c->kind != CMD_REBUILD && b->ring != NULL) {
+        ring_stats_t st;
+        ring_stats(b->ring, &st);
+        c->wait_us = st.last_wait_us;
     }
     if (c->status != 0 && b->ring != NULL) {
         int cause = ring_suspect(b->ring, &c->suspect);

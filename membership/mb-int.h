@@ -130,6 +130,10 @@ struct mb {
     uint64_t fence_at_ms;    /* loop time the lease may have run out */
     long retry_ms;
     int fence_reason;        /* why the next fence happens; 0: lease */
+    int ride_outage;         /* mb_config_t.ride_outage */
+    int etcd_unreach;        /* since the last renewal a keepalive found
+                                etcd unreachable before the deadline */
+    uint64_t outage_since_ms; /* riding out an outage since; 0: not */
     int auth_probe;          /* etcd auth on: check it at each keepalive */
     int probe_inflight;
     unsigned denied;         /* etcd refusals since the last success */

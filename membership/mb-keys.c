@@ -55,6 +55,10 @@ static int key_print(char *buf, size_t n, const char *job,
     case MB_KEY_CKPT_PART:
         return snprintf(buf, n, "/ringd/%s/ckpt-parts/%020" PRIu64
                         "/%05" PRIu32, job, step, rank);
+    case MB_KEY_HOPS:
+        return snprintf(buf, n, "/ringd/%s/hop/", job);
+    case MB_KEY_HOP:
+        return snprintf(buf, n, "/ringd/%s/hop/%s", job, node);
     }
     return -1;
 }

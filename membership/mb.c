@@ -144,11 +144,74 @@ static void schedule_retry(mb_t *mb)
     schedule_retry_after(mb, 0, NULL);
 }
 
+static int find_me(const mb_t *mb, const mb__view_t *v);
+
+/*
+ * The lease deadline passed with etcd unreachable. Nobody can write a
+ * view while etcd is down, so the view this node runs is still the job's
+ * and it may keep training in it, provided something other than etcd
+ * stops it should the outage be only ours (a partition: etcd expires our
+ * lease and the others move to a newer generation without us). That
+ * fence is the ring: every step of a view of two or more nodes needs a
+ * collective with every member, and the ring drops messages of other
+ * generations, so a node the others left behind completes no step. A
+ * node alone in its view has no such fence and steps alone: it fences.
+ * So does a node that saw no keepalive fail while it ran (it was stopped
+ * past its deadline: the others may have moved on while it could not
+ * notice) or whose user has no collective fence (ride_outage 0).
+ */
+static int may_ride_outage(mb_t *mb)
+{
+    return mb->ride_outage && mb->etcd_unreach && mb->state == MB_ACTIVE &&
+           mb->view.n_members >= 2 &&
+           mb->view.generation == mb->delivered_gen &&
+           find_me(mb, &mb->view) >= 0;
+}
+
+/* Past the lease deadline: 1 when riding out an outage (from now on,
+ * if not yet), 0 when this node must fence. */
+static int ride_outage(mb_t *mb)
+{
+    if (mb->outage_since_ms != 0)
+        return 1;
+    if (!may_ride_outage(mb))
+        return 0;
+    mb->outage_since_ms = uv_now(mb->loop);
+    RD_WARN("mb %s: etcd unreachable past the lease deadline: keeping "
+            "view %llu and training while every ring member does",
+            mb->me.node, (unsigned long long)mb->view.generation);
+    return 1;
+}
+
 static void on_fence_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb__holds_lease(mb->state))
+    if (mb__holds_lease(mb->state) && !ride_outage(mb))
         transition(mb, MB_EV_LEASE_LOST, "lease not renewed in time");
+}
+
+/* A keepalive failed: log the first failure after a renewal, and note
+ * whether etcd was found unreachable while the lease was still good. */
+static void keepalive_failed(mb_t *mb, int status)
+{
+    if (!mb->etcd_unreach && mb->outage_since_ms == 0)
+        RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
+                st_strerror(status));
+    uv_update_time(mb->loop);
+    if ((status == ST_EUNAVAIL || status == ST_ETIMEDOUT) &&
+        uv_now(mb->loop) < mb->fence_at_ms)
+        mb->etcd_unreach = 1;
+}
+
+static void keepalive_renewed(mb_t *mb)
+{
+    if (mb->outage_since_ms != 0)
+        RD_INFO("mb %s: etcd answers again after %llu ms past the lease "
+                "deadline: lease renewed, view %llu kept", mb->me.node,
+                (unsigned long long)(uv_now(mb->loop) - mb->outage_since_ms),
+                (unsigned long long)mb->delivered_gen);
+    mb->outage_since_ms = 0;
+    mb->etcd_unreach = 0;
 }
 
 /* The lease is good until sent + ttl as etcd counts from the arrival of
@@ -209,14 +272,14 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
         return;
     }
     if (status != 0) {
-        RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
-                st_strerror(status));
+        keepalive_failed(mb, status);
         return; /* the fence timer decides */
     }
     if (res->ttl <= 0) {
         transition(mb, MB_EV_LEASE_LOST, "lease expired or revoked");
         return;
     }
+    keepalive_renewed(mb);
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
     probe_credentials(mb);
 }
@@ -224,8 +287,16 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
 static void on_ka_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb->ka_inflight || !mb__holds_lease(mb->state))
+    if (!mb__holds_lease(mb->state))
         return;
+    if (mb->ka_inflight) {
+        /* Unanswered for a period while we ran, before the deadline:
+         * etcd is failing over its endpoints (a member down, an
+         * election), which can take past the deadline to say so. */
+        if (uv_now(mb->loop) < mb->fence_at_ms)
+            mb->etcd_unreach = 1;
+        return;
+    }
     mb->ka_gen = mb->reg_gen;
     mb->ka_sent_ms = uv_now(mb->loop);
     if (etcd_lease_keepalive(mb->etcd, mb->lease, on_keepalive, mb) == 0)
@@ -983,6 +1054,8 @@ static void stop_lease_timers(mb_t *mb)
     uv_timer_stop(&mb->again_timer);
     mb->reg_gen++;
     mb->ka_inflight = 0;
+    mb->etcd_unreach = 0;
+    mb->outage_since_ms = 0;
 }
 
 static void enter_joining(mb_t *mb)
@@ -1122,6 +1195,7 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->retry_ms = MB_RETRY_MIN_MS;
     mb->view_retry_ms = MB_RETRY_MIN_MS;
     mb->auth_probe = cfg->etcd.user != NULL;
+    mb->ride_outage = cfg->ride_outage;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,
                             &mb->again_timer};
@@ -1178,7 +1252,8 @@ int mb_lease_valid(mb_t *mb)
     if (!mb__holds_lease(mb->state) || mb->lease == 0)
         return 0;
     uv_update_time(mb->loop); /* after a stop, the cached time is old */
-    return uv_now(mb->loop) < mb->fence_at_ms;
+    /* Past the deadline before the fence timer ran: decide as it will. */
+    return uv_now(mb->loop) < mb->fence_at_ms || ride_outage(mb);
 }
 
 /* Only the leader and a node's ring neighbours watch its record; for

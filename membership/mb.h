@@ -36,6 +36,10 @@ typedef struct {
     const void *secret;      /* the job secret, copied: signs the writes
                                 that change a view; NULL: unsigned */
     size_t secret_len;
+    int ride_outage;         /* keep an ACTIVE node of a view of >= 2 in the
+                                view while etcd cannot be reached past its
+                                lease deadline (the caller fences by its
+                                collectives, membership/README.md) */
 } mb_config_t;
 
 /* One member of a view. Strings and addr point into the view. */
@@ -187,6 +191,7 @@ int mb_leave(mb_t *mb);
  * on the clock now (not the loop's cached time): a node that was stopped
  * past its lease may run callbacks from before the fence timer fires,
  * and must not act on results the others may have excluded it from.
+ * Also 1 while riding out an etcd outage (mb_config_t.ride_outage).
  */
 int mb_lease_valid(mb_t *mb);
 
@@ -241,6 +246,8 @@ typedef enum {
     MB_KEY_CKPT_PARTS,       /* prefix of every part record */
     MB_KEY_CKPT_STEP_PARTS,  /* prefix of the part records of step */
     MB_KEY_CKPT_PART,        /* shard rank's part record of step */
+    MB_KEY_HOPS,             /* prefix of the nodes' hop-wait records */
+    MB_KEY_HOP,              /* node's recent waits on its predecessor */
 } mb_key_t;
 
 /* Write the key into buf (n bytes with the NUL). Returns 0, or ST_EINVAL

@@ -14,6 +14,19 @@
 #define RING_MAX_CHAN 2
 #define RING_NO_DEP UINT32_MAX
 
+/*
+ * The ring's use of the tag's 20-bit index field: the low RING_IDX_BITS
+ * number the message (m mod 2^18), the top two carry the sender's flags
+ * (ring_set_flags). Receives match every other bit exactly. The wrap is
+ * harmless: a channel's messages come from one neighbour over one
+ * endpoint, in order, and UCX matches the oldest message that fits, so
+ * message m is always taken before m + 2^18 (the field wrapped at 2^20
+ * before, for the same reason).
+ */
+#define RING_IDX_BITS 18
+#define RING_IDX_MASK ((1u << RING_IDX_BITS) - 1)
+#define RING_FLAG_SHIFT RING_IDX_BITS
+
 typedef enum { SLOT_FREE = 0, SLOT_POSTED, SLOT_DONE } ring_slot_state_t;
 
 typedef struct {
@@ -101,6 +114,9 @@ struct ring {
     uint32_t seq;          /* collective sequence, in every tag */
     uint32_t hellos;       /* ring_hello rounds so far, in their tags */
     unsigned nchan;
+    unsigned flags_out;    /* ring_set_flags: ORed into every send */
+    unsigned flags_seen;   /* ours | those of every message applied */
+    int flags_all;         /* last collective: flags_seen is every rank's */
     ring_stats_t stats;
 };
 

@@ -144,8 +144,11 @@ static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
 
 static uint64_t chan_tag(const ring_chan_t *c, uint32_t m)
 {
-    return tp_tag_make(c->ring->gen, c->id, c->ring->seq, m);
+    return tp_tag_make(c->ring->gen, c->id, c->ring->seq, m & RING_IDX_MASK);
 }
+
+/* Every bit but the flags: generation, channel, sequence and index. */
+#define RING_RECV_MASK (~((uint64_t)RING_FLAGS_MASK << RING_FLAG_SHIFT))
 
 static void slot_cb(tp_req_t *req)
 {
@@ -168,7 +171,7 @@ static int post_recv(ring_chan_t *c, uint32_t m)
     sl->req.data = sl;
     sl->state = SLOT_POSTED; /* the callback may run inside tp_recv */
     int rc = tp_recv(r->tp, sl->buf, r->opts.chunk_bytes, chan_tag(c, m),
-                     UINT64_MAX, r->arena_mem, &sl->req);
+                     RING_RECV_MASK, r->arena_mem, &sl->req);
     if (rc != 0)
         sl->state = SLOT_FREE;
     return rc;
@@ -256,6 +259,9 @@ static int chan_consume(ring_chan_t *c)
         return 1;
     }
     apply(c, sl, off, cnt, act);
+    /* Validated: its flags count (a send depending on it carries them). */
+    r->flags_seen |= (unsigned)(sl->req.tag >> RING_FLAG_SHIFT) &
+                     RING_FLAGS_MASK;
     sl->state = SLOT_FREE;
     c->next_proc++;
     c->last_rx = rd_now_ns();
@@ -286,7 +292,9 @@ static int post_send(ring_chan_t *c, uint32_t m)
     RD_DEBUG("chan %u send m %u seg %u off %zu cnt %zu", c->id, m, seg, off,
              cnt);
     sl->state = SLOT_POSTED; /* the callback may run inside tp_send */
-    int rc = tp_send(c->to->peer, src, cnt * r->coll.wire_es, chan_tag(c, m), mem,
+    uint64_t tag = chan_tag(c, m) |
+                   ((uint64_t)r->flags_seen << RING_FLAG_SHIFT);
+    int rc = tp_send(c->to->peer, src, cnt * r->coll.wire_es, tag, mem,
                      &sl->req);
     if (rc != 0)
         sl->state = SLOT_FREE;
@@ -504,6 +512,7 @@ static void coll_begin(ring_t *r, unsigned nchan)
         c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
         c->last_rx = c->last_tx = now;
     }
+    r->flags_seen = r->flags_out;
     ring_set_state(r, RING_RUNNING, 0, 0);
     drain_stale(r);
 }
@@ -620,6 +629,7 @@ static int coll_run(ring_t *r)
     drain_stale(r);
     coll_stats(r, t0, wait_ns);
     r->stats.collectives++;
+    r->flags_all = r->coll.kind != COLL_BCAST;
     ring_link_t *gone = r->left.fail_rc ? &r->left
                       : r->right.fail_rc ? &r->right : NULL;
     if (r->coll.err == 0 && gone != NULL) {
@@ -638,6 +648,8 @@ static int coll_run(ring_t *r)
 /* A collective may start: the ring is alive and nobody asked to abort. */
 static int coll_check(ring_t *r)
 {
+    r->flags_all = 0;
+    r->flags_seen = 0;
     if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
         ring_set_state(r, RING_FAILED, ST_EABORTED, r->rank);
     if (r->state == RING_FAILED)
@@ -690,6 +702,8 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
         return rc;
     if (r->n == 1) {
         r->stats.collectives++;
+        r->flags_seen = r->flags_out;
+        r->flags_all = 1;
         if (op == KERN_AVG && avg_div != 1)
             kern_avg_finish(dt, buf, count, avg_div);
         return 0;
@@ -727,6 +741,10 @@ int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
 {
     int rc = coll_check(r);
     size_t total = block_bytes * r->n;
+    if (rc == 0 && block_bytes != 0 && r->n == 1) {
+        r->flags_seen = r->flags_out;
+        r->flags_all = 1;
+    }
     if (rc != 0 || block_bytes == 0 || r->n == 1 ||
         (rc = coll_setup_check(r, total, 1)))
         return rc;
@@ -770,4 +788,15 @@ int ring_barrier(ring_t *r)
      */
     uint8_t token = 1;
     return ring_allreduce(r, &token, 1, KERN_U8, KERN_MAX);
+}
+
+void ring_set_flags(ring_t *r, unsigned flags)
+{
+    r->flags_out = flags & RING_FLAGS_MASK;
+}
+
+int ring_flags_seen(const ring_t *r, unsigned *flags_p)
+{
+    *flags_p = r->flags_all ? r->flags_seen : 0;
+    return r->flags_all;
 }

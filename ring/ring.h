@@ -140,6 +140,25 @@ void ring_abort(ring_t *ring);
  */
 int ring_set_deadline(ring_t *ring, int deadline_ms);
 
+/*
+ * Flags piggybacked on the collectives' messages, for the owner's control
+ * traffic (the job's "the trainer counts must be agreed again"). Owner
+ * thread, between collectives: the next collectives OR flags
+ * (RING_FLAGS_MASK) into every message this rank sends, with every
+ * flag it has received so far in the collective, hop by hop.
+ */
+#define RING_FLAGS_MASK 3u
+void ring_set_flags(ring_t *ring, unsigned flags);
+/*
+ * After a collective returned 0: 1 when it reached every rank's flags, with
+ * *flags_p their OR (the same on every rank), else 0. Allreduce (barrier)
+ * and allgather of a non-zero size reach them (every rank's last receive
+ * descends, hop by hop, from a send of each other rank); broadcast (the
+ * flags of ranks downstream of the root never travel back) and zero
+ * sizes (no message) do not. With one rank *flags_p is its own.
+ */
+int ring_flags_seen(const ring_t *ring, unsigned *flags_p);
+
 /* The failure that killed the ring: 0, or its code and the suspect rank. */
 int ring_suspect(const ring_t *ring, uint32_t *rank_p);
 

@@ -38,6 +38,7 @@ const char *rc_log_level; /* when set, --log-level */
 const char *rc_stop_in;  /* when set, trainers stop in that step */
 const char *rc_lease_ttl = "2"; /* --lease-ttl */
 const char *rc_step_timeout; /* when set, --step-timeout */
+const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
 
 /* Daemon i of the job (not started). */
 void node_init(cluster_t *c, int i, const char *trainers,
@@ -53,7 +54,7 @@ void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", rc_lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (rc_ckpt_dir != NULL) {
@@ -94,7 +95,7 @@ pid_t trainer(cluster_t *c, int i, int k, const char *steps)
                           td_path(&c->d[i], hl), "--save",
                           td_path(&c->d[i], sv), "--log-every", "20",
                           rc_crash_at ? "--crash-at-step" : NULL, rc_crash_at,
-                          NULL, NULL, NULL, NULL, NULL};
+                          NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     int at = rc_crash_at ? 10 : 8;
     if (rc_stop_after != NULL) {
         args[at++] = "--stop-after-step";
@@ -103,6 +104,10 @@ pid_t trainer(cluster_t *c, int i, int k, const char *steps)
     if (rc_stop_in != NULL) {
         args[at++] = "--stop-in-step";
         args[at++] = rc_stop_in;
+    }
+    if (rc_step_delay != NULL) {
+        args[at++] = "--step-delay-ms";
+        args[at++] = rc_step_delay;
     }
     return td_trainer(&c->d[i], args, td_path(&c->d[i], lg));
 }

@@ -406,6 +406,64 @@ static void mode_coll(void)
     }
 }
 
+/* ---- flags piggybacked on the messages ---------------------------------- */
+
+/* After a collective: its flags reached every rank (want_all) and are
+ * exactly want, the same OR on every rank. */
+static void check_flags(const char *what, size_t len, int raiser,
+                        int want_all, unsigned want)
+{
+    unsigned got = 99;
+    int all = ring_flags_seen(W.ring, &got);
+    if (all != want_all || (all && got != want))
+        DIE("%s %zu raised by %d: flags_seen %d/%u, want %d/%u", what, len,
+            raiser, all, got, want_all, want);
+    fprintf(W.out, "flags %s %zu %d %d %u\n", what, len, raiser, all, got);
+}
+
+/*
+ * For each size and each rank raising a flag alone (and nobody, and
+ * everybody with a bit of its own parity), every collective that can
+ * carry flags delivers their OR to every rank, whichever rank raised
+ * them; broadcast and zero sizes report that they carry none.
+ */
+static void mode_flags(void)
+{
+    for (int c = 0; c < W.ncounts; c++) {
+        size_t len = W.counts[c];
+        float *f = malloc(len * sizeof(float) * W.n + 1);
+        for (int raiser = -2; raiser < (int)W.n; raiser++) {
+            unsigned mine = raiser == -2 ? 1u << (W.rank & 1)
+                          : (int)W.rank == raiser ? 1u << (raiser & 1) : 0;
+            unsigned want = raiser == -2 ? (W.n > 1 ? 3u : 1u)
+                          : raiser < 0 ? 0 : 1u << (raiser & 1);
+            ring_set_flags(W.ring, mine);
+            for (size_t i = 0; i < len; i++)
+                f[i] = (float)(W.rank + 1);
+            int rc = ring_allreduce(W.ring, f, len, KERN_F32, KERN_SUM);
+            if (rc != 0)
+                DIE("flags allreduce %zu: %s", len, st_strerror(rc));
+            for (size_t i = 0; i < len; i++)
+                if (f[i] != (float)(W.n * (W.n + 1) / 2))
+                    DIE("flags allreduce %zu [%zu] = %g", len, i, f[i]);
+            check_flags("allreduce", len, raiser, len > 0, want);
+            if ((rc = ring_allgather(W.ring, f, len)) != 0)
+                DIE("flags allgather %zu: %s", len, st_strerror(rc));
+            check_flags("allgather", len, raiser, len > 0, want);
+            if ((rc = ring_barrier(W.ring)) != 0)
+                DIE("flags barrier: %s", st_strerror(rc));
+            check_flags("barrier", 1, raiser, 1, want);
+            for (uint32_t root = 0; root < W.n; root++) {
+                if ((rc = ring_broadcast(W.ring, f, len, root)) != 0)
+                    DIE("flags broadcast %zu: %s", len, st_strerror(rc));
+                check_flags("broadcast", len, raiser, 0, 0);
+            }
+        }
+        ring_set_flags(W.ring, 0);
+        free(f);
+    }
+}
+
 /* ---- failure modes ------------------------------------------------------- */
 
 static void report_failure(int rc)
@@ -506,6 +564,11 @@ static void wait_file(const char *name)
  * Rank 0 impersonates an old view and a liar before any real traffic, then
  * waits until rank 1 has both messages queued, so the order is fixed.
  */
+/* The wrong-size message also sets both of the ring's flag bits (the top
+ * of the index field): rejected for its size all the same, its flags must
+ * not count. */
+#define FORGED_FLAGS (3u << 18)
+
 static void forge_send(void)
 {
     size_t alen;
@@ -518,7 +581,7 @@ static void forge_send(void)
     static uint8_t junk[8] = {0xAB};
     tp_req_t req[2] = {{0}};
     uint64_t tags[2] = {tp_tag_make(W.gen - 1, 0, 0, 0),
-                        tp_tag_make(W.gen, 0, 0, 0)};
+                        tp_tag_make(W.gen, 0, 0, FORGED_FLAGS)};
     for (int i = 0; i < 2; i++) {
         req[i].cb = forge_cb;
         if ((rc = tp_send(p, junk, 3, tags[i], NULL, &req[i])) != 0)
@@ -537,7 +600,7 @@ static void forge_send(void)
 static void forge_wait_seen(void)
 {
     uint64_t stale = tp_tag_make(W.gen - 1, 0, 0, 0);
-    uint64_t cur = tp_tag_make(W.gen, 0, 0, 0);
+    uint64_t cur = tp_tag_make(W.gen, 0, 0, FORGED_FLAGS);
     size_t l1 = 0, l2 = 0;
     int64_t deadline = now_ms() + 10000;
     while (!tp_probe(W.tp, stale, UINT64_MAX, &l1) ||
@@ -558,6 +621,9 @@ static void mode_forge(void)
     else if (W.rank == 1)
         forge_wait_seen();
     one_allreduce(KERN_F32, KERN_SUM, W.counts[0]);
+    unsigned flags = 99;
+    if (ring_flags_seen(W.ring, &flags) != 1 || flags != 0)
+        DIE("flags %u after a forged flagged message, want 0", flags);
     one_allreduce(KERN_I32, KERN_SUM, W.counts[0]);
     int rc = ring_barrier(W.ring);
     if (rc != 0)
@@ -694,6 +760,8 @@ int main(int argc, char **argv)
         mode_matrix();
     else if (!strcmp(W.mode, "coll"))
         mode_coll();
+    else if (!strcmp(W.mode, "flags"))
+        mode_flags();
     else if (!strcmp(W.mode, "big"))
         mode_big(0);
     else if (!strcmp(W.mode, "abort"))

@@ -90,9 +90,10 @@ TEST_IMPL(dmn_ring_ckpt_restart)
  * Every node has its own checkpoint directory, so no node ever sees the
  * whole set of files: the manifest can only come from etcd. One trainer
  * asks for a checkpoint after step 7 (ringd_checkpoint); the request
- * travels with the step-8 agreement, so both nodes write step 9, and the
- * manifest key appears once both shards have their two copies; the
- * directories hold no MANIFEST.json.
+ * rides as a flag on the messages of step 8's collectives, the step-9
+ * start agrees it on both nodes, so both write step 10 (the checkpoint
+ * after step 9), and the manifest key appears once both shards have
+ * their two copies; the directories hold no MANIFEST.json.
  */
 TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
 {
@@ -119,9 +120,9 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     for (int i = 0; i < 2; i++)
         expect_exit0(&c, i, 0, c.trainer[i][0]);
     ASSERT(td_file_has(lg, "checkpoint requested after step 7: success"));
-    int done = td_wait_file(c.d[0].log, "checkpoint of step 9 complete",
+    int done = td_wait_file(c.d[0].log, "checkpoint of step 10 complete",
                             10000) == 0 ||
-               td_wait_file(c.d[1].log, "checkpoint of step 9 complete",
+               td_wait_file(c.d[1].log, "checkpoint of step 10 complete",
                             1000) == 0;
     if (!done) {
         td_dump(c.d[0].log);
@@ -129,14 +130,15 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     }
     ASSERT(done);
     /* Exactly one checkpoint: the interval never came. */
-    ASSERT(!td_file_has(c.d[0].log, "checkpoint of step 10 ") &&
-           !td_file_has(c.d[1].log, "checkpoint of step 10 "));
+    for (int i = 0; i < 2; i++)
+        ASSERT(!td_file_has(c.d[i].log, "checkpoint of step 9 ") &&
+               !td_file_has(c.d[i].log, "checkpoint of step 11 "));
     /* A node's MANIFEST.json, if there yet, is a copy of etcd's (node
      * ids), never one built from its own files (it has 2 of 4). */
     for (int i = 0; i < 2; i++) {
         char m[700];
         snprintf(m, sizeof(m), "%s/n%d/ringtest/step-%020d/MANIFEST.json",
-                 dir, i, 9);
+                 dir, i, 10);
         ASSERT(!td_file_has(m, "member0"));
     }
     char out[600];
@@ -149,12 +151,13 @@ TEST_IMPL(dmn_ring_ckpt_etcd_manifest)
     pid_t p = th_spawn(argv, out);
     ASSERT_GT(p, 0);
     ASSERT_OK(th_wait(p, 15000, &st));
-    if (!td_file_has(out, "{\"step\":9,") ||
+    if (!td_file_has(out, "{\"step\":10,") ||
         td_file_has(out, "ckpt-parts"))
         td_dump(out);
     ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ASSERT(td_file_has(out, "{\"step\":9,"));
-    ASSERT(!td_file_has(out, "\"step\":10"));
+    ASSERT(td_file_has(out, "{\"step\":10,"));
+    ASSERT(!td_file_has(out, "\"step\":9,") &&
+           !td_file_has(out, "\"step\":11"));
     ASSERT(td_file_has(out, "\"member\":\"n0\""));
     ASSERT(td_file_has(out, "\"member\":\"n1\""));
     for (int i = 0; i < 2; i++)

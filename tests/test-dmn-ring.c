@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
+#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -788,6 +789,239 @@ TEST_IMPL(dmn_ring_slow_trainer)
     ASSERT_EQ(td_same_hashes(&h0, &h1), 3000);
     ASSERT_EQ(td_same_hashes(&h1, &h2), 3000);
     for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * Every step's hash-log lines over the logs of all the job's trainers:
+ * each step ran somewhere, every trainer of it was told the same world,
+ * exactly world trainers logged it and their ranks are 0..world-1 once
+ * each. world is the AVG divisor (the daemon's avg_divisor is the view's
+ * global_trainers), so this checks the divisor, global_trainers and
+ * rank_offset of every node at every step.
+ */
+static void check_step_ranks(const char *const *logs, int nlogs, int steps)
+{
+    static unsigned world[TD_MAX_STEPS], seen[TD_MAX_STEPS];
+    static unsigned long long ranks[TD_MAX_STEPS];
+    memset(world, 0, sizeof(world));
+    memset(seen, 0, sizeof(seen));
+    memset(ranks, 0, sizeof(ranks));
+    for (int i = 0; i < nlogs; i++) {
+        char *s = td_read(logs[i], NULL);
+        ASSERT_MSG(s != NULL, "no hash log %s", logs[i]);
+        for (char *l = strtok(s, "\n"); l; l = strtok(NULL, "\n")) {
+            long st;
+            unsigned long long gen;
+            unsigned r, w;
+            if (sscanf(l, "step %ld gen %llu rank %u world %u", &st, &gen,
+                       &r, &w) != 4 || st < 0 || st >= steps)
+                continue;
+            ASSERT_MSG(r < w && w < 64, "%s: step %ld rank %u world %u",
+                       logs[i], st, r, w);
+            ASSERT_MSG(seen[st] == 0 || world[st] == w,
+                       "step %ld: world %u in %s, %u elsewhere", st, w,
+                       logs[i], world[st]);
+            ASSERT_MSG(!(ranks[st] & (1ull << r)),
+                       "step %ld: rank %u twice", st, r);
+            world[st] = w;
+            seen[st]++;
+            ranks[st] |= 1ull << r;
+        }
+        free(s);
+    }
+    for (int st = 0; st < steps; st++)
+        ASSERT_MSG(seen[st] > 0 && seen[st] == world[st],
+                   "step %d: %u trainers logged it, world %u", st, seen[st],
+                   world[st]);
+}
+
+typedef struct {
+    cluster_t *c;
+    double step;
+} step_wait_t;
+
+/* For td_poll: n2's ringd_step reached w->step. */
+static int n2_reached(void *arg)
+{
+    step_wait_t *w = arg;
+    return metric_value(w->c, 2, "ringd_step") >= w->step;
+}
+
+/*
+ * The trainer counts travel only when they change. n0 starts with two
+ * trainers, n1 and n2 with one (n2 hears n0's flags through n1: the ring
+ * runs n0 -> n1 -> n2); n0's second trainer leaves after step 159 (its
+ * last) and a new one joins n0 after step 270. Over 100 steady steps no
+ * node agrees the counts more than twice (it once did at every step);
+ * the leave and the join void one step on every node, which is redone on
+ * the new counts: at every step every node's world, ranks and divisor
+ * count exactly the trainers that took part, the replicas end bitwise
+ * identical and match one process training the same global batch.
+ */
+TEST_IMPL(dmn_ring_trainer_counts)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "2", "3");
+    node_init(&c, 1, "1", "3");
+    node_init(&c, 2, "1", "3");
+    const char *steps = "600";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    c.trainer[0][1] = trainer(&c, 0, 1, "160"); /* logs as the others */
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    c.trainer[2][0] = trainer(&c, 2, 0, steps);
+    ASSERT_EQ(td_exit_code(c.trainer[0][1], 60000), 0);
+
+    step_wait_t w = {&c, 170};
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    double a0[3], s0 = metric_value(&c, 2, "ringd_step");
+    for (int i = 0; i < 3; i++)
+        a0[i] = metric_value(&c, i, "ringd_agreements_total");
+    w.step = s0 + 100;
+    ASSERT_OK(td_poll(n2_reached, &w, 60000));
+    for (int i = 0; i < 3; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a0[i] >= 0 && a - a0[i] <= 2,
+                   "n%d agreed %g times in 100 steady steps", i, a - a0[i]);
+    }
+    ASSERT(metric_value(&c, 2, "ringd_step") < 590); /* the join comes */
+    c.trainer[0][1] = trainer(&c, 0, 1, steps); /* appends to h1 */
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 0, 1, c.trainer[0][1]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+
+    static char logs[4][512];
+    snprintf(logs[0], sizeof(logs[0]), "%s", td_path(&c.d[0], "h0"));
+    snprintf(logs[1], sizeof(logs[1]), "%s", td_path(&c.d[0], "h1"));
+    snprintf(logs[2], sizeof(logs[2]), "%s", td_path(&c.d[1], "h0"));
+    snprintf(logs[3], sizeof(logs[3]), "%s", td_path(&c.d[2], "h0"));
+    const char *const lp[] = {logs[0], logs[1], logs[2], logs[3]};
+    check_step_ranks(lp, 4, 600);
+    static td_hashes_t h;
+    td_read_hashes(logs[3], &h);
+    ASSERT_EQ(h.world[0], 4);
+    ASSERT_EQ(h.world[200], 3);
+    ASSERT_EQ(h.world[599], 4);
+    /* n1's and n2's trainers never changed: they learned both changes
+     * from the flags on the ring, and agreed a few times in all. */
+    for (int i = 1; i < 3; i++)
+        ASSERT_GE(td_count(c.d[i].log, "trainer count changed"), 2);
+    for (int i = 0; i < 3; i++) {
+        double a = metric_value(&c, i, "ringd_agreements_total");
+        ASSERT_MSG(a >= 2 && a <= 8, "n%d agreed %g times in 600 steps", i,
+                   a);
+    }
+
+    const char *ref[] = {"--no-daemon", "--steps", steps, "--save",
+                         td_path(&c.d[0], "pref"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(&c.d[0], ref,
+                                      td_path(&c.d[0], "ref.log")),
+                           60000), 0);
+    for (int i = 1; i < 3; i++)
+        ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"),
+                                td_path(&c.d[i], "p0")), 0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[0], "p1")),
+              0);
+    double d = td_param_diff(td_path(&c.d[0], "p0"),
+                             td_path(&c.d[0], "pref"));
+    ASSERT_MSG(d < 1e-3, "the job vs 1 process differ by %g", d);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/* ---- steps without a collective ----------------------------------------- */
+
+enum { NC_STEPS = 30, NC_COUNT = 256, NC_BYTES = 64 };
+
+/* What step s runs: an allreduce (0-9, 20-29), nothing (10-14) or only a
+ * broadcast (15-19), the same on every node. */
+static int nc_kind(uint64_t s)
+{
+    return s < 10 || s >= 20 ? 'a' : s < 15 ? '-' : 'b';
+}
+
+/* One trainer of the job, in a child process: 0 when every step's result
+ * was right. */
+static int nc_trainer(const char *sock)
+{
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *f = ringd_buffer(c, NC_COUNT * sizeof(float));
+    uint8_t *b = ringd_buffer(c, NC_BYTES);
+    if (f == NULL || b == NULL)
+        return 11;
+    for (;;) {
+        ringd_view_t v;
+        if (ringd_step_begin(c, &v) != 0)
+            return 12;
+        if (v.step >= NC_STEPS)
+            break;
+        int rc = 0;
+        if (nc_kind(v.step) == 'a') {
+            for (int i = 0; i < NC_COUNT; i++)
+                f[i] = (float)(v.rank + 1 + i);
+            rc = ringd_allreduce(c, f, NC_COUNT, RINGD_F32, RINGD_SUM);
+            for (int i = 0; rc == 0 && i < NC_COUNT; i++)
+                if (f[i] != (float)(v.world * (v.world + 1) / 2 +
+                                    v.world * i)) {
+                    fprintf(stderr, "step %llu: [%d] = %g\n",
+                            (unsigned long long)v.step, i, f[i]);
+                    return 13;
+                }
+        } else if (nc_kind(v.step) == 'b') {
+            for (int i = 0; i < NC_BYTES; i++)
+                b[i] = v.rank == 0 ? (uint8_t)(v.step + i) : 0;
+            rc = ringd_broadcast(c, b, NC_BYTES, 0);
+            for (int i = 0; rc == 0 && i < NC_BYTES; i++)
+                if (b[i] != (uint8_t)(v.step + i))
+                    return 14;
+        }
+        if (rc == RINGD_ERESHAPE)
+            continue;
+        if (rc != 0 || ringd_step_end(c) != 0)
+            return 15;
+    }
+    ringd_close(c);
+    return 0;
+}
+
+/*
+ * Steps that carry no flags (none run a collective, or only a
+ * broadcast, which does not reach every node's flags) make every node
+ * agree the trainer counts at the next step start, and only those: of
+ * 30 steps, 5 without a collective and 5 broadcast-only ones cost
+ * exactly 10 agreements on every node, the allreduce steps none, and no
+ * node waits for another that skipped (the job finishes, every result
+ * right).
+ */
+TEST_IMPL(dmn_ring_steps_without_collective)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        p[i] = fork();
+        ASSERT(p[i] >= 0);
+        if (p[i] == 0)
+            _exit(nc_trainer(c.d[i].sock));
+        td_track(p[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_exit_code(p[i], 60000), 0);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(metric_value(&c, i, "ringd_steps_total"), NC_STEPS);
+        ASSERT_EQ(metric_value(&c, i, "ringd_agreements_total"), 10);
+    }
+    for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }

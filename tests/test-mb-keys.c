@@ -39,6 +39,8 @@ TEST_IMPL(mb_key_paths)
                   "/ringd/J/ckpt-parts/00000000000000000150/");
     ASSERT_STR_EQ(key(MB_KEY_CKPT_PART, NULL, 150, 3),
                   "/ringd/J/ckpt-parts/00000000000000000150/00003");
+    ASSERT_STR_EQ(key(MB_KEY_HOPS, NULL, 0, 0), "/ringd/J/hop/");
+    ASSERT_STR_EQ(key(MB_KEY_HOP, "n2", 0, 0), "/ringd/J/hop/n2");
     /* Too small a buffer: refused, and no half key left behind. */
     char small[12] = "x";
     ASSERT_EQ(mb_key(small, sizeof(small), "J", MB_KEY_NODE, "n1", 0, 0),

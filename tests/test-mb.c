@@ -281,6 +281,8 @@ static size_t all_peers(const mb_view_t *v, size_t *idx, size_t max,
     return n;
 }
 
+static int ride_outage_; /* the next start_member's mb_config_t */
+
 static void start_member(member_t *m, const char *name, const char *host,
                          int ttl, int min_members)
 {
@@ -292,7 +294,8 @@ static void start_member(member_t *m, const char *name, const char *host,
     mb_config_t cfg = {.job = "test", .node = name, .host = host,
                        .addr = addr, .addr_len = strlen(addr), .slots = 1,
                        .ttl_s = ttl, .min_members = min_members,
-                       .etcd = {.endpoints = etcd_.url}};
+                       .etcd = {.endpoints = etcd_.url},
+                       .ride_outage = ride_outage_};
     mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left,
                          m->all_peers ? all_peers : NULL};
     ASSERT_OK(mb_create(&loop, &cfg, &cb, m, &m->mb));
@@ -1124,6 +1127,61 @@ TEST_IMPL(mb_fence_rejoin)
     ASSERT_NE(mb_lease(m[0].mb), lease0);
     ASSERT_EQ(mb_state(m[0].mb), MB_ACTIVE);
     teardown(m, 2);
+    return fx_done();
+}
+
+/*
+ * ride_outage (the ring backend's setting): etcd down past the TTL fences
+ * neither member of a view of two; both keep ACTIVE, their leases and
+ * view 1, and mb_lease_valid stays 1 past the deadline. etcd restarted on
+ * its data dir renews the same leases: no fence, no new view after.
+ */
+TEST_IMPL(mb_ride_outage)
+{
+    setup();
+    member_t m[2];
+    ride_outage_ = 1;
+    start_member(&m[0], "n1", "h", 2, 2);
+    start_member(&m[1], "n2", "h", 2, 2);
+    ride_outage_ = 0;
+    member_t *all[] = {&m[0], &m[1]};
+    wait_view(all, 2, "n1 n2 ", 1, 10000);
+    int64_t lease[2] = {mb_lease(m[0].mb), mb_lease(m[1].mb)};
+    fx_etcd_kill(&etcd_);
+    /* Past every deadline: TTL after the last renewal, with a margin. */
+    int any = 0;
+    ASSERT(!fx_run_until(&loop, &any, 2000 + 1500));
+    for (int i = 0; i < 2; i++) {
+        ASSERT_MSG(!m[i].fenced, "%s fenced with etcd down", m[i].name);
+        ASSERT_EQ(mb_state(m[i].mb), MB_ACTIVE);
+        ASSERT_EQ(mb_lease_valid(m[i].mb), 1);
+    }
+    fx_etcd_restart(&etcd_);
+    ASSERT(!fx_run_until(&loop, &any, 2000));
+    for (int i = 0; i < 2; i++) {
+        ASSERT(!m[i].fenced);
+        ASSERT_EQ(mb_lease(m[i].mb), lease[i]);
+        ASSERT_EQ(m[i].n_views, 1);
+    }
+    teardown(m, 2);
+    return fx_done();
+}
+
+/* A member alone in its view has no collective to fence it: with
+ * ride_outage it still fences at its lease deadline. */
+TEST_IMPL(mb_ride_outage_alone)
+{
+    setup();
+    member_t m[1];
+    ride_outage_ = 1;
+    start_member(&m[0], "n1", "h", 2, 1);
+    ride_outage_ = 0;
+    member_t *all[] = {&m[0]};
+    wait_view(all, 1, "n1 ", 1, 10000);
+    fx_etcd_kill(&etcd_);
+    ASSERT_MSG(fx_run_until(&loop, &m[0].fenced, 2000 + 1500),
+               "a lone member rode out the outage");
+    teardown(m, 1);
     return fx_done();
 }
 

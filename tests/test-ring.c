@@ -229,6 +229,31 @@ TEST_IMPL(ring_coll_n4)
     return 0;
 }
 
+/*
+ * Flags ORed into the messages hop by hop reach every rank in an
+ * allreduce, an allgather and a barrier, whichever rank raised them, at
+ * sizes below the rank count (zero-length chunks) and over many chunks;
+ * broadcast and zero sizes say they carried none (ring_flags_seen).
+ */
+TEST_IMPL(ring_flags_n1)
+{
+    run_ok(1, "flags", "--counts 0,1,5", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_flags_n4)
+{
+    run_ok(4, "flags", "--counts 0,1,3,5,4099 --chunk 1024", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_flags_bidir_n3)
+{
+    run_ok(3, "flags", "--counts 1,2,7,3001 --chunk 1024 --bidir --wire bf16",
+           "tcp", 0);
+    return 0;
+}
+
 TEST_IMPL(ring_coll_shm_n3)
 {
     run_ok(3, "coll", "--counts 1,3,300007 --chunk 16384", "sm,self", 1);

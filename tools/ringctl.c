@@ -109,18 +109,22 @@ static int cmd_status(const ctl_opts_t *o, char **argv)
     r.backend[sizeof(r.backend) - 1] = '\0';
     r.node_id[sizeof(r.node_id) - 1] = '\0';
     r.state[sizeof(r.state) - 1] = '\0';
+    ctl_slowest_t slow;
+    int have_slow = o->etcd != NULL && o->etcd[0] != '\0' && o->job != NULL &&
+                    o->job[0] != '\0' && ctl_slowest(o, &slow) == 0;
     if (o->json) {
         printf("{\"pid\":%u,\"node\":\"%s\",\"backend\":\"%s\","
                "\"state\":\"%s\",\"step\":%llu,\"generation\":%llu,"
                "\"node_rank\":%u,\"node_count\":%u,\"world\":%u,"
                "\"trainers\":%u,\"collectives\":%llu,\"bytes\":%llu,"
-               "\"uptime_ms\":%llu}\n",
+               "\"uptime_ms\":%llu,\"slowest\":%s%s%s}\n",
                r.pid, r.node_id, r.backend, r.state,
                (unsigned long long)r.step,
                (unsigned long long)r.generation, r.node_rank, r.node_count,
                r.world, r.trainers, (unsigned long long)r.collectives,
                (unsigned long long)r.bytes,
-               (unsigned long long)r.uptime_ms);
+               (unsigned long long)r.uptime_ms, have_slow ? "\"" : "",
+               have_slow ? slow.node : "null", have_slow ? "\"" : "");
         return EXIT_OK;
     }
     printf("ringd pid %u on node %s (backend %s), up %.1f s\n", r.pid,
@@ -132,6 +136,14 @@ static int cmd_status(const ctl_opts_t *o, char **argv)
     printf("trainers:    %u on this node\n", r.trainers);
     printf("collectives: %llu (%.1f MiB)\n",
            (unsigned long long)r.collectives, (double)r.bytes / 1048576.0);
+    if (have_slow)
+        printf("slowest:     %s (waits %.3f ms a step on its predecessor, "
+               "the other %d node%s %.3f-%.3f ms: they wait for it; %llu "
+               "steps of generation %llu)\n", slow.node, slow.own_ms,
+               slow.nodes - 1, slow.nodes == 2 ? "" : "s",
+               slow.others_min_ms, slow.others_max_ms,
+               (unsigned long long)slow.steps,
+               (unsigned long long)slow.generation);
     return EXIT_OK;
 }
 
@@ -539,7 +551,7 @@ out_destroy:
 
 static const ctl_cmd_t cmds[] = {
     {"status", "", 0, 0, cmd_status,
-     "state of the local daemon: step, view, trainers, collectives"},
+     "the local daemon (step, view, trainers); the slowest node (etcd)"},
     {"members", "", 0, 1, cmd_members,
      "nodes of the job: host, slots, pid, lease, leader (etcd)"},
     {"view", "", 0, 1, cmd_view,

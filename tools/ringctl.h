@@ -7,6 +7,7 @@
 #define RINGD_TOOLS_RINGCTL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "membership/etcd.h"
 
@@ -53,6 +54,19 @@ int ctl_open(const ctl_opts_t *o, ctl_etcd_t *c);
 const char *ctl_safe(const char *s, char *buf, size_t n);
 /* What follows prefix in key (key itself when it does not start so). */
 const char *ctl_key_tail(const char *key, const char *prefix);
+
+/* ringctl-hops.c: the node the ring waited for in the last records of
+ * the newest generation (the one waiting least on its predecessor). */
+typedef struct {
+    char node[64];
+    uint64_t generation, steps;  /* steps: summed over the records */
+    int nodes;
+    double own_ms;               /* its mean wait per step */
+    double others_min_ms, others_max_ms;
+} ctl_slowest_t;
+/* 0 with s_p filled; 1: fewer than two nodes' records; else an exit
+ * code (etcd failed, said on stderr). */
+int ctl_slowest(const ctl_opts_t *o, ctl_slowest_t *s_p);
 
 /* ringctl-ckpt.c */
 int cmd_checkpoints(const ctl_opts_t *o, char **argv);

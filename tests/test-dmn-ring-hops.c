@@ -1,0 +1,142 @@
+/*
+ * The waits on the ring predecessor per step: /metrics per peer, and the
+ * slowest node that ringctl status names from the daemons' records.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/ring-cluster.h"
+#include "tests/task.h"
+
+
+/* A sample's value in node i's /metrics (the text after "\nname "); -1
+ * when absent. */
+static double sample(cluster_t *c, int i, const char *name)
+{
+    char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+    ASSERT_MSG(m != NULL, "no /metrics from n%d", i);
+    char key[160];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(m, key);
+    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
+    free(m);
+    return v;
+}
+
+/* Mean wait per step of node i on its predecessor peer, from /metrics. */
+static double mean_wait(cluster_t *c, int i, const char *peer, double *n_p)
+{
+    char sum[96], count[96];
+    snprintf(sum, sizeof(sum), "ringd_hop_wait_seconds_sum{peer=\"%s\"}",
+             peer);
+    snprintf(count, sizeof(count),
+             "ringd_hop_wait_seconds_count{peer=\"%s\"}", peer);
+    double s = sample(c, i, sum), n = sample(c, i, count);
+    ASSERT_MSG(s >= 0 && n > 0, "n%d has no hop histogram for %s", i, peer);
+    *n_p = n;
+    return s / n;
+}
+
+/* Where promtool is installed (make deps), node i's /metrics with the
+ * hop histograms passes promtool check metrics. */
+static void promtool_clean(cluster_t *c, int i)
+{
+    const char *promtool = "/usr/bin/promtool";
+    if (access(promtool, X_OK) != 0) {
+        fprintf(stderr, "note: no %s: exposition not linted\n", promtool);
+        return;
+    }
+    char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+    const char *body = m != NULL ? strstr(m, "\r\n\r\n") : NULL;
+    ASSERT(body != NULL);
+    char path[300], out[300], cmd[1024];
+    snprintf(path, sizeof(path), "%s", td_path(&c->d[i], "metrics.txt"));
+    snprintf(out, sizeof(out), "%s", td_path(&c->d[i], "promtool.txt"));
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs(body + 4, f);
+    fclose(f);
+    free(m);
+    snprintf(cmd, sizeof(cmd), "%s check metrics <%s >%s 2>&1", promtool,
+             path, out);
+    int rc = system(cmd);
+    if (rc != 0 || td_file_has(out, " "))
+        td_dump(out);
+    ASSERT_EQ(rc, 0);
+}
+
+typedef struct {
+    cluster_t *c;
+    char out[300];
+} status_t;
+
+/* ringctl status (with --etcd) on n0 names a slowest node. */
+static int names_slowest(void *arg)
+{
+    status_t *st = arg;
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/ringctl", th_bindir());
+    char *const argv[] = {bin, "--socket", st->c->d[0].sock, "--etcd",
+                          st->c->etcd.url, "--job", "ringtest", "status",
+                          NULL};
+    int status = -1;
+    pid_t p = th_spawn(argv, st->out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &status));
+    ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return td_file_has(st->out, "slowest:     ");
+}
+
+/*
+ * n1's trainer spends 20 ms more per step than the others. n2, whose
+ * predecessor it is, waits on it far longer per step than n1 waits on
+ * its own predecessor (n0), every completed step is counted once per
+ * node, and ringctl status, from the records in etcd, names n1.
+ */
+TEST_IMPL(dmn_ring_hop_slowest)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    c.trainer[0][0] = trainer(&c, 0, 0, "300");
+    rc_step_delay = "20";
+    c.trainer[1][0] = trainer(&c, 1, 0, "300");
+    rc_step_delay = NULL;
+    c.trainer[2][0] = trainer(&c, 2, 0, "300");
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    for (int i = 0; i < 3; i++)
+        ASSERT_MSG(td_file_has(c.d[i].log, ": 3 members, me #") &&
+                       !td_file_has(c.d[i].log, "ring backend: view 2"),
+                   "n%d: the ring was not n0 n1 n2 throughout", i);
+
+    double n_on_n1, n_on_n0;
+    double slow = mean_wait(&c, 2, "n1", &n_on_n1);
+    double own = mean_wait(&c, 1, "n0", &n_on_n0);
+    fprintf(stderr, "n2 waits %.3f ms a step on n1, n1 %.3f ms on n0\n",
+            slow * 1e3, own * 1e3);
+    ASSERT_EQ(n_on_n1, 300);
+    ASSERT_EQ(n_on_n0, 300);
+    ASSERT_MSG(slow > 2 * own, "n2 waited %.6f s a step on n1, n1 %.6f s "
+               "on n0", slow, own);
+
+    promtool_clean(&c, 2);
+
+    status_t st = {&c, ""};
+    snprintf(st.out, sizeof(st.out), "%s", td_path(&c.d[0], "status.out"));
+    ASSERT_MSG(td_poll(names_slowest, &st, 10000) == 0,
+               "ringctl status never named a slowest node");
+    td_dump(st.out);
+    ASSERT(td_file_has(st.out, "slowest:     n1 "));
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
