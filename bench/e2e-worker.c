@@ -40,8 +40,12 @@ double e2e__median(double *v, int n)
 /* ---- the worker side: one command per line on stdin ------------------- */
 
 /*
- * "run BYTES ITERS [MS]": one warm-up and ITERS timed collectives (a
- * trainer first sleeps MS ms in each step, standing in for compute);
+ * "run BYTES ITERS [MS [PIECES]]": one warm-up and ITERS timed
+ * collectives (a trainer first sleeps MS ms in each step, standing in for
+ * compute; with PIECES > 1 it reduces BYTES as that many asynchronous
+ * allreduces, all issued before the first wait, timed together (in one
+ * fusion group with PIECES > RINGD_MAX_OUTSTANDING: PIECES minus that),
+ * and with PIECES < -1 as -PIECES blocking ones, one after the other);
  * BYTES 0: a trainer's steps hold no collective and the whole step
  * (step_begin + step_end) is timed. "step BYTES ITERS": the same, with
  * the whole step of a trainer timed (step_begin, the allreduce,
@@ -51,7 +55,7 @@ double e2e__median(double *v, int n)
  * from the measured one.
  */
 typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
-                           double *us);
+                           int pieces, double *us);
 
 static int whole_step; /* "step": trainer_op times the whole step */
 
@@ -60,14 +64,17 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
     char line[128];
     while (fgets(line, sizeof(line), stdin) != NULL) {
         size_t bytes;
-        int iters, ms = 0;
+        int iters, ms = 0, pieces = 1;
         if (strncmp(line, "quit", 4) == 0)
             break;
         whole_step = strncmp(line, "step ", 5) == 0;
         if (whole_step)
             memcpy(line, "run ", 4); /* "step X" -> "run  X" */
-        if (sscanf(line, "run %zu %d %d", &bytes, &iters, &ms) < 2 ||
-            bytes > max || iters < 1 || iters > 4096 || ms < 0) {
+        if (sscanf(line, "run %zu %d %d %d", &bytes, &iters, &ms,
+                   &pieces) < 2 ||
+            bytes > max || iters < 1 || iters > 4096 || ms < 0 ||
+            pieces == 0 || pieces > 2 * RINGD_MAX_OUTSTANDING ||
+            pieces < -RINGD_MAX_OUTSTANDING) {
             printf("err bad command\n");
             fflush(stdout);
             continue;
@@ -75,7 +82,7 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         double t[4097];
         int rc = 0;
         for (int i = 0; i <= iters && rc == 0; i++)
-            rc = op(arg, buf, bytes, ms, &t[i]);
+            rc = op(arg, buf, bytes, ms, pieces, &t[i]);
         double mean = 0;
         for (int i = 1; i <= iters; i++)
             mean += t[i] / iters;
@@ -87,9 +94,56 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
     }
 }
 
+/* bytes of f32 at buf as `pieces` asynchronous AVG allreduces, issued
+ * first, then waited for in order; pieces < 0: -pieces blocking ones;
+ * pieces > RINGD_MAX_OUTSTANDING: pieces - that, in a fusion group. */
+static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
+                            int pieces)
+{
+    size_t n = bytes / sizeof(float);
+    int fuse = pieces > RINGD_MAX_OUTSTANDING;
+    if (fuse) {
+        pieces -= RINGD_MAX_OUTSTANDING;
+        int rc = ringd_group_start(c);
+        if (rc != 0)
+            return rc;
+    }
+    if (pieces < 0) {
+        int rc = 0;
+        for (int k = 0; k < -pieces && rc == 0; k++) {
+            size_t lo = n * (size_t)k / (size_t)-pieces;
+            size_t hi = n * (size_t)(k + 1) / (size_t)-pieces;
+            rc = ringd_allreduce(c, buf + lo, hi - lo, RINGD_F32,
+                                 RINGD_AVG);
+        }
+        return rc;
+    }
+    ringd_handle_t h[RINGD_MAX_OUTSTANDING];
+    int rc = 0, k = 0;
+    for (; k < pieces && rc == 0; k++) {
+        size_t lo = n * (size_t)k / (size_t)pieces;
+        size_t hi = n * (size_t)(k + 1) / (size_t)pieces;
+        rc = ringd_allreduce_async(c, buf + lo, hi - lo, RINGD_F32,
+                                   RINGD_AVG, &h[k]);
+    }
+    if (rc != 0)
+        k--;
+    if (fuse) {
+        int e = ringd_group_end(c);
+        if (rc == 0)
+            rc = e;
+    }
+    for (int i = 0; i < k; i++) {
+        int w = ringd_wait(c, h[i]);
+        if (rc == 0)
+            rc = w;
+    }
+    return rc;
+}
+
 /* A trainer: one step per collective, the allreduce timed alone. */
 static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
-                      double *us)
+                      int pieces, double *us)
 {
     ringd_client_t *c = arg;
     float *f = buf;
@@ -113,8 +167,9 @@ static int trainer_op(void *arg, void *buf, size_t bytes, int ms,
             nanosleep(&compute, NULL);
         f[0] = 1.0f;
         t0 = (int64_t)rd_now_ns();
-        rc = ringd_allreduce(c, buf, bytes / sizeof(float), RINGD_F32,
-                             RINGD_AVG);
+        rc = pieces != 1 ? allreduce_pieces(c, buf, bytes, pieces)
+                        : ringd_allreduce(c, buf, bytes / sizeof(float),
+                                          RINGD_F32, RINGD_AVG);
         int64_t t1 = (int64_t)rd_now_ns();
         if (rc == RINGD_ERESHAPE)
             continue;
@@ -174,10 +229,12 @@ typedef struct {
     ring_t *ring;
 } raw_t;
 
-static int ring_op(void *arg, void *buf, size_t bytes, int ms, double *us)
+static int ring_op(void *arg, void *buf, size_t bytes, int ms, int pieces,
+                   double *us)
 {
     raw_t *r = arg;
     (void)ms;
+    (void)pieces;
     ((float *)buf)[0] = 1.0f;
     int64_t t0 = (int64_t)rd_now_ns();
     int rc = ring_allreduce(r->ring, buf, bytes / sizeof(float), KERN_F32,

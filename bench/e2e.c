@@ -5,6 +5,7 @@
  *   e2e --full       1, 4, 16, 64, 256 MiB and more rounds
  *   e2e --quick      1 and 16 MiB, one round (a smoke test)
  *   e2e --rounds R   rounds per configuration
+ *   e2e --async-only only the asynchronous row (a smoke test of it)
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -55,7 +56,16 @@
  *        (64 MiB allreduce time with checkpoints over without)
  *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
  *        checkpoint every 10 steps minus without, per checkpoint, scaled
- *        from the 256 MiB state to 1 GiB)
+ *        from the 256 MiB state to 1 GiB) async_vs_one=... (n = 2, one
+ *        trainer per node: the busbw of 64 MiB reduced as 64
+ *        asynchronous allreduces of 1 MiB, all outstanding at once, over
+ *        that of one blocking allreduce of 64 MiB; the median of the
+ *        per-round ratios, both run in each round)
+ *        async_fused_vs_one=... (the same 64 in one fusion group)
+ *        async_small_vs_blocking=... (128 allreduces of 8 KiB: the time
+ *        of the blocking ones one after the other over the time of the
+ *        asynchronous ones) fused_small_vs_blocking=... (the same
+ *        over the time of the 128 in one fusion group)
  *   with the issue's other keys as "na" until they are measured here.
  */
 #include <errno.h>
@@ -189,6 +199,28 @@ static double group_run(worker_t *w, int nw, size_t bytes, int iters)
     return group_run_ms(w, nw, bytes, iters, 0);
 }
 
+/* As group_run, each worker reducing bytes as `pieces` asynchronous
+ * allreduces. */
+static double group_run_pieces(worker_t *w, int nw, size_t bytes, int iters,
+                               int pieces)
+{
+    for (int i = 0; i < nw; i++) {
+        fprintf(w[i].to, "run %zu %d 0 %d\n", bytes, iters, pieces);
+        fflush(w[i].to);
+    }
+    double worst = 0;
+    for (int i = 0; i < nw; i++) {
+        char line[256];
+        double us, mean;
+        worker_line(&w[i], line, sizeof(line));
+        if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
+            e2e__die("worker run", line);
+        if (us > worst)
+            worst = us;
+    }
+    return worst;
+}
+
 static void group_quit(worker_t *w, int nw)
 {
     for (int i = 0; i < nw; i++) {
@@ -230,7 +262,7 @@ static double cpu_seconds(pid_t pid)
 }
 
 typedef struct {
-    int full, quick, rounds, step_latency_only;
+    int full, quick, rounds, step_latency_only, async_only;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;
@@ -542,6 +574,84 @@ static void run_steps(bench_t *b, steps_t *out)
     kill_kids();
 }
 
+#define ASYNC_PIECES 64
+
+#define SMALL_PIECES 128
+#define SMALL_BYTES (1 * MiB)
+
+typedef struct {
+    double one_us, many_us; /* medians over the rounds */
+    double ratio;           /* median of one_us / many_us */
+    double many_fused_us, fused_one_ratio; /* the 64 in one group */
+    double small_async_us, small_block_us, small_fused_us;
+    double small_ratio;     /* median of block / async */
+    double fused_ratio;     /* median of block / fused */
+} async_t;
+
+/*
+ * 64 MiB reduced as ASYNC_PIECES asynchronous allreduces of 1 MiB, all
+ * outstanding at once, against one blocking allreduce of 64 MiB, in the
+ * same rounds of one n = 2 job: what queuing costs or saves per
+ * collective (the daemon runs them back to back on the ring, no round
+ * trip to the trainer between them, no fusion). Then the small-tensor
+ * case, where that round trip dominates: SMALL_PIECES allreduces of
+ * 8 KiB, asynchronous, and asynchronous in one fusion group (one ring
+ * operation), against blocking one after the other.
+ */
+static void run_async(bench_t *b, async_t *out)
+{
+    static cluster_t c;
+    size_t bytes = 64 * MiB;
+    double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
+    double sa[MAXROUNDS], sb[MAXROUNDS], sr[MAXROUNDS];
+    double sf[MAXROUNDS], fr[MAXROUNDS], mf[MAXROUNDS], mr[MAXROUNDS];
+    cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
+    group_run(c.tr, 2, MiB, 1); /* the job forms */
+    int it = b->quick ? 3 : iters_for(bytes);
+    for (int r = 0; r < b->rounds; r++) {
+        one[r] = group_run(c.tr, 2, bytes, it);
+        many[r] = group_run_pieces(c.tr, 2, bytes, it, ASYNC_PIECES);
+        ratio[r] = one[r] / many[r];
+        mf[r] = group_run_pieces(c.tr, 2, bytes, it,
+                                 RINGD_MAX_OUTSTANDING + ASYNC_PIECES);
+        mr[r] = one[r] / mf[r];
+        sa[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, SMALL_PIECES);
+        sb[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, -SMALL_PIECES);
+        sr[r] = sb[r] / sa[r];
+        sf[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it,
+                                 RINGD_MAX_OUTSTANDING + SMALL_PIECES);
+        fr[r] = sb[r] / sf[r];
+    }
+    out->many_fused_us = e2e__median(mf, b->rounds);
+    out->fused_one_ratio = e2e__median(mr, b->rounds);
+    out->small_fused_us = e2e__median(sf, b->rounds);
+    out->fused_ratio = e2e__median(fr, b->rounds);
+    out->small_async_us = e2e__median(sa, b->rounds);
+    out->small_block_us = e2e__median(sb, b->rounds);
+    out->small_ratio = e2e__median(sr, b->rounds);
+    out->one_us = e2e__median(one, b->rounds);
+    out->many_us = e2e__median(many, b->rounds);
+    out->ratio = e2e__median(ratio, b->rounds);
+    cluster_down(&c);
+    kill_kids();
+}
+
+static void print_async(const async_t *a)
+{
+    printf("# %d outstanding async allreduces of 1 MiB vs one of 64 MiB "
+           "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
+           "%.3f; the %d in one fusion group: busbw %.3f, ratio %.3f\n",
+           ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
+           busbw(64 * MiB, a->one_us, 2), a->ratio, ASYNC_PIECES,
+           busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio);
+    printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
+           "fused in one group %.1f us, blocking one after the other "
+           "%.1f us; speed-up %.2f (async), %.2f (fused)\n",
+           SMALL_PIECES, SMALL_BYTES / SMALL_PIECES / 1024,
+           a->small_async_us, a->small_fused_us, a->small_block_us,
+           a->small_ratio, a->fused_ratio);
+}
+
 #define STEP_LAT_BYTES 4096
 
 /*
@@ -665,9 +775,11 @@ static void parse(bench_t *b, int argc, char **argv)
             b->step_latency_only = 1;
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             b->rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--async-only") == 0)
+            b->async_only = 1;
         else
             e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
-                              "[--rounds R]");
+                              "[--async-only] [--rounds R]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
@@ -715,6 +827,16 @@ static int coordinator(bench_t *b)
     if (b->tmp == NULL)
         e2e__die("temp dir", strerror(errno));
     fx_etcd_start(&b->etcd, 0);
+    async_t as;
+    if (b->async_only) {
+        run_async(b, &as);
+        print_async(&as);
+        printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
+               "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
+               as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
+        fx_done();
+        return 0;
+    }
     double step_us[3];
     run_step_latency(b, step_us);
     if (b->step_latency_only) {
@@ -736,6 +858,7 @@ static int coordinator(bench_t *b)
     run_steps(b, &st);
     mem_t mem;
     run_mem(b, &mem);
+    run_async(b, &as);
     printf("n\tt\tbytes\te2e_busbw\tring_busbw\tratio\tcpu_s_per_GB"
            "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo\n");
     double rvg[2] = {0, 0}, evg4 = 0;
@@ -772,16 +895,22 @@ static int coordinator(bench_t *b)
            "with checkpoints / without: %.2f; checkpoint stall of a "
            "step: %.1f ms per GiB of state\n", mem.mem_off, mem.mem_on,
            mem.ar_ratio, mem.stall_ms_per_gib);
+    print_async(&as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
-           "async_vs_one=na step_overhead_ms_1GiB=%.3f "
+           "async_vs_one=%.3f async_fused_vs_one=%.3f "
+           "async_small_vs_blocking=%.2f "
+           "fused_small_vs_blocking=%.2f "
+           "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
            "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
            "step_us_4k_n8=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4, st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
+           evg4, as.ratio, as.fused_one_ratio, as.small_ratio,
+           as.fused_ratio,
+           st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
            mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on,
            mem.ar_ratio, step_us[0], step_us[1], step_us[2]);
     fx_done();

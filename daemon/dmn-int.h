@@ -26,7 +26,7 @@ typedef struct {
  * function (dmn__conn_set_state in step.c) changes it.
  *
  *   NEW -HELLO-> IDLE -step_begin-> WAITING -step starts-> ACTIVE
- *   ACTIVE -COLL-> POSTED -reply-> ACTIVE
+ *   ACTIVE -COLL-> POSTED -its last queued COLL answered-> ACTIVE
  *   ACTIVE/POSTED -step_end, or left to redo the step-> IDLE
  *   IDLE/WAITING -drained-> SHUTDOWN (told RINGD_ESHUTDOWN)
  *   any -connection gone-> CLOSED
@@ -36,7 +36,7 @@ typedef enum {
     DMN_CONN_IDLE,      /* between steps (or never in one) */
     DMN_CONN_WAITING,   /* a STEP_BEGIN awaits its reply */
     DMN_CONN_ACTIVE,    /* in the current step */
-    DMN_CONN_POSTED,    /* in the step, a COLL awaits its reply */
+    DMN_CONN_POSTED,    /* in the step, COLLs await their replies */
     DMN_CONN_SHUTDOWN,  /* told to stop: the node drained */
     DMN_CONN_CLOSED,    /* gone; freed once its handle closes */
 } dmn_conn_state_t;
@@ -48,7 +48,17 @@ enum {
     DMN_CONN_F_HAS_STATE = 1u << 2, /* registered a state region */
     DMN_CONN_F_STALLED = 1u << 3,   /* timed out in a step (--step-
                                        timeout): its next call redoes it */
+    DMN_CONN_F_REDO = 1u << 4,      /* left the step to redo it: the
+                                       collectives it still sends in that
+                                       step answer RINGD_ERESHAPE */
 };
+
+/* A collective a connection sent and that awaits its reply. */
+typedef struct {
+    uint32_t msg_seq;     /* the COLL to answer */
+    uint32_t pad;
+    proto_coll_req_t req;
+} dmn_qcoll_t;
 
 /* One client connection (a trainer, or ringctl asking for status). */
 typedef struct dmn_conn {
@@ -70,11 +80,21 @@ typedef struct dmn_conn {
 
     /* Step bookkeeping (step.c). */
     uint32_t begin_seq;   /* WAITING: the STEP_BEGIN to answer */
-    uint32_t coll_msg_seq; /* POSTED: the COLL to answer */
-    proto_coll_req_t coll;
+    /* POSTED: its collectives in the order sent, a ring of q_len from
+     * q_head. Every in-step connection's i-th entry is the same collective
+     * of the step (the heads complete together), the head the one being
+     * gathered or reduced. */
+    dmn_qcoll_t q[PROTO_MAX_OUTSTANDING];
+    uint32_t q_head, q_len;
     uint32_t local_rank;
     uint64_t active_ms;   /* when it last entered DMN_CONN_ACTIVE */
 } dmn_conn_t;
+
+/* The i-th collective c awaits (i < c->q_len). */
+static inline dmn_qcoll_t *dmn__conn_q(dmn_conn_t *c, uint32_t i)
+{
+    return &c->q[(c->q_head + i) % PROTO_MAX_OUTSTANDING];
+}
 
 /* In the current step (ACTIVE or POSTED). */
 static inline int dmn__conn_in_step(const dmn_conn_t *c)
@@ -109,6 +129,7 @@ extern const double dmn__recovery_le[DMN_RECOVERY_BUCKETS];
 typedef struct {
     uint64_t collectives;
     uint64_t coll_zero_copy; /* ran in the one trainer's buffer */
+    uint64_t coll_fused;     /* ran as part of a fused group */
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
@@ -141,7 +162,6 @@ typedef struct {
 enum {
     /* The step being run (step.c). */
     DMN_F_ANY_REDO = 1u << 0,         /* a trainer left it to redo it */
-    DMN_F_COLL_OPEN = 1u << 1,        /* a collective is being gathered */
     DMN_F_BREAK_PENDING = 1u << 2,    /* a trainer was lost in REDUCING */
     DMN_F_RESTORED_PENDING = 1u << 3, /* the job replaced the state: tell
                                          the trainers at the next start */
@@ -200,8 +220,12 @@ struct dmn {
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
-    /* The collective being gathered or reduced (DMN_F_COLL_OPEN). */
+    /* The collective being reduced (REDUCING): the queues' head; when
+     * fused, count is the group's total. */
     proto_coll_req_t coll;
+    uint32_t coll_nsegs;   /* queue entries it answers: > 1 when fused */
+    size_t *seg_counts;    /* [coll_nsegs] of a fused one */
+    size_t seg_counts_cap;
     uint64_t coll_start_ns;
     void *staging;
     size_t staging_size;

@@ -18,7 +18,8 @@
  * too many to copy for every message. */
 typedef struct {
     int hello;    /* HELLO accepted */
-    int pending;  /* a STEP_BEGIN or COLL awaits its reply */
+    int pending;  /* a STEP_BEGIN awaits its reply */
+    uint32_t queued; /* COLLs that await their replies */
     /* Size of buffer buf_id, 0 when that id is not registered. */
     uint64_t (*buf_size)(const void *conn, uint32_t buf_id);
     const void *conn;

@@ -20,6 +20,7 @@ static void dmn_free(dmn_t *d)
     dmn__held_release(d);
     free(d->held);
     free(d->coll_bufs);
+    free(d->seg_counts);
     free(d->staging);
     free(d->snapshot);
     free(d);

@@ -86,6 +86,14 @@ static void recovery_histogram(sbuf_t *s, const dmn_stats_t *st)
               (unsigned long long)st->recoveries);
 }
 
+static double queued(const dmn_t *d)
+{
+    uint64_t n = 0;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        n += c->q_len;
+    return (double)n;
+}
+
 /* Per predecessor: the peer label is a node id, which has no '/' but
  * may hold a quote or a backslash; those are escaped as the format says. */
 static void hop_histograms(sbuf_t *s, dmn_t *d)
@@ -165,6 +173,12 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_collectives_zero_copy_total", "counter",
            "Collectives run in the one local trainer's buffer.",
            st->coll_zero_copy);
+    metric(s, "ringd_collectives_fused_total", "counter",
+           "Collectives run fused with others in one ring operation.",
+           st->coll_fused);
+    metric(s, "ringd_collectives_queued", "gauge",
+           "Collectives the node's trainers issued that await their "
+           "result (asynchronous ones queue).", queued(d));
     metric(s, "ringd_collective_bytes_total", "counter",
            "Bytes reduced or broadcast (per node, once).", st->coll_bytes);
     metric(s, "ringd_collective_seconds_total", "counter",

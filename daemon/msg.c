@@ -109,6 +109,13 @@ int dmn__msg_check(const dmn_msg_ctx_t *ctx, const void *buf, size_t n,
      * pending (the daemon refuses to free what that request uses). */
     if (type != PROTO_T_BYE && type != PROTO_T_BUF_FREE && ctx->pending)
         return reject(m, RINGD_ESTATE, "new request while one is pending");
+    /* Collectives are asynchronous: more may follow, up to the bound,
+     * and so may anything but the end of their step. */
+    if (type == PROTO_T_COLL && ctx->queued >= PROTO_MAX_OUTSTANDING)
+        return reject(m, RINGD_ELIMIT, "too many collectives outstanding");
+    if (type == PROTO_T_STEP_END && ctx->queued > 0)
+        return reject(m, RINGD_ESTATE,
+                      "step_end with collectives outstanding");
     if (type != PROTO_T_BUF_ADD && nfds > 0)
         return reject(m, RINGD_EPROTO, "unexpected file descriptor");
     return check_body(ctx, m, (const char *)buf + sizeof(m->hdr), nfds, m);

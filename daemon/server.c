@@ -35,8 +35,9 @@ int dmn__reply(dmn_conn_t *c, uint32_t type, uint32_t seq, const void *body,
                      (uint16_t)(type | PROTO_REPLY), (uint32_t)len, seq};
     memcpy(buf, &h, sizeof(h));
     memcpy(buf + sizeof(h), body, len);
-    /* One request in flight per client, so the socket never fills up;
-     * if it does, the client is not reading and is dropped. */
+    /* One request plus PROTO_MAX_OUTSTANDING collectives in flight per
+     * client fit in the socket's buffer; if it fills up, the client is
+     * not reading and the reply is lost. */
     if (send(c->fd, buf, sizeof(h) + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         RD_WARN("client %u (pid %d): send reply: %s", c->id, (int)c->pid,
                 strerror(errno));
@@ -198,17 +199,21 @@ static void on_buf_free(dmn_conn_t *c, uint32_t seq,
         bad_msg(c, seq, RINGD_EINVAL, "BUF_FREE of an unknown buffer id");
         return;
     }
-    if (c->cstate == DMN_CONN_POSTED && c->coll.buf_id == id) {
-        bad_msg(c, seq, RINGD_ESTATE,
-                "BUF_FREE of a buffer with a collective outstanding");
-        return;
+    for (uint32_t i = 0; i < c->q_len; i++) {
+        if (dmn__conn_q(c, i)->req.buf_id == id) {
+            bad_msg(c, seq, RINGD_ESTATE,
+                    "BUF_FREE of a buffer with a collective outstanding");
+            return;
+        }
     }
     if ((c->flags & DMN_CONN_F_HAS_STATE) && c->state.buf_id == id) {
         bad_msg(c, seq, RINGD_ESTATE,
                 "BUF_FREE of the buffer holding the state region");
         return;
     }
-    munmap(c->bufs[id].addr, c->bufs[id].size);
+    /* A collective this client left (to redo the step) may still be in
+     * the backend's hands. */
+    dmn__buf_unmap(c->d, c->bufs[id].addr, c->bufs[id].size);
     c->nmapped--;
     c->mapped_bytes -= c->bufs[id].size;
     c->bufs[id] = (dmn_buf_t){NULL, 0};
@@ -307,8 +312,7 @@ static int conn_read(dmn_conn_t *c)
         }
     }
     dmn_msg_ctx_t ctx = {c->cstate != DMN_CONN_NEW,
-                         c->cstate == DMN_CONN_WAITING ||
-                             c->cstate == DMN_CONN_POSTED,
+                         c->cstate == DMN_CONN_WAITING, c->q_len,
                          conn_buf_size, c};
     dmn_msg_t m;
     int rc = dmn__msg_check(&ctx, buf, (size_t)n,

@@ -10,6 +10,10 @@
  * into a staging area in local-rank order, handed once to the backend, and
  * the result is copied back into every trainer's buffer. Because all
  * trainers receive the very same bytes, replicas stay bitwise identical.
+ * Collectives are asynchronous: each trainer's queue holds those it sent
+ * in order, the i-th entries of all queues are the same collective, and
+ * the next runs as soon as one completes; a run of ALLREDUCE_MORE entries
+ * and the allreduce ending it (a fusion group) runs as one.
  *
  * Anything that invalidates the step's view (a backend view change, a lost
  * trainer) breaks the step: pending and later collectives of the step
@@ -37,6 +41,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
                "ringd_op_t must match kern_op_t");
 
 static void try_start(dmn_t *d);
+static void try_launch(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
 static void maybe_restore(dmn_t *d);
 
@@ -112,7 +117,28 @@ static int has_state(const dmn_conn_t *c)
 static void leave_to_redo(dmn_t *d, dmn_conn_t *c)
 {
     dmn__conn_set_state(c, DMN_CONN_IDLE);
+    c->flags |= DMN_CONN_F_REDO;
     d->flags |= DMN_F_ANY_REDO;
+}
+
+/* Answer c's queued collectives from the keep-th on with status, oldest
+ * first, and forget them. */
+static void answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status)
+{
+    for (uint32_t i = keep; i < c->q_len; i++)
+        dmn__reply_status(c, PROTO_T_COLL, dmn__conn_q(c, i)->msg_seq,
+                          status);
+    if (c->q_len > keep)
+        c->q_len = keep;
+}
+
+/* Some trainer of the step has a collective queued. */
+static int any_queued(const dmn_t *d)
+{
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->cstate == DMN_CONN_POSTED)
+            return 1;
+    return 0;
 }
 
 /* STATUS= for systemd: at most once a second (each one is a blocking
@@ -139,16 +165,18 @@ static void set_status(dmn_t *d, const char *fmt, unsigned long long a)
  */
 static void fail_posted(dmn_t *d, int32_t status, int redo)
 {
+    /* The head of every queue that the backend holds completes in
+     * coll_done; only a mismatch comes while one is in flight. */
+    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
+        answer_queue(c, keep, status);
         if (redo)
             leave_to_redo(d, c);
-        else
+        else if (c->q_len == 0)
             dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, status);
     }
-    d->flags &= ~DMN_F_COLL_OPEN;
 }
 
 static void check_done(dmn_t *d)
@@ -380,10 +408,17 @@ void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
          * it consistently, so everyone redoes it. */
         RD_WARN("client %u restarted step %llu without ending it", c->id,
                 (unsigned long long)d->step);
+        /* Its collectives are answered before this STEP_BEGIN is. One
+         * may be with the backend: the break waits for it, and its
+         * buffers stay mapped until then (dmn__buf_unmap). */
+        answer_queue(c, 0, RINGD_ERESHAPE);
         leave_to_redo(d, c);
         if (d->state == DMN_STEP_RUNNING)
             step_set_state(d, DMN_STEP_BROKEN);
+        else if (d->state == DMN_STEP_REDUCING)
+            d->flags |= DMN_F_BREAK_PENDING;
     }
+    c->flags &= ~DMN_CONN_F_REDO;
     c->begin_seq = seq;
     dmn__conn_set_state(c, DMN_CONN_WAITING);
     maybe_close(d);
@@ -394,7 +429,7 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 {
     return a->kind == b->kind && a->coll_seq == b->coll_seq &&
            a->count == b->count && a->dtype == b->dtype &&
-           (a->kind != PROTO_COLL_ALLREDUCE || a->op == b->op) &&
+           (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
            (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
 }
 
@@ -454,31 +489,41 @@ static void coll_done(void *arg, int status)
         maybe_close(d);
         return;
     }
-    int copy_out = !d->coll_direct && (r->kind == PROTO_COLL_BROADCAST ||
-                                       d->coll_bufs[0] == d->staging);
+    uint32_t g = d->coll_nsegs;
+    int copy_out = !d->coll_direct && g == 1 &&
+                   (r->kind == PROTO_COLL_BROADCAST ||
+                    d->coll_bufs[0] == d->staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
-        void *dst = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
+        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
+        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
                                  r->count * esz);
         if (dst != NULL && copy_out)
             memcpy(dst, d->staging, r->count * esz);
-        dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-        dmn__reply_status(c, PROTO_T_COLL, c->coll_msg_seq, 0);
+        for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
+            uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
+            c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
+            if (--c->q_len == 0)
+                dmn__conn_set_state(c, DMN_CONN_ACTIVE);
+            dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
+        }
     }
     double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
     uint64_t bytes = r->count * esz;
     uint32_t n = d->view.node_count;
-    d->stats.collectives++;
+    d->stats.collectives += g;
+    d->stats.coll_fused += g > 1 ? g : 0;
     d->stats.coll_zero_copy += d->coll_direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
-    if (r->kind == PROTO_COLL_ALLREDUCE && secs > 0)
+    if (proto_coll_is_allreduce(r->kind) && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
-    d->flags &= ~DMN_F_COLL_OPEN;
     step_set_state(d, DMN_STEP_RUNNING);
     if (d->flags & DMN_F_BREAK_PENDING)
         step_set_state(d, DMN_STEP_BROKEN);
+    else
+        try_launch(d); /* the next one queued: no round trip between */
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
@@ -511,37 +556,84 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
         if (r->kind == PROTO_COLL_BROADCAST &&
             d->view.rank_offset + c->local_rank == r->root)
             *root_p = (int)n;
-        d->coll_bufs[n++] = dmn__buf_ptr(c, c->coll.buf_id, c->coll.offset,
-                                         bytes);
+        const proto_coll_req_t *q = &dmn__conn_q(c, 0)->req;
+        d->coll_bufs[n++] = dmn__buf_ptr(c, q->buf_id, q->offset, bytes);
     }
     return n;
+}
+
+/*
+ * A fused group of g allreduces: every posted trainer's g buffers into
+ * d->coll_bufs, trainer-major, their element counts into d->seg_counts
+ * (the same for all: matched), and d->coll.count becomes the total.
+ * Returns the number of trainers.
+ */
+static uint32_t gather_fused(dmn_t *d, uint32_t g)
+{
+    size_t esz = proto_dtype_size(d->coll.dtype), total = 0;
+    uint32_t n = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        for (uint32_t s = 0; s < g; s++) {
+            const proto_coll_req_t *q = &dmn__conn_q(c, s)->req;
+            d->coll_bufs[n * g + s] = dmn__buf_ptr(c, q->buf_id, q->offset,
+                                                   q->count * esz);
+            if (n == 0) {
+                d->seg_counts[s] = q->count;
+                total += q->count;
+            }
+        }
+        n++;
+    }
+    d->coll.count = total;
+    return n;
+}
+
+/* The group's total bytes (its entries are in every posted queue). */
+static size_t fused_bytes(dmn_t *d, uint32_t g)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        uint64_t n = 0;
+        for (uint32_t s = 0; s < g; s++)
+            n += dmn__conn_q(c, s)->req.count;
+        return n * proto_dtype_size(d->coll.dtype);
+    }
+    return 0;
 }
 
 /*
  * Everyone posted: hand the node's buffers to the backend. With one
  * trainer the collective runs in its buffer (zero-copy); with several the
  * backend reduces them into staging and writes the result back, on its
- * own thread. Only a broadcast to several trainers copies here.
+ * own thread; a fused group always goes through staging, gathered and
+ * scattered there. Only a broadcast to several trainers copies here.
  */
 static void launch(dmn_t *d)
 {
     const proto_coll_req_t *r = &d->coll;
-    size_t bytes = r->count * proto_dtype_size(r->dtype);
+    uint32_t g = d->coll_nsegs;
+    size_t bytes = g > 1 ? fused_bytes(d, g)
+                         : r->count * proto_dtype_size(r->dtype);
     uint32_t posted = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         posted += c->cstate == DMN_CONN_POSTED;
     size_t cap = d->coll_bufs_cap, scap = d->staging_size;
-    int direct = posted == 1 && d->zero_copy;
-    if (grow((void **)&d->coll_bufs, &cap, posted ? posted : 1,
+    int direct = posted == 1 && d->zero_copy && g == 1;
+    if (grow((void **)&d->coll_bufs, &cap, (posted ? posted : 1) * g,
              sizeof(void *)) != 0 ||
+        (g > 1 && grow((void **)&d->seg_counts, &d->seg_counts_cap, g,
+                       sizeof(size_t)) != 0) ||
         (!direct && grow(&d->staging, &scap, bytes, 1) != 0)) {
         fail_posted(d, RINGD_ENOMEM, 0);
         return;
     }
     d->coll_bufs_cap = (uint32_t)cap;
     d->staging_size = scap;
-    int root;
-    uint32_t n = gather_bufs(d, bytes, &root);
+    int root = -1;
+    uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
     kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
     void *buf = d->staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
@@ -550,7 +642,7 @@ static void launch(dmn_t *d)
             buf = d->coll_bufs[0];
         else if (root >= 0)
             memcpy(d->staging, d->coll_bufs[root], bytes);
-    } else if (!direct) {
+    } else if (!direct && g == 1) {
         /* The copying path: one buffer, copied in here and out in
          * coll_done, or several that the backend sums into staging. */
         if (n == 1) {
@@ -572,29 +664,86 @@ static void launch(dmn_t *d)
                             .dt = (kern_dtype_t)r->dtype, .op = op,
                             .avg_divisor = r->op == RINGD_AVG
                                                ? d->view.global_trainers
-                                               : 0};
+                                               : 0,
+                            .nsegs = g, .seg_counts = d->seg_counts};
         rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
     }
     if (rc != 0)
         coll_done(d, rc);
 }
 
+/*
+ * The entries the queues' head takes: 1, or for a fused group the run of
+ * ALLREDUCE_MORE and the allreduce that ends it. 0 while some trainer has
+ * not queued all of it: a group is one ring operation on every node, so
+ * it never starts in part (the trainers send it whole).
+ */
+static uint32_t group_len(const dmn_t *d, dmn_conn_t *first)
+{
+    uint32_t g = 1;
+    while (g <= first->q_len &&
+           dmn__conn_q(first, g - 1)->req.kind == PROTO_COLL_ALLREDUCE_MORE)
+        g++;
+    if (g > first->q_len)
+        return 0;
+    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
+        if (c->cstate == DMN_CONN_POSTED && c->q_len < g)
+            return 0;
+    return g;
+}
+
+/* Run the next collective once every trainer of the step queued it. */
+static void try_launch(dmn_t *d)
+{
+    if (d->state != DMN_STEP_RUNNING)
+        return;
+    dmn_conn_t *first = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate == DMN_CONN_ACTIVE)
+            return;
+        if (c->cstate == DMN_CONN_POSTED && first == NULL)
+            first = c;
+    }
+    if (first == NULL)
+        return;
+    uint32_t g = group_len(d, first);
+    if (g == 0)
+        return;
+    d->coll = dmn__conn_q(first, 0)->req;
+    d->coll_nsegs = g;
+    launch(d);
+}
+
+/* Another trainer's collective at position pos of its queue, the one req
+ * must match; NULL when none has queued that far yet. */
+static const proto_coll_req_t *queued_at(dmn_t *d, const dmn_conn_t *c,
+                                         uint32_t pos)
+{
+    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        if (o != c && dmn__conn_in_step(o) && o->q_len > pos)
+            return &dmn__conn_q(o, pos)->req;
+    return NULL;
+}
+
 void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req)
 {
-    if (c->flags & DMN_CONN_F_STALLED) {
-        /* Back from a step it was timed out of: redo it. */
+    if (c->flags & (DMN_CONN_F_STALLED | DMN_CONN_F_REDO)) {
+        /* Back from a step it was timed out of, or one it left to redo
+         * (the rest of what it issued in that step): redo it. */
         c->flags &= ~DMN_CONN_F_STALLED;
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
         return;
     }
     if (dmn__conn_in_step(c) && d->state == DMN_STEP_BROKEN) {
+        answer_queue(c, 0, RINGD_ERESHAPE);
         leave_to_redo(d, c);
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_ERESHAPE);
         maybe_close(d);
         return;
     }
-    if (!dmn__conn_in_step(c) || d->state != DMN_STEP_RUNNING) {
+    if (!dmn__conn_in_step(c) || (d->state != DMN_STEP_RUNNING &&
+                                  d->state != DMN_STEP_REDUCING)) {
         dmn__reply_error(c, seq, RINGD_ESTATE,
                          "collective outside a step (state %s)",
                          dmn__step_state_name(d->state));
@@ -606,9 +755,11 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                          req->root, d->view.global_trainers);
         return;
     }
-    /* A trainer that already ended the step will post nothing more. */
-    int open = (d->flags & DMN_F_COLL_OPEN) != 0;
-    if ((open && !coll_matches(&d->coll, req)) || d->ended > 0) {
+    /* Matched by order of issue: the other trainers' collective at the
+     * same place in their queues. A trainer that already ended the step
+     * will post nothing more. */
+    const proto_coll_req_t *other = queued_at(d, c, c->q_len);
+    if ((other != NULL && !coll_matches(other, req)) || d->ended > 0) {
         RD_WARN("client %u: collective %u does not match the other "
                 "trainers'", c->id, req->coll_seq);
         d->stats.coll_errors++;
@@ -616,17 +767,21 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         dmn__reply_status(c, PROTO_T_COLL, seq, RINGD_EMISMATCH);
         return;
     }
-    if (!open) {
-        d->coll = *req;
-        d->flags |= DMN_F_COLL_OPEN;
-    }
-    c->coll_msg_seq = seq;
-    c->coll = *req;
-    dmn__conn_set_state(c, DMN_CONN_POSTED);
-    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-        if (o->cstate == DMN_CONN_ACTIVE)
+    if (c->q_len > 0) {
+        const proto_coll_req_t *prev = &dmn__conn_q(c, c->q_len - 1)->req;
+        if (prev->kind == PROTO_COLL_ALLREDUCE_MORE &&
+            (!proto_coll_is_allreduce(req->kind) ||
+             req->dtype != prev->dtype || req->op != prev->op)) {
+            dmn__reply_error(c, seq, RINGD_EINVAL, "a fused group must be "
+                             "allreduces of one dtype and op");
             return;
-    launch(d);
+        }
+    }
+    dmn_qcoll_t *e = dmn__conn_q(c, c->q_len++);
+    e->msg_seq = seq;
+    e->req = *req;
+    dmn__conn_set_state(c, DMN_CONN_POSTED);
+    try_launch(d);
 }
 
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
@@ -639,11 +794,12 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
         dmn__reply_status(c, PROTO_T_STEP_END, seq, RINGD_ERESHAPE);
         return;
     }
-    if (!dmn__conn_in_step(c)) {
-        dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step");
+    if (!dmn__conn_in_step(c) || c->q_len > 0) {
+        dmn__reply_error(c, seq, RINGD_ESTATE, "step_end outside a step "
+                         "or with collectives outstanding");
         return;
     }
-    if (d->flags & DMN_F_COLL_OPEN) {
+    if (any_queued(d)) {
         RD_WARN("client %u ended step %llu while others wait in a "
                 "collective", c->id, (unsigned long long)d->step);
         fail_posted(d, RINGD_EMISMATCH, 0);

@@ -53,6 +53,9 @@ typedef struct {
     const char *dump;
     long stop_in;    /* fault injection: SIGSTOP itself in this step */
     long delay_ms;   /* a straggler for tests: extra compute per step */
+    long async_n;    /* > 0: the gradients in that many asynchronous
+                        allreduces */
+    int fuse;        /* ... issued as one fusion group */
 } opts_t;
 
 typedef struct {
@@ -436,7 +439,11 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --step-delay-ms N a straggler for tests: N ms more compute per step\n"
 "  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
-"  --dump-every N    ... after every N-th step (default 0: never)\n");
+"  --dump-every N    ... after every N-th step (default 0: never)\n"
+"  --async N         average the gradients in N asynchronous allreduces,\n"
+"                    waited for last to first (default 0: one blocking)\n"
+"  --fuse            with --async: issue them as one fusion group (the\n"
+"                    daemon runs them as one ring operation)\n");
 }
 
 static int parse(opts_t *o, int argc, char **argv)
@@ -454,6 +461,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->no_daemon = 1, used = 0;
         } else if (strcmp(a, "--cpu") == 0) {
             o->cpu_only = 1, used = 0;
+        } else if (strcmp(a, "--fuse") == 0) {
+            o->fuse = 1, used = 0;
         } else if (v == NULL) {
             fprintf(stderr, "trainer: '%s' needs a value (or is unknown)\n",
                     a);
@@ -496,6 +505,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->dump_every = strtol(v, &end, 10);
         } else if (strcmp(a, "--dump") == 0) {
             o->dump = v;
+        } else if (strcmp(a, "--async") == 0) {
+            o->async_n = strtol(v, &end, 10);
         } else {
             fprintf(stderr, "trainer: unknown option '%s'\n", a);
             return -1;
@@ -508,7 +519,8 @@ static int parse(opts_t *o, int argc, char **argv)
     }
     if (o->steps < 0 || o->batch < 1 || o->batch > 65536 || o->hidden < 1 ||
         o->hidden > 4096 || o->log_every < 1 || !(o->lr > 0) ||
-        o->dump_every < 0) {
+        o->dump_every < 0 || o->async_n < 0 ||
+        o->async_n > RINGD_MAX_OUTSTANDING) {
         fprintf(stderr, "trainer: value out of range (see --help)\n");
         return -1;
     }
@@ -588,6 +600,50 @@ static int collective(trainer_t *t, float *p, long n, ringd_op_t op)
         rc == RINGD_EFENCED) {
         /* Fenced: the node lost its lease; step_begin waits until the
          * node is back in the job (and its state restored). */
+        printf("collective: %s; redoing the step\n", ringd_strerror(rc));
+        return 1;
+    }
+    if (rc != 0)
+        fprintf(stderr, "trainer: allreduce: %s\n", ringd_last_error(t->c));
+    return rc == 0 ? 0 : -1;
+}
+
+/*
+ * The gradients in o.async_n pieces, all issued before any is waited for,
+ * then waited for last to first. Returns as collective() does; a view
+ * change fails every piece, which it reports.
+ */
+static int collective_async(trainer_t *t, float *p, long n)
+{
+    long k = t->o.async_n < n ? t->o.async_n : n;
+    ringd_handle_t h[RINGD_MAX_OUTSTANDING];
+    long issued = 0;
+    int rc = t->o.fuse ? ringd_group_start(t->c) : 0;
+    for (; issued < k && rc == 0; issued++) {
+        long lo = n * issued / k, hi = n * (issued + 1) / k;
+        rc = ringd_allreduce_async(t->c, p + lo, (size_t)(hi - lo),
+                                   RINGD_F32, RINGD_AVG, &h[issued]);
+    }
+    if (rc != 0 && issued > 0)
+        issued--; /* that one has no handle */
+    if (t->o.fuse && (rc == 0 || issued > 0)) {
+        int e = ringd_group_end(t->c);
+        if (rc == 0)
+            rc = e;
+    }
+    int reshaped = 0, failed = rc != 0;
+    for (long i = issued - 1; i >= 0; i--) {
+        int w = ringd_wait(t->c, h[i]);
+        reshaped += w == RINGD_ERESHAPE;
+        if (w != 0 && !failed)
+            rc = w;
+        failed |= w != 0;
+    }
+    if (reshaped > 0 || rc == RINGD_ERESHAPE)
+        printf("async: %d of %ld outstanding handles failed with "
+               "RINGD_ERESHAPE\n", reshaped, issued);
+    if (rc == RINGD_ERESHAPE || rc == RINGD_EDISCONNECTED ||
+        rc == RINGD_EFENCED) {
         printf("collective: %s; redoing the step\n", ringd_strerror(rc));
         return 1;
     }
@@ -705,7 +761,9 @@ static int train(trainer_t *t)
                     o->batch * v.rank / v.world;
         double shard_loss = rows > 0 ? t->stats[0] / (double)rows : 0;
         int log_now = (s + 1) % o->log_every == 0 || s + 1 == o->steps;
-        int rc = collective(t, t->grads, t->nparams, RINGD_AVG);
+        int rc = t->o.async_n > 0 && t->c != NULL
+                     ? collective_async(t, t->grads, t->nparams)
+                     : collective(t, t->grads, t->nparams, RINGD_AVG);
         if (rc == 0 && log_now)
             rc = collective(t, t->stats, 2, RINGD_SUM);
         if (rc < 0)

@@ -68,7 +68,12 @@ enum {
     RINGD_EFENCED = -13,      /* the node lost its lease: wait, reconnect */
     RINGD_ESTATE = -14,       /* call out of order (e.g. no step begun) */
     RINGD_EABORTED = -15,     /* the collective failed for another reason */
+    RINGD_ELIMIT = -16,       /* too many collectives outstanding */
 };
+
+/* The most asynchronous collectives a client may have issued and not yet
+ * waited for (ringd_wait/ringd_test), per client. */
+#define RINGD_MAX_OUTSTANDING 128
 
 /* Element types and reductions (values match the daemon's kernels). */
 typedef enum {
@@ -198,7 +203,114 @@ int ringd_allreduce(ringd_client_t *c, void *ptr, size_t count,
 int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
                     uint32_t root);
 
-/* End the step: the update has been applied. Errors: RINGD_ESTATE,
+/*
+ * Asynchronous collectives. A handle names one collective issued with
+ * ringd_allreduce_async() or ringd_broadcast_async(); 0 is never a valid
+ * handle. Issuing returns at once: the daemon queues the collective and
+ * runs the node's queued collectives one after the other, without waiting
+ * for the trainer between them. Collectives are matched across the node's
+ * trainers and across nodes by their order of issue within the step
+ * (blocking and asynchronous ones alike), so every trainer of the job
+ * must issue the same sequence; they may be waited for in any order.
+ * As for the blocking calls, no thread may touch a collective's elements
+ * until its handle has been waited for (or tested done).
+ *
+ * A view change fails every outstanding handle of the step with
+ * RINGD_ERESHAPE (the step is then redone from ringd_step_begin()), and so
+ * does every collective issued later in that step. ringd_step_begin()
+ * voids the handles of the step it leaves; ringd_step_end() refuses
+ * (RINGD_ESTATE) while a handle of the step has not been waited for.
+ * The blocking ringd_allreduce()/ringd_broadcast() are an issue plus a
+ * wait.
+ */
+typedef uint64_t ringd_handle_t;
+
+/*
+ * Issue an allreduce as ringd_allreduce() does, without waiting; *h_p
+ * receives its handle. Errors (no handle is then returned): RINGD_EINVAL,
+ * RINGD_ESTATE (no step begun), RINGD_ERESHAPE (an earlier collective of
+ * this step failed with it: redo the step), RINGD_ELIMIT (already
+ * RINGD_MAX_OUTSTANDING handles not waited for: wait for some first),
+ * RINGD_EDISCONNECTED.
+ */
+int ringd_allreduce_async(ringd_client_t *c, void *ptr, size_t count,
+                          ringd_dtype_t dtype, ringd_op_t op,
+                          ringd_handle_t *h_p);
+
+/* Issue a broadcast as ringd_broadcast() does, without waiting. Errors as
+ * ringd_allreduce_async(). */
+int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
+                          uint32_t root, ringd_handle_t *h_p);
+
+/*
+ * Wait until the collective of handle h completes and release the handle.
+ * Returns its outcome: 0, or the errors of ringd_allreduce() (among them
+ * RINGD_ERESHAPE, RINGD_EMISMATCH, RINGD_EDISCONNECTED, RINGD_ETIMEDOUT
+ * with opts.timeout_ms). RINGD_EINVAL: h is not an outstanding handle of c
+ * (never issued, already waited for, or voided by ringd_step_begin()).
+ */
+int ringd_wait(ringd_client_t *c, ringd_handle_t h);
+
+/*
+ * Whether the collective of handle h is complete, without blocking. Not
+ * complete: *done_p = 0 and 0 is returned, the handle stays outstanding.
+ * Complete: *done_p = 1, the handle is released, and its outcome is
+ * returned as by ringd_wait(). RINGD_EINVAL (with *done_p = 1): h is not
+ * an outstanding handle of c.
+ */
+int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p);
+
+/*
+ * Fusion groups. Between ringd_group_start() and ringd_group_end() the
+ * asynchronous calls only queue in the library (their handles are
+ * valid, but ringd_wait/ringd_test answer RINGD_ESTATE until the end);
+ * ringd_group_end() sends the group, and the daemon runs each run of
+ * consecutive allreduces of the group with the same dtype and op as ONE
+ * ring operation: it gathers their tensors into a fused buffer on its
+ * ring thread and scatters the result back (no copy in the trainer, one
+ * ring round trip for the run instead of one per tensor). Results are the
+ * same as unfused up to the summation order (bitwise the same as one
+ * allreduce over the tensors laid end to end). Each handle is waited for
+ * as usual; a failure fails them all alike. Every trainer of the job must
+ * group alike (a different grouping is RINGD_EMISMATCH). Blocking calls
+ * inside a group fail with RINGD_ESTATE, as do step_end and a second
+ * ringd_group_start(); ringd_step_begin() discards an open group. Errors:
+ * RINGD_EINVAL, RINGD_ESTATE (no step begun), RINGD_ERESHAPE as for
+ * ringd_allreduce_async(); ringd_group_end() also RINGD_EDISCONNECTED
+ * (its handles then fail with it).
+ */
+int ringd_group_start(ringd_client_t *c);
+int ringd_group_end(ringd_client_t *c);
+
+/*
+ * Allgather: ptr (inside a ringd buffer) holds world * bytes, world being
+ * the step's (ringd_view_t.world); this trainer's contribution is at
+ * ptr + rank * bytes. On completion every trainer's ptr holds every
+ * trainer's chunk in rank order. The library zeroes the other chunks
+ * before issuing it, so they need not be written. Implemented as an
+ * allreduce (u8 SUM) of the whole region: exact for any bytes, at twice
+ * the ring traffic of a dedicated allgather. Issue, matching and errors
+ * as ringd_allreduce_async(); RINGD_EINVAL also when world * bytes does
+ * not fit in the buffer. ringd_allgather() is the issue plus ringd_wait()
+ * (RINGD_ESTATE inside a fusion group), with the errors of both.
+ */
+int ringd_allgather_async(ringd_client_t *c, void *ptr, size_t bytes,
+                          ringd_handle_t *h_p);
+int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes);
+
+/*
+ * Barrier: completes once every trainer of the job has issued it (in the
+ * same place of its sequence of collectives). The first one allocates a
+ * one-page buffer of the library's (one of the client's buffers, toward
+ * the daemon's per-client limits: RINGD_ENOMEM past them). Errors as
+ * ringd_allreduce_async(); ringd_barrier() is the issue plus ringd_wait()
+ * (RINGD_ESTATE inside a fusion group), with the errors of both.
+ */
+int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p);
+int ringd_barrier(ringd_client_t *c);
+
+/* End the step: the update has been applied. Errors: RINGD_ESTATE (no
+ * step begun, or a handle of the step not yet waited for),
  * RINGD_EDISCONNECTED. */
 int ringd_step_end(ringd_client_t *c);
 

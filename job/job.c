@@ -71,8 +71,29 @@ int job_create(uv_loop_t *loop, const job_config_t *cfg,
     return ST_ECONFIG;
 }
 
+/* Fused: segment s of every trainer reduced into its place in staging. */
+static void *reduce_fused(const job_reduce_t *r)
+{
+    size_t esz = kern_dtype_size(r->dt), off = 0;
+    uint32_t g = r->nsegs;
+    for (uint32_t s = 0; s < g; s++) {
+        size_t n = r->seg_counts[s];
+        char *dst = (char *)r->staging + off * esz;
+        if (r->nbufs == 2)
+            kern_reduce3(r->dt, r->op, dst, r->bufs[s], r->bufs[g + s], n);
+        else
+            memcpy(dst, r->bufs[s], n * esz);
+        for (uint32_t t = r->nbufs == 2 ? 2 : 1; t < r->nbufs; t++)
+            kern_reduce(r->dt, r->op, dst, r->bufs[t * g + s], n);
+        off += n;
+    }
+    return r->staging;
+}
+
 void *job_reduce_local(const job_reduce_t *r)
 {
+    if (r->nsegs > 1)
+        return reduce_fused(r);
     if (r->nbufs == 1)
         return r->bufs[0];
     if (r->nbufs == 2) {
@@ -88,6 +109,17 @@ void *job_reduce_local(const job_reduce_t *r)
 
 void job_reduce_copy_back(const job_reduce_t *r, void *buf)
 {
+    if (r->nsegs > 1) {
+        size_t esz = kern_dtype_size(r->dt), off = 0;
+        for (uint32_t s = 0; s < r->nsegs; s++) {
+            size_t n = r->seg_counts[s];
+            for (uint32_t t = 0; t < r->nbufs; t++)
+                memcpy(r->bufs[t * r->nsegs + s], (char *)buf + off * esz,
+                       n * esz);
+            off += n;
+        }
+        return;
+    }
     size_t bytes = r->count * kern_dtype_size(r->dt);
     for (uint32_t i = 0; i < r->nbufs; i++)
         if (r->bufs[i] != buf)

@@ -105,6 +105,11 @@ void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
  *    byte reaches the buffer, see ring/README.md);
  *  - several: they are reduced into staging, the cross-node allreduce runs
  *    there, and the result is copied back into each.
+ *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
+ *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
+ *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
+ *    elements) is always used: the local reduction gathers the segments
+ *    into it, the copy back scatters the result.
  * On failure the buffers hold undefined data (the trainers redo the step).
  * The descriptor is copied; bufs, the buffers and staging must stay valid
  * and untouched until done_cb runs.
@@ -120,6 +125,8 @@ typedef struct {
                               (AVG over the job's trainers; the ring
                               backend's ring divides each chunk at its
                               owner, ring_allreduce_avg) */
+    uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
+    const size_t *seg_counts; /* [nsegs] elements of each, when fused */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding

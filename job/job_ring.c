@@ -497,6 +497,8 @@ static void on_async(uv_async_t *h)
     rb_cmd_t c = b->cmd;
     b->cmd.kind = CMD_NONE;
     job__hops_cmd(b, &c);
+    if (c.status == 0)
+        mb_ring_progress(b->mb); /* the ride through an etcd outage */
     if (c.kind == CMD_REBUILD)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)

@@ -134,6 +134,7 @@ struct mb {
     int etcd_unreach;        /* since the last renewal a keepalive found
                                 etcd unreachable before the deadline */
     uint64_t outage_since_ms; /* riding out an outage since; 0: not */
+    uint64_t ring_ok_ms;     /* the caller's last collective of the view */
     int auth_probe;          /* etcd auth on: check it at each keepalive */
     int probe_inflight;
     unsigned denied;         /* etcd refusals since the last success */

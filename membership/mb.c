@@ -152,13 +152,15 @@ static int find_me(const mb_t *mb, const mb__view_t *v);
  * and it may keep training in it, provided something other than etcd
  * stops it should the outage be only ours (a partition: etcd expires our
  * lease and the others move to a newer generation without us). That
- * fence is the ring: every step of a view of two or more nodes needs a
- * collective with every member, and the ring drops messages of other
- * generations, so a node the others left behind completes no step. A
- * node alone in its view has no such fence and steps alone: it fences.
- * So does a node that saw no keepalive fail while it ran (it was stopped
- * past its deadline: the others may have moved on while it could not
- * notice) or whose user has no collective fence (ride_outage 0).
+ * fence is the caller's collectives (mb_ring_progress): one that every
+ * member of the view completed proves they all still run it, and the
+ * ring drops messages of other generations, so a node the others left
+ * behind completes none. They stand in for the lease: a TTL without one
+ * (the others gone, or steps with no collective, which a node could
+ * complete alone) fences, as a lease would. A node alone in its view has
+ * no such proof: it fences. So does one that saw no keepalive fail while
+ * it ran (stopped past its deadline, it may wake to a job that moved on)
+ * or whose user has no collectives to offer (ride_outage 0).
  */
 static int may_ride_outage(mb_t *mb)
 {
@@ -168,26 +170,52 @@ static int may_ride_outage(mb_t *mb)
            find_me(mb, &mb->view) >= 0;
 }
 
+/* Riding out: the collectives' stand-in for the lease ran out. */
+static int ride_expired(mb_t *mb)
+{
+    return uv_now(mb->loop) >= mb->ring_ok_ms + (uint64_t)mb->ttl_s * 1000;
+}
+
 /* Past the lease deadline: 1 when riding out an outage (from now on,
- * if not yet), 0 when this node must fence. */
+ * if not yet) with a collective in the last TTL, 0 when this node must
+ * fence. */
 static int ride_outage(mb_t *mb)
 {
-    if (mb->outage_since_ms != 0)
-        return 1;
-    if (!may_ride_outage(mb))
+    if (mb->outage_since_ms == 0) {
+        if (!may_ride_outage(mb) || ride_expired(mb))
+            return 0;
+        mb->outage_since_ms = uv_now(mb->loop);
+        RD_WARN("mb %s: etcd unreachable past the lease deadline: keeping "
+                "view %llu and training while every ring member does",
+                mb->me.node, (unsigned long long)mb->view.generation);
+    }
+    if (ride_expired(mb)) {
+        RD_WARN("mb %s: no collective of view %llu completed for a lease "
+                "TTL with etcd unreachable", mb->me.node,
+                (unsigned long long)mb->view.generation);
         return 0;
-    mb->outage_since_ms = uv_now(mb->loop);
-    RD_WARN("mb %s: etcd unreachable past the lease deadline: keeping "
-            "view %llu and training while every ring member does",
-            mb->me.node, (unsigned long long)mb->view.generation);
+    }
     return 1;
 }
 
 static void on_fence_timer(uv_timer_t *t)
 {
     mb_t *mb = t->data;
-    if (mb__holds_lease(mb->state) && !ride_outage(mb))
+    if (!mb__holds_lease(mb->state))
+        return;
+    if (!ride_outage(mb)) {
         transition(mb, MB_EV_LEASE_LOST, "lease not renewed in time");
+        return;
+    }
+    uint64_t at = mb->ring_ok_ms + (uint64_t)mb->ttl_s * 1000;
+    uint64_t now = uv_now(mb->loop);
+    uv_timer_start(&mb->fence_timer, on_fence_timer, at > now ? at - now : 0,
+                   0);
+}
+
+void mb_ring_progress(mb_t *mb)
+{
+    mb->ring_ok_ms = uv_now(mb->loop);
 }
 
 /* A keepalive failed: log the first failure after a renewal, and note

@@ -191,9 +191,17 @@ int mb_leave(mb_t *mb);
  * on the clock now (not the loop's cached time): a node that was stopped
  * past its lease may run callbacks from before the fence timer fires,
  * and must not act on results the others may have excluded it from.
- * Also 1 while riding out an etcd outage (mb_config_t.ride_outage).
+ * Also 1 while riding out an etcd outage (mb_config_t.ride_outage) with
+ * a collective reported in the last lease TTL.
  */
 int mb_lease_valid(mb_t *mb);
+
+/*
+ * With ride_outage: a collective of every member of the installed view
+ * completed. While etcd cannot be reached past the lease deadline, these
+ * reports stand in for the lease: a TTL without one fences the node.
+ */
+void mb_ring_progress(mb_t *mb);
 
 /*
  * 1 while node's incarnation `lease` is registered as far as this

@@ -14,6 +14,12 @@
  * change across versions, so a client of another version always receives a
  * readable RINGD_EVERSION.
  *
+ * Collectives are the exception to one request at a time: a client may
+ * send up to PROTO_MAX_OUTSTANDING COLL requests before reading any reply
+ * (and other requests in between, STEP_END excepted). The daemon answers
+ * each COLL once, in the order sent, and every COLL of a step before the
+ * reply to a later STEP_BEGIN; the client matches replies by seq.
+ *
  * Shared buffers: PROTO_T_BUF_ADD carries a memfd in SCM_RIGHTS; the daemon
  * maps it MAP_SHARED and later requests name (buf_id, offset).
  * PROTO_T_BUF_FREE unmaps one again; the daemon refuses while a collective
@@ -40,6 +46,11 @@
 #define PROTO_MAX_BUFFERS 65536 /* ids per client: < 1 MiB of table */
 #define PROTO_MAX_BUF_BYTES (1ull << 40)
 #define PROTO_TEXT 120
+/* Collectives one connection may have outstanding (sent, not answered):
+ * the daemon queues them in order and refuses more with RINGD_ELIMIT.
+ * Bounded so that all their replies fit in a Unix socket's default send
+ * buffer (about 270 small datagrams), which a reply must never overflow. */
+#define PROTO_MAX_OUTSTANDING 128
 
 typedef enum {
     PROTO_T_HELLO = 1,
@@ -59,8 +70,18 @@ typedef enum {
 typedef enum {
     PROTO_COLL_ALLREDUCE = 0,
     PROTO_COLL_BROADCAST = 1,
+    /* An allreduce fused with the next collective, which is an allreduce
+     * of the same dtype and op (of either kind): a run of these and the
+     * plain ALLREDUCE that ends it is one ring operation. */
+    PROTO_COLL_ALLREDUCE_MORE = 2,
     PROTO_COLL_COUNT
 } proto_coll_t;
+
+/* An allreduce, fused with the next or not. */
+static inline int proto_coll_is_allreduce(uint32_t kind)
+{
+    return kind == PROTO_COLL_ALLREDUCE || kind == PROTO_COLL_ALLREDUCE_MORE;
+}
 
 typedef struct {
     uint32_t magic;
@@ -248,7 +269,7 @@ static inline int proto_check_coll(const proto_coll_req_t *r,
         *why_p = "unknown dtype";
         return RINGD_EPROTO;
     }
-    if (r->kind == PROTO_COLL_ALLREDUCE && r->op > RINGD_AVG) {
+    if (proto_coll_is_allreduce(r->kind) && r->op > RINGD_AVG) {
         *why_p = "unknown reduction op";
         return RINGD_EPROTO;
     }

@@ -607,3 +607,160 @@ TEST_IMPL(dmn_lost_after_collectives_keeps_step)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * Asynchronous collectives from a hostile client: trainer 0 queues more
+ * collectives than the bound without reading a reply, while trainer 1
+ * posts nothing. The ones past PROTO_MAX_OUTSTANDING get RINGD_ELIMIT,
+ * freeing a queued buffer and ending the step are refused, and once
+ * trainer 1 issues the same sequence every queued one completes, in
+ * order, with the sums of both.
+ */
+TEST_IMPL(dmn_async_queue_bound)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-asyncq");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
+    enum { N = PROTO_MAX_OUTSTANDING, EXTRA = 3 };
+    /* Collective k sums element k: 1024 floats fit one page. */
+    for (int k = 0; k < N; k++) {
+        r[0].mem[k] = (float)k;
+        r[1].mem[k] = 1000.0f;
+    }
+    for (int k = 0; k < N + EXTRA; k++) {
+        proto_coll_req_t q = {PROTO_COLL_ALLREDUCE, (uint32_t)k, 0,
+                              RINGD_F32, (uint64_t)(k % N) * 4, 1,
+                              RINGD_SUM, 0};
+        send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 1000 + (uint32_t)k,
+                 &q, sizeof(q), -1);
+    }
+    for (int k = 0; k < EXTRA; k++)
+        expect_error(r[0].fd, RINGD_ELIMIT, "too many collectives");
+    proto_buf_free_t f = {0, 0};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_BUF_FREE, 5000, &f, sizeof(f),
+             -1);
+    expect_error(r[0].fd, RINGD_ESTATE, "collective outstanding");
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_STEP_END, 5001, NULL, 0, -1);
+    expect_error(r[0].fd, RINGD_ESTATE, "collectives outstanding");
+    /* Trainer 1 issues the same sequence; both see every reply in
+     * order, trainer 1 reading each before sending the next. */
+    for (int k = 0; k < N; k++) {
+        proto_coll_req_t q = {PROTO_COLL_ALLREDUCE, (uint32_t)k, 0,
+                              RINGD_F32, (uint64_t)k * 4, 1, RINGD_SUM, 0};
+        send_msg(r[1].fd, PROTO_VERSION, PROTO_T_COLL, 1000 + (uint32_t)k,
+                 &q, sizeof(q), -1);
+        uint32_t type;
+        ASSERT_EQ(recv_reply(r[1].fd, &type, NULL, 0), 0);
+        ASSERT_EQ(type, PROTO_T_COLL);
+    }
+    for (int k = 0; k < N; k++) {
+        char buf[PROTO_MAX_MSG];
+        struct pollfd p = {r[0].fd, POLLIN, 0};
+        ASSERT_EQ(poll(&p, 1, 10000), 1);
+        ssize_t n = recv(r[0].fd, buf, sizeof(buf), 0);
+        ASSERT_EQ(n, (ssize_t)(sizeof(proto_hdr_t) +
+                               sizeof(proto_status_rep_t)));
+        proto_hdr_t h;
+        memcpy(&h, buf, sizeof(h));
+        ASSERT_EQ(h.type, PROTO_T_COLL | PROTO_REPLY);
+        ASSERT_EQ(h.seq, 1000 + (uint32_t)k);
+        ASSERT(r[0].mem[k] == (float)k + 1000.0f);
+        ASSERT(r[1].mem[k] == (float)k + 1000.0f);
+    }
+    for (int i = 0; i < 2; i++) {
+        send_msg(r[i].fd, PROTO_VERSION, PROTO_T_STEP_END, 6000, NULL, 0,
+                 -1);
+        uint32_t type;
+        ASSERT_EQ(recv_reply(r[i].fd, &type, NULL, 0), 0);
+        ASSERT_EQ(type, PROTO_T_STEP_END);
+    }
+    close(r[0].fd);
+    close(r[1].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/*
+ * Fusion groups from a hostile client: a group that mixes dtypes or
+ * kinds is refused entry by entry (RINGD_EINVAL), a group left open
+ * is answered RINGD_ERESHAPE when its trainer begins the step again, and
+ * a well-formed group of two allreduces completes with both sums.
+ */
+TEST_IMPL(dmn_async_fused_hostile)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-asyncfh");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    raw_trainer_t r[2];
+    for (int i = 0; i < 2; i++)
+        raw_trainer(&r[i], t.sock);
+    for (int i = 0; i < 2; i++)
+        raw_step_begin(&r[i], 3);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
+    proto_coll_req_t more = {PROTO_COLL_ALLREDUCE_MORE, 0, 0, RINGD_F32, 0,
+                             4, RINGD_SUM, 0};
+    proto_coll_req_t last = {PROTO_COLL_ALLREDUCE, 1, 0, RINGD_F32, 16, 4,
+                             RINGD_SUM, 0};
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 10, &more, sizeof(more),
+             -1);
+    proto_coll_req_t bad = last;
+    bad.dtype = RINGD_I32;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 11, &bad, sizeof(bad),
+             -1);
+    expect_error(r[0].fd, RINGD_EINVAL, "fused group");
+    bad = last;
+    bad.kind = PROTO_COLL_BROADCAST;
+    bad.dtype = RINGD_U8;
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 12, &bad, sizeof(bad),
+             -1);
+    expect_error(r[0].fd, RINGD_EINVAL, "fused group");
+    /* Trainer 1 posts the whole group; trainer 0 ends its own: both
+     * sums arrive, two replies each. */
+    for (int j = 0; j < 8; j++) {
+        r[0].mem[j] = (float)j;
+        r[1].mem[j] = 100.0f;
+    }
+    send_msg(r[1].fd, PROTO_VERSION, PROTO_T_COLL, 10, &more, sizeof(more),
+             -1);
+    send_msg(r[1].fd, PROTO_VERSION, PROTO_T_COLL, 11, &last, sizeof(last),
+             -1);
+    send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 13, &last, sizeof(last),
+             -1);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            uint32_t type;
+            ASSERT_EQ(recv_reply(r[i].fd, &type, NULL, 0), 0);
+            ASSERT_EQ(type, PROTO_T_COLL);
+        }
+    for (int j = 0; j < 8; j++)
+        ASSERT(r[0].mem[j] == (float)j + 100.0f &&
+               r[1].mem[j] == (float)j + 100.0f);
+    /* A group never ended: nothing runs; a new step_begin answers it. */
+    more.coll_seq = 2;
+    for (int i = 0; i < 2; i++)
+        send_msg(r[i].fd, PROTO_VERSION, PROTO_T_COLL, 20, &more,
+                 sizeof(more), -1);
+    raw_step_begin(&r[0], 21);
+    uint32_t type;
+    ASSERT_EQ(recv_reply(r[0].fd, &type, NULL, 0), RINGD_ERESHAPE);
+    ASSERT_EQ(type, PROTO_T_COLL);
+    ASSERT_EQ(recv_reply(r[1].fd, &type, NULL, 0), RINGD_ERESHAPE);
+    ASSERT_EQ(type, PROTO_T_COLL);
+    raw_step_begin(&r[1], 22);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
+    close(r[0].fd);
+    close(r[1].fd);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}

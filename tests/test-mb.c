@@ -1138,11 +1138,21 @@ TEST_IMPL(mb_fence_rejoin)
     return fx_done();
 }
 
+/* Stands in for the ring backend's collectives: both members report
+ * one every 200 ms. */
+static void on_collective(uv_timer_t *t)
+{
+    member_t *m = t->data;
+    for (int i = 0; i < 2; i++)
+        mb_ring_progress(m[i].mb);
+}
+
 /*
  * ride_outage (the ring backend's setting): etcd down past the TTL fences
- * neither member of a view of two; both keep ACTIVE, their leases and
- * view 1, and mb_lease_valid stays 1 past the deadline. etcd restarted on
- * its data dir renews the same leases: no fence, no new view after.
+ * neither member of a view of two while their collectives go on; both
+ * keep ACTIVE, their leases and view 1, and mb_lease_valid stays 1. etcd
+ * restarted on its data dir renews the same leases: no new view. Down
+ * again, and the collectives stop: both fence, within a TTL of the last.
  */
 TEST_IMPL(mb_ride_outage)
 {
@@ -1154,6 +1164,10 @@ TEST_IMPL(mb_ride_outage)
     ride_outage_ = 0;
     member_t *all[] = {&m[0], &m[1]};
     wait_view(all, 2, "n1 n2 ", 1, 10000);
+    uv_timer_t coll;
+    uv_timer_init(&loop, &coll);
+    coll.data = m;
+    uv_timer_start(&coll, on_collective, 0, 200);
     int64_t lease[2] = {mb_lease(m[0].mb), mb_lease(m[1].mb)};
     fx_etcd_kill(&etcd_);
     /* Past every deadline: TTL after the last renewal, with a margin. */
@@ -1171,6 +1185,17 @@ TEST_IMPL(mb_ride_outage)
         ASSERT_EQ(mb_lease(m[i].mb), lease[i]);
         ASSERT_EQ(m[i].n_views, 1);
     }
+    fx_etcd_kill(&etcd_);
+    ASSERT(!fx_run_until(&loop, &any, 2000 + 500));
+    ASSERT(!m[0].fenced && !m[1].fenced);
+    uv_timer_stop(&coll);
+    int64_t t0 = th_now_ms();
+    ASSERT_MSG(fx_run_until(&loop, &m[0].fenced, 2000 + 1000) &&
+                   fx_run_until(&loop, &m[1].fenced, 500),
+               "collectives stopped, etcd down: still riding it out");
+    fprintf(stderr, "fenced %lld ms after the last collective\n",
+            (long long)(th_now_ms() - t0));
+    uv_close((uv_handle_t *)&coll, NULL);
     teardown(m, 2);
     return fx_done();
 }

@@ -34,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t f = data[0];
     ctx.hello = f & 1;
     ctx.pending = (f >> 1) & 1;
+    ctx.queued = (f >> 6) & 1 ? PROTO_MAX_OUTSTANDING : (f >> 5) & 1;
     int truncated = (f >> 2) & 1, nfds = (f >> 3) & 3;
     /* As registration leaves them: 0 (free) or 1..PROTO_MAX_BUF_BYTES. */
     for (int i = 0; i < 2; i++) {
@@ -70,6 +71,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(!ctx.pending || m.hdr.type == PROTO_T_BYE ||
                 m.hdr.type == PROTO_T_BUF_FREE);
     FUZZ_ASSERT(nfds == (m.hdr.type == PROTO_T_BUF_ADD));
+    FUZZ_ASSERT(ctx.queued < PROTO_MAX_OUTSTANDING ||
+                m.hdr.type != PROTO_T_COLL);
+    FUZZ_ASSERT(ctx.queued == 0 || m.hdr.type != PROTO_T_STEP_END);
     const uint8_t *body = buf + sizeof(proto_hdr_t);
     if (m.hdr.type == PROTO_T_COLL) {
         proto_coll_req_t r;

@@ -55,6 +55,8 @@ ESHUTDOWN = -12
 EFENCED = -13
 ESTATE = -14
 EABORTED = -15
+ELIMIT = -16
+MAX_OUTSTANDING = 128  # RINGD_MAX_OUTSTANDING
 
 # ringd_dtype_t: wire dtypes and their element sizes.
 F32, F64, F16, BF16, I32, I64, U8 = range(7)
@@ -167,10 +169,25 @@ def _load():
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
-    # Older libraries lack it; Client.free() then says so.
-    if hasattr(lib, "ringd_buffer_free"):
-        lib.ringd_buffer_free.restype = I
-        lib.ringd_buffer_free.argtypes = [P, P]
+    # Older libraries lack these; Client.free() and the asynchronous
+    # calls then say so.
+    U64 = ctypes.c_uint64
+    late = {
+        "ringd_buffer_free": (I, [P, P]),
+        "ringd_allreduce_async": (I, [P, P, S, I, I, ctypes.POINTER(U64)]),
+        "ringd_broadcast_async": (I, [P, P, S, ctypes.c_uint32,
+                                      ctypes.POINTER(U64)]),
+        "ringd_wait": (I, [P, U64]),
+        "ringd_test": (I, [P, U64, ctypes.POINTER(I)]),
+        "ringd_allgather_async": (I, [P, P, S, ctypes.POINTER(U64)]),
+        "ringd_barrier_async": (I, [P, ctypes.POINTER(U64)]),
+        "ringd_group_start": (I, [P]),
+        "ringd_group_end": (I, [P]),
+    }
+    for name, (res, args) in late.items():
+        if hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
     return lib, path
 
 
@@ -197,6 +214,19 @@ def dtype_code(dtype):
     raise Error(EINVAL, "ringd has no dtype %s (it reduces %s)" %
                 (nd if nd is not None else repr(dtype),
                  ", ".join(DTYPE_NAMES)))
+
+
+class Handle:
+    """An asynchronous collective issued by Client.allreduce_async() or
+    Client.broadcast_async(): pass it to Client.wait() or Client.test().
+    It keeps its array alive (the daemon writes the result into it) until
+    then; do not touch the array before."""
+    __slots__ = ("value", "array", "what")
+
+    def __init__(self, value, array, what):
+        self.value = value
+        self.array = array
+        self.what = what
 
 
 class Client:
@@ -346,6 +376,128 @@ class Client:
         self.allreduce_raw(_address(array), array.nbytes // DTYPE_SIZES[code],
                            code, op)
 
+    def _need(self, name):
+        if not hasattr(_lib, name) or getattr(_lib, name).argtypes is None:
+            raise Error(ENOTSUP, "%s: %s predates asynchronous collectives"
+                        % (name, lib_path))
+
+    def allreduce_async_raw(self, addr, count, dtype, op="avg", keep=None):
+        """Issue an allreduce of count elements of ringd dtype at addr
+        without waiting; returns a Handle (keep: an object it holds)."""
+        self._need("ringd_allreduce_async")
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_allreduce_async(self._c, addr, count, dtype,
+                                               _OPS[op], ctypes.byref(h)),
+                    "ringd_allreduce_async")
+        return Handle(h.value, keep, "ringd_allreduce_async")
+
+    def allreduce_async(self, array, op="avg", dtype=None):
+        """Issue an in-place allreduce of array (numpy in ringd memory, or
+        a torch tensor there) and return at once with a Handle; the
+        result is in the array once wait() or test() says it is done.
+        Collectives match across trainers by their order of issue, so
+        every trainer must issue the same sequence; handles may be waited
+        for in any order. Raises as allreduce() does, Error(ELIMIT) with
+        MAX_OUTSTANDING handles not waited for."""
+        addr, count, code = self._coll_args(array, dtype, "allreduce_async")
+        return self.allreduce_async_raw(addr, count, code, op, keep=array)
+
+    def broadcast_async(self, array, root=0):
+        """Issue a broadcast of array's bytes from global rank root;
+        returns a Handle."""
+        self._need("ringd_broadcast_async")
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_broadcast_async(
+            self._c, _address(array), _nbytes(array), root, ctypes.byref(h)),
+            "ringd_broadcast_async")
+        return Handle(h.value, array, "ringd_broadcast_async")
+
+    def allgather_async(self, array):
+        """array (in ringd memory) holds world equal chunks, this
+        trainer's at its rank; returns a Handle, after which every chunk
+        holds its trainer's bytes (the library zeroes the others first)."""
+        self._need("ringd_allgather_async")
+        world = self.view.world if self.view else 0
+        nbytes = _nbytes(array)
+        if world == 0 or nbytes % world:
+            raise Error(EINVAL, "allgather: %d bytes is not world (%d) "
+                                "equal chunks" % (nbytes, world))
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_allgather_async(
+            self._c, _address(array), nbytes // world, ctypes.byref(h)),
+            "ringd_allgather_async")
+        return Handle(h.value, array, "ringd_allgather_async")
+
+    def allgather(self, array):
+        self.wait(self.allgather_async(array))
+
+    def barrier_async(self):
+        """A barrier over every trainer of the job; returns a Handle."""
+        self._need("ringd_barrier_async")
+        h = ctypes.c_uint64()
+        self._check(_lib.ringd_barrier_async(self._c, ctypes.byref(h)),
+                    "ringd_barrier_async")
+        return Handle(h.value, None, "ringd_barrier_async")
+
+    def barrier(self):
+        self.wait(self.barrier_async())
+
+    def group(self):
+        """A fusion group, as a context manager: the asynchronous calls
+        inside it are sent together when it exits, and the daemon runs
+        each run of allreduces of one dtype and op as one ring operation.
+        Every trainer must group alike. Wait for the handles after it."""
+        self._need("ringd_group_start")
+        return _Group(self)
+
+    def wait(self, handle):
+        """Block until handle's collective is done; raises Reshape (redo
+        the step), Disconnected, Error as the blocking calls do, and
+        Error(EINVAL) for a handle already waited for or voided by a
+        later step_begin()."""
+        self._need("ringd_wait")
+        rc = _lib.ringd_wait(self._c, handle.value)
+        handle.array = None
+        self._check(rc, handle.what)
+
+    def test(self, handle):
+        """True once handle's collective is done (the handle is then
+        released, its failure raised as wait() would), False before."""
+        self._need("ringd_test")
+        done = ctypes.c_int()
+        rc = _lib.ringd_test(self._c, handle.value, ctypes.byref(done))
+        if not done.value:
+            return False
+        handle.array = None
+        self._check(rc, handle.what)
+        return True
+
+    def _coll_args(self, array, dtype, what):
+        """(address, element count, ringd dtype) of a numpy array or torch
+        tensor; raises Error(EINVAL) for what ringd cannot reduce."""
+        if hasattr(array, "data_ptr"):  # a torch tensor
+            if not array.is_contiguous():
+                raise Error(EINVAL, "%s: the tensor is not contiguous" % what)
+            name = str(array.dtype).replace("torch.", "")
+            names = {"float32": F32, "float64": F64, "float16": F16,
+                     "bfloat16": BF16, "int32": I32, "int64": I64,
+                     "uint8": U8}
+            code = dtype_code(dtype) if dtype is not None else names.get(name)
+            if code is None:
+                raise Error(EINVAL, "%s: ringd has no dtype %s" % (what, name))
+            return array.data_ptr(), _nbytes(array) // DTYPE_SIZES[code], code
+        if not array.flags.c_contiguous:
+            raise Error(EINVAL, "%s: the array is not contiguous" % what)
+        if dtype is None and array.dtype not in _NP_DTYPES:
+            raise Error(EINVAL, "%s: ringd has no dtype %s (name the wire "
+                                "dtype, e.g. dtype='bf16' for uint16 bits)"
+                        % (what, array.dtype))
+        code = _NP_DTYPES[array.dtype] if dtype is None else dtype_code(dtype)
+        if array.nbytes % DTYPE_SIZES[code]:
+            raise Error(EINVAL, "%s: %d bytes is not a whole number of %s"
+                        % (what, array.nbytes, dtype))
+        return _address(array), array.nbytes // DTYPE_SIZES[code], code
+
     def broadcast_raw(self, addr, nbytes, root=0):
         self._check(_lib.ringd_broadcast(self._c, addr, nbytes, root),
                     "ringd_broadcast")
@@ -396,6 +548,26 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Group:
+    def __init__(self, client):
+        self._c = client
+
+    def __enter__(self):
+        c = self._c
+        c._check(_lib.ringd_group_start(c._c), "ringd_group_start")
+        return c
+
+    def __exit__(self, *exc):
+        c = self._c
+        c._check(_lib.ringd_group_end(c._c), "ringd_group_end")
+
+
+def _nbytes(array):
+    if hasattr(array, "data_ptr"):      # a torch tensor
+        return array.numel() * array.element_size()
+    return array.nbytes
 
 
 def _address(array):
