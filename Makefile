@@ -9,6 +9,7 @@
 #   make demo       the demo (see README.md)
 #   make demo-torch the demo with the PyTorch trainer, and DDP beside it
 #   make chaos      seeded fault injection (SEED=n FAULTS=n; chaos/README.md)
+#   make scale      64 daemons on loopback: kill 8, join 8 (NODES=n; chaos/)
 #   make install    what each module installs (PREFIX=/usr/local, DESTDIR)
 #   make deb        Debian packages in build/debs/ (debian/, debhelper)
 #   make clean      remove build/

@@ -23,3 +23,13 @@ $(BUILD)/bench/e2e-gloo: bench/e2e-gloo.cc
 	@mkdir -p $(dir $@)
 	@echo "  CXX     $@"
 	$(Q)$(CXX) -O2 -std=c++17 -pthread -o $@ $< -lgloo
+
+# bench/etcd-load: M lightweight members (leases, keepalives, watches)
+# against a real etcd started with the tests' fixture (bench/README.md).
+BENCH_BINS += $(BUILD)/bench/etcd-load
+
+$(BUILD)/bench/etcd-load: $(BUILD)/bench/etcd-load.o \
+    $(BUILD)/tests/mb-fixture.o $(BUILD)/tests/helpers.o $(CORE_LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
+	    $(PKG_LIBS) $(LIBS)

@@ -3,6 +3,7 @@
  *
  *   ringbench                 the full run (about 2 minutes)
  *   ringbench --quick         fewer sizes, for a smoke test
+ *   ringbench --grid [--quick] the flat ring against the grid (below)
  *
  * For tls in {tcp, auto} and n in {2, 4} it starts n copies of itself on
  * loopback (addresses exchanged through a temp directory) and prints
@@ -29,6 +30,15 @@
  * 64 MiB as '#'-prefixed lines, each variant in fresh processes, against
  * the tcp n=4 ceiling of the table pass, and last:
  * tcp_n4_64MiB_ratio=<ratio> (default options).
+ *
+ * --grid: tcp, n in {4, 6, 9} (--quick: 4 and 6), sizes 4 KiB to 16 MiB
+ * (--quick: 4 KiB and 1 MiB). In the same processes a flat ring and a
+ * grid ring (grid_min_nodes 4, the default layout) take turns, a fresh
+ * ring for each size; each row is
+ *
+ *   grid n bytes flat_usec grid_usec grid_over_flat
+ *
+ * (medians of the slowest rank, as above; below 1 the grid is faster).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -346,15 +356,51 @@ static void run_variant(bench_t *b, float *x)
     ring_destroy(r);
 }
 
+/* One allreduce of bytes on a ring of its own (a ring of an older
+ * generation may not outlive the next one: its messages would be
+ * dropped as stale). */
+static double measure_on(bench_t *b, float *x, size_t bytes, uint32_t grid)
+{
+    ring_opts_t o;
+    ring_opts_default(&o);
+    o.grid_min_nodes = grid;
+    ring_t *r = make_ring(b, &o);
+    double ns = measure(r, x, bytes);
+    if (ring_barrier(r) != 0)
+        die("barrier", ST_EABORTED);
+    ring_destroy(r);
+    return ns;
+}
+
+/* --grid: a flat ring and a grid ring in the same processes, by turns. */
+static void run_grid(bench_t *b, float *x)
+{
+    static const size_t full[] = {4096, 65536, MiB, 16 * MiB};
+    static const size_t quick[] = {4096, MiB};
+    const size_t *sz = b->quick ? quick : full;
+    int nsz = b->quick ? 2 : 4;
+    for (int i = 0; i < nsz; i++) {
+        double f = measure_on(b, x, sz[i], 0);
+        double g = measure_on(b, x, sz[i], 4);
+        if (b->rank == 0)
+            fprintf(b->out, "grid\t%u\t%zu\t%.0f\t%.0f\t%.3f\n", b->n,
+                    sz[i], f / 1000, g / 1000, g / f);
+    }
+}
+
 static int worker(bench_t *b)
 {
     int rc = tp_create(NULL, &b->tp);
     if (rc != 0)
         die("tp_create", rc);
     exchange(b);
-    tp_peer_t *right;
+    /* The streaming runs' endpoint: one way only, which UCX pairs with
+     * the successor's next endpoint to us (see ring_grid.c), so not in a
+     * --grid pass, whose rings come and go. */
+    tp_peer_t *right = NULL;
     uint32_t rr = (b->rank + 1) % b->n;
-    if ((rc = tp_peer_connect(b->tp, b->addrs[rr], b->lens[rr], NULL, NULL,
+    if (b->sweep >= 0 &&
+        (rc = tp_peer_connect(b->tp, b->addrs[rr], b->lens[rr], NULL, NULL,
                               &right)) != 0)
         die("connect", rc);
     size_t max = b->quick || b->sweep ? 64 * MiB : 256 * MiB;
@@ -367,7 +413,9 @@ static int worker(bench_t *b)
         snprintf(path, sizeof path, "%s/rows", b->dir);
         b->out = fopen(path, "w");
     }
-    if (b->sweep)
+    if (b->sweep < 0)
+        run_grid(b, x);
+    else if (b->sweep)
         run_variant(b, x);
     else
         run_table(b, right, x, rbuf);
@@ -419,7 +467,7 @@ static char *pass(const char *self, const char *tls, int n, int quick,
         unsetenv("UCX_TLS");
     /* The daemon's mode, whatever the caller's environment says. */
     setenv("RINGD_TP_ERR_MODE", "peer", 1);
-    pid_t pid[8];
+    pid_t pid[16];
     for (int r = 0; r < n; r++) {
         char rs[16], ns[16];
         snprintf(rs, sizeof rs, "%d", r);
@@ -483,6 +531,24 @@ static double find_ceiling(const char *rows, const char *tls, int n)
     return p != NULL ? strtod(p + strlen(key), NULL) : 0;
 }
 
+static int main_grid(const char *self, int quick)
+{
+    static const int ns[] = {4, 6, 9};
+    printf("mode\tn\tbytes\tflat_usec\tgrid_usec\tgrid_over_flat\n");
+    fflush(stdout);
+    for (int i = 0; i < (quick ? 2 : 3); i++) {
+        char *rows = pass(self, "tcp", ns[i], quick, -1, 0);
+        if (!rows) {
+            fprintf(stderr, "ringbench: grid n=%d failed\n", ns[i]);
+            return 1;
+        }
+        fputs(rows, stdout);
+        fflush(stdout);
+        free(rows);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 9 && strcmp(argv[1], "--worker") == 0) {
@@ -492,13 +558,16 @@ int main(int argc, char **argv)
                      .ceiling = strtod(argv[8], NULL)};
         return worker(&b);
     }
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int grid = argc > 1 && strcmp(argv[1], "--grid") == 0;
+    int quick = argc > 1 + grid && strcmp(argv[1 + grid], "--quick") == 0;
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0)
         return 1;
     self[len] = '\0';
     setenv("RINGD_LOG_LEVEL", "error", 0);
+    if (grid)
+        return main_grid(self, quick);
     printf("tls\tn\tbytes\tusec\talgbw_GBps\tbusbw_GBps\tlink_GBps\tratio\n");
     fflush(stdout);
     double ratio = 0, ceiling = 0;

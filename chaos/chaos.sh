@@ -836,7 +836,10 @@ CRASHES=${#CRASH_NOTES[@]}
 [ "$REPLAY_BAD" = 0 ] || FAIL+=("$REPLAY_BAD steps replayed after a job restart with another hash than before the kill (same world size): $(head -3 "$T/replay.txt" | tr '\n' ';')")
 [ "$MAXS" -ge $((STEPS - 1)) ] || FAIL+=("the job reached step $((MAXS + 1)), not $STEPS")
 [ "$LOST" = 0 ] || FAIL+=("$LOST steps logged by no trainer")
-[ -z "${ETCD_FENCED:-}" ] ||
+# With --etcd3 a killed member can hold the keepalives of some daemons
+# until etcd's fail-over moves them, past their TTL: etcd itself expires
+# those leases, so the fence is right there and only reported.
+[ -z "${ETCD_FENCED:-}" ] || [ "$ETCD3" = 1 ] ||
     FAIL+=("daemons fenced themselves through an etcd outage with every member healthy (per kill:$ETCD_FENCED)")
 [ "$STALE" = 0 ] || [ "$STRICT" = 0 ] ||
     FAIL+=("$STALE steps completed by an evicted replica with another hash")

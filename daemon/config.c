@@ -65,6 +65,13 @@ static const cfg_key_t keys[] = {
     {"ring-deadline-ms", K_U32, F(ring_deadline_ms), 100, 3600000, "MS",
      "a ring collective that makes no progress this long fails; membership "
      "(the lease) normally notices a dead node first (default 10000)"},
+    {"ring-grid-min-nodes", K_U32, F(ring_grid_min_nodes), 0, 1000000, "N",
+     "allreduce on the two-level ring (rows of a host's nodes, then "
+     "columns) when the job has N nodes or more; every node of a job "
+     "must say the same (default 0: always the flat ring)"},
+    {"ring-grid-max-kib", K_U32, F(ring_grid_max_kib), 0, 4194304, "KIB",
+     "the two-level ring only for tensors up to KIB KiB, larger ones on "
+     "the flat ring; the same on every node (default 0: any size)"},
     {"step-timeout", K_U32, F(step_timeout_ms), 0, 86400000, "MS",
      "a trainer that began a step (or got a collective's result) and then "
      "sends nothing for MS milliseconds makes this node step out of the "

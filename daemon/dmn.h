@@ -32,6 +32,8 @@ typedef struct dmn_config {
     char *host;             /* ring grouping; default: hostname */
     uint32_t min_nodes;     /* the first view waits for this many */
     uint32_t ring_deadline_ms; /* a ring collective with no progress */
+    uint32_t ring_grid_min_nodes; /* two-level allreduce from N nodes; 0 */
+    uint32_t ring_grid_max_kib;   /* ... for messages up to this; 0: any */
     uint32_t step_timeout_ms; /* a trainer silent this long in a step
                                  steps the node out; 0: off */
     char *socket_path;

@@ -260,6 +260,8 @@ typedef struct {
     uint32_t lease_ttl;        /* ring: seconds */
     uint32_t ring_deadline_ms; /* ring: no progress this long fails a
                                   collective; 0: the ring's default */
+    uint32_t ring_grid_min_nodes; /* ring: ring_opts_t.grid_min_nodes and */
+    uint64_t ring_grid_max_bytes; /* grid_max_bytes; 0: the ring's default */
     const char *ckpt_dir;      /* ring: checkpoint directory (the job's
                                   store is ckpt_dir/job); NULL: off */
 } job_config_t;

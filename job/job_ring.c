@@ -398,6 +398,22 @@ static unsigned my_flags(const rb_t *b)
     return f;
 }
 
+/*
+ * The attempt's view: the agreed counts, but this node's trainers as they
+ * are, so that the ranks its trainers get fit the world they are told (a
+ * trainer refuses rank >= world). Only a node whose count changed sees a
+ * world that differs from the others', in an attempt that is void if it
+ * holds any collective that carries the flags.
+ */
+static void attempt_view(rb_t *b)
+{
+    uint32_t total = 0;
+    for (size_t i = 0; i < b->cur->n_members; i++)
+        total += b->counts[i];
+    b->dview.global_trainers =
+        total - b->counts[b->cur->my_index] + b->local_trainers;
+}
+
 /* A step starts: 1, in a new attempt or the one the daemon redoes; or 0
  * with an agreement due (a one-node job agrees with itself at once, for
  * nothing, rather than run a void step). */
@@ -409,6 +425,7 @@ static int attempt_begin(rb_t *b)
         b->agree_due = 1;
         return 0;
     }
+    attempt_view(b);
     if (b->attempt_open) {
         b->my_flags |= f;
         return 1;
@@ -497,6 +514,8 @@ static void on_async(uv_async_t *h)
     rb_cmd_t c = b->cmd;
     b->cmd.kind = CMD_NONE;
     job__hops_cmd(b, &c);
+    if (c.status == 0)
+        mb_ring_progress(b->mb); /* the ride through an etcd outage */
     if (c.kind == CMD_REBUILD)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)
@@ -945,6 +964,10 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->ring_opts);
     if (cfg->ring_deadline_ms > 0)
         b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    if (cfg->ring_grid_min_nodes > 0)
+        b->ring_opts.grid_min_nodes = cfg->ring_grid_min_nodes;
+    if (cfg->ring_grid_max_bytes > 0)
+        b->ring_opts.grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
     b->ring_opts.on_quiet = rt_member_alive;
     b->ring_opts.on_quiet_arg = b;
     init_sync(b, loop);

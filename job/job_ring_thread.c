@@ -44,6 +44,14 @@ static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
     return rc;
 }
 
+/* The view groups a host's members: the ring's host key changes only
+ * where the host does. */
+static int same_host(const mb_view_t *v, size_t i)
+{
+    const char *a = v->members[i].host, *b = v->members[i - 1].host;
+    return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
 /*
  * REBUILD, step 1: replace the ring. The ring being replaced is closed one
  * generation later, not now: a neighbour that has not seen the new view
@@ -65,19 +73,22 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
 
     const void **addrs = calloc(v->n_members, sizeof(*addrs));
     size_t *lens = calloc(v->n_members, sizeof(*lens));
-    if (addrs == NULL || lens == NULL) {
+    uint32_t *hosts = calloc(v->n_members, sizeof(*hosts));
+    if (addrs == NULL || lens == NULL || hosts == NULL) {
         free(addrs);
         free(lens);
+        free(hosts);
         return ST_ENOMEM;
     }
     for (size_t i = 0; i < v->n_members; i++) {
         addrs[i] = v->members[i].addr;
         lens[i] = v->members[i].addr_len;
+        hosts[i] = i == 0 ? 0 : hosts[i - 1] + !same_host(v, i);
     }
     ring_view_t rv = {.generation = v->generation,
                       .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
-                      .addr_lens = lens};
+                      .addr_lens = lens, .hosts = hosts};
     /* The members reach a new ring when their trainers reach a step
      * start, seconds apart at worst: the first collective may wait long.
      * A crash still ends it at once (endpoint error), a new view too. */
@@ -87,6 +98,7 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     int rc = ring_create(b->tp, &rv, &first, r_p);
     free(addrs);
     free(lens);
+    free(hosts);
     if (rc != 0)
         return rc;
     /* Published first, so that a new view can abort the handshake. */
@@ -158,8 +170,8 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
  * REBUILD, step 3: resync the state. A job starting again from step 0
  * restores its newest checkpoint from the members' stores; otherwise the
  * source broadcasts its state when the members disagree on the step or a
- * joiner needs it. The trainer counts are agreed in between, as every
- * step start does.
+ * joiner needs it. The trainer counts are agreed in between, so the first
+ * step of a view starts on this view's counts.
  */
 static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
                            const rt_agreed_t *a)

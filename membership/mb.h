@@ -47,8 +47,8 @@ typedef struct {
     const char *node;
     const char *host;
     /* The UCX address, from the member's node record: on_view fills it
-     * for this node and its ring neighbours (the peers the ring connects
-     * to) only, addr_len 0 for the others and in mb_view_parse views. */
+     * for this node, its ring neighbours and the callbacks' peers only,
+     * addr_len 0 for the others and in mb_view_parse views. */
     const uint8_t *addr;
     size_t addr_len;
     int slots;
@@ -89,6 +89,13 @@ typedef struct {
     void (*on_drain)(void *data);
     /* mb_leave finished (deregistered). May be NULL. */
     void (*on_left)(int status, void *data);
+    /* The members (indices into view->members, this node's own excluded)
+     * whose addresses on_view must carry besides the two ring
+     * neighbours', e.g. a grid's rows; at most max, returns how many.
+     * Called before on_view, with no addresses in the view. May be NULL:
+     * the ring neighbours only. */
+    size_t (*peers)(const mb_view_t *view, size_t *idx, size_t max,
+                    void *data);
 } mb_callbacks_t;
 
 /*
@@ -184,9 +191,17 @@ int mb_leave(mb_t *mb);
  * on the clock now (not the loop's cached time): a node that was stopped
  * past its lease may run callbacks from before the fence timer fires,
  * and must not act on results the others may have excluded it from.
- * Also 1 while riding out an etcd outage (mb_config_t.ride_outage).
+ * Also 1 while riding out an etcd outage (mb_config_t.ride_outage) with
+ * a collective reported in the last lease TTL.
  */
 int mb_lease_valid(mb_t *mb);
+
+/*
+ * With ride_outage: a collective of every member of the installed view
+ * completed. While etcd cannot be reached past the lease deadline, these
+ * reports stand in for the lease: a TTL without one fences the node.
+ */
+void mb_ring_progress(mb_t *mb);
 
 /*
  * 1 while node's incarnation `lease` is registered as far as this

@@ -11,7 +11,9 @@
 #include "ring/ring.h"
 #include "transport/tp.h"
 
-#define RING_MAX_CHAN 2
+#define RING_MAX_CHAN 2 /* tag channels of ring data (flat and grid) */
+#define RING_NCHAN 2    /* engine channels: two rings, or a grid rank's
+                           column rings (ring_grid.c) */
 #define RING_NO_DEP UINT32_MAX
 
 /*
@@ -68,7 +70,20 @@ typedef struct {
     tp_peer_t *peer;
     uint32_t rank;
     int fail_rc; /* the endpoint's failure, 0 while healthy */
+    uint32_t fail_order; /* 1 for the ring's first failed link, 2... */
 } ring_link_t;
+
+/* The grid: rows of consecutive ranks, balanced (widths differ by at
+ * most one); see ring_grid.c. NULL in a ring that never uses it. */
+typedef struct {
+    uint32_t rows;
+    uint32_t row, col;     /* my row, my position in it */
+    uint32_t wmin, wmax;   /* row widths (wmax = wmin or wmin + 1) */
+    uint32_t *row_first;   /* [rows + 1]: the first rank of each row */
+    ring_link_t *links;    /* [n]: by rank (see grid_connect) */
+    int connected;         /* grid_exchange done */
+    size_t *bounds;        /* per allreduce: the merged segment bounds */
+} ring_grid_t;
 
 /* One direction of data flow around the ring. */
 typedef struct {
@@ -77,6 +92,12 @@ typedef struct {
     ring_link_t *to;    /* send to */
     ring_link_t *from;  /* receive from */
     uint32_t pos;       /* my position in this channel's order */
+    /* Per collective: the ring this channel runs on (the view, a grid
+     * row or column), its first step (a grid row's allgather half starts
+     * at step n-1), and whether the last reduce-scatter step finishes
+     * the chunk (AVG, wire rounding: never in a grid row). */
+    uint32_t n, step0;
+    int finish;
     ring_slot_t *rs;    /* [recv_depth] */
     ring_slot_t *ss;    /* [send_depth] */
     /* Per collective. */
@@ -101,7 +122,8 @@ struct ring {
     uint64_t generation;
     uint32_t n, rank;
     ring_link_t left, right;
-    ring_chan_t chan[RING_MAX_CHAN];
+    ring_chan_t chan[RING_NCHAN];
+    ring_grid_t *grid;
     uint8_t *arena; /* staging buffers of all slots */
     size_t arena_len;
     tp_mem_t *arena_mem;
@@ -113,6 +135,7 @@ struct ring {
     ring_coll_desc_t coll; /* the collective in flight */
     uint32_t seq;          /* collective sequence, in every tag */
     uint32_t hellos;       /* ring_hello rounds so far, in their tags */
+    uint32_t links_failed; /* links whose endpoint failed so far */
     unsigned nchan;
     unsigned flags_out;    /* ring_set_flags: ORed into every send */
     unsigned flags_seen;   /* ours | those of every message applied */
@@ -132,5 +155,38 @@ void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status);
 
 /* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
 void ring__fail(ring_t *r, int rc, uint32_t who);
+
+/* The engine for ring_grid.c (ring.c). ring__coll_check: a collective may
+ * start; ring__coll_begin/run: run the channels set up (their to, from,
+ * pos, n, step0, finish, and ring__chan_setup's region), adding
+ * the idle time to *wait_ns; the last run of a collective also fails the
+ * ring for the next one when a link failed after it was no longer
+ * needed. */
+int ring__coll_check(ring_t *r);
+void ring__chans_flat(ring_t *r);
+void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
+                      size_t count, uint32_t nseg);
+void ring__coll_begin(ring_t *r, unsigned nchan);
+int ring__coll_run(ring_t *r, int64_t *wait_ns, int last);
+void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns);
+/* A flat collective the ring runs for itself (the grid's address
+ * exchange), not counted in the stats: COLL_ALLREDUCE of count elements
+ * of dt, or COLL_ALLGATHER of count bytes per rank (dt KERN_U8). The
+ * collective in flight (ring->coll) is kept. */
+int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
+                   kern_dtype_t dt, kern_op_t op);
+
+/* Grid (ring_grid.c): the layout at ring_create (0, or an error), its
+ * endpoints' close, and the allreduce: 1 when the grid takes this one. */
+int ring__grid_on(const ring_opts_t *o, uint32_t n);
+int ring__grid_create(ring_t *r, const ring_view_t *v);
+void ring__grid_close(ring_t *r, int force);
+void ring__grid_free(ring_t *r);
+int ring__grid_wants(const ring_t *r, size_t count, size_t es);
+int ring__grid_allreduce(ring_t *r, void *buf, size_t count);
+/* Of the links of the ring (flat and grid) whose endpoint failed, the one
+ * that failed first (the others may be the cascade of its failure), or
+ * NULL. */
+ring_link_t *ring__failed_link(ring_t *r);
 
 #endif /* RING_INT_H */

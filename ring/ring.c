@@ -65,7 +65,10 @@ void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status)
     ring_link_t *l = arg;
     (void)peer;
     ring_t *r = l->ring;
-    /* A running collective decides in chan_links_ok() whether it cares. */
+    /* A running collective decides in chan_links_check() whether it
+     * cares. */
+    if (l->fail_rc == 0)
+        l->fail_order = ++r->links_failed;
     l->fail_rc = status;
     if (r->state != RING_RUNNING)
         ring_set_state(r, RING_FAILED, status, l->rank);
@@ -90,7 +93,7 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
                      uint32_t *dep_p)
 {
     const ring_t *r = c->ring;
-    uint32_t n = r->n, s = m / c->k;
+    uint32_t n = c->n, s = m / c->k + c->step0;
     *seg_p = 0;
     *dep_p = RING_NO_DEP;
     switch (r->coll.kind) {
@@ -116,14 +119,15 @@ static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
                      ring_act_t *act_p)
 {
     const ring_t *r = c->ring;
-    uint32_t n = r->n, s = m / c->k;
+    uint32_t n = c->n, s = m / c->k + c->step0;
     *seg_p = 0;
     *act_p = ACT_COPY;
     switch (r->coll.kind) {
     case COLL_ALLREDUCE:
         if (s < n - 1) {
             *seg_p = ring__mod_n((int64_t)c->pos - s - 1, n);
-            *act_p = s == n - 2 ? ACT_REDUCE_FINAL : ACT_REDUCE;
+            *act_p = s == n - 2 && c->finish ? ACT_REDUCE_FINAL
+                                             : ACT_REDUCE;
         } else {
             *seg_p = ring__mod_n((int64_t)c->pos - (s - (n - 1)), n);
             *act_p = ACT_COPY;
@@ -486,6 +490,7 @@ static void coll_unwind(ring_t *r)
     if (r->right.peer != r->left.peer)
         tp_peer_close(r->right.peer, 1);
     r->left.peer = r->right.peer = NULL;
+    ring__grid_close(r, 1);
     int64_t deadline = rd_now_ns() + RING_DRAIN_BOUND_NS;
     for (;;) {
         int busy = 0;
@@ -502,7 +507,7 @@ static void coll_unwind(ring_t *r)
     }
 }
 
-static void coll_begin(ring_t *r, unsigned nchan)
+void ring__coll_begin(ring_t *r, unsigned nchan)
 {
     r->coll.err = 0;
     r->nchan = nchan;
@@ -512,7 +517,8 @@ static void coll_begin(ring_t *r, unsigned nchan)
         c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
         c->last_rx = c->last_tx = now;
     }
-    r->flags_seen = r->flags_out;
+    /* ring__coll_check cleared them: a grid's phases add up. */
+    r->flags_seen |= r->flags_out;
     ring_set_state(r, RING_RUNNING, 0, 0);
     drain_stale(r);
 }
@@ -535,7 +541,7 @@ static int coll_idle(ring_t *r, int64_t now, int64_t last_work,
     return 0;
 }
 
-static void coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
+void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
 {
     uint64_t w = (uint64_t)wait_ns / 1000;
     r->stats.last_wait_us = w;
@@ -607,14 +613,13 @@ static int64_t coll_loop(ring_t *r)
 }
 
 /*
- * Drive the current collective to the end. Complete beats failed: a
- * neighbour that exits (or dies) after its last message arrived leaves a
- * valid result; the ring is dead for the next collective only.
+ * Drive the current collective (or grid phase) to the end. Complete beats
+ * failed: a neighbour that exits (or dies) after its last message arrived
+ * leaves a valid result; the ring is dead for the next collective only.
  */
-static int coll_run(ring_t *r)
+int ring__coll_run(ring_t *r, int64_t *wait_ns, int last)
 {
-    int64_t t0 = rd_now_ns();
-    int64_t wait_ns = coll_loop(r);
+    *wait_ns += coll_loop(r);
     r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
     r->stats.next_seq = r->seq;
     int complete = 1;
@@ -627,11 +632,10 @@ static int coll_run(ring_t *r)
         return rc;
     }
     drain_stale(r);
-    coll_stats(r, t0, wait_ns);
-    r->stats.collectives++;
     r->flags_all = r->coll.kind != COLL_BCAST;
-    ring_link_t *gone = r->left.fail_rc ? &r->left
-                      : r->right.fail_rc ? &r->right : NULL;
+    /* Only at the end: a grid's later phase fails on a link it needs
+     * (chan_links_check), not on one of a row that has finished. */
+    ring_link_t *gone = last ? ring__failed_link(r) : NULL;
     if (r->coll.err == 0 && gone != NULL) {
         r->coll.err = gone->fail_rc;
         r->coll.err_rank = gone->rank;
@@ -645,8 +649,38 @@ static int coll_run(ring_t *r)
     return 0;
 }
 
+int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
+                   kern_dtype_t dt, kern_op_t op)
+{
+    size_t es = kern_dtype_size(dt);
+    ring_coll_desc_t saved = r->coll;
+    r->coll = (ring_coll_desc_t){.kind = kind, .dt = dt, .op = op,
+                                 .avg_div = r->n, .es = es, .wire_es = es};
+    ring__chans_flat(r);
+    ring_chan_t *c = &r->chan[0];
+    int gather = kind == COLL_ALLGATHER;
+    ring__chan_setup(c, buf, 0, gather ? count * r->n : count, r->n);
+    c->nsend = c->nrecv = (gather ? 1 : 2) * (r->n - 1) * c->k;
+    ring__coll_begin(r, 1);
+    int64_t wait_ns = 0;
+    int rc = ring__coll_run(r, &wait_ns, 0);
+    r->coll = saved;
+    return rc;
+}
+
+static int coll_run(ring_t *r)
+{
+    int64_t t0 = rd_now_ns(), wait_ns = 0;
+    int rc = ring__coll_run(r, &wait_ns, 1);
+    if (rc == 0) {
+        ring__coll_stats(r, t0, wait_ns);
+        r->stats.collectives++;
+    }
+    return rc;
+}
+
 /* A collective may start: the ring is alive and nobody asked to abort. */
-static int coll_check(ring_t *r)
+int ring__coll_check(ring_t *r)
 {
     r->flags_all = 0;
     r->flags_seen = 0;
@@ -661,9 +695,32 @@ static int coll_check(ring_t *r)
     return 0;
 }
 
+/*
+ * The flat ring: channel 0 flows right; channel 1 flows left in the
+ * mirrored order. The grid's phases set the channels up their own way, so
+ * every flat collective sets them back.
+ */
+void ring__chans_flat(ring_t *r)
+{
+    /* With two ranks one endpoint (and its failure) serves both sides. */
+    ring_link_t *left = r->n == 2 ? &r->right : &r->left;
+    for (unsigned i = 0; i < RING_NCHAN; i++) {
+        ring_chan_t *c = &r->chan[i];
+        c->ring = r;
+        c->id = i % RING_MAX_CHAN;
+        c->to = i == 1 ? left : &r->right;
+        c->from = i == 1 ? &r->right : left;
+        c->pos = i == 1 ? ring__mod_n((int64_t)r->n - r->rank, r->n)
+                        : r->rank;
+        c->n = r->n;
+        c->step0 = 0;
+        c->finish = 1;
+    }
+}
+
 /* Set up channel c over elements [first, first+count) of buf. */
-static void chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
-                       size_t count, uint32_t nseg)
+void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
+                      size_t count, uint32_t nseg)
 {
     ring_t *r = c->ring;
     size_t celems = r->opts.chunk_bytes / r->coll.es;
@@ -697,7 +754,7 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
                  (int)dt, (int)op, avg_div);
         return ST_EINVAL;
     }
-    int rc = coll_check(r);
+    int rc = ring__coll_check(r);
     if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)))
         return rc;
     if (r->n == 1) {
@@ -712,16 +769,19 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
     r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
                                  .avg_div = avg_div, .es = es,
                                  .wire_es = wire ? 2 : es, .wire = wire};
+    if (!wire && ring__grid_wants(r, count, es))
+        return ring__grid_allreduce(r, buf, count);
+    ring__chans_flat(r);
     unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
     size_t half = nchan == 2 ? count / 2 : count;
-    chan_setup(&r->chan[0], buf, 0, half, r->n);
+    ring__chan_setup(&r->chan[0], buf, 0, half, r->n);
     if (nchan == 2)
-        chan_setup(&r->chan[1], buf, half, count - half, r->n);
+        ring__chan_setup(&r->chan[1], buf, half, count - half, r->n);
     for (unsigned i = 0; i < nchan; i++) {
         ring_chan_t *c = &r->chan[i];
         c->nsend = c->nrecv = 2 * (r->n - 1) * c->k;
     }
-    coll_begin(r, nchan);
+    ring__coll_begin(r, nchan);
     return coll_run(r);
 }
 
@@ -739,7 +799,7 @@ int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
 
 int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
 {
-    int rc = coll_check(r);
+    int rc = ring__coll_check(r);
     size_t total = block_bytes * r->n;
     if (rc == 0 && block_bytes != 0 && r->n == 1) {
         r->flags_seen = r->flags_out;
@@ -750,10 +810,11 @@ int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
         return rc;
     r->coll = (ring_coll_desc_t){.kind = COLL_ALLGATHER, .dt = KERN_U8,
                                  .op = KERN_SUM, .es = 1, .wire_es = 1};
+    ring__chans_flat(r);
     ring_chan_t *c = &r->chan[0];
-    chan_setup(c, buf, 0, total, r->n);
+    ring__chan_setup(c, buf, 0, total, r->n);
     c->nsend = c->nrecv = (r->n - 1) * c->k;
-    coll_begin(r, 1);
+    ring__coll_begin(r, 1);
     return coll_run(r);
 }
 
@@ -763,7 +824,7 @@ int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
         RD_ERROR("ring_broadcast: root %u of %u", root, r->n);
         return ST_EINVAL;
     }
-    int rc = coll_check(r);
+    int rc = ring__coll_check(r);
     if (rc != 0 || bytes == 0 || r->n == 1 ||
         (rc = coll_setup_check(r, bytes * r->n, 1)))
         return rc;
@@ -771,12 +832,13 @@ int ring_broadcast(ring_t *r, void *buf, size_t bytes, uint32_t root)
     r->coll = (ring_coll_desc_t){.kind = COLL_BCAST, .dt = KERN_U8,
                                  .op = KERN_SUM, .es = 1, .wire_es = 1,
                                  .root = root};
+    ring__chans_flat(r);
     ring_chan_t *c = &r->chan[0];
-    chan_setup(c, buf, 0, bytes, 1);
+    ring__chan_setup(c, buf, 0, bytes, 1);
     uint32_t rel = ring__mod_n((int64_t)r->rank - root, r->n);
     c->nsend = rel == r->n - 1 ? 0 : c->k;
     c->nrecv = rel == 0 ? 0 : c->k;
-    coll_begin(r, 1);
+    ring__coll_begin(r, 1);
     return coll_run(r);
 }
 

@@ -35,8 +35,14 @@ typedef struct {
     uint64_t generation;
     uint32_t nranks;
     uint32_t rank;
-    const void *const *addrs; /* [nranks] UCX worker addresses */
-    const size_t *addr_lens;  /* [nranks] their lengths */
+    /* [nranks] UCX worker addresses and their lengths: only the two
+     * neighbours' are read (a grid exchanges the others itself). */
+    const void *const *addrs;
+    const size_t *addr_lens;
+    /* [nranks] or NULL: ranks of one host share a key (the view orders
+     * them consecutively); the grid makes a row of each host when all
+     * hosts are the same size. */
+    const uint32_t *hosts;
 } ring_view_t;
 
 typedef enum {
@@ -62,6 +68,13 @@ typedef struct {
      * trainer, not a failure, and the collective waits on. NULL: fail. */
     int (*on_quiet)(void *arg, uint32_t rank);
     void *on_quiet_arg;
+    /* The two-level (grid) allreduce, when nranks >= grid_min_nodes (0:
+     * never) and the message is at most grid_max_bytes (0: any size).
+     * Every rank of a view must use the same three values. Not with wire
+     * compression (the flat ring runs then). */
+    uint32_t grid_min_nodes;
+    size_t grid_max_bytes;
+    uint32_t grid_cols;   /* row width; 0: one row per host, else sqrt */
 } ring_opts_t;
 
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
@@ -69,7 +82,8 @@ typedef struct {
 /*
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
- * RINGD_RING_WIRE=none|bf16|f16.
+ * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
+ * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS.
  */
 void ring_opts_default(ring_opts_t *opts);
 
@@ -176,6 +190,8 @@ typedef struct {
     uint64_t total_wait_us;
     uint64_t last_usec;      /* last collective: wall time */
     uint32_t next_seq;       /* sequence number of the next collective */
+    uint64_t grid;           /* allreduces that ran on the grid */
+    uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

@@ -30,6 +30,9 @@ void ring_opts_default(ring_opts_t *o)
     o->deadline_ms = (int)env_long("RINGD_RING_DEADLINE_MS", 2000);
     o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
     o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
+    o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
+    o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
+    o->grid_cols = (uint32_t)env_long("RINGD_RING_GRID_COLS", 0);
     const char *w = getenv("RINGD_RING_WIRE");
     if (w != NULL && strcmp(w, "bf16") == 0)
         o->wire = RING_WIRE_BF16;
@@ -112,7 +115,8 @@ static int view_check(const ring_view_t *v)
  */
 static int arena_setup(ring_t *r)
 {
-    unsigned nchan = r->opts.bidirectional ? 2 : 1;
+    unsigned nchan = ring__grid_on(&r->opts, r->n) ? RING_NCHAN
+                   : r->opts.bidirectional ? 2 : 1;
     unsigned nsend = r->opts.wire != RING_WIRE_NONE ? r->opts.send_depth : 0;
     unsigned per = r->opts.recv_depth + nsend;
     r->arena_len = (size_t)per * nchan * r->opts.chunk_bytes;
@@ -123,7 +127,7 @@ static int arena_setup(ring_t *r)
     if (rc != 0)
         return rc;
     uint8_t *p = r->arena;
-    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+    for (unsigned i = 0; i < RING_NCHAN; i++) {
         ring_chan_t *c = &r->chan[i];
         c->rs = calloc(r->opts.recv_depth, sizeof(*c->rs));
         c->ss = calloc(r->opts.send_depth, sizeof(*c->ss));
@@ -166,26 +170,11 @@ static int links_setup(ring_t *r, const ring_view_t *v)
     return link_connect(r, &r->left, v, left);
 }
 
-/* Channel 0 flows right; channel 1 flows left in the mirrored order. */
-static void chans_setup(ring_t *r)
-{
-    /* With two ranks one endpoint (and its failure) serves both sides. */
-    ring_link_t *left = r->n == 2 ? &r->right : &r->left;
-    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
-        ring_chan_t *c = &r->chan[i];
-        c->ring = r;
-        c->id = i;
-        c->to = i == 0 ? &r->right : left;
-        c->from = i == 0 ? left : &r->right;
-        c->pos = i == 0 ? r->rank : ring__mod_n((int64_t)r->n - r->rank, r->n);
-    }
-    r->stats.left_rank = r->left.rank;
-}
 
 /* The staging slots and arena (arena_setup), also partly set up. */
 static void arena_free(ring_t *r)
 {
-    for (unsigned i = 0; i < RING_MAX_CHAN; i++) {
+    for (unsigned i = 0; i < RING_NCHAN; i++) {
         free(r->chan[i].rs);
         free(r->chan[i].ss);
     }
@@ -193,12 +182,14 @@ static void arena_free(ring_t *r)
     free(r->arena);
 }
 
-/* Both neighbours' endpoints (one when n == 2), also one of them. */
+/* Both neighbours' endpoints (one when n == 2), also one of them, and
+ * the grid's. */
 static void links_close(ring_t *r, int force)
 {
     tp_peer_close(r->left.peer, force);
     if (r->right.peer != r->left.peer)
         tp_peer_close(r->right.peer, force);
+    ring__grid_close(r, force);
 }
 
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
@@ -227,12 +218,16 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
         goto err_arena;
     if (r->n > 1 && (rc = links_setup(r, view)) != 0)
         goto err_links;
-    chans_setup(r);
+    if (r->n > 1 && (rc = ring__grid_create(r, view)) != 0)
+        goto err_links;
+    ring__chans_flat(r);
+    r->stats.left_rank = r->left.rank;
     *ring_p = r;
     return 0;
 
 err_links:
     links_close(r, 0); /* as ring_destroy closes a ring never used */
+    ring__grid_free(r);
 err_arena:
     arena_free(r);
     free(r);
@@ -257,5 +252,6 @@ void ring_destroy(ring_t *r)
      */
     if (!r->leaked)
         arena_free(r);
+    ring__grid_free(r);
     free(r);
 }

@@ -38,6 +38,7 @@ const char *rc_log_level; /* when set, --log-level */
 const char *rc_stop_in;  /* when set, trainers stop in that step */
 const char *rc_lease_ttl = "2"; /* --lease-ttl */
 const char *rc_step_timeout; /* when set, --step-timeout */
+const char *rc_grid; /* when set, --ring-grid-min-nodes */
 const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
 
 /* Daemon i of the job (not started). */
@@ -80,6 +81,10 @@ void node_init(cluster_t *c, int i, const char *trainers,
     if (rc_step_timeout != NULL) {
         flags[k++] = "--step-timeout";
         flags[k++] = rc_step_timeout;
+    }
+    if (rc_grid != NULL) {
+        flags[k++] = "--ring-grid-min-nodes";
+        flags[k++] = rc_grid;
     }
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);

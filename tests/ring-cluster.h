@@ -35,6 +35,7 @@ extern const char *rc_log_level; /* when set, --log-level */
 extern const char *rc_stop_in;  /* when set, trainers stop in that step */
 extern const char *rc_lease_ttl; /* --lease-ttl */
 extern const char *rc_step_timeout; /* when set, --step-timeout */
+extern const char *rc_grid; /* when set, --ring-grid-min-nodes */
 extern const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
 
 void cluster_env(void);

@@ -24,6 +24,9 @@
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
  *          --deadline-of R:MS (rank R only; wins over --deadline)
  *          --counts LIST --count N --iters K --expect-fail
+ *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
+ *          --host-size H (host key r / H) --expect-grid (matrix: every
+ *          allreduce ran on the grid) --expect-rows R (matrix: its rows)
  * Exit status 0 is a pass; failures print why on stderr.
  */
 #include <errno.h>
@@ -59,7 +62,10 @@ typedef struct {
     size_t counts[16];
     int ncounts;
     size_t count;
-    int iters, expect_fail;
+    int iters, expect_fail, expect_grid;
+    uint32_t expect_rows;
+    uint32_t host_size;
+    uint32_t *hosts;
     tp_t *tp;
     ring_t *ring;
     FILE *out;
@@ -127,7 +133,7 @@ static void new_ring(uint64_t gen)
 {
     ring_view_t v = {.generation = gen, .nranks = W.n, .rank = W.rank,
                      .addrs = (const void *const *)W.addrs,
-                     .addr_lens = W.lens};
+                     .addr_lens = W.lens, .hosts = W.hosts};
     int rc = ring_create(W.tp, &v, &W.opts, &W.ring);
     if (rc != 0)
         DIE("ring_create: %s", st_strerror(rc));
@@ -150,6 +156,11 @@ static void form_ring(void)
         addrs[r] = read_addr(r, &lens[r]);
     W.addrs = addrs;
     W.lens = lens;
+    if (W.host_size > 0) {
+        W.hosts = calloc(W.n, sizeof(*W.hosts));
+        for (uint32_t r = 0; r < W.n; r++)
+            W.hosts[r] = r / W.host_size;
+    }
     new_ring(W.gen);
 }
 
@@ -336,6 +347,12 @@ static void mode_matrix(void)
             st.stale_dropped);
     if (st.left_rank != (W.rank + W.n - 1) % W.n)
         DIE("stats: left rank %u", st.left_rank);
+    if (W.expect_grid && st.grid != calls)
+        DIE("stats: %" PRIu64 " of %" PRIu64 " allreduces on the grid",
+            st.grid, calls);
+    if (W.expect_rows && st.grid_rows != W.expect_rows)
+        DIE("stats: a grid of %u rows, want %u", st.grid_rows,
+            W.expect_rows);
     if (W.n > 1 && calls > 0 && st.total_wait_us < st.last_wait_us)
         DIE("stats: wait totals inconsistent");
 }
@@ -507,6 +524,12 @@ static void mode_big(int abort_it)
      */
     if (abort_it && ring_barrier(W.ring) != 0)
         DIE("warm-up barrier failed");
+    /* A grid's first allreduce exchanges the addresses over the flat
+     * ring and connects: the faults below are to land on the grid. */
+    float warm[1024] = {0};
+    if (W.opts.grid_min_nodes > 0 &&
+        ring_allreduce(W.ring, warm, 1024, KERN_F32, KERN_SUM) != 0)
+        DIE("warm-up allreduce failed");
     abort_it = abort_it && W.rank == 0;
     if (abort_it && pthread_create(&th, NULL, abort_thread, NULL) != 0)
         DIE("pthread_create");
@@ -519,6 +542,11 @@ static void mode_big(int abort_it)
             write_file(name, "1\n", 2);
         atomic_store(&W.running, 1);
         int rc = ring_allreduce(W.ring, buf, W.count, KERN_F32, KERN_SUM);
+        /* Complete, but a neighbour died after we no longer needed it
+         * (a grid row can finish while another row fails): the ring is
+         * dead for the next one, with its cause. */
+        if (rc == 0 && W.expect_fail)
+            rc = ring_suspect(W.ring, NULL);
         if (rc != 0) {
             if (!W.expect_fail)
                 DIE("allreduce: %s", st_strerror(rc));
@@ -736,6 +764,17 @@ static void parse(int argc, char **argv)
             i++;
         }
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--grid"))
+            W.opts.grid_min_nodes = (uint32_t)atoi(v), i++;
+        else if (!strcmp(a, "--grid-max"))
+            W.opts.grid_max_bytes = strtoull(v, NULL, 0), i++;
+        else if (!strcmp(a, "--grid-cols"))
+            W.opts.grid_cols = (uint32_t)atoi(v), i++;
+        else if (!strcmp(a, "--host-size"))
+            W.host_size = (uint32_t)atoi(v), i++;
+        else if (!strcmp(a, "--expect-grid")) W.expect_grid = 1;
+        else if (!strcmp(a, "--expect-rows"))
+            W.expect_rows = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
         else if (!strcmp(a, "--wire")) {
@@ -797,5 +836,6 @@ int main(int argc, char **argv)
         free(W.addrs[r]);
     free(W.addrs);
     free(W.lens);
+    free(W.hosts);
     return 0;
 }

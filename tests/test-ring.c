@@ -19,7 +19,7 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
-#define MAX_RANKS 8
+#define MAX_RANKS 10
 
 typedef struct {
     char *dir;
@@ -354,8 +354,8 @@ static void check_survivors(launch_t *l, int victim, int64_t t_fault,
 /* 256 MiB of f32: long enough that the fault lands mid-collective. */
 #define BIG "--count 67108864 --iters 1000 --expect-fail --deadline 2000"
 
-static void kill_one_mode(const char *mode, const char *tls, int shm,
-                          int n, int victim)
+static void kill_one_mode(const char *mode, const char *extra,
+                          const char *tls, int shm, int n, int victim)
 {
     launch_t l;
     env_setup(tls, shm);
@@ -366,7 +366,7 @@ static void kill_one_mode(const char *mode, const char *tls, int shm,
      */
     if (shm)
         setenv("LSAN_OPTIONS", "detect_leaks=0", 1);
-    launch(&l, n, mode, BIG);
+    launch(&l, n, mode, extra);
     wait_started(&l);
     int64_t t = th_now_ms();
     th_kill(l.pid[victim]);
@@ -378,7 +378,7 @@ static void kill_one_mode(const char *mode, const char *tls, int shm,
 
 static void kill_one(const char *tls, int shm, int n, int victim)
 {
-    kill_one_mode("big", tls, shm, n, victim);
+    kill_one_mode("big", BIG, tls, shm, n, victim);
 }
 
 TEST_IMPL(ring_kill_n3) { kill_one("tcp", 0, 3, 1); return 0; }
@@ -441,6 +441,148 @@ TEST_IMPL(ring_abort_thread_n2)
     ASSERT(rc != NULL);
     ASSERT_EQ(atoi(rc), ST_EABORTED);
     free(rc);
+    launch_cleanup();
+    return 0;
+}
+
+/*
+ * The two-level ring: every dtype and op, counts 0, 1, N-1 (fewer
+ * elements than segments: empty segments and column rings), a prime and
+ * a prime over many 8 KiB chunks, against the reference and bitwise equal
+ * on every rank; every allreduce must have run on the grid.
+ */
+static void grid_matrix(int n, const char *more)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "--grid 4 --expect-grid %s",
+             more ? more : "");
+    matrix(n, "tcp", 0, extra);
+}
+
+TEST_IMPL(ring_grid_matrix_n4) { grid_matrix(4, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n6) { grid_matrix(6, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n7) { grid_matrix(7, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n9) { grid_matrix(9, NULL); return 0; }
+TEST_IMPL(ring_grid_matrix_n10) { grid_matrix(10, NULL); return 0; }
+/* One row per host of 5: two rows, not sqrt's three. */
+TEST_IMPL(ring_grid_hosts_n10)
+{
+    grid_matrix(10, "--host-size 5 --expect-rows 2");
+    return 0;
+}
+/* Rows at most 3 wide over 7 ranks: widths 3, 2 and 2. */
+TEST_IMPL(ring_grid_cols_n7)
+{
+    grid_matrix(7, "--grid-cols 3 --expect-rows 3");
+    return 0;
+}
+
+/* Broadcast and allgather (flat), barrier and avg by 2n + 1 (grid). */
+TEST_IMPL(ring_grid_coll_n7)
+{
+    run_ok(7, "coll", "--counts 1,3,4099,30011 --chunk 16384 --grid 4",
+           "tcp", 0);
+    return 0;
+}
+
+/* 16 MiB per allreduce until a fault. The deadline is out of reach: the
+ * survivors must end by endpoint failures and the cascade of force-closed
+ * endpoints over the rows and the column rings alone. */
+#define GRID_BIG "--count 4194304 --iters 1000 --expect-fail " \
+                 "--deadline 60000 --grid 4"
+
+TEST_IMPL(ring_grid_kill_n7)
+{
+    kill_one_mode("big", GRID_BIG, "tcp", 0, 7, 5);
+    return 0;
+}
+
+/* 3 x 3, the centre killed: its column rings' lower members only receive
+ * from it (up and down differ), so only its endpoint's failure ends them. */
+TEST_IMPL(ring_grid_kill_n9)
+{
+    kill_one_mode("big", GRID_BIG, "tcp", 0, 9, 4);
+    return 0;
+}
+
+TEST_IMPL(ring_grid_abort_thread_n6)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 6, "abort", GRID_BIG);
+    wait_started(&l);
+    check_survivors(&l, -1, th_now_ms(), 10000, 0);
+    char *rc = slurp(l.dir, "rc", 0);
+    ASSERT(rc != NULL);
+    ASSERT_EQ(atoi(rc), ST_EABORTED);
+    free(rc);
+    launch_cleanup();
+    return 0;
+}
+
+/* Grid rings of four successive generations in the same processes, with
+ * messages of rendezvous size (default chunk). */
+TEST_IMPL(ring_grid_regen_n4)
+{
+    run_ok(4, "regen", "--counts 262144 --grid 4", "tcp", 0);
+    return 0;
+}
+
+/* The default 1 MiB chunk: rendezvous-sized messages on every sub-ring. */
+TEST_IMPL(ring_grid_big_n4)
+{
+    run_ok(4, "big", "--count 262144 --iters 3 --grid 4", "tcp", 0);
+    return 0;
+}
+
+/* Flags piggybacked on a grid allreduce reach every rank: the row, then
+ * the column rings, then the row again carry them (counts below the
+ * row width leave ranks without a column ring). */
+TEST_IMPL(ring_grid_flags_n7)
+{
+    run_ok(7, "flags", "--counts 0,1,3,5,4099 --chunk 1024 --grid 4", "tcp",
+           0);
+    return 0;
+}
+
+/*
+ * SIGSTOP of rank 0 of a 2 x 2 grid (rows 0 1 | 2 3; for this size the
+ * column rings are {0, 2} and {1, 3}) during 16 MiB allreduces. Rank 1
+ * needs rank 0 in both row phases and rank 2 in the column phase, and
+ * neither ever waits on anyone else that rank 0 holds up, so the two
+ * (deadline 2 s, rank 3 8 s: it ends by the cascade) must each return
+ * ST_EPEER_TIMEOUT naming rank 0: the peer waited on, in the row and in
+ * the column.
+ */
+TEST_IMPL(ring_grid_stop_n4)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 4, "big", "--count 4194304 --iters 1000 --expect-fail "
+           "--deadline 8000 --deadline-of 1:2000 --deadline-of 2:2000 "
+           "--grid 4");
+    wait_started(&l);
+    int64_t t = th_now_ms();
+    kill(l.pid[0], SIGSTOP);
+    check_survivors(&l, 0, t, 15000, 1);
+    for (int r = 1; r <= 2; r++) {
+        char *rc = slurp(l.dir, "rc", r);
+        ASSERT(rc != NULL);
+        int code = 0, count = 0;
+        unsigned who = 0, cb_rank = 0;
+        ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank),
+                  4);
+        free(rc);
+        ASSERT_MSG(code == ST_EPEER_TIMEOUT, "rank %d: %s", r,
+                   st_strerror(code));
+        ASSERT_MSG(who == 0, "rank %d suspects %u, not the stopped rank 0",
+                   r, who);
+        ASSERT_EQ(count, 1);
+        ASSERT_EQ(cb_rank, 0);
+    }
+    kill(l.pid[0], SIGCONT);
+    th_kill(l.pid[0]);
+    l.pid[0] = 0;
     launch_cleanup();
     return 0;
 }
