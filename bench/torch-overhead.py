@@ -11,7 +11,7 @@ ways, in the same run, interleaved round by round:
 
 Each way runs --steps timed steps after --warmup untimed ones, --reps
 rounds; a way's figure is the median over every timed step of every
-round (rank 0's). Prints a table, then the last line
+round (rank 0's). Prints a TSV table, then the last line
 `torch: overhead_pct=<x> step_ms=<x> ddp_step_ms=<x>` (overhead: ringd
 over local). Needs `make all` (build/ringd, build/libringd.so) and etcd.
 
@@ -230,11 +230,10 @@ def main():
           "%d round(s) of %d steps" % ("-".join(map(str, DIMS)),
                                        nparams / 1e6, o.batch, o.reps,
                                        o.steps))
-    print("%-6s %6s %12s %12s %12s" % ("way", "procs", "median_ms",
-                                       "min_ms", "max_ms"))
+    print("way\tprocs\tmedian_ms\tmin_ms\tmax_ms\tsteps")
     for w, t in times.items():
-        print("%-6s %6d %12.1f %12.1f %12.1f" % (
-            w, 1 if w == "local" else 2, med[w], min(t), max(t)))
+        print("%s\t%d\t%.1f\t%.1f\t%.1f\t%d" % (
+            w, 1 if w == "local" else 2, med[w], min(t), max(t), len(t)))
     print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f" % (
         (med["ringd"] - med["local"]) * 100 / med["local"], med["ringd"],
         med["ddp"]))
