@@ -573,9 +573,10 @@ TEST_IMPL(client_python_torch_dopt)
  * with three fusion buckets: the 4 replicas end bitwise identical and
  * within 1e-5 of one process on the same global batch (the 4 trainers'
  * gradients averaged), with Adam and backward_passes_per_step 1 and 2,
- * and with SGD (momentum) and 2. Every step of every trainer also checks the overlap
- * (elastic_train.py --check-overlap): a bucket's allreduce was issued
- * before the last gradient hook fired, and only step() waited.
+ * and with SGD (momentum) and 2. Every step of every trainer also
+ * checks the overlap (elastic_train.py --check-overlap): a bucket's
+ * allreduce was issued before the last gradient hook fired, and only
+ * step() waited.
  */
 TEST_IMPL(client_python_torch_dopt_nodes)
 {

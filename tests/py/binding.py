@@ -9,8 +9,8 @@ bad arrays, 500 buffers in one step freed when dropped.
 --part torch: tensors in ringd memory reduced in place (zero copy), every
 dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
 DistributedOptimizer of 200 buckets, 500 tensors in one step freed when
-dropped, allreduce_async_ returning before the peer issued. Exits 0 and prints "PASS <part>", or
-"SKIP ..." when torch cannot be imported.
+dropped, allreduce_async_ returning before the peer issued. Exits 0 and
+prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
 """
 import argparse
 import gc
@@ -248,7 +248,8 @@ def torch_phases(o):
         ps = torch.nn.ParameterList(
             [torch.nn.Parameter(torch.full((4,), float(i))) for i in range(n)])
         opt = torch.optim.SGD(ps.parameters(), lr=1.0)
-        d = rt.DistributedOptimizer(opt, named_parameters=ps.named_parameters(),
+        d = rt.DistributedOptimizer(opt,
+                                    named_parameters=ps.named_parameters(),
                                     bucket_cap_mb=1e-6, client=c)
         assert len(d.buckets) == n, len(d.buckets)
         sum(p.sum() * (rank + 1) * (i + 1)
