@@ -27,10 +27,11 @@
 #     step_us_4k=<n> step_us_4k_flat=<n> rss_mb=<n> etcd_cpu_pct=<n>
 # (kill8/join8 name the issue's figures; KILL and JOIN say how many.)
 # step_us_4k is the two-level ring's step, step_us_4k_flat the flat
-# ring's: with SCALE_RING2D set (the daemon arguments that choose the
-# two-level ring) the main job runs with them and a second, short job
-# measures the flat ring; without it both are the flat figure (a note on
-# stderr says so).
+# ring's: the main job runs with SCALE_RING2D (the daemon arguments that
+# choose the two-level ring; default --ring-grid-min-nodes 16, the
+# threshold ring/README.md recommends) and a first, short job measures the
+# flat ring; SCALE_RING2D= (empty) runs only the flat ring, and both
+# figures are then its (a note on stderr says so).
 # Exit 0 when identical=yes and both events recovered, 1 otherwise.
 #
 # Environment: NODES (64), KILL (8), JOIN (8), SCALE_LEASE_TTL (the
@@ -49,7 +50,7 @@ K=${KILL:-8}
 J=${JOIN:-8}
 STEPS=${SCALE_STEPS:-600}
 WIN=${SCALE_WINDOW:-100}
-RING2D=${SCALE_RING2D:-}
+RING2D=${SCALE_RING2D---ring-grid-min-nodes 16}
 TTL=${SCALE_LEASE_TTL:-5}
 for v in N K J STEPS WIN TTL; do
     [[ "${!v}" =~ ^[0-9]+$ ]] ||
@@ -209,7 +210,7 @@ if [ -n "$RING2D" ]; then
     rm -f "$T"/hash-*.log "$T"/params-*.bin "$T"/*.sock
     DPID=() TPID=()
 else
-    echo "scale: SCALE_RING2D is not set (no two-level ring option yet):" \
+    echo "scale: SCALE_RING2D is empty (the flat ring only):" \
          "step_us_4k is the flat ring's figure" >&2
 fi
 
@@ -268,6 +269,15 @@ ANON=$(for i in "${SURV[@]}"; do awk '/^RssAnon:/ { print $2 / 1024 }' \
     "/proc/${DPID[$i]}/status"; done | median)
 echo "scale: daemons' memory (median of ${#SURV[@]}): VmRSS $VMRSS MB," \
      "RssAnon $ANON MB"
+# Which ring the survivors built in their last generation: the grid
+# logs its layout (ring_grid.c) once per generation it lays out.
+GRID=0
+for i in "${SURV[@]}"; do
+    last=$(grep -o 'ring gen [0-9]*' "$T/ringd-$i.log" | tail -n 1)
+    [ -n "$last" ] && grep -q "$last: grid of" "$T/ringd-$i.log" &&
+        GRID=$((GRID + 1))
+done
+echo "scale: grid: $GRID of ${#SURV[@]} daemons on the two-level ring"
 
 # To the end of the job: a hang is a minute without a step of node1's
 # (at 64 nodes a step takes a few hundred ms on this machine).

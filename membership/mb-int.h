@@ -156,7 +156,18 @@ struct mb {
     uint64_t pending_gen;    /* a view with us, waiting for peers' records */
     char *nbrs[2];           /* the delivered view's ring neighbours */
     mb_bad_peer_t bad;       /* the last unusable record logged */
+    /* The records of the peers callback's members (not neighbours), read
+     * once per view, MB_FETCH_OPS to a txn; none in flight twice. */
+    uint64_t extra_gen;      /* the view they belong to; 0: none */
+    size_t *extra_idx;
+    mb_node_rec_t *extra;
+    size_t n_extra, extra_done; /* records read and valid so far */
+    int extra_inflight;
+    uint64_t extra_retry_at; /* loop time of the next read after a bad
+                                or missing record */
 };
+
+#define MB_FETCH_OPS 100     /* under etcd's default --max-txn-ops 128 */
 
 /* mb.c */
 int mb__holds_lease(mb_state_t s);

@@ -437,7 +437,11 @@ static mb_kv_t *slot_find(mb_mirror_t *s, const char *key)
 int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p)
 {
     *kv_p = NULL;
-    for (int i = 0; i < MB_W_N; i++) {
+    /* Own keys first, then the leader's records (the ones its views are
+     * made of: a neighbour's own watch may lag them), then the rest. */
+    for (int j = 0; j < MB_W_N; j++) {
+        int i = j < MB_W_PEER ? j : j == MB_W_PEER ? MB_W_NODES
+                : j <= MB_W_NODES ? j - 1 : j;
         mb_mirror_t *s = &mb->mirrors[i];
         if (s->synced && slot_covers(s, key)) {
             *kv_p = slot_find(s, key);
@@ -723,49 +727,194 @@ static void peer_unusable(mb_t *mb, const mb_member_t *m, int64_t mod,
     bad->gen = mb->view.generation;
     bad->mod = mod;
     snprintf(bad->node, sizeof(bad->node), "%s", m->node);
-    RD_ERROR("mb %s: view %llu is unusable: the node record of its member "
+    /* A warning: a watch of a record may lag the view's by a moment. */
+    RD_WARN("mb %s: view %llu is unusable: the node record of its member "
              "%s %s; waiting for the record or a later view", mb->me.node,
              (unsigned long long)mb->view.generation, m->node, why);
 }
 
 /*
- * The address of view member m from its node record: 0 with rec filled
- * (owned), 1 while no watch has told yet, ST_EPROTO when the record is
- * missing, garbled, unsigned or of another incarnation (logged).
+ * View member m's record (val NULL: missing) at key, held by lease: 0
+ * with rec filled (owned), or ST_EPROTO when it is missing, garbled,
+ * without an address, unsigned or of another incarnation (logged).
  */
-static int resolve_peer(mb_t *mb, const mb_member_t *m, mb_node_rec_t *rec)
+static int record_addr(mb_t *mb, const mb_member_t *m, const char *key,
+                       const char *val, size_t len, int64_t lease,
+                       int64_t mod, mb_node_rec_t *rec)
 {
-    char key[MB_KEY_MAX];
-    mb_kv_t *kv;
     const char *why = NULL;
     memset(rec, 0, sizeof(*rec));
-    if (mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, m->node, 0, 0) != 0)
-        return ST_EPROTO;
-    if (!mb__mirror_lookup(mb, key, &kv))
-        return 1;
-    if (kv == NULL) {
+    if (val == NULL) {
         peer_unusable(mb, m, 0, "is missing");
         return ST_EPROTO;
     }
-    if (mb_node_parse(m->node, kv->val, kv->len, rec, &why) != 0) {
+    if (mb_node_parse(m->node, val, len, rec, &why) != 0) {
         char garbled[128];
         snprintf(garbled, sizeof(garbled), "is garbled (%s)", why);
-        peer_unusable(mb, m, kv->mod, garbled);
+        peer_unusable(mb, m, mod, garbled);
         return ST_EPROTO;
     }
     why = NULL;
     if (rec->member.addr_len == 0)
         why = "has no address";
-    else if (kv->lease != m->lease)
+    else if (lease != m->lease)
         why = "is of another incarnation (lease)";
-    else if (!mb__text_sig_ok(mb, "node", key, kv->val, kv->len))
+    else if (!mb__text_sig_ok(mb, "node", key, val, len))
         why = "is not signed with the job secret";
     if (why != NULL) {
-        peer_unusable(mb, m, kv->mod, why);
+        peer_unusable(mb, m, mod, why);
         mb_node_rec_free(rec);
         return ST_EPROTO;
     }
     return 0;
+}
+
+/* A ring neighbour's address from its watched record: 0 with rec
+ * filled, 1 while no watch has told yet, ST_EPROTO (logged). */
+static int resolve_peer(mb_t *mb, const mb_member_t *m, mb_node_rec_t *rec)
+{
+    char key[MB_KEY_MAX];
+    mb_kv_t *kv;
+    memset(rec, 0, sizeof(*rec));
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, m->node, 0, 0) != 0)
+        return ST_EPROTO;
+    if (!mb__mirror_lookup(mb, key, &kv))
+        return 1;
+    return record_addr(mb, m, key, kv ? kv->val : NULL, kv ? kv->len : 0,
+                       kv ? kv->lease : 0, kv ? kv->mod : 0, rec);
+}
+
+/* ---- the peers callback's members: read once per view ---- */
+
+static void extra_reset(mb_t *mb)
+{
+    for (size_t i = 0; i < mb->extra_done; i++)
+        mb_node_rec_free(&mb->extra[i]);
+    free(mb->extra);
+    free(mb->extra_idx);
+    mb->extra = NULL;
+    mb->extra_idx = NULL;
+    mb->n_extra = mb->extra_done = 0;
+    mb->extra_gen = 0;
+}
+
+static void fetch_extra(mb_t *mb);
+
+/* Records for the pending view, in the order asked; a bad or missing one
+ * is read again (from itself on) a little later. */
+static void on_extra(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    mb->extra_inflight = 0;
+    mb__view_t *v = &mb->view;
+    if (mb->extra_gen == 0 || mb->extra_gen != mb->pending_gen ||
+        v->generation != mb->extra_gen) {
+        uv_timer_start(&mb->again_timer, on_again, 0, 0); /* a newer view */
+        return;
+    }
+    size_t n = mb->n_extra - mb->extra_done;
+    n = n < MB_FETCH_OPS ? n : MB_FETCH_OPS;
+    if (status != 0 || res->n_responses != n) {
+        mb->extra_retry_at = uv_now(mb->loop) + MB_RETRY_MIN_MS * 2;
+        mb__reconcile_soon(mb);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const etcd_result_t *r = &res->responses[i];
+        const etcd_kv_t *kv = r->n_kvs > 0 ? &r->kvs[0] : NULL;
+        const mb_member_t *m = &v->members[mb->extra_idx[mb->extra_done]];
+        char key[MB_KEY_MAX];
+        mb_key(key, sizeof(key), mb->job, MB_KEY_NODE, m->node, 0, 0);
+        if (record_addr(mb, m, key, kv ? kv->value : NULL,
+                        kv ? kv->value_len : 0, kv ? kv->lease : 0,
+                        kv ? kv->mod_revision : 0,
+                        &mb->extra[mb->extra_done]) != 0) {
+            mb->extra_retry_at = uv_now(mb->loop) + MB_RETRY_MIN_MS * 2;
+            mb__reconcile_soon(mb);
+            return;
+        }
+        mb->extra_done++;
+    }
+    if (mb->extra_done < mb->n_extra)
+        fetch_extra(mb);
+    else
+        uv_timer_start(&mb->again_timer, on_again, 0, 0);
+}
+
+/* One read-only txn for the next MB_FETCH_OPS records still to read. */
+static void fetch_extra(mb_t *mb)
+{
+    size_t n = mb->n_extra - mb->extra_done;
+    n = n < MB_FETCH_OPS ? n : MB_FETCH_OPS;
+    char (*keys)[MB_KEY_MAX] = calloc(n, sizeof(*keys));
+    etcd_op_t *ops = calloc(n, sizeof(*ops));
+    int rc = keys != NULL && ops != NULL ? 0 : ST_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        size_t idx = mb->extra_idx[mb->extra_done + i];
+        rc = mb_key(keys[i], MB_KEY_MAX, mb->job, MB_KEY_NODE,
+                    mb->view.members[idx].node, 0, 0);
+        ops[i].type = ETCD_OP_RANGE;
+        ops[i].key = keys[i];
+    }
+    if (rc == 0)
+        rc = etcd_txn(mb->etcd, NULL, 0, ops, n, NULL, 0, on_extra, mb);
+    if (rc == 0)
+        mb->extra_inflight = 1;
+    else
+        mb__reconcile_soon(mb);
+    free(keys);
+    free(ops);
+}
+
+/* 1 when idx is me, a neighbour or already listed. */
+static int extra_skip(const mb_t *mb, size_t idx, int me, const int *nb,
+                      size_t k)
+{
+    if ((int)idx == me)
+        return 1;
+    for (size_t i = 0; i < k; i++)
+        if ((int)idx == nb[i])
+            return 1;
+    for (size_t i = 0; i < mb->n_extra; i++)
+        if (mb->extra_idx[i] == idx)
+            return 1;
+    return 0;
+}
+
+/* The callback's members for the pending view: 0 once every record is
+ * read and valid, 1 while reading (or waiting to read again). */
+static int extra_ready(mb_t *mb, int me, const int *nb, size_t k)
+{
+    mb__view_t *v = &mb->view;
+    if (mb->cb.peers == NULL)
+        return 0;
+    if (mb->extra_gen != v->generation) {
+        if (mb->extra_inflight)
+            return 1; /* its reply starts the next read */
+        extra_reset(mb);
+        size_t *idx = calloc(v->n_members + 1, sizeof(*idx));
+        mb->extra_idx = calloc(v->n_members + 1, sizeof(*mb->extra_idx));
+        mb->extra = calloc(v->n_members + 1, sizeof(*mb->extra));
+        if (idx == NULL || mb->extra_idx == NULL || mb->extra == NULL) {
+            free(idx);
+            extra_reset(mb);
+            return 1;
+        }
+        mb_view_t pub = {v->generation, v->step, v->members, v->n_members,
+                         me, v->source_index, v->n_joiners};
+        size_t n = mb->cb.peers(&pub, idx, v->n_members, mb->data);
+        for (size_t i = 0; i < n && i < v->n_members; i++)
+            if (idx[i] < v->n_members && !extra_skip(mb, idx[i], me, nb, k))
+                mb->extra_idx[mb->n_extra++] = idx[i];
+        free(idx);
+        mb->extra_gen = v->generation;
+        mb->extra_retry_at = 0;
+    }
+    if (mb->extra_done == mb->n_extra)
+        return 0;
+    if (!mb->extra_inflight && uv_now(mb->loop) >= mb->extra_retry_at)
+        fetch_extra(mb);
+    return 1;
 }
 
 /* Hand the waiting view to on_view once its neighbours' addresses are
@@ -790,7 +939,12 @@ static void deliver_view(mb_t *mb)
         members[idx[got]].addr = recs[got].member.addr;
         members[idx[got]].addr_len = recs[got].member.addr_len;
     }
-    if (got == k) {
+    if (got == k && extra_ready(mb, me, idx, k) == 0) {
+        for (size_t i = 0; i < mb->n_extra; i++) {
+            members[mb->extra_idx[i]].addr = mb->extra[i].member.addr;
+            members[mb->extra_idx[i]].addr_len =
+                mb->extra[i].member.addr_len;
+        }
         mb->delivered_gen = v->generation;
         mb->pending_gen = 0;
         for (int i = 0; i < 2; i++) {
@@ -1175,6 +1329,7 @@ static void mb_close_cb(uv_handle_t *h)
     }
     free(mb->nbrs[0]);
     free(mb->nbrs[1]);
+    extra_reset(mb);
     mb__member_free(&mb->me);
     if (mb->secret != NULL)
         OPENSSL_cleanse(mb->secret, mb->secret_len);

@@ -47,8 +47,8 @@ typedef struct {
     const char *node;
     const char *host;
     /* The UCX address, from the member's node record: on_view fills it
-     * for this node and its ring neighbours (the peers the ring connects
-     * to) only, addr_len 0 for the others and in mb_view_parse views. */
+     * for this node, its ring neighbours and the callbacks' peers only,
+     * addr_len 0 for the others and in mb_view_parse views. */
     const uint8_t *addr;
     size_t addr_len;
     int slots;
@@ -89,6 +89,13 @@ typedef struct {
     void (*on_drain)(void *data);
     /* mb_leave finished (deregistered). May be NULL. */
     void (*on_left)(int status, void *data);
+    /* The members (indices into view->members, this node's own excluded)
+     * whose addresses on_view must carry besides the two ring
+     * neighbours', e.g. a grid's rows; at most max, returns how many.
+     * Called before on_view, with no addresses in the view. May be NULL:
+     * the ring neighbours only. */
+    size_t (*peers)(const mb_view_t *view, size_t *idx, size_t max,
+                    void *data);
 } mb_callbacks_t;
 
 /*

@@ -401,8 +401,10 @@ TEST_IMPL(client_python_dtypes_and_freeing)
 
 /* ringd.torch: tensors in ringd memory reduced in place for every dtype,
  * NotContiguous / NotRingdMemory / UnsupportedDtype with the daemon
- * unharmed, 500 tensors in one step freed after. Skips (and says so) only
- * when torch cannot be imported. */
+ * unharmed, a DistributedOptimizer of 200 buckets (past the cap on
+ * outstanding handles), 500 tensors in one step freed after, and
+ * allreduce_async_ returning before the peer issued. Skips (and says so)
+ * only when torch cannot be imported. */
 TEST_IMPL(client_python_torch_tensors)
 {
     return run_binding("torch");
@@ -564,6 +566,92 @@ TEST_IMPL(client_python_torch_dopt)
         ASSERT_EQ(td_stop(&t[i], 30000), 0);
     }
     return 0;
+}
+
+/*
+ * 2 nodes x 2 trainers (etcd, UCX on loopback) x DistributedOptimizer
+ * with three fusion buckets: the 4 replicas end bitwise identical and
+ * within 1e-5 of one process on the same global batch (the 4 trainers'
+ * gradients averaged), with Adam and backward_passes_per_step 1 and 2,
+ * and with SGD (momentum) and 2. Every step of every trainer also
+ * checks the overlap (elastic_train.py --check-overlap): a bucket's
+ * allreduce was issued before the last gradient hook fired, and only
+ * step() waited.
+ */
+TEST_IMPL(client_python_torch_dopt_nodes)
+{
+    char script[600];
+    td_daemon_t d[2];
+    int rc = torch_env(&d[0], "client-pydn-a", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    fx_etcd_t etcd = {0};
+    fx_etcd_start(&etcd, 0);
+    /* SGD with momentum too: Adam's update hardly changes when every
+     * gradient is scaled alike, so a sum instead of an average shows in
+     * SGD only. */
+    static const char *cfg[3][2] = {{"1", "adam"}, {"2", "adam"},
+                                    {"2", "sgd"}};
+    for (int v = 0; v < 3; v++) {
+        char job[32];
+        snprintf(job, sizeof(job), "pydn%d", v);
+        if (v > 0)
+            td_init(&d[0], "client-pydn-a");
+        td_init(&d[1], "client-pydn-b");
+        for (int i = 0; i < 2; i++) {
+            d[i].networked = 1;
+            const char *flags[] = {"--etcd", etcd.url, "--job", job,
+                                   "--node-id", i ? "b" : "a",
+                                   "--trainers", "2", "--min-nodes", "2",
+                                   NULL};
+            ASSERT_OK(td_start(&d[i], flags));
+        }
+        const char *extra[] = {"--mode", "ringd", "--k", cfg[v][0],
+                               "--opt", cfg[v][1],
+                               "--bucket-cap-mb", "0.0004",
+                               "--check-overlap", NULL};
+        static const char *names[4] = {"t0.log", "t1.log", "t0.log",
+                                       "t1.log"};
+        pid_t p[4];
+        for (int j = 0; j < 4; j++)
+            p[j] = train_py(&d[j / 2], script, names[j], extra);
+        char ref[300];
+        snprintf(ref, sizeof(ref), "%s", td_path(&d[0], "ref.pt"));
+        const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
+                               "--world", "4", "--k", cfg[v][0], "--opt",
+                               cfg[v][1], "--out", ref, NULL};
+        ASSERT_EQ(py_ok(rargv, td_path(&d[0], "ref.out")), 0);
+        char dg[4][64];
+        for (int j = 0; j < 4; j++) {
+            const char *log = td_path(&d[j / 2], names[j]);
+            int code = td_exit_code(p[j], 180000);
+            if (code != 0) {
+                char out[320];
+                snprintf(out, sizeof(out), "%s.out", log);
+                td_dump(log);
+                td_dump(out);
+            }
+            ASSERT_EQ(code, 0);
+            ASSERT_MSG(td_file_has(log, "overlap checked 30 steps, "
+                                   "3 buckets"), "%s: no overlap check",
+                       log);
+            last_field(log, "final digest ", dg[j], sizeof(dg[j]));
+            ASSERT_STR_EQ(dg[j], dg[0]);
+        }
+        char pa[300];
+        snprintf(pa, sizeof(pa), "%s.pt", td_path(&d[1], "t1.log"));
+        const char *c1[] = {"/usr/bin/python3", script, "--compare", pa, ref,
+                            "1e-5", NULL};
+        ASSERT_EQ(py_ok(c1, td_path(&d[0], "cmp.out")), 0);
+        printf("# k=%s %s: 4 replicas %s, match one process\n", cfg[v][0],
+               cfg[v][1], dg[0]);
+        for (int i = 0; i < 2; i++)
+            ASSERT_EQ(td_stop(&d[i], 30000), 0);
+    }
+    return fx_done();
 }
 
 /*

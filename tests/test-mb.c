@@ -188,7 +188,10 @@ typedef struct {
     uint64_t steps[MAX_VIEWS];
     int fenced, drained, left;
     int leave_on_drain;
+    int all_peers;           /* its peers callback names every member */
 } member_t;
+
+static int start_all_peers; /* start_member's next member: all_peers */
 
 static uv_loop_t loop;
 static fx_etcd_t etcd_;
@@ -196,12 +199,13 @@ static fx_etcd_t etcd_;
 /* on_view carries the addresses of this node and its ring neighbours,
  * read from their records (start_member's "ucx-addr-of-<node>"), and no
  * other: a member reads only the records of the peers it connects to. */
-static void check_addrs(const mb_view_t *v)
+static void check_addrs(const mb_view_t *v, int all_peers)
 {
     size_t n = v->n_members, me = (size_t)v->my_index;
     for (size_t k = 0; k < n; k++) {
         const mb_member_t *m = &v->members[k];
-        int peer = k == me || k == (me + 1) % n || k == (me + n - 1) % n;
+        int peer = all_peers || k == me || k == (me + 1) % n ||
+                   k == (me + n - 1) % n;
         if (!peer) {
             ASSERT_EQ(m->addr_len, 0);
             continue;
@@ -223,7 +227,7 @@ static void on_view(const mb_view_t *v, void *data)
     ASSERT_STR_EQ(v->members[v->my_index].node, m->name);
     if (m->n_views > 0)
         ASSERT_GT(v->generation, m->gens[m->n_views - 1]);
-    check_addrs(v);
+    check_addrs(v, m->all_peers);
     int i = m->n_views++;
     m->gens[i] = v->generation;
     m->joiner[i] = v->members[v->my_index].joiner;
@@ -262,12 +266,28 @@ static void on_drain(void *data)
         ASSERT_OK(mb_leave(m->mb));
 }
 
+/* The peers callback of an all_peers member: every other member. */
+static size_t all_peers(const mb_view_t *v, size_t *idx, size_t max,
+                        void *data)
+{
+    member_t *m = data;
+    size_t n = 0;
+    ASSERT(m->all_peers);
+    for (size_t i = 0; i < v->n_members && n < max; i++) {
+        ASSERT_EQ(v->members[i].addr_len, 0);
+        if ((int)i != v->my_index)
+            idx[n++] = i;
+    }
+    return n;
+}
+
 static int ride_outage_; /* the next start_member's mb_config_t */
 
 static void start_member(member_t *m, const char *name, const char *host,
                          int ttl, int min_members)
 {
     memset(m, 0, sizeof(*m));
+    m->all_peers = start_all_peers;
     snprintf(m->name, sizeof(m->name), "%s", name);
     char addr[32];
     snprintf(addr, sizeof(addr), "ucx-addr-of-%s", name);
@@ -276,7 +296,8 @@ static void start_member(member_t *m, const char *name, const char *host,
                        .ttl_s = ttl, .min_members = min_members,
                        .etcd = {.endpoints = etcd_.url},
                        .ride_outage = ride_outage_};
-    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
+    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left,
+                         m->all_peers ? all_peers : NULL};
     ASSERT_OK(mb_create(&loop, &cfg, &cb, m, &m->mb));
     ASSERT_OK(mb_start(m->mb));
 }
@@ -708,6 +729,14 @@ static void view_for(char *out, size_t n, member_t *m, int64_t lease9)
              (unsigned long long)lease9);
 }
 
+/* The leader writes no view for the rest of the test: a settle already
+ * scheduled (after view 1) is cancelled too. */
+static void stretch_settle(mb_t *mb)
+{
+    mb->settle_ms = 600000;
+    uv_timer_stop(&mb->settle_timer);
+}
+
 /*
  * A view names n9 (a real lease, as a registered node would hold), but
  * n9's record is missing, then garbage: n9's ring neighbours n1 and n3
@@ -727,7 +756,7 @@ TEST_IMPL(mb_view_peer_record)
     member_t *all[] = {&m[0], &m[1], &m[2]};
     wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
     for (int i = 0; i < 3; i++)
-        m[i].mb->settle_ms = 600000;
+        stretch_settle(m[i].mb);
     etcd_config_t ecfg = {.endpoints = etcd_.url};
     etcd_t *e;
     ASSERT_OK(etcd_create(&loop, &ecfg, &e));
@@ -769,6 +798,69 @@ TEST_IMPL(mb_view_peer_record)
     ASSERT_EQ(m[1].n_views, 2); /* installed once */
     etcd_destroy(e);
     teardown(m, 3);
+    return fx_done();
+}
+
+/*
+ * A member whose peers callback names every member (as a grid names its
+ * rows) gets every address in on_view, read in one txn. A view naming n9
+ * away from its ring neighbours, n9's record missing: that member waits
+ * (unusable, logged), the others install it; n9's record appears and it
+ * reads it again and installs the view.
+ */
+TEST_IMPL(mb_view_peers_callback)
+{
+    setup();
+    member_t m[5];
+    const char *names[] = {"n1", "n2", "n3", "n4", "n5"};
+    for (int i = 0; i < 5; i++) {
+        start_all_peers = i == 0;
+        start_member(&m[i], names[i], "h", 6, 5);
+    }
+    start_all_peers = 0;
+    member_t *all[] = {&m[0], &m[1], &m[2], &m[3], &m[4]};
+    wait_view(all, 5, "n1 n2 n3 n4 n5 ", 1, 10000);
+    for (int i = 0; i < 5; i++)
+        stretch_settle(m[i].mb);
+    etcd_config_t ecfg = {.endpoints = etcd_.url};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(&loop, &ecfg, &e));
+    put_reply_t g = {0};
+    ASSERT_OK(etcd_lease_grant(e, 60, on_put_reply, &g));
+    ASSERT(fx_run_until(&loop, &g.done, 10000));
+    ASSERT_OK(g.status);
+    char view[512], key[MB_KEY_MAX], rec[256];
+    snprintf(view, sizeof(view), "{\"generation\":100,\"step\":0,\"hosts\":"
+             "[\"h\"],\"members\":[[\"n1\",0,\"%llx\",1],[\"n2\",0,\"%llx\",1],"
+             "[\"n3\",0,\"%llx\",1],[\"n9\",0,\"%llx\",1],[\"n4\",0,\"%llx\",1],"
+             "[\"n5\",0,\"%llx\",1]],\"joiners\":[]}",
+             (unsigned long long)mb_lease(m[0].mb),
+             (unsigned long long)mb_lease(m[1].mb),
+             (unsigned long long)mb_lease(m[2].mb),
+             (unsigned long long)g.lease,
+             (unsigned long long)mb_lease(m[3].mb),
+             (unsigned long long)mb_lease(m[4].mb));
+    put_wait(e, "/ringd/test/view", view, 0);
+    member_t *n2[] = {&m[1], &m[4]}; /* n9's neighbours are n3 and n4 */
+    wait_view(n2, 2, "n1 n2 n3 n9 n4 n5 ", 100, 10000);
+    bad_pred_t b[2] = {{&m[0], 100, 0}, {&m[0], 100, 0}};
+    ASSERT(fx_run_until_fn(&loop, both_refused, b, 10000));
+    ASSERT_EQ(last_gen(&m[0]), 1);
+
+    ASSERT_OK(mb_key(key, sizeof(key), "test", MB_KEY_NODE, "n9", 0, 0));
+    char *b64 = etcd_b64_dup("ucx-addr-of-n9", 14);
+    ASSERT(b64 != NULL);
+    snprintf(rec, sizeof(rec), "{\"host\":\"h\",\"addr\":\"%s\",\"lease\":"
+             "\"%lld\",\"slots\":1,\"pid\":1,\"version\":1}", b64,
+             (long long)g.lease);
+    free(b64);
+    put_wait(e, key, rec, g.lease);
+    member_t *n1[] = {&m[0]};
+    wait_view(n1, 1, "n1 n2 n3 n9 n4 n5 ", 100, 10000);
+    ASSERT_EQ(m[0].n_views, 2);
+    ASSERT_EQ(m[0].fenced, 0);
+    etcd_destroy(e);
+    teardown(m, 5);
     return fx_done();
 }
 

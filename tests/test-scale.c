@@ -70,6 +70,9 @@ TEST_IMPL(scale_quick)
     setenv("KILL", "2", 1);
     setenv("JOIN", "2", 1);
     setenv("SCALE_WINDOW", "50", 1);
+    /* The grid through the kill and the join (10, 8, 10 nodes: ragged
+     * rows), after a short flat job for the flat figure. */
+    setenv("SCALE_RING2D", "--ring-grid-min-nodes 4", 1);
     char *argv[] = {"/usr/bin/timeout", "-k", "10", "150", script, NULL};
     pid_t pid = th_spawn(argv, log);
     ASSERT(pid > 0);
@@ -79,7 +82,7 @@ TEST_IMPL(scale_quick)
     FILE *f = fopen(log, "r");
     ASSERT(f != NULL);
     char line[2048], last[2048] = "", kill[2048] = "", hashes[2048] = "",
-         rec[2048] = "";
+         rec[2048] = "", grid[2048] = "";
     while (fgets(line, sizeof(line), f) != NULL) {
         if (strncmp(line, "scale: nodes=", 13) == 0)
             snprintf(last, sizeof(last), "%s", line);
@@ -89,6 +92,8 @@ TEST_IMPL(scale_quick)
             snprintf(hashes, sizeof(hashes), "%s", line);
         else if (strncmp(line, "scale: recovered: ", 18) == 0)
             snprintf(rec, sizeof(rec), "%s", line);
+        else if (strncmp(line, "scale: grid: ", 13) == 0)
+            snprintf(grid, sizeof(grid), "%s", line);
     }
     fclose(f);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || last[0] == 0)
@@ -119,6 +124,11 @@ TEST_IMPL(scale_quick)
                       &lost, &dup) == 2, "no hash line: %s", hashes);
     ASSERT_EQ(lost, 0);
     ASSERT_EQ(dup, 0);
+    long on_grid, surv;
+    ASSERT_MSG(sscanf(grid, "scale: grid: %ld of %ld", &on_grid, &surv) == 2,
+               "no grid line: %s", grid);
+    ASSERT_EQ(surv, 10);
+    ASSERT_EQ(on_grid, surv);
     th_rmtree(dir);
     free(dir);
     return 0;

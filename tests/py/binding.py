@@ -7,9 +7,10 @@ one step each.
 --part numpy: every ringd dtype (bf16 as uint16 bits), clear errors for
 bad arrays, 500 buffers in one step freed when dropped.
 --part torch: tensors in ringd memory reduced in place (zero copy), every
-dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, 500 tensors in
-one step freed when dropped. Exits 0 and prints "PASS <part>", or
-"SKIP ..." when torch cannot be imported.
+dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
+DistributedOptimizer of 200 buckets, 500 tensors in one step freed when
+dropped, allreduce_async_ returning before the peer issued. Exits 0 and
+prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
 """
 import argparse
 import gc
@@ -240,13 +241,66 @@ def torch_phases(o):
             assert torch.equal(held[0], held[1]), held
             print("after broadcast_parameters: replicas identical")
 
+    def many_buckets(c, rank, sync):
+        # More buckets than ringd lets a client have outstanding
+        # (MAX_OUTSTANDING): the optimizer waits for the oldest first.
+        n = ringd.MAX_OUTSTANDING + 72
+        ps = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.full((4,), float(i))) for i in range(n)])
+        opt = torch.optim.SGD(ps.parameters(), lr=1.0)
+        d = rt.DistributedOptimizer(opt,
+                                    named_parameters=ps.named_parameters(),
+                                    bucket_cap_mb=1e-6, client=c)
+        assert len(d.buckets) == n, len(d.buckets)
+        sum(p.sum() * (rank + 1) * (i + 1)
+            for i, p in enumerate(ps)).backward()
+        d.step()    # gradients (rank+1)*(i+1), averaged: 1.5*(i+1)
+        for i, p in enumerate(ps):
+            assert torch.equal(p.detach(), torch.full((4,), i - 1.5 * (i + 1))
+                               ), (i, p)
+        d.close()
+        if rank == 0:
+            print("%d buckets in one step, past the cap of %d outstanding" %
+                  (n, ringd.MAX_OUTSTANDING))
+
+    issued = threading.Event()
+
+    def really_async(c, rank, sync):
+        # Rank 1 issues only once rank 0's issue has returned (or after
+        # 60 s, so that a blocking rank 0 still completes and the failure
+        # is named, not a hang).
+        t = rt.zeros(NEL, client=c)
+        t.fill_(rank + 1)
+        if rank == 0:
+            h = rt.allreduce_async_(t, op="sum", client=c)
+            issued.set()
+        else:
+            early = issued.wait(60)
+            h = rt.allreduce_async_(t, op="sum", client=c)
+        assert h.wait() is t and (t == 3).all(), t
+        assert h.done() and h.wait() is t       # released: waits no more
+        u = rt.zeros(NEL, client=c)
+        u.fill_(rank + 1)
+        h = rt.allreduce_async_(u, op="max", client=c)
+        for _ in range(10 ** 7):
+            if h.done():
+                break
+        assert h.done() and (h.wait() == 2).all(), u
+        # Asserted last: rank 0 needs the peer through the phase.
+        assert rank == 0 or early, \
+            "allreduce_async_ blocked until the peer issued"
+        if rank == 0:
+            print("allreduce_async_: issued before the peer, done() polled")
+
     def reduce_async(c, t):
         h = rt.allreduce_async_(t, op="sum", client=c)
         assert h.wait() is t
 
-    return [dtypes, bad, differ, broadcast] + freeing_phases(
+    # really_async last: when it fails, no later step waits for the
+    # failed trainer.
+    return [dtypes, bad, differ, broadcast, many_buckets] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
-        "500 tensors reduced in one step, then freed")
+        "500 tensors reduced in one step, then freed") + [really_async]
 
 
 def main():

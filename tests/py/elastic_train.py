@@ -9,6 +9,10 @@ tests/test-client-python.c against a real ringd.
                idx i,j,..." (idx: the step's global batch), "restored S
                ..." when it joined, "final digest D", and saves the model's
                state_dict to --out.
+               --check-overlap: every step, the optimizer's trace shows a
+               bucket issued before the last gradient hook, the buckets
+               issued in order, and every wait inside step(); logs
+               "overlap checked N steps" at the end.
 --mode ref     one process, no daemon, the same global batches (world 1,
                batch world*batch*k), plain Adam; saves to --out.
 --compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1.
@@ -49,6 +53,22 @@ def micro_steps(torch, model, x, y, idx, k):
         loss.backward()
 
 
+def check_overlap(trace, nbuckets):
+    """DistributedOptimizer.trace of one step: the reductions overlap
+    backward and only step() waits."""
+    kinds = [e[0] for e in trace]
+    last_hook = len(kinds) - 1 - kinds[::-1].index("hook")
+    step = kinds.index("step")
+    issued = [(i, e[1]) for i, e in enumerate(trace) if e[0] == "issue"]
+    waits = [i for i, e in enumerate(trace) if e[0] == "wait"]
+    assert [b for _, b in issued] == list(range(nbuckets)), trace
+    assert any(i < last_hook for i, _ in issued), \
+        "no bucket issued before the last gradient hook: %s" % trace
+    assert step > last_hook, trace
+    assert len(waits) == nbuckets and min(waits) > step, \
+        "a wait outside step(): %s" % trace
+
+
 def run_ref(o, torch):
     from ringd.torch.elastic import ElasticSampler
     x, y = data(torch, o.n)
@@ -81,7 +101,9 @@ def run_ringd(o, torch):
     dopt = rt.DistributedOptimizer(opt,
                                    named_parameters=model.named_parameters(),
                                    compression=comp,
-                                   backward_passes_per_step=o.k)
+                                   backward_passes_per_step=o.k,
+                                   bucket_cap_mb=o.bucket_cap_mb)
+    overlaps = [0]
     log = open(o.log, "a")
     resets = []
     state.register_reset_callbacks([resets.append])
@@ -103,9 +125,13 @@ def run_ringd(o, torch):
             sampler.set_epoch(sampler.epoch + 1)
             state.epoch = sampler.epoch
         glob = [i for sh in sampler.global_batch() for i in sh]
+        dopt.trace = [] if o.check_overlap else None
         dopt.zero_grad()
         micro_steps(torch, model, x, y, sampler.batch(), o.k)
         dopt.step()
+        if o.check_overlap:
+            check_overlap(dopt.trace, len(dopt.buckets))
+            overlaps[0] += 1
         log.write("step %d gen %d rank %d world %d epoch %d digest %s "
                   "adam_step %g idx %s\n" %
                   (v.step, v.generation, v.rank, v.world, sampler.epoch,
@@ -128,6 +154,9 @@ def run_ringd(o, torch):
             return None
     v = elastic.run(step_fn, state,
                     steps=limit if o.stop_file else o.steps)
+    if o.check_overlap:
+        log.write("overlap checked %d steps, %d buckets\n" %
+                  (overlaps[0], len(dopt.buckets)))
     log.write("final digest %s step %s resets %s\n" %
               (state.digest(), v.step if v else "-", resets))
     log.close()
@@ -189,6 +218,8 @@ def main():
     ap.add_argument("--compression", default="none")
     ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
     ap.add_argument("--pace-ms", type=int, default=0)
+    ap.add_argument("--bucket-cap-mb", type=float, default=25)
+    ap.add_argument("--check-overlap", action="store_true")
     ap.add_argument("--stop-file")
     ap.add_argument("--save-live", type=int)
     ap.add_argument("--log")

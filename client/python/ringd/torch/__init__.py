@@ -15,10 +15,11 @@ anything else raises NotContiguous, NotRingdMemory or UnsupportedDtype
 (ValueError, ValueError, TypeError) before the daemon sees it. A buffer is
 freed when no tensor over it is left (at the client's next call).
 
-Every reduction goes through allreduce_async_(), which returns a Handle:
-today the work is done when it returns (libringd's collectives block), so
-code written against handles (wait() before using the result) keeps
-working when the collectives become asynchronous.
+allreduce_async_() issues the reduction and returns at once with a
+Handle; the daemon runs it while the caller goes on (computing the rest
+of backward, say). The tensor must not be touched until handle.wait()
+has returned it. Every trainer must issue the same collectives in the
+same order: ringd matches them by order of issue within the step.
 """
 import torch
 
@@ -129,27 +130,50 @@ def check(tensor, client=None):
 
 class Handle:
     """An allreduce in flight. wait() returns its tensor once the result
-    is in it; today the reduction has finished when the handle is
-    made."""
+    is in it and raises what the reduction failed with (ringd.Reshape:
+    redo the step); done() tells without blocking."""
 
-    def __init__(self, tensor):
+    def __init__(self, tensor, client=None, handle=None):
         self.tensor = tensor
+        self._client = client
+        self._handle = handle       # None: nothing left to wait for
+        self._error = None          # a failure done() saw, for wait()
 
     def done(self):
+        """True once the result is in the tensor (wait() then returns at
+        once, raising the failure if there was one)."""
+        if self._handle is None:
+            return True
+        try:
+            if not self._client.test(self._handle):
+                return False
+        except ringd.Error as e:
+            self._error = e
+        self._handle = None
         return True
 
     def wait(self):
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+        h, self._handle = self._handle, None
+        if h is not None:
+            self._client.wait(h)
         return self.tensor
 
 
 def allreduce_async_(tensor, op="avg", client=None):
-    """Start an in-place allreduce over every trainer of the job; a
-    Handle. Raises ringd.Reshape (redo the step) like the C client."""
+    """Issue an in-place allreduce over every trainer of the job and
+    return at once with a Handle. Raises ringd.Reshape (redo the step)
+    here when an earlier collective of the step failed with it, or from
+    wait()."""
     c = _pick(client)
     code = check(tensor, c)
-    if tensor.numel() > 0:
-        c.allreduce_raw(tensor.data_ptr(), tensor.numel(), code, op)
-    return Handle(tensor)
+    if tensor.numel() == 0:
+        return Handle(tensor)
+    h = c.allreduce_async_raw(tensor.data_ptr(), tensor.numel(), code, op,
+                              keep=tensor)
+    return Handle(tensor, c, h)
 
 
 def allreduce_(tensor, op="avg", client=None):

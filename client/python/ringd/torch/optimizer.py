@@ -8,12 +8,13 @@ Gradients live in fusion buckets: each bucket is one ringd buffer and the
 straight into shared memory (with compression, into a local bucket that
 is cast into a ringd buffer of the wire dtype). A hook on each
 parameter's gradient accumulator counts it ready; a bucket whose
-parameters are all ready is reduced at once, in bucket order (every
-trainer posts the same collectives in the same order, which ringd
-requires). step() reduces what is left, then runs the wrapped optimizer.
-Today each bucket's reduction completes inside the hook (libringd's
-collectives block); the bucket's reduce() is the one place that becomes
-asynchronous, with step() waiting on the handles.
+parameters are all ready is issued at once (an asynchronous allreduce,
+so its reduction overlaps the rest of backward), in bucket order: every
+trainer issues the same collectives in the same order, which ringd
+requires, because the bucket order is fixed at construction from the
+parameter order alone and a bucket is never issued before the ones
+ahead of it. step() issues what is left, waits for every handle, then
+runs the wrapped optimizer; the hooks never wait.
 """
 import hashlib
 
@@ -66,8 +67,8 @@ class _Bucket:
         self.handle = rt.allreduce_async_(self.wire, op="avg", client=client)
 
     def wait(self, scale):
-        self.handle.wait()
-        self.handle = None
+        h, self.handle = self.handle, None
+        h.wait()
         if self.wire is not self.flat:
             self.flat.copy_(self.wire)
         if scale != 1.0:
@@ -127,6 +128,9 @@ class DistributedOptimizer:
         self._broken = None         # a Reshape raised inside a hook
         self._check = check_equal
         self._checked_gen = None
+        # Test hook: a list to receive ("hook", name), ("issue", bucket),
+        # ("step",) and ("wait", bucket) events in the order they happen.
+        self.trace = None
         self._hooks = []
         for p in params:
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -165,6 +169,8 @@ class DistributedOptimizer:
     def _hook(self, p):
         def hook(*_):
             n = self._count[id(p)] = self._count.get(id(p), 0) + 1
+            if self.trace is not None:
+                self.trace.append(("hook", self.names[id(p)]))
             if n == self.k:
                 b = self._bucket_of[id(p)]
                 b.ready += 1
@@ -173,8 +179,9 @@ class DistributedOptimizer:
         return hook
 
     def _flush(self, all_buckets):
-        """Reduce, in bucket order, every bucket that is complete (all of
-        them at step())."""
+        """Issue, in bucket order, every bucket that is complete (all of
+        them at step()); never waits for a reduction to finish, except
+        for the oldest when ringd's cap on outstanding handles is hit."""
         if self._broken is not None:
             return
         try:
@@ -183,13 +190,29 @@ class DistributedOptimizer:
                 b = self.buckets[self._next]
                 if not all_buckets and b.ready < len(b.params):
                     return
-                b.reduce(self.client)
+                self._issue(b)
                 self._next += 1
-        except (ringd.Reshape, ringd.Disconnected, ringd.Fenced,
-                ValueError) as e:
+        except (ringd.Error, ValueError) as e:
             # Raised from step(): an exception inside an autograd hook
             # would reach the caller wrapped.
             self._broken = e
+
+    def _issue(self, b):
+        if self._next >= ringd.MAX_OUTSTANDING:
+            # The cap counts this client's handles; the check's
+            # reductions were waited for already.
+            self._wait_bucket(self.buckets[self._next -
+                                           ringd.MAX_OUTSTANDING])
+        b.reduce(self.client)
+        if self.trace is not None:
+            self.trace.append(("issue", b.index))
+
+    def _wait_bucket(self, b):
+        if b.handle is None:
+            return
+        if self.trace is not None:
+            self.trace.append(("wait", b.index))
+        b.wait(1.0 / self.k)
 
     def _check_equal(self):
         """Before the first reduction of each view: parameters that
@@ -217,8 +240,12 @@ class DistributedOptimizer:
                              "ringd.torch.broadcast_parameters() first")
 
     def synchronize(self):
-        """Reduce every bucket not yet reduced and wait for all; raises
-        ringd.Reshape when the view changed (redo the step)."""
+        """Issue every bucket not yet issued and wait for all; raises
+        ringd.Reshape when the view changed (redo the step). After a
+        failure every handle of the step has been waited for and the
+        counts start over."""
+        if self.trace is not None:
+            self.trace.append(("step",))
         passes = max(self._count.values(), default=self.k)
         if passes < self.k:
             raise RuntimeError("DistributedOptimizer.step() after %d of %d "
@@ -226,11 +253,16 @@ class DistributedOptimizer:
         self._flush(all_buckets=True)
         err, self._broken = self._broken, None
         try:
+            for b in self.buckets:
+                try:
+                    self._wait_bucket(b)
+                except ringd.Error as e:
+                    # Wait for the rest all the same: none may be left
+                    # outstanding into the redone step.
+                    if err is None:
+                        err = e
             if err is not None:
                 raise err
-            for b in self.buckets:
-                if b.handle is not None:
-                    b.wait(1.0 / self.k)
         finally:
             self._reset()
 
