@@ -127,7 +127,8 @@ static void hop_histograms(sbuf_t *s, dmn_t *d)
     }
 }
 
-static void render_metrics(dmn_t *d, sbuf_t *s)
+/* Identity, the view, the step, the local trainers. */
+static void render_node_metrics(dmn_t *d, sbuf_t *s)
 {
     const dmn_stats_t *st = &d->stats;
     sb_printf(s, "# HELP ringd_info Build and identity.\n"
@@ -164,6 +165,12 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_trainers_stalled_total", "counter",
            "Trainers taken out of a step by --step-timeout.",
            st->trainers_stalled);
+}
+
+/* Steps, collectives, recoveries, checkpoints, protocol errors. */
+static void render_step_metrics(dmn_t *d, sbuf_t *s)
+{
+    const dmn_stats_t *st = &d->stats;
     metric(s, "ringd_steps_total", "counter", "Steps completed.",
            st->steps);
     metric(s, "ringd_aborted_steps_total", "counter",
@@ -206,7 +213,8 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_checkpoint_requests_total", "counter",
            "Checkpoint requests from trainers.", st->ckpt_requests);
     metric(s, "ringd_checkpoints_total", "counter",
-           "Checkpoints completed (every shard and replica written).", st->ckpt_taken);
+           "Checkpoints completed (every shard and replica written).",
+           st->ckpt_taken);
     metric(s, "ringd_checkpoint_failures_total", "counter",
            "Checkpoints that failed.", st->ckpt_failed);
     metric(s, "ringd_checkpoints_skipped_total", "counter",
@@ -215,6 +223,12 @@ static void render_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
     hop_histograms(s, d);
+}
+
+static void render_metrics(dmn_t *d, sbuf_t *s)
+{
+    render_node_metrics(d, s);
+    render_step_metrics(d, s);
 }
 
 static void http_closed(uv_handle_t *h)
