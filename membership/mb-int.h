@@ -46,8 +46,9 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 
 
 /* ------------------------------------------------------------------ */
-/* The member object, shared by mb.c (state machine, registration,     */
-/* mirror) and mb-leader.c (campaign, views, suspicions, reshapes).    */
+/* The member object, shared by mb.c (state machine, views),          */
+/* mb-lease.c (registration, keepalive, fence), mb-watch.c (mirror)    */
+/* and mb-leader.c (campaign, views, suspicions, reshapes).            */
 
 #define MB_RETRY_MIN_MS 100
 #define MB_RETRY_MAX_MS 1000
@@ -171,6 +172,31 @@ struct mb {
 
 /* mb.c */
 int mb__holds_lease(mb_state_t s);
+/* The one place states change. */
+void mb__transition(mb_t *mb, mb_event_t ev, const char *why);
+/* Act on the mirror: after each watch event. */
+void mb__reconcile(mb_t *mb);
+void mb__reconcile_soon(mb_t *mb);
+/* This incarnation's index in v, -1 when not a member. */
+int mb__find_me(const mb_t *mb, const mb__view_t *v);
+
+/* mb-lease.c */
+void mb__reg_begin(mb_t *mb);
+/* Entry and exit actions of the states that hold a lease. */
+void mb__stop_lease_timers(mb_t *mb);
+void mb__enter_joining(mb_t *mb);
+void mb__enter_fenced(mb_t *mb);
+
+/* mb-watch.c */
+void mb__stop_watches(mb_t *mb);
+/* Free the slots' copies once the watches stopped (destroy). */
+void mb__mirrors_free(mb_t *mb);
+/* The watches every member keeps; the rest follow leadership, views. */
+void mb__restart_watch(mb_t *mb);
+/* Start (on) or stop the leader's watches; 1 when on and all synced. */
+int mb__leader_watches(mb_t *mb, int on);
+/* Watch the records of exactly the nodes named (at most MB_PEERS_MAX). */
+void mb__watch_peers(mb_t *mb, const char *const *nodes, size_t n);
 mb_kv_t *mb__mirror_find(mb_t *mb, const char *key);
 /* 1 when a synced slot covers key (*kv_p: its value, NULL when absent
  * from etcd), 0 when no watch of ours tells (*kv_p NULL). */
@@ -181,7 +207,6 @@ int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p);
 int mb__leader_synced(mb_t *mb);
 size_t mb__watched(const mb_t *mb, const char **keys, int *prefix,
                    size_t max);
-void mb__reconcile_soon(mb_t *mb);
 
 /* mb-sign.c: the hex HMAC of fields with the job secret; without a
  * secret the signature is "" and every one is accepted. */

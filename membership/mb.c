@@ -1,9 +1,10 @@
 /*
- * mb.c - membership: the state machine, registration and keepalive, and
- * the mirror of the keys this node acts on (its own record, the view, the
- * leader key, its drain key, its ring neighbours' records; the leader
- * adds every record, the suspects and the reshape requests), one watch
- * each, so etcd's traffic to a member does not grow with the job.
+ * mb.c - membership: the state machine, delivering views and the public
+ * API. Registration and keepalive are in mb-lease.c; the mirror of the
+ * keys this node acts on (its own record, the view, the leader key, its
+ * drain key, its ring neighbours' records; the leader adds every record,
+ * the suspects and the reshape requests), one watch each so etcd's
+ * traffic to a member does not grow with the job, is in mb-watch.c.
  *
  * Everything is driven by two inputs: etcd replies and watch updates.
  * After each watch update reconcile() compares the mirror with what this
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -29,12 +29,10 @@
 #include "common/status.h"
 
 
-static void transition(mb_t *mb, mb_event_t ev, const char *why);
-static void reconcile(mb_t *mb);
 
 static void on_again(uv_timer_t *t)
 {
-    reconcile(t->data);
+    mb__reconcile(t->data);
 }
 
 /* A request that reconcile() sent failed (etcd hiccup): look again soon,
@@ -98,559 +96,9 @@ int mb_state_next(mb_state_t s, mb_event_t ev, mb_state_t *next_p)
 }
 
 /* ------------------------------------------------------------------ */
-/* Registration, keepalive, fencing                                    */
-
-static void reg_begin(mb_t *mb);
-
-static void on_retry_timer(uv_timer_t *t)
-{
-    mb_t *mb = t->data;
-    if (mb->state == MB_FENCED)
-        transition(mb, MB_EV_RETRY, "etcd retry");
-    else if (mb->state == MB_REGISTERING)
-        reg_begin(mb);
-}
-
-/*
- * Registration failed. An outage is retried quickly and quietly (etcd.c
- * logs each endpoint that fails). A refusal (-EACCES: TLS verification,
- * a client certificate, a wrong password, a revoked user or role) will
- * not go away by itself: it is logged as such on every try and retried
- * every MB_RETRY_DENIED_MS, so an operator who fixes etcd's side gets the
- * node back without restarting it.
- */
-static void schedule_retry_after(mb_t *mb, int status, const char *what)
-{
-    if (status == -EACCES) {
-        mb->denied++;
-        RD_ERROR("mb %s: etcd refused this node's credentials at %s (TLS "
-                 "verification or authentication failed: check etcd-ca, "
-                 "etcd-cert, etcd-key, etcd-user and its password file, "
-                 "or whether the user or its role was revoked); not in "
-                 "the job, retry %u in %d s", mb->me.node, what,
-                 mb->denied, MB_RETRY_DENIED_MS / 1000);
-        uv_timer_start(&mb->retry_timer, on_retry_timer,
-                       MB_RETRY_DENIED_MS, 0);
-        return;
-    }
-    uv_timer_start(&mb->retry_timer, on_retry_timer,
-                   (uint64_t)mb->retry_ms, 0);
-    mb->retry_ms = mb->retry_ms * 2 > MB_RETRY_MAX_MS ? MB_RETRY_MAX_MS
-                                                      : mb->retry_ms * 2;
-}
-
-static void schedule_retry(mb_t *mb)
-{
-    schedule_retry_after(mb, 0, NULL);
-}
-
-static int find_me(const mb_t *mb, const mb__view_t *v);
-
-/*
- * The lease deadline passed with etcd unreachable. Nobody can write a
- * view while etcd is down, so the view this node runs is still the job's
- * and it may keep training in it, provided something other than etcd
- * stops it should the outage be only ours (a partition: etcd expires our
- * lease and the others move to a newer generation without us). That
- * fence is the caller's collectives (mb_ring_progress): one that every
- * member of the view completed proves they all still run it, and the
- * ring drops messages of other generations, so a node the others left
- * behind completes none. They stand in for the lease: a TTL without one
- * (the others gone, or steps with no collective, which a node could
- * complete alone) fences, as a lease would. A node alone in its view has
- * no such proof: it fences. So does one that saw no keepalive fail while
- * it ran (stopped past its deadline, it may wake to a job that moved on)
- * or whose user has no collectives to offer (ride_outage 0).
- */
-static int may_ride_outage(mb_t *mb)
-{
-    return mb->ride_outage && mb->etcd_unreach && mb->state == MB_ACTIVE &&
-           mb->view.n_members >= 2 &&
-           mb->view.generation == mb->delivered_gen &&
-           find_me(mb, &mb->view) >= 0;
-}
-
-/* Riding out: the collectives' stand-in for the lease ran out. */
-static int ride_expired(mb_t *mb)
-{
-    return uv_now(mb->loop) >= mb->ring_ok_ms + (uint64_t)mb->ttl_s * 1000;
-}
-
-/* Past the lease deadline: 1 when riding out an outage (from now on,
- * if not yet) with a collective in the last TTL, 0 when this node must
- * fence. */
-static int ride_outage(mb_t *mb)
-{
-    if (mb->outage_since_ms == 0) {
-        if (!may_ride_outage(mb) || ride_expired(mb))
-            return 0;
-        mb->outage_since_ms = uv_now(mb->loop);
-        RD_WARN("mb %s: etcd unreachable past the lease deadline: keeping "
-                "view %llu and training while every ring member does",
-                mb->me.node, (unsigned long long)mb->view.generation);
-    }
-    if (ride_expired(mb)) {
-        RD_WARN("mb %s: no collective of view %llu completed for a lease "
-                "TTL with etcd unreachable", mb->me.node,
-                (unsigned long long)mb->view.generation);
-        return 0;
-    }
-    return 1;
-}
-
-static void on_fence_timer(uv_timer_t *t)
-{
-    mb_t *mb = t->data;
-    if (!mb__holds_lease(mb->state))
-        return;
-    if (!ride_outage(mb)) {
-        transition(mb, MB_EV_LEASE_LOST, "lease not renewed in time");
-        return;
-    }
-    uint64_t at = mb->ring_ok_ms + (uint64_t)mb->ttl_s * 1000;
-    uint64_t now = uv_now(mb->loop);
-    uv_timer_start(&mb->fence_timer, on_fence_timer, at > now ? at - now : 0,
-                   0);
-}
-
-void mb_ring_progress(mb_t *mb)
-{
-    mb->ring_ok_ms = uv_now(mb->loop);
-}
-
-/* A keepalive failed: log the first failure after a renewal, and note
- * whether etcd was found unreachable while the lease was still good. */
-static void keepalive_failed(mb_t *mb, int status)
-{
-    if (!mb->etcd_unreach && mb->outage_since_ms == 0)
-        RD_WARN("mb %s: keepalive failed: %s", mb->me.node,
-                st_strerror(status));
-    uv_update_time(mb->loop);
-    if ((status == ST_EUNAVAIL || status == ST_ETIMEDOUT) &&
-        uv_now(mb->loop) < mb->fence_at_ms)
-        mb->etcd_unreach = 1;
-}
-
-static void keepalive_renewed(mb_t *mb)
-{
-    if (mb->outage_since_ms != 0)
-        RD_INFO("mb %s: etcd answers again after %llu ms past the lease "
-                "deadline: lease renewed, view %llu kept", mb->me.node,
-                (unsigned long long)(uv_now(mb->loop) - mb->outage_since_ms),
-                (unsigned long long)mb->delivered_gen);
-    mb->outage_since_ms = 0;
-    mb->etcd_unreach = 0;
-}
-
-/* The lease is good until sent + ttl as etcd counts from the arrival of
- * the request, which is later than sent: fence at sent + ttl. */
-static void arm_fence(mb_t *mb, uint64_t sent_ms, int64_t ttl_s)
-{
-    uint64_t deadline = sent_ms + (uint64_t)ttl_s * 1000;
-    uint64_t now = uv_now(mb->loop);
-    mb->fence_at_ms = deadline;
-    uv_timer_start(&mb->fence_timer, on_fence_timer,
-                   deadline > now ? deadline - now : 0, 0);
-}
-
-/* Credentials refused: no later request will pass either, so fence now
- * rather than serve until the lease runs out. */
-static void fence_denied(mb_t *mb, const char *what)
-{
-    RD_ERROR("mb %s: etcd refused this node's credentials at %s (the "
-             "user, its role or its password changed, or the certificate "
-             "is no longer accepted): fenced", mb->me.node, what);
-    mb->fence_reason = -EACCES;
-    transition(mb, MB_EV_LEASE_LOST, "etcd refused credentials");
-}
-
-static void on_probe(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    (void)res;
-    mb->probe_inflight = 0;
-    if (mb->ka_gen != mb->reg_gen || !mb__holds_lease(mb->state))
-        return;
-    if (status == -EACCES)
-        fence_denied(mb, "its credentials check");
-}
-
-/*
- * etcd 3.4 renews a lease for any token, even one of a user deleted or
- * stripped of its role since, so a keepalive alone would keep a revoked
- * node in the job. With auth on, each keepalive is followed by a read of
- * the node's own key, which etcd does check.
- */
-static void probe_credentials(mb_t *mb)
-{
-    if (!mb->auth_probe || mb->probe_inflight)
-        return;
-    if (etcd_get(mb->etcd, mb->my_key, 0, on_probe, mb) == 0)
-        mb->probe_inflight = 1;
-}
-
-static void on_keepalive(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    mb->ka_inflight = 0;
-    if (mb->ka_gen != mb->reg_gen || !mb__holds_lease(mb->state))
-        return;
-    if (status == -EACCES) {
-        fence_denied(mb, "keepalive");
-        return;
-    }
-    if (status != 0) {
-        keepalive_failed(mb, status);
-        return; /* the fence timer decides */
-    }
-    if (res->ttl <= 0) {
-        transition(mb, MB_EV_LEASE_LOST, "lease expired or revoked");
-        return;
-    }
-    keepalive_renewed(mb);
-    arm_fence(mb, mb->ka_sent_ms, res->ttl);
-    probe_credentials(mb);
-}
-
-static void on_ka_timer(uv_timer_t *t)
-{
-    mb_t *mb = t->data;
-    if (!mb__holds_lease(mb->state))
-        return;
-    if (mb->ka_inflight) {
-        /* Unanswered for a period while we ran, before the deadline:
-         * etcd is failing over its endpoints (a member down, an
-         * election), which can take past the deadline to say so. */
-        if (uv_now(mb->loop) < mb->fence_at_ms)
-            mb->etcd_unreach = 1;
-        return;
-    }
-    mb->ka_gen = mb->reg_gen;
-    mb->ka_sent_ms = uv_now(mb->loop);
-    if (etcd_lease_keepalive(mb->etcd, mb->lease, on_keepalive, mb) == 0)
-        mb->ka_inflight = 1;
-}
-
-static void on_node_put(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    if (mb->state != MB_REGISTERING)
-        return;
-    if (status != 0) {
-        mb->old_lease = mb->lease;
-        mb->lease = 0;
-        schedule_retry_after(mb, status, "the node record");
-        return;
-    }
-    mb->denied = 0;
-    mb->my_key_rev = res->revision;
-    transition(mb, MB_EV_REGISTERED, "node record written");
-}
-
-static void on_granted(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    if (status == 0 && mb->state != MB_REGISTERING) {
-        etcd_lease_revoke(mb->etcd, res->lease_id, NULL, NULL);
-        return; /* left meanwhile: give the lease back */
-    }
-    if (mb->state != MB_REGISTERING)
-        return;
-    if (status != 0) {
-        schedule_retry_after(mb, status, "the lease grant");
-        return;
-    }
-    mb->lease = res->lease_id;
-    mb->me.lease = res->lease_id;
-    arm_fence(mb, mb->ka_sent_ms, res->ttl);
-    char *json = mb__text_sign(mb, "node", mb->my_key,
-                               mb__node_json(&mb->me, (int)getpid()));
-    int rc = json ? etcd_put(mb->etcd, mb->my_key, json, strlen(json),
-                             mb->lease, on_node_put, mb)
-                  : ST_ENOMEM;
-    free(json);
-    if (rc != 0)
-        schedule_retry(mb);
-}
-
-static void grant(mb_t *mb)
-{
-    mb->ka_sent_ms = uv_now(mb->loop);
-    if (etcd_lease_grant(mb->etcd, mb->ttl_s, on_granted, mb) != 0)
-        schedule_retry(mb);
-}
-
-static void on_old_revoked(int status, const etcd_result_t *res, void *data)
-{
-    mb_t *mb = data;
-    (void)res;
-    if (mb->state != MB_REGISTERING)
-        return;
-    if (status == 0 || status == -ENOENT)
-        mb->old_lease = 0;
-    if (status != 0 && status != -ENOENT) {
-        /* etcd is not answering yet, or refuses us */
-        schedule_retry_after(mb, status, "the old lease's revoke");
-        return;
-    }
-    grant(mb);
-}
-
-/* Give back a lost lease first: after an etcd restart it comes back to
- * life for a TTL, and with it our old leader key. */
-static void reg_begin(mb_t *mb)
-{
-    mb->reg_gen++;
-    if (mb->old_lease == 0) {
-        grant(mb);
-        return;
-    }
-    if (etcd_lease_revoke(mb->etcd, mb->old_lease, on_old_revoked, mb) != 0)
-        schedule_retry(mb);
-}
-
-/* ------------------------------------------------------------------ */
-/* The mirror: the keys this member acts on, one slot per watch        */
-
-static void kv_free(mb_kv_t *kv)
-{
-    free(kv->key);
-    free(kv->val);
-}
-
-static int slot_covers(const mb_mirror_t *s, const char *key)
-{
-    if (s->watch == NULL)
-        return 0;
-    return s->prefix ? strncmp(key, s->key, strlen(s->key)) == 0
-                     : strcmp(key, s->key) == 0;
-}
-
-static mb_kv_t *slot_find(mb_mirror_t *s, const char *key)
-{
-    for (size_t i = 0; i < s->n_kvs; i++)
-        if (strcmp(s->kvs[i].key, key) == 0)
-            return &s->kvs[i];
-    return NULL;
-}
-
-int mb__mirror_lookup(mb_t *mb, const char *key, mb_kv_t **kv_p)
-{
-    *kv_p = NULL;
-    /* Own keys first, then the leader's records (the ones its views are
-     * made of: a neighbour's own watch may lag them), then the rest. */
-    for (int j = 0; j < MB_W_N; j++) {
-        int i = j < MB_W_PEER ? j : j == MB_W_PEER ? MB_W_NODES
-                : j <= MB_W_NODES ? j - 1 : j;
-        mb_mirror_t *s = &mb->mirrors[i];
-        if (s->synced && slot_covers(s, key)) {
-            *kv_p = slot_find(s, key);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-mb_kv_t *mb__mirror_find(mb_t *mb, const char *key)
-{
-    mb_kv_t *kv;
-    mb__mirror_lookup(mb, key, &kv);
-    return kv;
-}
-
-size_t mb__watched(const mb_t *mb, const char **keys, int *prefix,
-                   size_t max)
-{
-    size_t n = 0;
-    for (int i = 0; i < MB_W_N && n < max; i++) {
-        if (mb->mirrors[i].watch == NULL)
-            continue;
-        keys[n] = mb->mirrors[i].key;
-        prefix[n++] = mb->mirrors[i].prefix;
-    }
-    return n;
-}
-
-static void slot_clear(mb_mirror_t *s)
-{
-    while (s->n_kvs > 0)
-        kv_free(&s->kvs[--s->n_kvs]);
-}
-
-static void slot_del(mb_mirror_t *s, const char *key)
-{
-    mb_kv_t *kv = slot_find(s, key);
-    if (kv == NULL)
-        return;
-    kv_free(kv);
-    *kv = s->kvs[--s->n_kvs];
-}
-
-static int slot_put(mb_mirror_t *s, const etcd_kv_t *src)
-{
-    mb_kv_t *kv = slot_find(s, src->key);
-    if (kv == NULL) {
-        if (s->n_kvs == s->cap_kvs) {
-            size_t cap = s->cap_kvs ? s->cap_kvs * 2 : 4;
-            mb_kv_t *p = realloc(s->kvs, cap * sizeof(*p));
-            if (p == NULL)
-                return ST_ENOMEM;
-            s->kvs = p;
-            s->cap_kvs = cap;
-        }
-        kv = &s->kvs[s->n_kvs++];
-        memset(kv, 0, sizeof(*kv));
-        kv->key = strdup(src->key);
-    }
-    free(kv->val);
-    kv->val = malloc(src->value_len + 1);
-    if (kv->key == NULL || kv->val == NULL) {
-        kv_free(kv);
-        *kv = s->kvs[--s->n_kvs];
-        return ST_ENOMEM;
-    }
-    memcpy(kv->val, src->value, src->value_len);
-    kv->val[src->value_len] = '\0';
-    kv->len = src->value_len;
-    kv->mod = src->mod_revision;
-    kv->create = src->create_revision;
-    kv->lease = src->lease;
-    return 0;
-}
-
-static void on_watch(const etcd_watch_update_t *up, void *data)
-{
-    mb_mirror_t *s = data;
-    mb_t *mb = s->mb;
-    etcd_watch_t *w = s->watch;
-    if (up->reset) {
-        slot_clear(s);
-        for (size_t i = 0; i < up->n_kvs; i++)
-            slot_put(s, &up->kvs[i]);
-        s->rev = up->revision;
-        s->synced = 1;
-    }
-    mb->events += up->n_events;
-    /* One reconcile per event, not per batch: a batch may hold two
-     * writes of the view key, and every generation must be installed.
-     * A reconcile may stop this very watch (leadership, neighbours). */
-    for (size_t i = 0; i < up->n_events && s->watch == w; i++) {
-        const etcd_event_t *ev = &up->events[i];
-        if (ev->is_delete)
-            slot_del(s, ev->kv.key);
-        else
-            slot_put(s, &ev->kv);
-        s->rev = ev->kv.mod_revision;
-        reconcile(mb);
-    }
-    if (up->reset && s->watch == w)
-        reconcile(mb);
-}
-
-static void slot_stop(mb_mirror_t *s)
-{
-    etcd_watch_stop(s->watch);
-    s->watch = NULL;
-    s->synced = 0;
-    s->rev = 0;
-    s->key[0] = '\0';
-    slot_clear(s);
-}
-
-static void slot_start(mb_t *mb, int i, const char *key, int prefix)
-{
-    mb_mirror_t *s = &mb->mirrors[i];
-    slot_stop(s);
-    s->mb = mb;
-    s->prefix = prefix;
-    snprintf(s->key, sizeof(s->key), "%s", key);
-    int rc = prefix ? etcd_watch_start(mb->etcd, key, on_watch, s, &s->watch)
-                    : etcd_watch_key(mb->etcd, key, on_watch, s, &s->watch);
-    if (rc != 0) {
-        s->watch = NULL;
-        RD_ERROR("mb %s: cannot watch %s", mb->me.node, key);
-    }
-}
-
-static void stop_watches(mb_t *mb)
-{
-    for (int i = 0; i < MB_W_N; i++)
-        slot_stop(&mb->mirrors[i]);
-}
-
-/* What every member acts on; the rest follows leadership and views. */
-static void restart_watch(mb_t *mb)
-{
-    stop_watches(mb);
-    mb->pending_gen = 0;
-    for (int i = 0; i < 2; i++) {
-        free(mb->nbrs[i]);
-        mb->nbrs[i] = NULL;
-    }
-    slot_start(mb, MB_W_SELF, mb->my_key, 0);
-    slot_start(mb, MB_W_VIEW, mb->view_key, 0);
-    slot_start(mb, MB_W_LEADER, mb->leader_key, 0);
-    slot_start(mb, MB_W_DRAIN, mb->drain_key, 0);
-}
-
-/* The leader's watches, started on election and stopped when it no
- * longer leads: node records, suspects and reshape requests reach only
- * the one member that acts on them. Returns 1 once all have synced. */
-static int leader_watches(mb_t *mb, int on)
-{
-    const char *keys[] = {mb->nodes_prefix, mb->suspect_prefix,
-                          mb->reshape_prefix};
-    int synced = 1;
-    for (int i = 0; i < 3; i++) {
-        mb_mirror_t *s = &mb->mirrors[MB_W_NODES + i];
-        if (on && s->watch == NULL)
-            slot_start(mb, MB_W_NODES + i, keys[i], 1);
-        else if (!on && s->watch != NULL)
-            slot_stop(s);
-        synced &= s->synced;
-    }
-    return on && synced;
-}
-
-int mb__leader_synced(mb_t *mb)
-{
-    for (int i = MB_W_NODES; i <= MB_W_RESHAPES; i++)
-        if (!mb->mirrors[i].synced)
-            return 0;
-    return 1;
-}
-
-/* Watch the records of exactly the nodes named (at most MB_PEERS_MAX). */
-static void watch_peers(mb_t *mb, const char *const *nodes, size_t n)
-{
-    char keys[MB_PEERS_MAX][MB_KEY_MAX];
-    for (size_t j = 0; j < n; j++)
-        mb_key(keys[j], MB_KEY_MAX, mb->job, MB_KEY_NODE, nodes[j], 0, 0);
-    for (int i = MB_W_PEER; i < MB_W_PEER + MB_PEERS_MAX; i++) {
-        mb_mirror_t *s = &mb->mirrors[i];
-        int wanted = 0;
-        for (size_t j = 0; j < n && s->watch != NULL; j++)
-            wanted |= strcmp(s->key, keys[j]) == 0;
-        if (s->watch != NULL && !wanted)
-            slot_stop(s);
-    }
-    for (size_t j = 0; j < n; j++) {
-        int have = 0, free_slot = -1;
-        for (int i = MB_W_PEER; i < MB_W_PEER + MB_PEERS_MAX; i++) {
-            mb_mirror_t *s = &mb->mirrors[i];
-            have |= s->watch != NULL && strcmp(s->key, keys[j]) == 0;
-            if (s->watch == NULL && free_slot < 0)
-                free_slot = i;
-        }
-        if (!have && free_slot >= 0)
-            slot_start(mb, free_slot, keys[j], 0);
-    }
-}
-
-/* ------------------------------------------------------------------ */
 /* Views                                                               */
 
-static int find_me(const mb_t *mb, const mb__view_t *v)
+int mb__find_me(const mb_t *mb, const mb__view_t *v)
 {
     for (size_t i = 0; i < v->n_members; i++)
         if (v->members[i].lease == mb->lease &&
@@ -703,7 +151,7 @@ static void update_peers(mb_t *mb)
             names[n++] = mb->nbrs[i];
     int idx[2];
     size_t k = mb->pending_gen != 0
-                   ? view_nbrs(&mb->view, find_me(mb, &mb->view), idx)
+                   ? view_nbrs(&mb->view, mb__find_me(mb, &mb->view), idx)
                    : 0;
     for (size_t i = 0; i < k; i++) {
         const char *node = mb->view.members[idx[i]].node;
@@ -713,7 +161,7 @@ static void update_peers(mb_t *mb)
         if (!dup)
             names[n++] = node;
     }
-    watch_peers(mb, names, n);
+    mb__watch_peers(mb, names, n);
 }
 
 /* Said once per view, node and version of its record. */
@@ -922,7 +370,7 @@ static int extra_ready(mb_t *mb, int me, const int *nb, size_t k)
 static void deliver_view(mb_t *mb)
 {
     mb__view_t *v = &mb->view;
-    int me = find_me(mb, v), idx[2];
+    int me = mb__find_me(mb, v), idx[2];
     size_t k = view_nbrs(v, me, idx), got = 0;
     mb_node_rec_t recs[2];
     mb_member_t *members = calloc(v->n_members, sizeof(*members));
@@ -953,7 +401,7 @@ static void deliver_view(mb_t *mb)
                                         : NULL;
         }
         update_peers(mb);
-        transition(mb, MB_EV_IN_VIEW, "view installed");
+        mb__transition(mb, MB_EV_IN_VIEW, "view installed");
         mb_view_t pub = {v->generation, v->step, members, v->n_members, me,
                          v->source_index, v->n_joiners};
         RD_INFO("mb %s: view %llu, %zu members, index %d", mb->me.node,
@@ -985,10 +433,10 @@ static void take_view(mb_t *mb, const mb_kv_t *kv)
     if (v.generation <= mb->delivered_gen)
         return;
     mb->pending_gen = 0;
-    if (find_me(mb, &v) < 0) {
+    if (mb__find_me(mb, &v) < 0) {
         update_peers(mb);
         if (mb->state == MB_ACTIVE)
-            transition(mb, MB_EV_LEASE_LOST, "left out of a new view");
+            mb__transition(mb, MB_EV_LEASE_LOST, "left out of a new view");
         return;
     }
     mb->pending_gen = v.generation;
@@ -1017,13 +465,13 @@ static int mirror_ready(mb_t *mb)
 }
 
 /* Act on the mirror; see the top of the file. */
-static void reconcile(mb_t *mb)
+void mb__reconcile(mb_t *mb)
 {
     if (!mb__holds_lease(mb->state) || !mirror_ready(mb))
         return;
     mb_kv_t *mine = mb__mirror_find(mb, mb->my_key);
     if (mine == NULL || mine->lease != mb->lease) {
-        transition(mb, MB_EV_LEASE_LOST, "node record gone (evicted)");
+        mb__transition(mb, MB_EV_LEASE_LOST, "node record gone (evicted)");
         return;
     }
     install_view(mb);
@@ -1031,13 +479,13 @@ static void reconcile(mb_t *mb)
         return;
     if (drain_wanted(mb) &&
         (mb->state == MB_JOINING || mb->state == MB_ACTIVE)) {
-        transition(mb, MB_EV_DRAIN, "drain requested");
+        mb__transition(mb, MB_EV_DRAIN, "drain requested");
         if (!mb__holds_lease(mb->state))
             return;
     }
     if (mb__mirror_find(mb, mb->leader_key) == NULL)
         mb__campaign(mb);
-    if (leader_watches(mb, mb__is_leader(mb))) {
+    if (mb__leader_watches(mb, mb__is_leader(mb))) {
         mb__handle_suspects(mb);
         mb__schedule_settle(mb);
     } else {
@@ -1055,7 +503,7 @@ static void on_leave_revoked(int status, const etcd_result_t *res,
     (void)res;
     if (mb->state != MB_LEAVING)
         return;
-    transition(mb, MB_EV_LEFT, status == 0 ? "lease revoked"
+    mb__transition(mb, MB_EV_LEFT, status == 0 ? "lease revoked"
                                            : "lease left to expire");
     if (mb->cb.on_left != NULL)
         mb->cb.on_left(status == -ENOENT ? 0 : status, mb->data);
@@ -1074,43 +522,10 @@ static void leave_begin(mb_t *mb)
 /* ------------------------------------------------------------------ */
 /* Transitions                                                         */
 
-static void stop_lease_timers(mb_t *mb)
-{
-    uv_timer_stop(&mb->ka_timer);
-    uv_timer_stop(&mb->fence_timer);
-    uv_timer_stop(&mb->settle_timer);
-    uv_timer_stop(&mb->again_timer);
-    mb->reg_gen++;
-    mb->ka_inflight = 0;
-    mb->etcd_unreach = 0;
-    mb->outage_since_ms = 0;
-}
-
-static void enter_joining(mb_t *mb)
-{
-    uint64_t period = (uint64_t)mb->ttl_s * 1000 / 3;
-    mb->retry_ms = MB_RETRY_MIN_MS;
-    mb->ka_gen = mb->reg_gen;
-    uv_timer_start(&mb->ka_timer, on_ka_timer, period, period);
-    restart_watch(mb);
-}
-
-static void enter_fenced(mb_t *mb)
-{
-    mb->old_lease = mb->lease;
-    mb->lease = 0;
-    mb->campaign_inflight = 0;
-    int reason = mb->fence_reason != 0 ? mb->fence_reason : ST_EFENCED;
-    mb->fence_reason = 0;
-    if (mb->cb.on_fenced != NULL)
-        mb->cb.on_fenced(reason, mb->data);
-    if (mb->state == MB_FENCED)
-        uv_timer_start(&mb->retry_timer, on_retry_timer, 0, 0);
-}
 
 /* The one place states change. Exit actions first (a state holding a
  * lease stops its timers when it is left), then the new state's entry. */
-static void transition(mb_t *mb, mb_event_t ev, const char *why)
+void mb__transition(mb_t *mb, mb_event_t ev, const char *why)
 {
     mb_state_t prev = mb->state, next;
     if (mb_state_next(prev, ev, &next) != 0) {
@@ -1123,18 +538,18 @@ static void transition(mb_t *mb, mb_event_t ev, const char *why)
     RD_INFO("mb %s: %s -> %s (%s)", mb->me.node, mb_state_name(prev),
             mb_state_name(next), why);
     if (mb__holds_lease(prev) && !mb__holds_lease(next))
-        stop_lease_timers(mb);
+        mb__stop_lease_timers(mb);
     mb->state = next;
     switch (next) {
     case MB_REGISTERING:
         mb->retry_ms = MB_RETRY_MIN_MS;
-        reg_begin(mb);
+        mb__reg_begin(mb);
         break;
     case MB_JOINING:
-        enter_joining(mb);
+        mb__enter_joining(mb);
         break;
     case MB_FENCED:
-        enter_fenced(mb);
+        mb__enter_fenced(mb);
         break;
     case MB_DRAINING:
         if (mb->cb.on_drain != NULL)
@@ -1250,7 +665,7 @@ int mb_start(mb_t *mb)
                  mb_state_name(mb->state));
         return ST_EINVAL;
     }
-    transition(mb, MB_EV_START, "mb_start");
+    mb__transition(mb, MB_EV_START, "mb_start");
     return 0;
 }
 void mb_set_step(mb_t *mb, uint64_t step)
@@ -1266,7 +681,7 @@ int mb_leave(mb_t *mb)
                  mb_state_name(mb->state));
         return ST_EINVAL;
     }
-    transition(mb, MB_EV_LEAVE, "mb_leave");
+    mb__transition(mb, MB_EV_LEAVE, "mb_leave");
     return 0;
 }
 
@@ -1275,14 +690,6 @@ mb_state_t mb_state(const mb_t *mb)
     return mb->state;
 }
 
-int mb_lease_valid(mb_t *mb)
-{
-    if (!mb__holds_lease(mb->state) || mb->lease == 0)
-        return 0;
-    uv_update_time(mb->loop); /* after a stop, the cached time is old */
-    /* Past the deadline before the fence timer ran: decide as it will. */
-    return uv_now(mb->loop) < mb->fence_at_ms || ride_outage(mb);
-}
 
 /* Only the leader and a node's ring neighbours watch its record; for
  * anyone else the view stands in: the leader drops a member whose record
@@ -1323,10 +730,7 @@ static void mb_close_cb(uv_handle_t *h)
     if (--mb->n_closing > 0)
         return;
     mb__view_free(&mb->view);
-    for (int i = 0; i < MB_W_N; i++) {
-        slot_clear(&mb->mirrors[i]);
-        free(mb->mirrors[i].kvs);
-    }
+    mb__mirrors_free(mb);
     free(mb->nbrs[0]);
     free(mb->nbrs[1]);
     extra_reset(mb);
@@ -1341,7 +745,7 @@ void mb_destroy(mb_t *mb)
 {
     if (mb == NULL)
         return;
-    stop_watches(mb);
+    mb__stop_watches(mb);
     etcd_destroy(mb->etcd);
     mb->n_closing = 5;
     uv_close((uv_handle_t *)&mb->again_timer, mb_close_cb);

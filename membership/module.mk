@@ -2,7 +2,8 @@
 # leader, views, suspicion, fencing, drain. Tests start a real etcd.
 LIB_SRCS += membership/etcd.c membership/etcd-kv.c membership/etcd-watch.c \
             membership/etcd-json.c \
-            membership/mb.c membership/mb-view.c \
+            membership/mb.c membership/mb-lease.c membership/mb-watch.c \
+            membership/mb-view.c \
             membership/mb-leader.c membership/mb-keys.c membership/mb-sign.c
 TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/test-mb.c tests/mb-fixture.c \
              tests/test-mb-keys.c
