@@ -202,7 +202,7 @@ echo "scale: etcd at $ETCD_URL ($([ "$ETCD_SECURE" = 1 ] &&
 STEP_US_FLAT=
 if [ -n "$RING2D" ]; then
     JOB=scaleflat
-    run_latency ""
+    run_latency "--ring-grid-min-nodes 0"
     STEP_US_FLAT=$STEP_US
     echo "scale: flat ring: ${STEP_US_FLAT} us a step"
     for p in "${TPID[@]}" "${DPID[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -218,7 +218,7 @@ fi
 JOB=scale
 CPU0=$(cpu_ticks "$ETCD_PID")
 CPU0_MS=$(now_ms)
-run_latency "$RING2D"
+run_latency "${RING2D:---ring-grid-min-nodes 0}"
 [ -n "$STEP_US_FLAT" ] || STEP_US_FLAT=$STEP_US
 echo "scale: first view after $FIRST_VIEW_MS ms; ${STEP_US} us a step" \
      "(node1, mean over $WIN steps)"
@@ -249,7 +249,7 @@ JOIN_MS=none JOIN_OK=yes
 if [ "$J" -gt 0 ]; then
     JOIN_OK=no
     J0=$(now_ms)
-    start_nodes $((N + 1)) $((N + J)) 1 "$RING2D"
+    start_nodes $((N + 1)) $((N + J)) 1 "${RING2D:---ring-grid-min-nodes 0}"
     WORLD=$(( N - K + J ))
     wait_for 120 "a step of world $WORLD after the join" \
         world_step "$WORLD" "$J0"

@@ -68,7 +68,8 @@ static const cfg_key_t keys[] = {
     {"ring-grid-min-nodes", K_U32, F(ring_grid_min_nodes), 0, 1000000, "N",
      "allreduce on the two-level ring (rows of a host's nodes, then "
      "columns) when the job has N nodes or more; every node of a job "
-     "must say the same (default 0: always the flat ring)"},
+     "must say the same; 0 = always the flat ring (default 16: at 64 "
+     "nodes here a 4 KiB step took 57 ms on the grid, 105 ms flat)"},
     {"ring-grid-max-kib", K_U32, F(ring_grid_max_kib), 0, 4194304, "KIB",
      "the two-level ring only for tensors up to KIB KiB, larger ones on "
      "the flat ring; the same on every node (default 0: any size)"},
@@ -145,6 +146,7 @@ void dmn_config_init(dmn_config_t *cfg)
     set_str(&cfg->host, host);
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
+    cfg->ring_grid_min_nodes = 16;
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
     set_str(&cfg->socket_mode, "0660");
     set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");

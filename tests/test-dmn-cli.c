@@ -125,15 +125,15 @@ TEST_IMPL(dmn_config_file_and_flags)
     const char *conf = td_path(&t, "r.conf");
     write_file(conf, "# ringd\n  socket = /from/file.sock  # trailing\n"
                      "trainers=3\nstandalone = yes\nucx-opt = TLS=tcp\n"
-                     "log-level = debug\nring-grid-min-nodes = 16\n\n");
+                     "log-level = debug\nring-grid-min-nodes = 24\n\n");
     char *argv[] = {"ringd", "-c", (char *)conf, "--socket", "/flag.sock",
                     "--ucx-opt=NET_DEVICES=lo", "--job", "j1",
                     "--ring-grid-max-kib", "64", NULL};
     dmn_config_t cfg;
     dmn_config_init(&cfg);
-    ASSERT_EQ(cfg.ring_grid_min_nodes, 0); /* the flat ring by default */
+    ASSERT_EQ(cfg.ring_grid_min_nodes, 16); /* the grid from 16 nodes */
     ASSERT_OK(dmn_config_load(&cfg, 10, argv, stderr));
-    ASSERT_EQ(cfg.ring_grid_min_nodes, 16);
+    ASSERT_EQ(cfg.ring_grid_min_nodes, 24);
     ASSERT_EQ(cfg.ring_grid_max_kib, 64);
     ASSERT_STR_EQ(cfg.socket_path, "/flag.sock");
     ASSERT_EQ(cfg.trainers, 3);
