@@ -28,8 +28,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-
-
 static void on_again(uv_timer_t *t)
 {
     mb__reconcile(t->data);
@@ -522,7 +520,6 @@ static void leave_begin(mb_t *mb)
 /* ------------------------------------------------------------------ */
 /* Transitions                                                         */
 
-
 /* The one place states change. Exit actions first (a state holding a
  * lease stops its timers when it is left), then the new state's entry. */
 void mb__transition(mb_t *mb, mb_event_t ev, const char *why)
@@ -689,7 +686,6 @@ mb_state_t mb_state(const mb_t *mb)
 {
     return mb->state;
 }
-
 
 /* Only the leader and a node's ring neighbours watch its record; for
  * anyone else the view stands in: the leader drops a member whose record
