@@ -1,5 +1,5 @@
 /*
- * job_ring_mb.c - the ring backend's side of membership (mb_), on the main
+ * job_ring_mb-lease.c - the ring backend's side of membership (mb_), on the main
  * loop: membership's callbacks (a new view, fenced, a drain asked, left),
  * and a node without local trainers stepping out of the job and
  * registering again as a new member once one is back.
@@ -168,7 +168,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
     mc->slots = (int)(cfg->trainers ? cfg->trainers : 1);
     mc->ttl_s = (int)cfg->lease_ttl;
     mc->min_members = (int)cfg->min_nodes;
-    mc->ride_outage = 1; /* each step's collectives fence (mb.c) */
+    mc->ride_outage = 1; /* each step's collectives fence (mb-lease.c) */
     mc->etcd.endpoints = cfg->etcd;
     mc->etcd.ca_file = cfg->etcd_ca;
     mc->etcd.cert_file = cfg->etcd_cert;
