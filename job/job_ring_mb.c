@@ -1,5 +1,5 @@
 /*
- * job_ring_mb-lease.c - the ring backend's side of membership (mb_), on the main
+ * job_ring_mb.c - the ring backend's side of membership (mb_), on the main
  * loop: membership's callbacks (a new view, fenced, a drain asked, left),
  * and a node without local trainers stepping out of the job and
  * registering again as a new member once one is back.
