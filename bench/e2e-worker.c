@@ -294,7 +294,7 @@ int e2e__ring_main(const char *dir, uint32_t rank, uint32_t n, size_t max)
                      .addr_lens = lens};
     ring_opts_t o;
     ring_opts_default(&o);
-    if ((rc = ring_create(r.tp, &v, &o, &r.ring)) != 0)
+    if ((rc = ring_create(r.tp, &v, &o, &r.ring, NULL)) != 0)
         e2e__die("ring_create", st_strerror(rc));
     if ((rc = ring_barrier(r.ring)) != 0)
         e2e__die("ring barrier", st_strerror(rc));

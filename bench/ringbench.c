@@ -124,7 +124,7 @@ static ring_t *make_ring(bench_t *b, const ring_opts_t *o)
                      .addrs = (const void *const *)b->addrs,
                      .addr_lens = b->lens};
     ring_t *r;
-    int rc = ring_create(b->tp, &v, o, &r);
+    int rc = ring_create(b->tp, &v, o, &r, NULL);
     if (rc != 0)
         die("ring_create", rc);
     if ((rc = ring_barrier(r)) != 0)

@@ -57,6 +57,8 @@ typedef enum {
 #define RB_REBUILD_DEADLINE_MS 60000
 #define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
+#define RB_UNREACHABLE_TRIES 4  /* a neighbour unreachable this many tries
+                                   in a row is suspected (1 s) */
 #define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd ... */
 #define RB_HOP_SKIP_MAX 8       /* ... ticks skipped after failed puts */
 
@@ -84,6 +86,8 @@ typedef struct {
     uint32_t suspect; /* ring rank, when status is a peer failure */
     uint32_t suspect2; /* the other neighbour, when its endpoint failed too;
                           UINT32_MAX: none */
+    uint32_t unreachable; /* REBUILD: the neighbour whose endpoint could
+                             not be made (ST_ELINK), UINT32_MAX: none */
     uint64_t step_out;
     int state_replaced;
     int flags_all;        /* the collective carried every node's flags */

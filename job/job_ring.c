@@ -326,6 +326,14 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
                 st_strerror(c->status));
         handle_peer_failure(b, c->status, c->suspect);
         handle_peer_failure(b, ST_EPEER, c->suspect2);
+        /* A neighbour whose endpoint cannot be made, try after try, is
+         * most likely dead (a view written before every death was
+         * reported): suspected, it leaves the next view instead of
+         * holding this one until its lease runs out. Not at the first
+         * failure: a link just back up may refuse briefly. */
+        if (c->status == ST_ELINK && c->unreachable != UINT32_MAX &&
+            c->view == b->cur && b->retries + 1 >= RB_UNREACHABLE_TRIES)
+            handle_peer_failure(b, ST_EPEER, c->unreachable);
         if (b->state == JOB_SYNCING)
             job__ring_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&

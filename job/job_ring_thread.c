@@ -61,7 +61,7 @@ static int same_host(const mb_view_t *v, size_t i)
  * aborts it.
  */
 static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
-                           uint32_t *suspect_p)
+                           uint32_t *suspect_p, uint32_t *unreachable_p)
 {
     ring_t *prev = b->ring;
     rt_set_ring(b, NULL);
@@ -95,7 +95,7 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    int rc = ring_create(b->tp, &rv, &first, r_p);
+    int rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
     free(addrs);
     free(lens);
     free(hosts);
@@ -212,7 +212,7 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 {
     ring_t *r = NULL;
     rt_agreed_t a;
-    int rc = rt_replace_ring(b, c->view, &r, &c->suspect);
+    int rc = rt_replace_ring(b, c->view, &r, &c->suspect, &c->unreachable);
     if (rc == 0)
         rc = rt_agree_step(b, r, c, &a);
     if (rc == 0)
@@ -256,7 +256,7 @@ static int rt_collective(rb_t *b, rb_cmd_t *c)
 
 static void rt_run(rb_t *b, rb_cmd_t *c)
 {
-    c->suspect = c->suspect2 = UINT32_MAX;
+    c->suspect = c->suspect2 = c->unreachable = UINT32_MAX;
     c->flags_all = 0;
     c->flags_seen = 0;
     switch (c->kind) {

@@ -90,9 +90,12 @@ void ring_opts_default(ring_opts_t *opts);
 /*
  * Connect to the neighbours of view->rank. opts may be NULL (defaults).
  * Nothing is sent yet; the first collective completes the connection.
+ * When a neighbour's endpoint cannot be made (ST_ELINK: on loopback, its
+ * port refused the connection), *unreachable_p (if not NULL) names that
+ * rank; otherwise it is UINT32_MAX.
  */
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
-                ring_t **ring_p);
+                ring_t **ring_p, uint32_t *unreachable_p);
 /*
  * Closes the endpoints and frees. Accepts NULL. A healthy ring flushes
  * them (bounded by 1 s each); a failed ring, or one ring_abort() was

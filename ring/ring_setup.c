@@ -156,18 +156,23 @@ static int link_connect(ring_t *r, ring_link_t *l, const ring_view_t *v,
                            ring__on_peer_fail, l, &l->peer);
 }
 
-static int links_setup(ring_t *r, const ring_view_t *v)
+static int links_setup(ring_t *r, const ring_view_t *v,
+                       uint32_t *unreachable_p)
 {
     uint32_t left = ring__mod_n((int64_t)v->rank - 1, v->nranks);
     uint32_t right = ring__mod_n((int64_t)v->rank + 1, v->nranks);
     int rc = link_connect(r, &r->right, v, right);
-    if (rc != 0)
+    if (rc != 0) {
+        *unreachable_p = right;
         return rc;
+    }
     if (left == right) {
         r->left = r->right; /* two ranks: one endpoint both ways */
         return 0;
     }
-    return link_connect(r, &r->left, v, left);
+    if ((rc = link_connect(r, &r->left, v, left)) != 0)
+        *unreachable_p = left;
+    return rc;
 }
 
 
@@ -193,9 +198,13 @@ static void links_close(ring_t *r, int force)
 }
 
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
-                ring_t **ring_p)
+                ring_t **ring_p, uint32_t *unreachable_p)
 {
     ring_opts_t def;
+    uint32_t unreachable_none;
+    if (unreachable_p == NULL)
+        unreachable_p = &unreachable_none;
+    *unreachable_p = UINT32_MAX;
     if (opts == NULL) {
         ring_opts_default(&def);
         opts = &def;
@@ -216,7 +225,7 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     atomic_init(&r->abort_req, 0);
     if ((rc = arena_setup(r)) != 0)
         goto err_arena;
-    if (r->n > 1 && (rc = links_setup(r, view)) != 0)
+    if (r->n > 1 && (rc = links_setup(r, view, unreachable_p)) != 0)
         goto err_links;
     if (r->n > 1 && (rc = ring__grid_create(r, view)) != 0)
         goto err_links;

@@ -134,7 +134,7 @@ static void new_ring(uint64_t gen)
     ring_view_t v = {.generation = gen, .nranks = W.n, .rank = W.rank,
                      .addrs = (const void *const *)W.addrs,
                      .addr_lens = W.lens, .hosts = W.hosts};
-    int rc = ring_create(W.tp, &v, &W.opts, &W.ring);
+    int rc = ring_create(W.tp, &v, &W.opts, &W.ring, NULL);
     if (rc != 0)
         DIE("ring_create: %s", st_strerror(rc));
 }
