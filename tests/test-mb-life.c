@@ -339,8 +339,10 @@ TEST_IMPL(mb_ride_outage)
     setup();
     member_t m[2];
     ride_outage_ = 1;
-    start_member(&m[0], "n1", "h", 2, 2);
-    start_member(&m[1], "n2", "h", 2, 2);
+    /* TTL 3 s: fx_etcd_restart blocks this loop (and its collectives)
+     * until etcd answers, which took over 2 s under load. */
+    start_member(&m[0], "n1", "h", 3, 2);
+    start_member(&m[1], "n2", "h", 3, 2);
     ride_outage_ = 0;
     member_t *all[] = {&m[0], &m[1]};
     wait_view(all, 2, "n1 n2 ", 1, 10000);
@@ -352,7 +354,7 @@ TEST_IMPL(mb_ride_outage)
     fx_etcd_kill(&etcd_);
     /* Past every deadline: TTL after the last renewal, with a margin. */
     int any = 0;
-    ASSERT(!fx_run_until(&loop, &any, 2000 + 1500));
+    ASSERT(!fx_run_until(&loop, &any, 3000 + 1500));
     for (int i = 0; i < 2; i++) {
         ASSERT_MSG(!m[i].fenced, "%s fenced with etcd down", m[i].name);
         ASSERT_EQ(mb_state(m[i].mb), MB_ACTIVE);
@@ -366,11 +368,11 @@ TEST_IMPL(mb_ride_outage)
         ASSERT_EQ(m[i].n_views, 1);
     }
     fx_etcd_kill(&etcd_);
-    ASSERT(!fx_run_until(&loop, &any, 2000 + 500));
+    ASSERT(!fx_run_until(&loop, &any, 3000 + 500));
     ASSERT(!m[0].fenced && !m[1].fenced);
     uv_timer_stop(&coll);
     int64_t t0 = th_now_ms();
-    ASSERT_MSG(fx_run_until(&loop, &m[0].fenced, 2000 + 1000) &&
+    ASSERT_MSG(fx_run_until(&loop, &m[0].fenced, 3000 + 1000) &&
                    fx_run_until(&loop, &m[1].fenced, 500),
                "collectives stopped, etcd down: still riding it out");
     fprintf(stderr, "fenced %lld ms after the last collective\n",
