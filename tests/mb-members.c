@@ -107,6 +107,12 @@ int ride_outage_; /* the next start_member's mb_config_t */
 void start_member(member_t *m, const char *name, const char *host,
                   int ttl, int min_members)
 {
+    start_member_at(m, name, host, ttl, min_members, etcd_.url);
+}
+
+void start_member_at(member_t *m, const char *name, const char *host,
+                     int ttl, int min_members, const char *endpoints)
+{
     memset(m, 0, sizeof(*m));
     m->all_peers = start_all_peers;
     snprintf(m->name, sizeof(m->name), "%s", name);
@@ -115,7 +121,7 @@ void start_member(member_t *m, const char *name, const char *host,
     mb_config_t cfg = {.job = "test", .node = name, .host = host,
                        .addr = addr, .addr_len = strlen(addr), .slots = 1,
                        .ttl_s = ttl, .min_members = min_members,
-                       .etcd = {.endpoints = etcd_.url},
+                       .etcd = {.endpoints = endpoints},
                        .ride_outage = ride_outage_};
     mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left,
                          m->all_peers ? all_peers : NULL};

@@ -45,6 +45,9 @@ void on_drain(void *data);
 
 void start_member(member_t *m, const char *name, const char *host,
                   int ttl, int min_members);
+/* The same, reaching etcd at endpoints (a relay in front of it). */
+void start_member_at(member_t *m, const char *name, const char *host,
+                     int ttl, int min_members, const char *endpoints);
 void stop_member(member_t *m);
 /* Run until every member in ms installed a view listing exactly list. */
 void wait_view(member_t **ms, int n, const char *list, uint64_t min_gen,

@@ -280,16 +280,9 @@ TEST_IMPL(mb_watch_catch_up)
     start_member(&m[1], "n2", "h", 6, 3);
     ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
     /* n3 reaches etcd through the relay. */
-    memset(&m[2], 0, sizeof(m[2]));
-    snprintf(m[2].name, sizeof(m[2].name), "n3");
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
-    mb_config_t cfg = {.job = "test", .node = "n3", .host = "h",
-                       .addr = "a", .addr_len = 1, .ttl_s = 6,
-                       .min_members = 3, .etcd = {.endpoints = url}};
-    mb_callbacks_t cb = {on_view, on_fenced, on_drain, on_left};
-    ASSERT_OK(mb_create(&loop, &cfg, &cb, &m[2], &m[2].mb));
-    ASSERT_OK(mb_start(m[2].mb));
+    start_member_at(&m[2], "n3", "h", 6, 3, url);
     member_t *all[] = {&m[0], &m[1], &m[2], &m[3]};
     wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
     fx_proxy_stop(relay);
