@@ -80,6 +80,8 @@ typedef struct {
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
 
 /*
+ * Every rank of a view must use the same chunk_bytes, bidirectional, wire
+ * and grid fields (ringd carries them in the job's view).
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
