@@ -91,13 +91,15 @@ int ringd_group_start(ringd_client_t *c)
     return 0;
 }
 
-/* Consecutive allreduces of a group with the same dtype and op are sent
+/* Consecutive allreduces of a group with the same dtype, op and wire
+ * format are sent
  * as one fused run: each but the last says the next one joins it. */
 static int cl_joins_next(const proto_coll_req_t *a, const cl_pend_t *next)
 {
     return next != NULL && a->kind == PROTO_COLL_ALLREDUCE &&
            next->req.kind == PROTO_COLL_ALLREDUCE &&
-           next->req.dtype == a->dtype && next->req.op == a->op;
+           next->req.dtype == a->dtype && next->req.op == a->op &&
+           next->req.root == a->root;
 }
 
 int ringd_group_end(ringd_client_t *c)
@@ -191,17 +193,31 @@ int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p)
     return cl_release_handle(c, p);
 }
 
+int ringd_allreduce_wire_async(ringd_client_t *c, void *ptr, size_t count,
+                               ringd_dtype_t dtype, ringd_op_t op,
+                               ringd_wire_t wire, ringd_handle_t *h_p)
+{
+    if (c == NULL || ptr == NULL || h_p == NULL)
+        return RINGD_EINVAL;
+    if ((unsigned)wire > RINGD_WIRE_F16)
+        return cl__fail(c, RINGD_EINVAL, "bad wire format %d", (int)wire);
+    if (wire > RINGD_WIRE_NONE && dtype != RINGD_F32)
+        return cl__fail(c, RINGD_EINVAL, "wire compression is for f32 "
+                        "allreduces only");
+    proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
+                          .dtype = (uint32_t)dtype, .count = count,
+                          .op = (uint32_t)op, .root = (uint32_t)wire};
+    return cl_issue(c, &r, ptr, h_p);
+}
+
 int ringd_allreduce_async(ringd_client_t *c, void *ptr, size_t count,
                           ringd_dtype_t dtype, ringd_op_t op,
                           ringd_handle_t *h_p)
 {
-    if (c == NULL || ptr == NULL || h_p == NULL)
-        return RINGD_EINVAL;
-    proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
-                          .dtype = (uint32_t)dtype, .count = count,
-                          .op = (uint32_t)op};
-    return cl_issue(c, &r, ptr, h_p);
+    return ringd_allreduce_wire_async(c, ptr, count, dtype, op,
+                                      RINGD_WIRE_DEFAULT, h_p);
 }
+
 
 int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
                           uint32_t root, ringd_handle_t *h_p)
@@ -303,5 +319,16 @@ int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
         return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_broadcast_async(c, ptr, bytes, root, &h);
+    return rc != 0 ? rc : ringd_wait(c, h);
+}
+
+int ringd_allreduce_wire(ringd_client_t *c, void *ptr, size_t count,
+                         ringd_dtype_t dtype, ringd_op_t op,
+                         ringd_wire_t wire)
+{
+    if (cl_no_group(c, "allreduce") != 0)
+        return RINGD_ESTATE;
+    ringd_handle_t h;
+    int rc = ringd_allreduce_wire_async(c, ptr, count, dtype, op, wire, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
 }

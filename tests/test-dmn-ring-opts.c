@@ -208,3 +208,160 @@ TEST_IMPL(mb_view_opts)
                        ST_EPROTO, "bad opts %d taken", i);
     return 0;
 }
+
+/* ---- per-call wire compression ------------------------------------- */
+
+typedef struct {
+    ringd_client_t *c;
+    ringd_view_t v;
+    int rc;
+} begin_arg_t;
+
+static void *begin_thread(void *p)
+{
+    begin_arg_t *a = p;
+    a->rc = ringd_step_begin(a->c, &a->v);
+    return NULL;
+}
+
+/* Every client's step_begin at once: each returns once all have asked. */
+static void begin_all(ringd_client_t **c, int n)
+{
+    begin_arg_t a[MAXN];
+    pthread_t th[MAXN];
+    for (int k = 0; k < n; k++) {
+        a[k] = (begin_arg_t){c[k], {0}, -999};
+        ASSERT_OK(pthread_create(&th[k], NULL, begin_thread, &a[k]));
+    }
+    for (int k = 0; k < n; k++) {
+        ASSERT_OK(pthread_join(th[k], NULL));
+        ASSERT_EQ(a[k].rc, 0);
+        ASSERT_EQ(a[k].v.world, (uint32_t)n);
+    }
+}
+
+/* Trainer k's element i: 1..145, spread over the exponents. */
+static float wire_input(int k, int i)
+{
+    return 1.0f + (float)((i * 37 + k * 101) % 1000) / 7.0f + 1e-4f * i;
+}
+
+enum { WN = 3, WL = 3000 };
+
+/* Tensor t of each replica: bitwise equal across them, within tol *
+ * sum|x| of the exact sum; returns how many elements differ from ref
+ * (NULL: none compared). */
+static int check_tensor(float *const *res, int t, double tol,
+                        const float *ref, const char *what)
+{
+    int differ = 0;
+    for (int i = 0; i < WL; i++) {
+        double exact = 0, mag = 0;
+        for (int k = 0; k < WN; k++) {
+            exact += wire_input(k, i);
+            mag += fabs(wire_input(k, i));
+        }
+        float got = res[0][t * WL + i];
+        for (int k = 1; k < WN; k++)
+            ASSERT_MSG(memcmp(&res[k][t * WL + i], &got, 4) == 0,
+                       "%s [%d]: replica %d has %.9g, replica 0 %.9g", what,
+                       i, k, (double)res[k][t * WL + i], (double)got);
+        ASSERT_MSG(fabs(got - exact) <= tol * mag, "%s [%d] = %.9g, exact "
+                   "%.9g: off by %.3g, bound %.3g", what, i, (double)got,
+                   exact, fabs(got - exact), tol * mag);
+        differ += ref != NULL && got != ref[i];
+    }
+    return differ;
+}
+
+/*
+ * Per call: in one step of a 3-node job, each trainer issues an f32
+ * allreduce, a bf16 one and an f16 one of the same tensor, then a fusion
+ * group of a bf16 allreduce and an f32 one. Every result is bitwise the
+ * same on the three replicas; the f32 ones are within f32 rounding of the
+ * exact sum, the compressed ones within the bound include/ringd.h states
+ * (n * 2^-8 * sum|x| bf16, n * 2^-11 f16) and differ from the f32 result
+ * (they were compressed). A format for a dtype other than f32, or out of
+ * range, is RINGD_EINVAL, and the job goes on.
+ */
+TEST_IMPL(dmn_ring_wire_per_call)
+{
+    cluster_env();
+    static cluster_t c = {.n = WN};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < WN; i++)
+        node_init(&c, i, "1", "3");
+    ringd_client_t *cl[WN];
+    float *b[WN];
+    for (int k = 0; k < WN; k++) {
+        ASSERT_OK(ringd_connect(&cl[k], c.d[k].sock, NULL));
+        b[k] = ringd_buffer(cl[k], 5 * WL * sizeof(float));
+        ASSERT(b[k] != NULL);
+        for (int t = 0; t < 5; t++)
+            for (int i = 0; i < WL; i++)
+                b[k][t * WL + i] = wire_input(k, i);
+    }
+    begin_all(cl, WN);
+    static const ringd_wire_t fmt[4] = {RINGD_WIRE_DEFAULT, RINGD_WIRE_BF16,
+                                        RINGD_WIRE_F16, RINGD_WIRE_NONE};
+    ringd_handle_t h[WN][6];
+    for (int k = 0; k < WN; k++) {
+        for (int t = 0; t < 3; t++)
+            ASSERT_OK(ringd_allreduce_wire_async(cl[k], b[k] + t * WL, WL,
+                                                 RINGD_F32, RINGD_SUM,
+                                                 fmt[t], &h[k][t]));
+        /* Tensor 3 compressed and tensor 4 not, in one group: two
+         * runs, since a run has one format. */
+        ASSERT_OK(ringd_group_start(cl[k]));
+        ASSERT_OK(ringd_allreduce_wire_async(cl[k], b[k] + 3 * WL, WL,
+                                             RINGD_F32, RINGD_SUM,
+                                             RINGD_WIRE_BF16, &h[k][3]));
+        ASSERT_OK(ringd_allreduce_wire_async(cl[k], b[k] + 4 * WL, WL,
+                                             RINGD_F32, RINGD_SUM,
+                                             RINGD_WIRE_NONE, &h[k][4]));
+        ASSERT_OK(ringd_group_end(cl[k]));
+    }
+    for (int k = 0; k < WN; k++)
+        for (int t = 0; t < 5; t++)
+            ASSERT_EQ(ringd_wait(cl[k], h[k][t]), 0);
+    static float f32[WL];
+    memcpy(f32, b[0], sizeof(f32));
+    const double f32_tol = 1e-6, bf16_tol = WN / 256.0 + 1e-6,
+                 f16_tol = WN / 2048.0 + 1e-6;
+    check_tensor(b, 0, f32_tol, NULL, "f32");
+    ASSERT_GT(check_tensor(b, 1, bf16_tol, f32, "bf16"), 0);
+    ASSERT_GT(check_tensor(b, 2, f16_tol, f32, "f16"), 0);
+    ASSERT_GT(check_tensor(b, 3, bf16_tol, f32, "bf16 in a group"), 0);
+    ASSERT_EQ(check_tensor(b, 4, f32_tol, f32, "f32 in a group"), 0);
+
+    for (int k = 0; k < WN; k++) {
+        ASSERT_EQ(ringd_allreduce_wire(cl[k], b[k], WL, RINGD_I32,
+                                       RINGD_SUM, RINGD_WIRE_BF16),
+                  RINGD_EINVAL);
+        ASSERT(strstr(ringd_last_error(cl[k]), "f32") != NULL);
+        ASSERT_EQ(ringd_allreduce_wire(cl[k], b[k], WL, RINGD_F32,
+                                       RINGD_SUM, (ringd_wire_t)7),
+                  RINGD_EINVAL);
+        ASSERT_OK(ringd_step_end(cl[k]));
+    }
+    /* The next step runs as usual. */
+    begin_all(cl, WN);
+    for (int k = 0; k < WN; k++)
+        for (int i = 0; i < WL; i++)
+            b[k][i] = wire_input(k, i);
+    for (int k = 0; k < WN; k++)
+        ASSERT_OK(ringd_allreduce_wire_async(cl[k], b[k], WL, RINGD_F32,
+                                             RINGD_SUM, RINGD_WIRE_F16,
+                                             &h[k][0]));
+    for (int k = 0; k < WN; k++) {
+        ASSERT_EQ(ringd_wait(cl[k], h[k][0]), 0);
+        ASSERT_OK(ringd_step_end(cl[k]));
+    }
+    ASSERT_GT(check_tensor(b, 0, f16_tol, f32, "f16, next step"), 0);
+    for (int k = 0; k < WN; k++) {
+        ringd_close(cl[k]);
+        ASSERT(!td_file_has(c.d[k].log, "rejected message"));
+        ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
+    }
+    return fx_done();
+}
