@@ -10,7 +10,10 @@
  */
 #include "client/client-int.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static cl_pend_t *cl_find(ringd_client_t *c, ringd_handle_t h)
 {
@@ -20,10 +23,34 @@ static cl_pend_t *cl_find(ringd_client_t *c, ringd_handle_t h)
     return NULL;
 }
 
+/*
+ * A trainer that unmapped (munmap) a buffer of ours while a collective on
+ * it was outstanding cannot see the result: the daemon wrote it into its
+ * own mapping of the memfd, which stays intact. Say so instead of
+ * reporting success (msync on a range with a hole fails with ENOMEM; with
+ * MS_ASYNC it costs one walk of the mappings).
+ */
+static int cl_check_mapped(ringd_client_t *c, const proto_coll_req_t *r)
+{
+    if (r->buf_id >= c->nbufs || c->bufs[r->buf_id].addr == NULL)
+        return 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)c->bufs[r->buf_id].addr + r->offset;
+    uintptr_t start = a & ~(page - 1);
+    size_t len = a + r->count * proto_dtype_size(r->dtype) - start;
+    if (msync((void *)start, len, MS_ASYNC) == 0 || errno != ENOMEM)
+        return 0;
+    return cl__fail(c, RINGD_EINVAL, "buffer %u was unmapped while a "
+                    "collective on it was outstanding: its result is lost "
+                    "(ringd_buffer_free() it)", r->buf_id);
+}
+
 /* Its outcome; the handle is free again. */
 static int cl_release_handle(ringd_client_t *c, cl_pend_t *p)
 {
     int st = p->status;
+    if (st == 0)
+        st = cl_check_mapped(c, &p->req);
     *p = (cl_pend_t){0};
     c->npend--;
     return st;
@@ -165,8 +192,9 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h)
             p->status = rc;
         }
     }
+    int outcome = p->status;
     int st = cl_release_handle(c, p);
-    if (st != 0 && st != RINGD_EDISCONNECTED)
+    if (outcome != 0 && outcome != RINGD_EDISCONNECTED)
         cl__fail(c, st, "collective: %s", ringd_strerror(st));
     return st;
 }

@@ -286,7 +286,13 @@ int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
  * Returns its outcome: 0, or the errors of ringd_allreduce() (among them
  * RINGD_ERESHAPE, RINGD_EMISMATCH, RINGD_EDISCONNECTED, RINGD_ETIMEDOUT
  * with opts.timeout_ms). RINGD_EINVAL: h is not an outstanding handle of c
- * (never issued, already waited for, or voided by ringd_step_begin()).
+ * (never issued, already waited for, or voided by ringd_step_begin()), or
+ * the trainer unmapped (munmap) the collective's memory while it was
+ * outstanding: the collective ran (the daemon maps the buffer itself, so
+ * it and the job carry on) but its result cannot reach this process; the
+ * buffer is still to be freed with ringd_buffer_free(). Freeing a buffer
+ * with ringd_buffer_free() while a collective on it is outstanding is
+ * refused (RINGD_ESTATE, the buffer stays valid).
  */
 int ringd_wait(ringd_client_t *c, ringd_handle_t h);
 

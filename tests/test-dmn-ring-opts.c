@@ -1,9 +1,11 @@
 /*
- * The job's ring options and per-call wire compression, through real
- * ringd daemons on one real etcd and the UCX ring on loopback: a node
- * configured with other ring options joins a running job and follows the
- * job's (the first view's), and trainers choose bf16 or f16 on the wire
- * for one allreduce next to f32 ones of the same step.
+ * The job's ring options, per-call wire compression and buffers taken
+ * from under a collective, through real ringd daemons on one real etcd
+ * and the UCX ring on loopback: a node configured with other ring options
+ * joins a running job and follows the job's (the first view's); trainers
+ * choose bf16 or f16 on the wire for one allreduce next to f32 ones of
+ * the same step; a trainer that frees or unmaps a buffer under an
+ * outstanding collective gets an error and the job goes on.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -361,6 +364,110 @@ TEST_IMPL(dmn_ring_wire_per_call)
     for (int k = 0; k < WN; k++) {
         ringd_close(cl[k]);
         ASSERT(!td_file_has(c.d[k].log, "rejected message"));
+        ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
+    }
+    return fx_done();
+}
+
+/* ---- a buffer freed or unmapped under a collective ----------------- */
+
+enum { FL = 4 << 20 }; /* 16 MiB of f32 */
+
+static void fill(float *b, int k)
+{
+    for (int i = 0; i < FL; i++)
+        b[i] = (float)((k + 1) * (i % 1000));
+}
+
+static void expect_sum(const float *b, const char *what)
+{
+    for (int i = 0; i < FL; i++)
+        ASSERT_MSG(b[i] == (float)(3 * (i % 1000)), "%s [%d] = %g, want %d",
+                   what, i, (double)b[i], 3 * (i % 1000));
+}
+
+/*
+ * Two nodes, one trainer each (the ring runs in the trainers' buffers).
+ * Trainer 0 issues an allreduce and, before trainer 1 has issued it (so
+ * it is surely outstanding), frees its buffer: RINGD_ESTATE, the buffer
+ * stays valid and the allreduce completes on both. Next step it issues
+ * again and munmaps the buffer itself: its wait gets RINGD_EINVAL naming
+ * the unmapping, while trainer 1 gets the full sum (the daemon reads and
+ * writes its own mapping of the buffer). The daemons do not crash: the
+ * step after runs on a new buffer, /healthz answers, and both daemons
+ * exit cleanly.
+ */
+TEST_IMPL(dmn_ring_free_outstanding)
+{
+    cluster_env();
+    static cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    ringd_client_t *cl[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&cl[k], c.d[k].sock, NULL));
+        b[k] = ringd_buffer(cl[k], FL * sizeof(float));
+        ASSERT(b[k] != NULL);
+    }
+    ringd_handle_t h[2];
+
+    /* Freed while outstanding: refused. */
+    begin_all(cl, 2);
+    for (int k = 0; k < 2; k++)
+        fill(b[k], k);
+    ASSERT_OK(ringd_allreduce_async(cl[0], b[0], FL, RINGD_F32, RINGD_SUM,
+                                    &h[0]));
+    ASSERT_EQ(ringd_buffer_free(cl[0], b[0]), RINGD_ESTATE);
+    ASSERT(strstr(ringd_last_error(cl[0]), "outstanding") != NULL);
+    ASSERT_OK(ringd_allreduce_async(cl[1], b[1], FL, RINGD_F32, RINGD_SUM,
+                                    &h[1]));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(ringd_wait(cl[k], h[k]), 0);
+        expect_sum(b[k], k ? "trainer 1, step 0" : "trainer 0, step 0");
+        ASSERT_OK(ringd_step_end(cl[k]));
+    }
+
+    /* Unmapped while outstanding: an error for trainer 0 only. */
+    begin_all(cl, 2);
+    for (int k = 0; k < 2; k++)
+        fill(b[k], k);
+    ASSERT_OK(ringd_allreduce_async(cl[0], b[0], FL, RINGD_F32, RINGD_SUM,
+                                    &h[0]));
+    ASSERT_OK(munmap(b[0], FL * sizeof(float)));
+    ASSERT_OK(ringd_allreduce_async(cl[1], b[1], FL, RINGD_F32, RINGD_SUM,
+                                    &h[1]));
+    ASSERT_EQ(ringd_wait(cl[1], h[1]), 0);
+    expect_sum(b[1], "trainer 1, step 1");
+    ASSERT_EQ(ringd_wait(cl[0], h[0]), RINGD_EINVAL);
+    ASSERT_MSG(strstr(ringd_last_error(cl[0]), "was unmapped") != NULL,
+               "error: %s", ringd_last_error(cl[0]));
+    for (int k = 0; k < 2; k++)
+        ASSERT_OK(ringd_step_end(cl[k]));
+    ASSERT_OK(ringd_buffer_free(cl[0], b[0]));
+
+    /* The job goes on. */
+    b[0] = ringd_buffer(cl[0], FL * sizeof(float));
+    ASSERT(b[0] != NULL);
+    begin_all(cl, 2);
+    for (int k = 0; k < 2; k++) {
+        fill(b[k], k);
+        ASSERT_OK(ringd_allreduce_async(cl[k], b[k], FL, RINGD_F32,
+                                        RINGD_SUM, &h[k]));
+    }
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(ringd_wait(cl[k], h[k]), 0);
+        expect_sum(b[k], k ? "trainer 1, step 2" : "trainer 0, step 2");
+        ASSERT_OK(ringd_step_end(cl[k]));
+        ringd_close(cl[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        char *hz = td_http_get(c.d[k].metrics_port, "/healthz");
+        ASSERT_MSG(hz != NULL, "n%d does not answer /healthz", k);
+        free(hz);
+        ASSERT(td_file_has(c.d[k].log, "ring backend: view 1"));
+        ASSERT(!td_file_has(c.d[k].log, "ring backend: view 2"));
         ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
     }
     return fx_done();
