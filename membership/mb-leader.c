@@ -207,9 +207,12 @@ static void on_settle(uv_timer_t *t)
     if (changed <= 0)
         return;
     /* The job's options are fixed by its first view: a leader configured
-     * otherwise carries the previous view's, never its own. */
-    if (mb__view_set_opts(&next, mb->view.opts != NULL ? mb->view.opts
-                                                      : mb->view_opts)) {
+     * otherwise carries the previous view's, never its own, as long as a
+     * member of the previous view runs on (the view names a source). A
+     * view of none of them starts the job anew, on its leader's. */
+    const char *opts = next.source_index >= 0 && mb->view.opts != NULL
+                           ? mb->view.opts : mb->view_opts;
+    if (mb__view_set_opts(&next, opts) != 0) {
         mb__view_free(&next);
         return;
     }

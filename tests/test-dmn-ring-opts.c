@@ -44,17 +44,44 @@ static char *etcd_view(cluster_t *c, const char *out)
 typedef struct {
     cluster_t *c;
     const char *out;
+    const char *node; /* the one member, as the view names it: "n2" */
 } view_wait_t;
 
-/* For td_poll: the view in etcd has one member (n2, alone). */
+/* For td_poll: of the nodes n0..n3, the view in etcd names w->node
+ * alone. */
 static int view_of_one(void *arg)
 {
     view_wait_t *w = arg;
     char *v = etcd_view(w->c, w->out);
-    int one = v != NULL && strstr(v, "[\"n2\",") != NULL &&
-              strstr(v, "[\"n0\",") == NULL && strstr(v, "[\"n1\",") == NULL;
+    char me[16];
+    snprintf(me, sizeof(me), "\"%s\"", w->node);
+    int one = v != NULL;
+    for (int i = 0; one && i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "\"n%d\"", i);
+        one = (strstr(v, name) != NULL) == (strcmp(name, me) == 0);
+    }
     free(v);
     return one;
+}
+
+/* For td_poll: etcd holds no record of node n2. */
+static int n2_gone(void *arg)
+{
+    cluster_t *c = arg;
+    char *const argv[] = {"/usr/bin/etcdctl", "--endpoints", c->etcd.url,
+                          "get", "--print-value-only",
+                          "/ringd/ringtest/nodes/n2", NULL};
+    const char *out = fx_path(&c->etcd, "n2.rec");
+    int st = -1;
+    unlink(out);
+    pid_t p = th_spawn(argv, out);
+    ASSERT_GT(p, 0);
+    ASSERT_OK(th_wait(p, 15000, &st));
+    size_t len = 0;
+    char *rec = td_read(out, &len);
+    free(rec);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && len == 0;
 }
 
 /*
@@ -67,12 +94,14 @@ static int view_of_one(void *arg)
  * finishes, the three replicas end bitwise identical, no message is
  * rejected and nobody is evicted (views 1 and 2 only). Then n0 and n1 go:
  * n2 leads and writes the next view with the job's options, not its own.
+ * Then n2 goes too, and n3 starts the job anew alone, configured with
+ * 1 KiB chunks: its view carries its own options.
  */
 TEST_IMPL(dmn_ring_opts_join)
 {
     enum { STEPS = 2000 };
     cluster_env();
-    static cluster_t c = {.n = 3};
+    static cluster_t c = {.n = 4};
     fx_etcd_start(&c.etcd, 0);
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
@@ -129,7 +158,7 @@ TEST_IMPL(dmn_ring_opts_join)
         th_kill(c.d[i].pid);
         c.d[i].pid = 0;
     }
-    view_wait_t w = {&c, fx_path(&c.etcd, "view3.json")};
+    view_wait_t w = {&c, fx_path(&c.etcd, "view3.json"), "n2"};
     ASSERT_MSG(td_poll(view_of_one, &w, 30000) == 0,
                "n2 never wrote a view of its own");
     v = etcd_view(&c, fx_path(&c.etcd, "view3.json"));
@@ -139,7 +168,22 @@ TEST_IMPL(dmn_ring_opts_join)
                "view 3: %s", v ? v : "(none)");
     free(v);
     ASSERT(td_file_has(c.d[2].log, "mb n2: leader writes view"));
+
+    /* Nobody of the job is left: n3 starts it on its own options. */
     ASSERT_EQ(td_stop(&c.d[2], 30000), 0);
+    ASSERT_MSG(td_poll(n2_gone, &c, 30000) == 0, "n2's record stays");
+    const char *small[] = {"--ring-chunk-kib", "1", NULL};
+    rc_flags = small;
+    node_init(&c, 3, "1", "1");
+    rc_flags = NULL;
+    w = (view_wait_t){&c, fx_path(&c.etcd, "view4.json"), "n3"};
+    ASSERT_MSG(td_poll(view_of_one, &w, 30000) == 0,
+               "n3 never wrote a view of its own");
+    v = etcd_view(&c, fx_path(&c.etcd, "view4.json"));
+    ASSERT_MSG(v != NULL && strstr(v, "\"opts\":{\"chunk\":1024,") != NULL,
+               "n3's view: %s", v ? v : "(none)");
+    free(v);
+    ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
     return fx_done();
 }
 
@@ -462,13 +506,16 @@ TEST_IMPL(dmn_ring_free_outstanding)
         ASSERT_OK(ringd_step_end(cl[k]));
         ringd_close(cl[k]);
     }
+    /* Both still in the first view: nobody was evicted. (A node that
+     * stops leaves the view, so stop them only after looking.) */
     for (int k = 0; k < 2; k++) {
         char *hz = td_http_get(c.d[k].metrics_port, "/healthz");
         ASSERT_MSG(hz != NULL, "n%d does not answer /healthz", k);
         free(hz);
         ASSERT(td_file_has(c.d[k].log, "ring backend: view 1"));
         ASSERT(!td_file_has(c.d[k].log, "ring backend: view 2"));
-        ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
     }
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
     return fx_done();
 }
