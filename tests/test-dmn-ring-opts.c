@@ -86,7 +86,8 @@ static int n2_gone(void *arg)
 
 /*
  * n0 and n1 train with the default ring options (1 MiB chunks, one ring,
- * no compression; n0's RINGD_RING_WIRE=bf16 is ignored, with a warning); n2 joins at step 100 configured with 1 KiB chunks, two
+ * no compression; n0's RINGD_RING_WIRE=bf16 is ignored, with a
+ * warning); n2 joins at step 100 configured with 1 KiB chunks, two
  * rings, bf16 on the wire and the grid from 2 nodes: with its own options
  * its messages would have other sizes and channels than its neighbours
  * expect (they drop them, and the step waits for ever). It logs one
