@@ -452,6 +452,69 @@ TEST_IMPL(dmn_auth_forged_view)
     return fx_done();
 }
 
+static int generation_above(void *p)
+{
+    void **a = p;
+    return stored_generation(a[0]) > *(long long *)a[1];
+}
+
+/*
+ * A foreign writer keeps a signed view (n0 and n1) and puts it back after
+ * n2 has joined: the signature verifies, but its generation is older than
+ * the one every member holds. Members refuse it as a replay, the leader
+ * writes the current view back at once, and the three finish the job
+ * together, bitwise identical.
+ */
+TEST_IMPL(dmn_auth_replayed_view)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    static char old[65536];
+    char key[MB_KEY_MAX];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    size_t n = stored_view(&j, old, sizeof(old));
+    ASSERT(mb_value_signed(secret_a, strlen(secret_a), "view", key, old, n));
+    long long g1 = stored_generation(&j);
+    auth_node(&j, 2, "a", "2");
+    void *a[2] = {&j, &g1};
+    ASSERT_OK(td_poll(generation_above, a, 30000));
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(td_wait_file(j.d[i].log, "3 members", 30000));
+    long long g2 = stored_generation(&j);
+    static char cmd[70000];
+    snprintf(cmd, sizeof(cmd), "put %s '%s'", key, old);
+    ASSERT_MSG(fx_etcdctl(&j.etcd, cmd) == 0, "the replay failed");
+    for (int i = 0; i < 3; i++) {
+        int rc = td_wait_file(j.d[i].log, "(a replay)", 30000);
+        if (rc != 0)
+            td_dump(j.d[i].log);
+        ASSERT_MSG(rc == 0, "n%d did not refuse the replayed view", i);
+    }
+    a[1] = &g2;
+    g2--;
+    int rc = td_poll(generation_above, a, 10000);
+    if (rc != 0)
+        td_dump(j.d[0].log);
+    ASSERT_MSG(rc == 0, "the replayed view (generation %lld) stayed in "
+               "etcd for 10 s", g1);
+    ASSERT(view_signed(&j));
+    static td_hashes_t h[3];
+    for (int i = 0; i < 3; i++) {
+        expect_exit0(&j, i);
+        td_read_hashes(td_path(&j.d[i], "h"), &h[i]);
+        ASSERT_EQ(h[i].world[AUTH_STEPS - 1], 3);
+        ASSERT_EQ(h[i].hash[AUTH_STEPS - 1], h[0].hash[AUTH_STEPS - 1]);
+        ASSERT_MSG(!td_file_has(j.d[i].log, "fenced"), "n%d was fenced", i);
+    }
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
 /*
  * n0 and n1 share the job secret; n2 comes with another one. Its node
  * record carries a signature the leader cannot verify: the leader ignores
