@@ -89,7 +89,8 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
                       .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
                       .addr_lens = lens, .hosts = hosts};
-    /* Keyed tags only with the handshake that passes before any data. */
+    /* Keyed tags exactly where the handshake runs (job__ring_auth): the
+     * ring's stale rule for them counts on it. */
     int rc = 0;
     if (b->auth != NULL && v->n_members > 1) {
         rv.tag_keyed = 1;
