@@ -721,7 +721,7 @@ static long stale_dropped(const char *log)
 /*
  * While two members with the job secret run allreduces, a foreign process
  * reads n1's UCX worker address from etcd, connects to it and keeps
- * sending well-sized messages tagged as today's layout would tag the
+ * sending well-sized messages with the tags the plain layout gives the
  * current generation's collectives. None reaches a buffer: every result
  * of both trainers is exactly the expected sum, and n1's ring drops the
  * injected messages as stale.
