@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -700,8 +701,19 @@ static void on_written(void *arg, int status, const ckpt_shard_info_t *info,
     if (status == 0) {
         c->last_flags = info->flags;
         c->last_xxh = info->raw_xxh64;
-        ASSERT_OK(ckpt_store_put(c->root, info->step, info->shard, 1, file,
-                                 len));
+        /* The writer streamed the primary to disk: copy it as is. */
+        char dir[PATH_MAX], path[PATH_MAX + 32];
+        ASSERT_OK(ckpt_store_step_dir(c->root, info->step, dir,
+                                      sizeof(dir)));
+        snprintf(path, sizeof(path), "%s/shard-%05u.rckp", dir, info->shard);
+        void *img;
+        size_t got;
+        ASSERT(file == NULL);
+        ASSERT_OK(ckpt_read_file(path, SIZE_MAX, &img, &got));
+        ASSERT_EQ(got, len);
+        ASSERT_OK(ckpt_store_put(c->root, info->step, info->shard, 1, img,
+                                 got));
+        free(img);
     }
 }
 
