@@ -6,6 +6,7 @@
  *   e2e --quick      1 and 16 MiB, one round (a smoke test)
  *   e2e --rounds R   rounds per configuration
  *   e2e --async-only only the asynchronous row (a smoke test of it)
+ *   e2e --mem-only   only the memory and checkpoint figures
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -559,9 +560,11 @@ static void parse(bench_t *b, int argc, char **argv)
             b->rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--async-only") == 0)
             b->async_only = 1;
+        else if (strcmp(argv[i], "--mem-only") == 0)
+            b->mem_only = 1;
         else
             e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
-                              "[--async-only] [--rounds R]");
+                              "[--async-only] [--mem-only] [--rounds R]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
@@ -668,6 +671,15 @@ static int coordinator(bench_t *b)
         printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
                "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
                as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
+        fx_done();
+        return 0;
+    }
+    if (b->mem_only) {
+        mem_t mem;
+        run_mem(b, &mem);
+        printf("e2e: mem_per_state=%.2f mem_per_state_ckpt=%.2f "
+               "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%.1f\n",
+               mem.mem_off, mem.mem_on, mem.ar_ratio, mem.stall_ms_per_gib);
         fx_done();
         return 0;
     }
