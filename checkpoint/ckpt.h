@@ -124,6 +124,26 @@ int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
                        ckpt_shard_info_t *info, const void *raw,
                        const void *base, ckpt_afile_t *f, size_t *len_p);
 
+/*
+ * A full (not delta) CKPT_F_PIECES shard file read back piece by piece,
+ * so a delta's base need not be held in memory: open checks the header
+ * (*info_p), next decodes the next m raw bytes (m: the next piece's
+ * length, min(piece_size, what is left)) into dst, close returns 0 only
+ * if every byte was read, the zstd frame ended with its checksum and the
+ * decoded bytes match the header's xxh64 (else ST_ECORRUPT: a delta
+ * encoded against them is void). close accepts NULL.
+ */
+typedef struct ckpt_piece_reader ckpt_piece_reader_t;
+int ckpt_piece_reader_open(const char *path, ckpt_shard_info_t *info_p,
+                           ckpt_piece_reader_t **r_p);
+int ckpt_piece_reader_next(ckpt_piece_reader_t *r, void *dst, size_t m);
+int ckpt_piece_reader_close(ckpt_piece_reader_t *r);
+/* ckpt_encoder_write with the base read piece by piece from r. */
+int ckpt_encoder_write_rd(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                          ckpt_shard_info_t *info, const void *raw,
+                          ckpt_piece_reader_t *base, ckpt_afile_t *f,
+                          size_t *len_p);
+
 /* Validate the header of a file image (not the payload). */
 int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
 /* The same for a file on disk, reading only its header. */
@@ -240,6 +260,9 @@ int ckpt_store_step_dir(const char *root, uint64_t step, char *buf,
 /* Write a shard or replica file image for (step, shard). */
 int ckpt_store_put(const char *root, uint64_t step, uint32_t shard,
                    int replica, const void *file, size_t len);
+/* The path of that file (0, or -ENAMETOOLONG). */
+int ckpt_store_shard_path(const char *root, uint64_t step, uint32_t shard,
+                          int replica, char *buf, size_t len);
 /* Open the same file for a streaming write (ckpt_encoder_write). */
 int ckpt_store_open(const char *root, uint64_t step, uint32_t shard,
                     int replica, ckpt_afile_t **f_p);

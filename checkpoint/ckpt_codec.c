@@ -18,9 +18,11 @@
  * with zstd behind it, so it is an option, not the default.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "checkpoint/ckpt.h"
@@ -356,6 +358,8 @@ struct ckpt_encoder {
     ZSTD_CCtx *cc;
     unsigned char *work, *tmp, *out; /* delta, shuffle, file image */
     size_t work_cap, tmp_cap, out_cap;
+    unsigned char *bpiece; /* a piece of a base read from its file */
+    size_t bpiece_cap;
 };
 
 int ckpt_encoder_create(ckpt_encoder_t **enc_p)
@@ -380,6 +384,7 @@ void ckpt_encoder_destroy(ckpt_encoder_t *enc)
     free(enc->work);
     free(enc->tmp);
     free(enc->out);
+    free(enc->bpiece);
     free(enc);
 }
 
@@ -599,12 +604,31 @@ static int stream_setup(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
     return 0;
 }
 
-int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
-                       ckpt_shard_info_t *info, const void *raw,
-                       const void *base, ckpt_afile_t *f, size_t *len_p)
+/* The base's piece at `at`: in memory, or the next one of its file. */
+static int base_piece(ckpt_encoder_t *enc, const unsigned char *base,
+                      ckpt_piece_reader_t *rd, size_t at, size_t m,
+                      const unsigned char **p)
+{
+    *p = NULL;
+    if (base != NULL) {
+        *p = base + at;
+        return 0;
+    }
+    if (rd == NULL)
+        return 0;
+    if (grow(&enc->bpiece, &enc->bpiece_cap, CKPT_PIECE_BYTES) != 0)
+        return ST_ENOMEM;
+    *p = enc->bpiece;
+    return ckpt_piece_reader_next(rd, enc->bpiece, m);
+}
+
+static int encode_stream(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                         ckpt_shard_info_t *info, const void *raw,
+                         const void *base, ckpt_piece_reader_t *rd,
+                         ckpt_afile_t *f, size_t *len_p)
 {
     size_t n = info->raw_size;
-    if ((info->flags & CKPT_F_DELTA) && base == NULL)
+    if ((info->flags & CKPT_F_DELTA) && base == NULL && rd == NULL)
         return ST_EINVAL;
     set_flags(codec, info);
     info->flags |= CKPT_F_PIECES;
@@ -621,11 +645,13 @@ int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
     const unsigned char *r = raw, *b = base;
     do {
         size_t m = n - at < CKPT_PIECE_BYTES ? n - at : CKPT_PIECE_BYTES;
+        const unsigned char *bp = NULL;
+        if (rc == 0 && (info->flags & CKPT_F_DELTA))
+            rc = base_piece(enc, b, rd, at, m, &bp);
         if (rc != 0)
             break;
         XXH64_update(xs, r + at, m);
-        const void *src = transform_piece(enc, info, r + at,
-                                          b ? b + at : NULL, m);
+        const void *src = transform_piece(enc, info, r + at, bp, m);
         rc = stream_piece(enc, f, src, m, at + m == n, &z);
         at += m;
     } while (at < n);
@@ -638,6 +664,128 @@ int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
     rc = ckpt_afile_pwrite(f, hdr, HDR_SIZE, 0);
     if (rc == 0)
         *len_p = HDR_SIZE + z;
+    return rc;
+}
+
+int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                       ckpt_shard_info_t *info, const void *raw,
+                       const void *base, ckpt_afile_t *f, size_t *len_p)
+{
+    return encode_stream(enc, codec, info, raw, base, NULL, f, len_p);
+}
+
+int ckpt_encoder_write_rd(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                          ckpt_shard_info_t *info, const void *raw,
+                          ckpt_piece_reader_t *base, ckpt_afile_t *f,
+                          size_t *len_p)
+{
+    return encode_stream(enc, codec, info, raw, NULL, base, f, len_p);
+}
+
+/* ---- a full shard file read back piece by piece ------------------------ */
+
+struct ckpt_piece_reader {
+    int fd;
+    ckpt_shard_info_t info;
+    ZSTD_DCtx *dc;
+    XXH64_state_t *xs;
+    unsigned char *in, *work; /* compressed input, one shuffled piece */
+    size_t in_cap;
+    ZSTD_inBuffer zin;
+    uint64_t done;            /* raw bytes handed out */
+    size_t last;              /* ZSTD_decompressStream's last hint */
+};
+
+int ckpt_piece_reader_close(ckpt_piece_reader_t *r)
+{
+    if (r == NULL)
+        return 0;
+    int ok = r->done == r->info.raw_size && r->last == 0 &&
+             XXH64_digest(r->xs) == r->info.raw_xxh64;
+    close(r->fd);
+    ZSTD_freeDCtx(r->dc);
+    XXH64_freeState(r->xs);
+    free(r->in);
+    free(r->work);
+    free(r);
+    return ok ? 0 : bad("delta base fails its checks read back");
+}
+
+int ckpt_piece_reader_open(const char *path, ckpt_shard_info_t *info_p,
+                           ckpt_piece_reader_t **r_p)
+{
+    ckpt_piece_reader_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->fd = -1;
+    r->last = 1;
+    int rc = ckpt_shard_peek_file(path, &r->info);
+    if (rc == 0 && (!(r->info.flags & CKPT_F_PIECES) ||
+                    (r->info.flags & CKPT_F_DELTA)))
+        rc = ST_EINVAL; /* only a full file of pieces streams back */
+    if (rc == 0 && (r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        rc = -errno;
+    r->in_cap = ZSTD_DStreamInSize();
+    if (rc == 0 &&
+        ((r->dc = ZSTD_createDCtx()) == NULL ||
+         (r->xs = XXH64_createState()) == NULL ||
+         (r->in = malloc(r->in_cap)) == NULL ||
+         (r->work = malloc(r->info.piece_size)) == NULL))
+        rc = ST_ENOMEM;
+    if (rc == 0 && lseek(r->fd, HDR_SIZE, SEEK_SET) != HDR_SIZE)
+        rc = -errno;
+    if (rc != 0) {
+        r->info.raw_size = 1; /* close must not call it good */
+        ckpt_piece_reader_close(r);
+        return rc;
+    }
+    XXH64_reset(r->xs, 0);
+    r->zin = (ZSTD_inBuffer){r->in, 0, 0};
+    *info_p = r->info;
+    *r_p = r;
+    return 0;
+}
+
+/* Decompress until out is full or the frame ends (out may be empty). */
+static int piece_fill(ckpt_piece_reader_t *r, ZSTD_outBuffer *out)
+{
+    while (out->pos < out->size || (out->size == 0 && r->last != 0)) {
+        if (r->zin.pos == r->zin.size) {
+            ssize_t got = read(r->fd, r->in, r->in_cap);
+            if (got <= 0)
+                return bad("delta base file ends early");
+            r->zin = (ZSTD_inBuffer){r->in, (size_t)got, 0};
+        }
+        size_t before = out->pos;
+        r->last = ZSTD_decompressStream(r->dc, out, &r->zin);
+        if (ZSTD_isError(r->last))
+            return bad("delta base: zstd frame does not decode");
+        if (r->last == 0 && out->pos == before && out->pos < out->size)
+            return bad("delta base: zstd frame ends early");
+        if (out->size == 0 && r->last == 0)
+            break;
+    }
+    return 0;
+}
+
+int ckpt_piece_reader_next(ckpt_piece_reader_t *r, void *dst, size_t m)
+{
+    uint64_t left = r->info.raw_size - r->done;
+    size_t want = left < r->info.piece_size ? (size_t)left
+                                             : r->info.piece_size;
+    if (m != want)
+        return ST_EINVAL;
+    ZSTD_outBuffer out = {r->work, m, 0};
+    int rc = piece_fill(r, &out);
+    if (rc != 0)
+        return rc;
+    unshuffle_piece(dst, r->work, m, &r->info);
+    XXH64_update(r->xs, dst, m);
+    r->done += m;
+    if (r->done == r->info.raw_size && r->last != 0) {
+        ZSTD_outBuffer end = {r->work, 0, 0}; /* the frame's checksum */
+        rc = piece_fill(r, &end);
+    }
     return rc;
 }
 

@@ -8,6 +8,7 @@
  * written successfully) is only touched by the worker.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +40,10 @@ struct ckpt_writer {
     ckpt_writer_copied_fn copied;
     void *copied_arg;
 
-    /* Worker-only: the encoder's pieces and the base for deltas (a
-     * stage-sized buffer: after a write, base and stage swap). */
+    /* Worker-only: the encoder's pieces and the last full shard written,
+     * the base of the deltas that follow it: read back from its file
+     * piece by piece, never held in memory. */
     ckpt_encoder_t *enc;
-    void *base;
-    size_t base_cap;
     ckpt_shard_info_t base_info; /* valid when base_valid */
     int base_valid;
     uint32_t deltas_since_full;
@@ -96,22 +96,16 @@ static int buf_reserve(void **p, size_t *cap, size_t bytes)
     return 0;
 }
 
-/* Grow the stage (and the delta base, the same size so that they can
- * swap) to bytes; caller holds mu, slot IDLE. */
+/* Grow the stage to bytes; caller holds mu, slot IDLE. */
 static int stage_reserve(ckpt_writer_t *w, size_t bytes)
 {
-    int rc = buf_reserve(&w->stage, &w->stage_cap, bytes);
-    if (rc != 0 || w->opts.full_every == 0)
-        return rc;
-    if (w->base_cap < bytes)
-        w->base_valid = 0; /* a larger shard: the next one is full */
-    return buf_reserve(&w->base, &w->base_cap, bytes);
+    return buf_reserve(&w->stage, &w->stage_cap, bytes);
 }
 
 /* Same shard of the same layout: the delta lines up byte for byte. */
 static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
 {
-    return w->opts.full_every > 0 && w->base_valid &&
+    return w->opts.full_every > 0 && w->base_valid && in->raw_size > 0 &&
            w->deltas_since_full < w->opts.full_every &&
            w->base_info.shard == in->shard &&
            w->base_info.nshards == in->nshards &&
@@ -122,22 +116,20 @@ static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
 }
 
 /*
- * Keep the shard just written as the next delta base: the stage becomes
- * the base and the old base the next stage (both are stage-sized and
- * faulted in), so keeping it copies nothing. The caller holds mu: submit
- * reads w->stage.
+ * A full shard just written is the base of the deltas that follow (each
+ * against it, not against the one before, so a delta's base is one full
+ * file that streams back without a chain).
  */
 static void keep_base(ckpt_writer_t *w, const ckpt_shard_info_t *in,
                       int was_delta)
 {
-    if (w->opts.full_every == 0 || w->base_cap != w->stage_cap)
+    if (was_delta) {
+        w->deltas_since_full++;
         return;
-    void *p = w->base;
-    w->base = w->stage;
-    w->stage = p;
+    }
     w->base_info = *in;
     w->base_valid = 1;
-    w->deltas_since_full = was_delta ? w->deltas_since_full + 1 : 0;
+    w->deltas_since_full = 0;
 }
 
 /* The snapshot of a live submit, on this thread, then the caller told. */
@@ -154,19 +146,57 @@ static void copy_live(ckpt_writer_t *w, const ckpt_shard_info_t *in)
         w->copied(w->copied_arg, in);
 }
 
-/* Encode the stage piece by piece straight into the shard's file. */
-static int encode_to_file(ckpt_writer_t *w, ckpt_shard_info_t *in,
-                          int delta, size_t *len_p)
+/* The base's file, if it is still the one this writer wrote. */
+static int open_base(ckpt_writer_t *w, ckpt_piece_reader_t **rd_p)
 {
-    ckpt_afile_t *f;
+    char path[PATH_MAX];
+    ckpt_shard_info_t bi;
+    const ckpt_shard_info_t *want = &w->base_info;
+    int rc = ckpt_store_shard_path(w->root, want->step, want->shard,
+                                   w->opts.replica, path, sizeof(path));
+    if (rc == 0)
+        rc = ckpt_piece_reader_open(path, &bi, rd_p);
+    if (rc == 0 && (bi.raw_xxh64 != want->raw_xxh64 ||
+                    bi.raw_size != want->raw_size ||
+                    bi.generation != want->generation)) {
+        ckpt_piece_reader_close(*rd_p);
+        rc = ST_ECORRUPT;
+    }
+    return rc;
+}
+
+/*
+ * Encode the stage piece by piece straight into the shard's file; a delta
+ * whose base cannot be read back whole and intact (retention removed an
+ * incomplete step, a bad disk) is written full instead.
+ */
+static int encode_to_file(ckpt_writer_t *w, ckpt_shard_info_t *in,
+                          int *delta, size_t *len_p)
+{
+    ckpt_piece_reader_t *rd = NULL;
+    if (*delta && open_base(w, &rd) != 0) {
+        RD_WARN("checkpoint: step %llu shard %u: the base of step %llu is "
+                "gone or bad; writing a full shard",
+                (unsigned long long)in->step, in->shard,
+                (unsigned long long)w->base_info.step);
+        *delta = 0;
+    }
+    in->flags = *delta ? CKPT_F_DELTA : 0;
+    in->base_step = *delta ? w->base_info.step : 0;
+    ckpt_afile_t *f = NULL;
     int rc = ckpt_store_open(w->root, in->step, in->shard, w->opts.replica,
                              &f);
-    if (rc != 0)
-        return rc;
-    rc = ckpt_encoder_write(w->enc, &w->opts.codec, in, w->stage,
-                            delta ? w->base : NULL, f, len_p);
+    if (rc == 0)
+        rc = *delta ? ckpt_encoder_write_rd(w->enc, &w->opts.codec, in,
+                                            w->stage, rd, f, len_p)
+                    : ckpt_encoder_write(w->enc, &w->opts.codec, in,
+                                         w->stage, NULL, f, len_p);
+    int brc = ckpt_piece_reader_close(rd);
+    if (rc == 0 && brc != 0)
+        rc = brc;
     if (rc != 0) {
-        ckpt_afile_abort(f);
+        if (f != NULL)
+            ckpt_afile_abort(f);
         return rc;
     }
     return ckpt_afile_commit(f);
@@ -178,10 +208,12 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     if (w->live != NULL)
         copy_live(w, in);
     int delta = can_delta(w, in);
-    in->flags = delta ? CKPT_F_DELTA : 0;
-    in->base_step = delta ? w->base_info.step : 0;
     size_t len = 0;
-    int rc = encode_to_file(w, in, delta, &len);
+    int rc = encode_to_file(w, in, &delta, &len);
+    if (rc == ST_ECORRUPT && delta) { /* the base failed as it was read */
+        delta = 0;
+        rc = encode_to_file(w, in, &delta, &len);
+    }
     if (rc != 0)
         RD_ERROR("checkpoint: step %llu shard %u not written: %s",
                  (unsigned long long)in->step, in->shard, st_strerror(rc));
@@ -286,7 +318,6 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     pthread_mutex_destroy(&w->mu);
     ckpt_stage_free(w->stage, w->stage_cap);
     ckpt_encoder_destroy(w->enc);
-    ckpt_stage_free(w->base, w->base_cap);
     free(w->root);
     free(w);
 }

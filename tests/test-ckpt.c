@@ -683,7 +683,7 @@ typedef struct {
     const char *root;
     int calls, last_status;
     uint32_t last_flags;
-    uint64_t last_xxh;
+    uint64_t last_xxh, last_base;
     int block_fd; /* when >= 0, the callback waits for a byte on it */
 } wctx_t;
 
@@ -701,6 +701,7 @@ static void on_written(void *arg, int status, const ckpt_shard_info_t *info,
     if (status == 0) {
         c->last_flags = info->flags;
         c->last_xxh = info->raw_xxh64;
+        c->last_base = info->base_step;
         /* The writer streamed the primary to disk: copy it as is. */
         char dir[PATH_MAX], path[PATH_MAX + 32];
         ASSERT_OK(ckpt_store_step_dir(c->root, info->step, dir,
@@ -745,7 +746,7 @@ TEST_IMPL(ckpt_writer_delta_chain)
     /* full, delta, delta, full, delta */
     static const uint32_t want_flags[] = {0, CKPT_F_DELTA, CKPT_F_DELTA, 0,
                                           CKPT_F_DELTA};
-    uint64_t prev = 0;
+    uint64_t full = 0; /* every delta is against the last full shard */
     for (uint64_t step = 1; step <= 5; step++) {
         perturb(w, n);
         ckpt_shard_info_t info = {.step = step, .nshards = 1,
@@ -754,9 +755,10 @@ TEST_IMPL(ckpt_writer_delta_chain)
         ckpt_writer_flush(wr);
         ASSERT_EQ(c.last_status, 0);
         ASSERT_EQ(c.last_flags & CKPT_F_DELTA, want_flags[step - 1]);
-        manifest_one(root, step, size, &c,
-                     (c.last_flags & CKPT_F_DELTA) ? prev : 0);
-        prev = step;
+        ASSERT_EQ(c.last_base, (c.last_flags & CKPT_F_DELTA) ? full : 0);
+        manifest_one(root, step, size, &c, c.last_base);
+        if (!(c.last_flags & CKPT_F_DELTA))
+            full = step;
     }
     ckpt_writer_stats_t st;
     ckpt_writer_stats(wr, &st);
