@@ -897,6 +897,65 @@ TEST_IMPL(ckpt_writer_live_pieces)
     return 0;
 }
 
+/*
+ * A delta's base is read back from the last full shard's file: when that
+ * file was damaged after it was written, the writer notices while reading
+ * it (zstd or the xxh64 of the decoded base) and writes the next shard
+ * full, which restores exactly; a delta against the damaged bytes would
+ * not.
+ */
+TEST_IMPL(ckpt_writer_base_damaged)
+{
+    char *root = th_mkdtemp("ringd-ckpt");
+    size_t n = (size_t)CKPT_PIECE_BYTES + 4 * 333;
+    float *w = malloc(n), *out = malloc(n);
+    ASSERT(w != NULL && out != NULL);
+    fill_weights(w, n / 4);
+    ckpt_writer_t *wr;
+    ckpt_writer_opts_t o = {.root = root, .codec = codec, .full_every = 4};
+    ASSERT_OK(ckpt_writer_create(&o, &wr));
+    wctx_t c = {.root = root, .block_fd = -1};
+    ckpt_shard_info_t info = {.step = 1, .nshards = 1, .raw_size = n,
+                              .total_size = n};
+    ASSERT_OK(ckpt_writer_submit(wr, &info, w, on_written, &c));
+    ckpt_writer_flush(wr);
+    ASSERT_EQ(c.last_status, 0);
+    ASSERT_EQ(c.last_flags & CKPT_F_DELTA, 0);
+    manifest_one(root, 1, n, &c, 0);
+
+    char path[PATH_MAX];
+    ASSERT_OK(ckpt_store_shard_path(root, 1, 0, 0, path, sizeof(path)));
+    struct stat st;
+    ASSERT_EQ(stat(path, &st), 0);
+    int fd = open(path, O_RDWR);
+    ASSERT(fd >= 0);
+    unsigned char b;
+    off_t at = st.st_size / 2;
+    ASSERT_EQ(pread(fd, &b, 1, at), 1);
+    b ^= 0x10;
+    ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+
+    perturb(w, n / 4);
+    info.step = 2;
+    ASSERT_OK(ckpt_writer_submit(wr, &info, w, on_written, &c));
+    ckpt_writer_flush(wr);
+    ASSERT_EQ(c.last_status, 0);
+    ASSERT_MSG((c.last_flags & CKPT_F_DELTA) == 0,
+               "step 2 was written as a delta against a damaged base");
+    manifest_one(root, 2, n, &c, 0);
+    uint64_t step;
+    ASSERT_OK(ckpt_store_restore(root, out, n, &step, NULL));
+    ASSERT_EQ(step, 2);
+    ASSERT(memcmp(out, w, n) == 0);
+    ckpt_writer_destroy(wr);
+    th_rmtree(root);
+    free(root);
+    free(w);
+    free(out);
+    return 0;
+}
+
 /* build/ringctl verify STEP on root's parent (--job = root's last part);
  * its output in out; returns the exit code. */
 static int ringctl_verify(const char *dir, const char *job, const char *step,
