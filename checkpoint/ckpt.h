@@ -321,16 +321,16 @@ int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
  * calling thread and returns, ckpt_writer_submit_live() leaves the copy to
  * the worker and tells the caller when it is done (until then the bytes
  * must not change). The worker then encodes the stage piece by piece
- * (ckpt_encoder_write: as a delta against the last shard it wrote when the
- * layout is the same and fewer than full_every deltas followed the last
- * full one) straight into the shard's file, and calls done().
+ * (ckpt_encoder_write: as a delta against the last full shard it wrote,
+ * read back from its file piece by piece, when the layout is the same and
+ * fewer than full_every deltas followed it) straight into the shard's
+ * file, and calls done().
  *
  * Back pressure: at most one checkpoint is in flight. A submit while one is
  * still being written is skipped (ST_AGAIN, counted): training never waits
- * for a checkpoint and memory stays bounded at two shards (the stage and
- * the delta base, which swap after each write; one without deltas) and a
- * few pieces, held from the first checkpoint on so later ones fault in no
- * new memory.
+ * for a checkpoint and memory stays bounded at one shard (the stage) and
+ * a few pieces, held from the first checkpoint on so later ones fault in
+ * no new memory.
  */
 typedef struct ckpt_writer ckpt_writer_t;
 
@@ -384,7 +384,7 @@ int ckpt_writer_submit_live(ckpt_writer_t *w, const ckpt_shard_info_t *info,
                             void *copied_arg, ckpt_writer_done_fn done,
                             void *arg);
 /*
- * Size the staging buffer (and the delta base) for shards up to bytes now (allocated and
+ * Size the staging buffer for shards up to bytes now (allocated and
  * faulted in), so the first snapshot does not pay for page faults: call
  * it when the state size is known, before the first submit. 0 or
  * ST_ENOMEM; with one in flight it waits for it.

@@ -4,8 +4,9 @@
  *
  * States of the single slot (guarded by mu):
  *   IDLE  --submit-->  QUEUED  --worker takes it-->  BUSY  --done-->  IDLE
- * A submit in QUEUED or BUSY is skipped. The delta base (the last shard
- * written successfully) is only touched by the worker.
+ * A submit in QUEUED or BUSY is skipped. The delta base (the last full
+ * shard written successfully, read back from its file) is only touched by
+ * the worker.
  */
 #include <errno.h>
 #include <limits.h>
