@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -99,8 +100,10 @@ int dmn__ckpt_hold(dmn_t *d, int status)
 {
     if (!d->ckpt_copying || status != 0)
         return 0;
-    if (!d->coll_held)
+    if (!d->coll_held) {
         d->stats.ckpt_holds++;
+        d->coll_held_ns = rd_now_ns();
+    }
     d->coll_held = 1;
     d->coll_held_status = status;
     return 1;
@@ -115,6 +118,15 @@ static void check_copies(dmn_t *d)
     if (!d->ckpt_copying || copied < 2)
         return;
     d->ckpt_copying = 0;
+    uint64_t now = rd_now_ns();
+    double copy_ms = (double)(now - d->ckpt_copy_start_ns) / 1e6;
+    if (d->coll_held)
+        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; a "
+                "collective waited %.1f ms for it", copy_ms,
+                (double)(now - d->coll_held_ns) / 1e6);
+    else
+        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; "
+                "no collective waited", copy_ms);
     dmn__held_release(d);
     dmn__coll_release(d);
 }
@@ -282,6 +294,7 @@ void dmn__ckpt_stop(dmn_t *d)
         ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
         d->ckw[i] = NULL;
     }
+    d->ckpt_copying = 0; /* so the trainers' mappings can go */
     if (d->flags & DMN_F_CKPT_ASYNC_ON) {
         d->flags &= ~DMN_F_CKPT_ASYNC_ON;
         d->open_handles++;
@@ -339,6 +352,7 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     d->ckpt_copied = 0;
     pthread_mutex_unlock(&d->ckpt_mu);
     d->ckpt_copying = 1;
+    d->ckpt_copy_start_ns = rd_now_ns();
     for (int i = 0; i < 2; i++) {
         ckpt_shard_info_t in = {.step = step,
                                 .generation = d->view.generation,

@@ -264,6 +264,7 @@ struct dmn {
     uint32_t ckpt_copied;        /* guarded by ckpt_mu: copies done */
     int coll_held;               /* coll_done(coll_held_status) waits */
     int coll_held_status;
+    uint64_t ckpt_copy_start_ns, coll_held_ns; /* since when */
 
     dmn_stats_t stats;
 };
