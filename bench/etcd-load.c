@@ -432,6 +432,40 @@ static void teardown(void)
     n_mem = 0;
 }
 
+/* The rows' (watchers, view bytes, median fan-out ms, etcd CPU ms per
+ * write) for the fits. */
+#define MAX_FIT (MAX_SIZES * MAX_SIZES)
+static double fit_w[MAX_FIT], fit_b[MAX_FIT], fit_ms[MAX_FIT];
+static double fit_cpu[MAX_FIT];
+static int n_fit;
+
+/*
+ * Least squares, in relative error (a 256-byte row weighs as much as a
+ * 64 KB one), of y = W (a + b bytes) through the rows' y (the fan-out
+ * time or etcd's CPU): a, the cost per watcher whatever the size, b the
+ * cost per byte per watcher. 0, or -1 without two independent rows.
+ */
+static int fanout_fit(const double *y, double *a_p, double *b_p)
+{
+    double uu = 0, uv = 0, vv = 0, su = 0, sv = 0;
+    for (int i = 0; i < n_fit; i++) {
+        if (y[i] <= 0)
+            continue;
+        double u = fit_w[i] / y[i], v = fit_w[i] * fit_b[i] / y[i];
+        uu += u * u;
+        uv += u * v;
+        vv += v * v;
+        su += u;
+        sv += v;
+    }
+    double det = uu * vv - uv * uv;
+    if (n_fit < 2 || det <= 1e-12 * uu * vv)
+        return -1;
+    *a_p = (su * vv - sv * uv) / det;
+    *b_p = (uu * sv - uv * su) / det;
+    return 0;
+}
+
 /* reps view writes of `want` bytes to the current watchers, into r. */
 static void fanout_point(const opts_t *o, long want, row_t *r)
 {
@@ -460,7 +494,7 @@ static void fanout_point(const opts_t *o, long want, row_t *r)
 static void print_row(const opts_t *o, long m, const row_t *r)
 {
     printf("%s%ld\t%ld\t%s\t%ld\t%ld\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t"
-           "%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.1f\t%ld\n",
+           "%.1f\t%.0f\t%.0f\t%.3f\t%.3f\t%.1f\t%ld\n",
            r->ok ? "" : "FAILED:", m, o->ttl_s,
            o->watch_view_only ? "view" : "prefix", n_watch, r->view_len,
            r->setup_s, r->etcd_cpu_pct, r->ka_per_s, r->ka_p50_ms,
@@ -477,6 +511,7 @@ static void print_row(const opts_t *o, long m, const row_t *r)
 static void measure(const opts_t *o, long m, row_t *r)
 {
     memset(r, 0, sizeof(*r));
+    n_fit = 0;
     if (setup(o, m, r) != 0) {
         teardown();
         return;
@@ -499,6 +534,12 @@ static void measure(const opts_t *o, long m, row_t *r)
                         o->view_member_bytes * m : o->view_bytes[b];
             fanout_point(o, want, r);
             print_row(o, m, r);
+            if (r->ok && n_fit < MAX_SIZES * MAX_SIZES) {
+                fit_w[n_fit] = (double)n_watch;
+                fit_b[n_fit] = (double)r->view_len;
+                fit_cpu[n_fit] = r->fanout_etcd_s * 1e3;
+                fit_ms[n_fit++] = r->fanout_ms;
+            }
             if (!r->ok)
                 break;
         }
@@ -609,9 +650,9 @@ int main(int argc, char **argv)
     if (uv_loop_init(&loop) != 0)
         return 1;
     printf("members\tttl_s\twatch\twatchers\tview_bytes\tsetup_s\t"
-           "etcd_cpu_pct\tka_per_s\tka_p50_ms\tka_p99_ms\tper_key_us\tview_fanout_ms\t"
-           "view_fanout_max_ms\tfanout_etcd_cpu_s\tfanout_tool_cpu_s\t"
-           "tool_cpu_pct\tka_lost\n");
+           "etcd_cpu_pct\tka_per_s\tka_p50_ms\tka_p99_ms\tper_key_us\t"
+           "view_fanout_ms\tview_fanout_max_ms\tfanout_etcd_cpu_s\t"
+           "fanout_tool_cpu_s\ttool_cpu_pct\tka_lost\n");
     row_t last = {0};
     long last_m = 0;
     for (int i = 0; i < o.n_sizes; i++) {
@@ -624,6 +665,7 @@ int main(int argc, char **argv)
             break;
         }
         if (!r.ok || r.lost > 0) {
+            n_fit = 0; /* the fit is of the last M that held */
             printf("# stopped at M=%ld: %s\n", o.members[i], !r.ok ?
                    "a view write did not reach every watcher" :
                    "members' keepalives failed (leases at risk)");
@@ -639,5 +681,11 @@ int main(int argc, char **argv)
     printf("etcd_load: members=%ld etcd_cpu_pct=%.1f view_fanout_ms=%.0f "
            "per_key_us=%.1f\n", last_m, last.etcd_cpu_pct, last.fanout_ms,
            last.per_key_us);
+    double a, b, ca, cb;
+    if (fanout_fit(fit_ms, &a, &b) == 0 &&
+        fanout_fit(fit_cpu, &ca, &cb) == 0)
+        printf("etcd_fanout: per_watcher_us=%.1f per_watcher_kb_us=%.2f "
+               "cpu_per_watcher_us=%.1f cpu_per_watcher_kb_us=%.2f\n",
+               a * 1e3, b * 1e6, ca * 1e3, cb * 1e6);
     return 0;
 }
