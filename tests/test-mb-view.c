@@ -212,9 +212,10 @@ static char *packed_view(const char *extra, const void *text, size_t len,
  * parses back member for member, a view of 3 stays plain; a packed field
  * that is not a string, not base64, not a zstd frame, a frame cut short,
  * one without its content size or that decompresses to more than the
- * cap (a zstd bomb: a table padded to 9 MiB, in 300 bytes), a table that is not an
- * object or holds a bad member, and a view with both a packed and a
- * plain table are each refused.
+ * cap (a zstd bomb: a table padded to 9 MiB, in 300 bytes), a table
+ * that is not an object, lacks a column or has columns of unequal
+ * lengths, lacks hosts or holds a bad member, and a view with both a
+ * packed and a plain table are each refused, each for its own reason.
  */
 TEST_IMPL(mb_view_packed)
 {
@@ -253,8 +254,8 @@ TEST_IMPL(mb_view_packed)
     free(json);
     mb__view_free(&v1);
 
-    const char *table = "{\"hosts\":[\"h\"],\"members\":[[\"n1\",0,\"a\",1]],"
-                        "\"joiners\":[]}";
+    const char *table = "{\"hosts\":[\"h\"],\"node\":[\"n1\"],\"host\":[0],"
+                        "\"lease\":[\"a\"],\"slots\":[1],\"joiners\":[]}";
     size_t tl = strlen(table);
     char *good = packed_view("", table, tl, 1, -1);
     ASSERT_OK(mb__view_parse(good, strlen(good), &back));
@@ -268,8 +269,15 @@ TEST_IMPL(mb_view_packed)
     int hl = snprintf(bomb, bomb_len, "%.*s,\"pad\":\"", (int)tl - 1, table);
     memset(bomb + hl, 'x', bomb_len - (size_t)hl - 2);
     memcpy(bomb + bomb_len - 2, "\"}", 2);
-    const char *bad_member = "{\"hosts\":[],\"members\":[{}],"
+    const char *bad_member = "{\"hosts\":[\"h\"],\"node\":[5],\"host\":[0],"
+                             "\"lease\":[\"a\"],\"slots\":[1],"
                              "\"joiners\":[]}";
+    const char *ragged = "{\"hosts\":[\"h\"],\"node\":[\"n1\",\"n2\"],"
+                         "\"host\":[0],\"lease\":[\"a\",\"b\"],"
+                         "\"slots\":[1,1],\"joiners\":[]}";
+    const char *cols = "packed member columns missing or of unequal";
+    const char *no_hosts = "{\"node\":[],\"host\":[],\"lease\":[],"
+                           "\"slots\":[],\"joiners\":[]}";
     const char *pk = "packed is not base64 of a zstd frame";
     struct {
         char *view;
@@ -285,7 +293,10 @@ TEST_IMPL(mb_view_packed)
         {packed_view("", "[1,2]", 5, 1, -1), pk},
         {packed_view("", bad_member, strlen(bad_member), 1, -1),
          "a member that is not"},
-        {packed_view("", "{\"hosts\":[]}", 12, 1, -1), "of the wrong type"},
+        {packed_view("", "{\"hosts\":[]}", 12, 1, -1), cols},
+        {packed_view("", ragged, strlen(ragged), 1, -1), cols},
+        {packed_view("", no_hosts, strlen(no_hosts), 1, -1),
+         "of the wrong type"},
         {packed_view("\"members\":[],", table, tl, 1, -1),
          "packed and plain member tables both"},
     };
