@@ -442,14 +442,20 @@ static int n_fit;
 /*
  * Least squares, in relative error (a 256-byte row weighs as much as a
  * 64 KB one), of y = W (a + b bytes) through the rows' y (the fan-out
- * time or etcd's CPU): a, the cost per watcher whatever the size, b the
- * cost per byte per watcher. 0, or -1 without two independent rows.
+ * time or etcd's CPU) of the largest watcher count: a, the cost per
+ * watcher whatever the size, b the cost per byte per watcher. Only the
+ * largest count, as etcd's cost per watcher grows with the watchers
+ * (203 us of CPU at 256 bytes with 1000, 148 with 250: bench/README.md)
+ * and a model of M members wants M's. 0, or -1 without two rows of
+ * different sizes.
  */
 static int fanout_fit(const double *y, double *a_p, double *b_p)
 {
-    double uu = 0, uv = 0, vv = 0, su = 0, sv = 0;
+    double uu = 0, uv = 0, vv = 0, su = 0, sv = 0, top = 0;
+    for (int i = 0; i < n_fit; i++)
+        top = fit_w[i] > top ? fit_w[i] : top;
     for (int i = 0; i < n_fit; i++) {
-        if (y[i] <= 0)
+        if (y[i] <= 0 || fit_w[i] != top)
             continue;
         double u = fit_w[i] / y[i], v = fit_w[i] * fit_b[i] / y[i];
         uu += u * u;
