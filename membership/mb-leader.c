@@ -206,6 +206,16 @@ static void on_settle(uv_timer_t *t)
     free_members(alive, n);
     if (changed <= 0)
         return;
+    /* The job's options are fixed by its first view: a leader configured
+     * otherwise carries the previous view's, never its own, as long as a
+     * member of the previous view runs on (the view names a source). A
+     * view of none of them starts the job anew, on its leader's. */
+    const char *opts = next.source_index >= 0 && mb->view.opts != NULL
+                           ? mb->view.opts : mb->view_opts;
+    if (mb__view_set_opts(&next, opts) != 0) {
+        mb__view_free(&next);
+        return;
+    }
     char *json = mb__text_sign(mb, "view", mb->view_key,
                                mb__view_json(&next));
     mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);

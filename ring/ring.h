@@ -80,6 +80,8 @@ typedef struct {
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
 
 /*
+ * Every rank of a view must use the same chunk_bytes, bidirectional, wire
+ * and grid fields (ringd carries them in the job's view).
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
@@ -118,6 +120,18 @@ int ring_allreduce(ring_t *ring, void *buf, size_t count, kern_dtype_t dt,
  */
 int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
                        kern_dtype_t dt, uint32_t divisor);
+/*
+ * As ring_allreduce (op KERN_AVG: divided by divisor, 0 the ranks), with
+ * the wire format of this call instead of opts.wire: an f32 allreduce is
+ * sent as 16-bit values and accumulated in f32 (other dtypes ignore it).
+ * Every rank must pass the same. The first compressed call of a ring made
+ * with wire none allocates its send slots (send_depth chunks a channel):
+ * ST_ENOMEM then, the ring stays usable. ST_EINVAL for a wire outside
+ * ring_wire_t.
+ */
+int ring_allreduce_wire(ring_t *ring, void *buf, size_t count,
+                        kern_dtype_t dt, kern_op_t op, uint32_t divisor,
+                        ring_wire_t wire);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*
