@@ -208,9 +208,10 @@ static char *packed_view(const char *extra, const void *text, size_t len,
 }
 
 /*
- * The packed member table: a view of 100 members goes out packed and
- * parses back member for member, a view of 3 stays plain; a packed field
- * that is not a string, not base64, not a zstd frame, a frame cut short,
+ * The packed member table: a view of 100 members goes out packed (its
+ * options plain beside it) and parses back member for member, a view of
+ * 3 stays plain; a packed field that is not a string, not base64, not a
+ * zstd frame, a frame cut short,
  * one without its content size or that decompresses to more than the
  * cap (a zstd bomb: a table padded to 9 MiB, in 300 bytes), a table
  * that is not an object, lacks a column or has columns of unequal
@@ -237,10 +238,14 @@ TEST_IMPL(mb_view_packed)
     v1.members[7].joiner = 1;
     v1.n_joiners = 1;
     v1.source_index = 3;
+    ASSERT_OK(mb__view_set_opts(&v1, "{\"chunk_kb\":64}"));
     json = mb__view_json(&v1);
     ASSERT(json != NULL && strstr(json, "\"packed\":\"") != NULL &&
            strstr(json, "members") == NULL);
+    /* The job's options stay in the plain header. */
+    ASSERT(strstr(json, "\"opts\":{\"chunk_kb\":64}") != NULL);
     ASSERT_OK(mb__view_parse(json, strlen(json), &back));
+    ASSERT(back.opts != NULL && strstr(back.opts, "chunk_kb") != NULL);
     ASSERT_EQ(back.n_members, N);
     ASSERT_EQ(back.n_joiners, 1);
     ASSERT_EQ(back.members[7].joiner, 1);
