@@ -204,13 +204,16 @@ static cJSON *member_tuple(const mb_member_t *m, int host)
  * plain, readable with etcdctl: zstd's frame and base64 win nothing
  * there.
  */
-#define VIEW_PACK_MIN 512        /* bytes of table JSON to pack */
+#define VIEW_PACK_MIN 512        /* bytes of members JSON to pack */
 #define VIEW_PACK_LEVEL 3        /* 19: 15% smaller, 140x the CPU */
 #define VIEW_UNPACKED_MAX (8u << 20) /* refused above: a zstd bomb */
 
 static const char *const table_fields[] = {"hosts", "members", "joiners"};
 /* The members' columns, in tuple order. */
 static const char *const columns[] = {"node", "host", "lease", "slots"};
+#define LEASE_DELTA_MAX 9007199254740992.0 /* 2^53: a JSON number */
+
+static int parse_lease_hex(const cJSON *j, int64_t *out);
 
 static char *table_pack(const char *text)
 {
@@ -228,9 +231,39 @@ static char *table_pack(const char *text)
     return b64;
 }
 
-/* {"hosts", "node": [...], "host", "lease", "slots", "joiners"} of o's
- * table as text (malloc'd), and the plain table's length; NULL when out
- * of memory. */
+/*
+ * The least lease of the members when every other is within 2^53 of it,
+ * else -1. etcd grants consecutive lease ids, so a job's leases as
+ * numbers above the least are short, and compress to about two thirds
+ * of the 16 hex digits each (bench/README.md).
+ */
+static int64_t lease_base(const cJSON *members)
+{
+    int64_t lo = INT64_MAX, hi = 0, l;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, members) {
+        if (parse_lease_hex(cJSON_GetArrayItem(m, 2), &l) != 0)
+            return -1;
+        lo = l < lo ? l : lo;
+        hi = l > hi ? l : hi;
+    }
+    return lo <= hi && (double)(hi - lo) <= LEASE_DELTA_MAX ? lo : -1;
+}
+
+/* A member's column c: a copy of its tuple's item, the lease as a
+ * number above base when base >= 0. */
+static cJSON *column_item(const cJSON *m, int c, int64_t base)
+{
+    int64_t l;
+    if (c == 2 && base >= 0 &&
+        parse_lease_hex(cJSON_GetArrayItem(m, 2), &l) == 0)
+        return cJSON_CreateNumber((double)(l - base));
+    return cJSON_Duplicate(cJSON_GetArrayItem(m, c), 1);
+}
+
+/* {"hosts", "lease0", "node": [...], "host", "lease", "slots",
+ * "joiners"} of o's table as text (malloc'd), and the plain table's
+ * length; NULL when out of memory. */
 static char *columns_text(const cJSON *o, size_t *plain_len_p)
 {
     cJSON *t = cJSON_CreateObject(), *col[4];
@@ -240,13 +273,18 @@ static char *columns_text(const cJSON *o, size_t *plain_len_p)
         return NULL;
     cJSON_AddItemReferenceToObject(
         t, "hosts", cJSON_GetObjectItemCaseSensitive(o, "hosts"));
+    int64_t base = lease_base(members);
+    if (base >= 0) {
+        char hex[24];
+        snprintf(hex, sizeof(hex), "%llx", (unsigned long long)base);
+        cJSON_AddStringToObject(t, "lease0", hex);
+    }
     for (int c = 0; c < 4; c++)
         col[c] = cJSON_AddArrayToObject(t, columns[c]);
     const cJSON *m;
     cJSON_ArrayForEach(m, members) {
         for (int c = 0; c < 4; c++)
-            cJSON_AddItemToArray(col[c], cJSON_Duplicate(
-                                             cJSON_GetArrayItem(m, c), 1));
+            cJSON_AddItemToArray(col[c], column_item(m, c, base));
     }
     cJSON_AddItemReferenceToObject(
         t, "joiners", cJSON_GetObjectItemCaseSensitive(o, "joiners"));
@@ -266,7 +304,7 @@ static void view_pack(cJSON *o)
 {
     size_t plain = 0;
     char *text = columns_text(o, &plain);
-    char *b64 = text != NULL && strlen(text) >= VIEW_PACK_MIN
+    char *b64 = text != NULL && plain >= VIEW_PACK_MIN
                     ? table_pack(text) : NULL;
     if (b64 != NULL && strlen(b64) < plain) {
         for (size_t i = 0; i < 3; i++)
@@ -306,11 +344,34 @@ out:
     return text;
 }
 
+/* A lease column's number back into the hex string of lease0 + it, in
+ * place; a string stays (parse_tuple checks it). 0, or ST_EPROTO. */
+static int lease_absolute(cJSON *lease, const cJSON *lease0)
+{
+    long long d;
+    int64_t base;
+    char hex[24];
+    if (!cJSON_IsNumber(lease))
+        return 0;
+    if (parse_lease_hex(lease0, &base) != 0 ||
+        rd_json_int(lease, 0, LEASE_DELTA_MAX, &d) != 0 ||
+        d > INT64_MAX - base)
+        return ST_EPROTO;
+    snprintf(hex, sizeof(hex), "%llx", (unsigned long long)(base + d));
+    char *v = strdup(hex);
+    if (v == NULL)
+        return ST_ENOMEM;
+    lease->type = cJSON_String;
+    lease->valuestring = v;
+    return 0;
+}
+
 /* The columns of t back into tuples: a "members" array (owned), or NULL
- * unless all four are arrays of one length. */
+ * unless all four are arrays of one length and every lease given as a
+ * number has a lease0 to add it to. */
 static cJSON *columns_members(cJSON *t)
 {
-    cJSON *col[4];
+    cJSON *col[4], *it;
     int n = -1;
     for (int c = 0; c < 4; c++) {
         col[c] = cJSON_GetObjectItemCaseSensitive(t, columns[c]);
@@ -318,6 +379,11 @@ static cJSON *columns_members(cJSON *t)
             (n >= 0 && cJSON_GetArraySize(col[c]) != n))
             return NULL;
         n = cJSON_GetArraySize(col[c]);
+    }
+    const cJSON *lease0 = cJSON_GetObjectItemCaseSensitive(t, "lease0");
+    cJSON_ArrayForEach(it, col[2]) {
+        if (lease_absolute(it, lease0) != 0)
+            return NULL;
     }
     cJSON *members = cJSON_CreateArray();
     for (int i = 0; members != NULL && i < n; i++) {
@@ -353,7 +419,8 @@ static int view_unpack(cJSON *o, const char **why_p)
     cJSON *members = cJSON_IsObject(t) ? columns_members(t) : NULL;
     if (members == NULL) {
         if (cJSON_IsObject(t))
-            *why_p = "packed member columns missing or of unequal lengths";
+            *why_p = "packed member columns missing, of unequal lengths "
+                     "or with a bad lease";
         cJSON_Delete(t);
         return ST_EPROTO;
     }

@@ -141,14 +141,27 @@ TEST_IMPL(mb_view_size_1000)
     char (*names)[32] = calloc(N, sizeof(*names));
     char (*hosts)[40] = calloc(N, sizeof(*hosts));
     ASSERT(alive != NULL && names != NULL && hosts != NULL);
+    /* The order the nodes registered in: a shuffle (Fisher-Yates, a
+     * fixed LCG), as unrelated to the ring order as a big job's start. */
+    int *reg = calloc(N, sizeof(*reg));
+    ASSERT(reg != NULL);
+    uint32_t x = 12345;
+    for (int i = 0; i < N; i++)
+        reg[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        x = x * 1664525u + 1013904223u;
+        int j = (int)((x >> 8) % (uint32_t)(i + 1)), t = reg[i];
+        reg[i] = reg[j];
+        reg[j] = t;
+    }
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "node-%04d", i);
         snprintf(hosts[i], sizeof(hosts[i]), "gpu-host-%03d.rack-%02d",
                  i / 8, i / 64);
-        alive[i] = mk(names[i], hosts[i],
-                      0x694d7a3b1c2e4000LL + (i * 337) % N);
+        alive[i] = mk(names[i], hosts[i], 0x694d7a3b1c2e4000LL + reg[i]);
         alive[i].slots = 8;
     }
+    free(reg);
     ASSERT_EQ(mb__view_next(&v0, alive, N, 123456789, &v1), 1);
     /* Every member a joiner but the first: the longest joiner list. */
     for (int i = 1; i < N; i++)
@@ -160,10 +173,10 @@ TEST_IMPL(mb_view_size_1000)
     ASSERT(json != NULL);
     size_t len = strlen(json) + 76; /* the signature field */
     fprintf(stderr, "mb_view_size_1000: view of %d members: %zu bytes "
-            "(limit 12288)\n", N, len);
+            "(limit 7680)\n", N, len);
     ASSERT(strstr(json, "\"packed\":\"") != NULL);
     ASSERT(strstr(json, "\"members\"") == NULL);
-    ASSERT(len < 12288);
+    ASSERT(len < 7680);
     ASSERT_OK(mb__view_parse(json, strlen(json), &back));
     ASSERT_EQ(back.n_members, N);
     ASSERT_EQ(back.n_joiners, N - 1);
@@ -174,6 +187,16 @@ TEST_IMPL(mb_view_size_1000)
         ASSERT_EQ(back.members[i].slots, 8);
     }
     mb__view_free(&back);
+    /* The view after a failure: the same members, no joiners. */
+    for (int i = 0; i < N; i++)
+        v1.members[i].joiner = 0;
+    v1.n_joiners = 0;
+    free(json);
+    json = mb__view_json(&v1);
+    ASSERT(json != NULL);
+    len = strlen(json) + 76;
+    fprintf(stderr, "mb_view_size_1000: without joiners: %zu bytes\n", len);
+    ASSERT(len < 6144);
     mb__view_free(&v1);
     free(json);
     free(alive);
@@ -267,6 +290,17 @@ TEST_IMPL(mb_view_packed)
     ASSERT_EQ(back.n_members, 1);
     ASSERT_EQ(back.members[0].lease, 10);
     mb__view_free(&back);
+    free(good);
+    /* Leases as numbers above lease0, or absolute in hex. */
+    const char *deltas = "{\"hosts\":[\"h\"],\"lease0\":\"a\","
+                         "\"node\":[\"n1\",\"n2\"],\"host\":[0,0],"
+                         "\"lease\":[5,\"b\"],\"slots\":[1,1],\"joiners\":[]}";
+    good = packed_view("", deltas, strlen(deltas), 1, -1);
+    ASSERT_OK(mb__view_parse(good, strlen(good), &back));
+    ASSERT_EQ(back.n_members, 2);
+    ASSERT_EQ(back.members[0].lease, 15);
+    ASSERT_EQ(back.members[1].lease, 11);
+    mb__view_free(&back);
     /* A good table but for 9 MiB of padding: 300 bytes packed. */
     size_t bomb_len = 9u << 20;
     char *bomb = malloc(bomb_len);
@@ -280,9 +314,20 @@ TEST_IMPL(mb_view_packed)
     const char *ragged = "{\"hosts\":[\"h\"],\"node\":[\"n1\",\"n2\"],"
                          "\"host\":[0],\"lease\":[\"a\",\"b\"],"
                          "\"slots\":[1,1],\"joiners\":[]}";
-    const char *cols = "packed member columns missing or of unequal";
+    const char *cols = "packed member columns missing, of unequal lengths";
     const char *no_hosts = "{\"node\":[],\"host\":[],\"lease\":[],"
                            "\"slots\":[],\"joiners\":[]}";
+    /* A number lease without lease0, below it, not whole, past 2^63. */
+    const char *bad_lease[] = {
+        "{\"hosts\":[\"h\"],\"node\":[\"n1\"],\"host\":[0],"
+        "\"lease\":[5],\"slots\":[1],\"joiners\":[]}",
+        "{\"hosts\":[\"h\"],\"lease0\":\"a\",\"node\":[\"n1\"],\"host\":[0],"
+        "\"lease\":[-1],\"slots\":[1],\"joiners\":[]}",
+        "{\"hosts\":[\"h\"],\"lease0\":\"a\",\"node\":[\"n1\"],\"host\":[0],"
+        "\"lease\":[1.5],\"slots\":[1],\"joiners\":[]}",
+        "{\"hosts\":[\"h\"],\"lease0\":\"7fffffffffffffff\",\"node\":[\"n1\"],"
+        "\"host\":[0],\"lease\":[1],\"slots\":[1],\"joiners\":[]}",
+    };
     const char *pk = "packed is not base64 of a zstd frame";
     struct {
         char *view;
@@ -304,6 +349,10 @@ TEST_IMPL(mb_view_packed)
          "of the wrong type"},
         {packed_view("\"members\":[],", table, tl, 1, -1),
          "packed and plain member tables both"},
+        {packed_view("", bad_lease[0], strlen(bad_lease[0]), 1, -1), cols},
+        {packed_view("", bad_lease[1], strlen(bad_lease[1]), 1, -1), cols},
+        {packed_view("", bad_lease[2], strlen(bad_lease[2]), 1, -1), cols},
+        {packed_view("", bad_lease[3], strlen(bad_lease[3]), 1, -1), cols},
     };
     free(bomb);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
