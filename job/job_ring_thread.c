@@ -89,13 +89,22 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
                       .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
                       .addr_lens = lens, .hosts = hosts};
+    /* Keyed tags exactly where the handshake runs (job__ring_auth): the
+     * ring's stale rule for them counts on it. */
+    int rc = 0;
+    if (b->auth != NULL && v->n_members > 1) {
+        rv.tag_keyed = 1;
+        rc = job_auth_tag_gen(b->auth, b->job_name, v->generation,
+                              &rv.tag_gen);
+    }
     /* The members reach a new ring when their trainers reach a step
      * start, seconds apart at worst: the first collective may wait long.
      * A crash still ends it at once (endpoint error), a new view too. */
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    int rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
+    if (rc == 0)
+        rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
     free(addrs);
     free(lens);
     free(hosts);

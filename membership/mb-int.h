@@ -162,6 +162,7 @@ struct mb {
 
     mb__view_t view;         /* the view in etcd, as last parsed */
     int64_t view_mod;        /* its mod_revision */
+    int view_forged;         /* the key holds a view no leader wrote */
     uint64_t delivered_gen;  /* last generation given to on_view */
     uint64_t pending_gen;    /* a view with us, waiting for peers' records */
     char *nbrs[2];           /* the delivered view's ring neighbours */
@@ -240,5 +241,9 @@ int mb__is_leader(mb_t *mb);
 void mb__campaign(mb_t *mb);
 void mb__handle_suspects(mb_t *mb);
 void mb__schedule_settle(mb_t *mb);
+/* The stored view kv, parsed into v when a leader holding the job secret
+ * wrote it (0); otherwise refused, logged, and left for the leader to
+ * write the valid view back (ST_EPEER_FORGED), or ST_EPROTO. */
+int mb__view_accept(mb_t *mb, const mb_kv_t *kv, mb__view_t *v);
 
 #endif

@@ -418,13 +418,7 @@ static void take_view(mb_t *mb, const mb_kv_t *kv)
 {
     mb__view_t v;
     mb->view_mod = kv->mod;
-    if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
-        RD_ERROR("mb %s: refusing the view at revision %lld: not signed "
-                 "by a leader holding the job secret", mb->me.node,
-                 (long long)kv->mod);
-        return;
-    }
-    if (mb__view_parse(kv->val, kv->len, &v) != 0)
+    if (mb__view_accept(mb, kv, &v) != 0)
         return;
     mb__view_free(&mb->view);
     mb->view = v;

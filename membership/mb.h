@@ -177,6 +177,13 @@ int mb_suspect_report(mb_t *mb, const char *node, const char *why);
  */
 int mb_drain_value(const void *secret, size_t len, const char *key,
                    int64_t lease, char **value_p);
+/*
+ * 1 when val (vlen bytes), stored at key, carries the signature a holder
+ * of the secret gives a value of this kind ("view", "node", "reshape",
+ * "drain"), else 0: for tools that check what etcd holds.
+ */
+int mb_value_signed(const void *secret, size_t len, const char *what,
+                    const char *key, const char *val, size_t vlen);
 
 /*
  * Ask for a new generation of the installed view with the same members

@@ -119,7 +119,8 @@ typedef enum {
 struct ring {
     tp_t *tp;
     ring_opts_t opts;
-    uint32_t gen; /* generation mod 2^24 */
+    uint32_t gen; /* the tags' generation field (ring_view_t.tag_gen) */
+    int tag_keyed; /* gen is keyed: its order means nothing */
     uint64_t generation;
     uint32_t n, rank;
     ring_link_t left, right;

@@ -408,7 +408,15 @@ static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
     return a != b && ((b - a) & mask) < half;
 }
 
-/* Messages of older generations, or older collectives of this one. */
+/*
+ * Messages of older generations, or older collectives of this one. A
+ * keyed generation field has no order: ring data of any other value is
+ * an older ring's or nobody's, never a newer ring's: keyed tags come
+ * with the owner's handshake (job/job_ring_auth.c), and a rank sends a
+ * new ring's data only to neighbours it has passed it with (so they are
+ * on that ring already), or to grid links made by an exchange every rank
+ * of that ring takes part in.
+ */
 static int is_stale(void *arg, uint64_t tag)
 {
     ring_t *r = arg;
@@ -416,7 +424,7 @@ static int is_stale(void *arg, uint64_t tag)
         return 0; /* not ring data: someone else's to take */
     uint32_t g = tp_tag_gen(tag);
     if (g != r->gen)
-        return serial_lt(g, r->gen, TP_TAG_GEN_BITS);
+        return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
     return serial_lt(tp_tag_seq(tag), r->seq, TP_TAG_SEQ_BITS);
 }
 

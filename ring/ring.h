@@ -43,6 +43,14 @@ typedef struct {
      * them consecutively); the grid makes a row of each host when all
      * hosts are the same size. */
     const uint32_t *hosts;
+    /* With tag_keyed, the generation field of every tag of this ring
+     * (transport/tp.h) is tag_gen, a value the owner derives from the job
+     * secret (job_auth_tag_gen), not generation mod 2^24: a process
+     * without the secret cannot make a tag any receive matches, and every
+     * message of ring data without it is dropped as stale. Every rank of
+     * the view must pass the same. */
+    int tag_keyed;
+    uint32_t tag_gen;
 } ring_view_t;
 
 typedef enum {

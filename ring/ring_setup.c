@@ -255,7 +255,9 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     r->tp = tp;
     r->opts = *opts;
     r->generation = view->generation;
-    r->gen = (uint32_t)(view->generation & TP_TAG_GEN_MASK);
+    r->tag_keyed = view->tag_keyed;
+    r->gen = (uint32_t)((view->tag_keyed ? view->tag_gen : view->generation)
+                        & TP_TAG_GEN_MASK);
     r->n = view->nranks;
     r->rank = view->rank;
     r->left.rank = r->right.rank = view->rank;
