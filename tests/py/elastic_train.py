@@ -17,7 +17,11 @@ tests/test-client-python.c against a real ringd.
                batch world*batch*k), plain Adam; saves to --out.
 --compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1.
 --check LOG...      every epoch completed in the logs saw each sample
-                    exactly once, the steps' batches agree across logs.
+                    exactly once, the steps' batches agree across logs,
+                    Adam's step counter is the job's step + 1 on every
+                    line; --shrunk N: at least N of those epochs lost a
+                    trainer midway (the world shrank between two of its
+                    steps).
 """
 import argparse
 import sys
@@ -172,17 +176,23 @@ def compare(a, b, tol, torch):
     return 0 if worst <= tol else 1
 
 
-def check(logs, n):
-    steps = {}
+def check(logs, n, want_shrunk):
+    steps, worlds = {}, {}      # step -> {(epoch, idx)}, step -> world
     for path in logs:
         for line in open(path):
             f = line.split()
             if f[0] != "step":
                 continue
-            s, epoch = int(f[1]), int(f[9])
+            s, world, epoch = int(f[1]), int(f[7]), int(f[9])
+            # Adam's step counter lives in the state region: one optimizer
+            # step per job step, on survivors and joiners alike.
+            if float(f[13]) != s + 1:
+                print("%s: step %d with adam_step %s" % (path, s, f[13]))
+                return 1
             idx = tuple(int(i) for i in f[15].split(","))
             steps.setdefault(s, set()).add((epoch, idx))
-    per_epoch = {}
+            worlds[s] = world
+    per_epoch, epoch_worlds = {}, {}
     for s in sorted(steps):
         if len(steps[s]) != 1:
             print("step %d: trainers disagree on its batch: %s" %
@@ -190,7 +200,8 @@ def check(logs, n):
             return 1
         epoch, idx = next(iter(steps[s]))
         per_epoch.setdefault(epoch, []).extend(idx)
-    full = 0
+        epoch_worlds.setdefault(epoch, []).append(worlds[s])
+    full, shrunk = 0, 0
     for e, seen in sorted(per_epoch.items()):
         if len(seen) != len(set(seen)):
             print("epoch %d: a sample seen twice" % e)
@@ -200,8 +211,15 @@ def check(logs, n):
                 print("epoch %d: %d of %d samples" % (e, len(seen), n))
                 return 1
             full += 1
-    print("epochs: %d complete, each sample exactly once, over %d steps"
-          % (full, len(steps)))
+            w = epoch_worlds[e]
+            if any(b < a for a, b in zip(w, w[1:])):
+                shrunk += 1
+    print("epochs: %d complete, each sample exactly once, over %d steps; "
+          "%d of them lost a trainer midway" % (full, len(steps), shrunk))
+    if shrunk < want_shrunk:
+        print("fewer than %d complete epochs lost a trainer midway" %
+              want_shrunk)
+        return 1
     return 0 if full >= 1 else 1
 
 
@@ -226,6 +244,9 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=3)
     ap.add_argument("--check", nargs="+")
+    ap.add_argument("--shrunk", type=int, default=0,
+                    help="with --check: complete epochs that must have "
+                    "lost a trainer midway")
     o = ap.parse_args()
     try:
         import torch
@@ -236,7 +257,7 @@ def main():
         return compare(o.compare[0], o.compare[1], float(o.compare[2]),
                        torch)
     if o.check:
-        return check(o.check, o.n)
+        return check(o.check, o.n, o.shrunk)
     if o.mode == "ref":
         run_ref(o, torch)
     else:
