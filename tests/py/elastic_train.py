@@ -15,7 +15,8 @@ tests/test-client-python.c against a real ringd.
                "overlap checked N steps" at the end.
 --mode ref     one process, no daemon, the same global batches (world 1,
                batch world*batch*k), plain Adam; saves to --out.
---compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1.
+--compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1
+                    (--differ-by MIN: and >= MIN).
 --check LOG...      every epoch completed in the logs saw each sample
                     exactly once, the steps' batches agree across logs,
                     Adam's step counter is the job's step + 1 on every
@@ -169,11 +170,12 @@ def run_ringd(o, torch):
     rt.client().close()
 
 
-def compare(a, b, tol, torch):
+def compare(a, b, tol, at_least, torch):
     da, db = torch.load(a), torch.load(b)
     worst = max(float((da[k] - db[k]).abs().max()) for k in da)
-    print("max |a-b| = %.3g (tolerance %g)" % (worst, tol))
-    return 0 if worst <= tol else 1
+    print("max |a-b| = %.3g (tolerance %g, at least %g)" %
+          (worst, tol, at_least))
+    return 0 if at_least <= worst <= tol else 1
 
 
 def check(logs, n, want_shrunk):
@@ -243,6 +245,9 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=3)
+    ap.add_argument("--differ-by", type=float, default=0.0,
+                    help="with --compare: max |a-b| must also reach this "
+                    "(a lossy wire dtype shows)")
     ap.add_argument("--check", nargs="+")
     ap.add_argument("--shrunk", type=int, default=0,
                     help="with --check: complete epochs that must have "
@@ -255,7 +260,7 @@ def main():
         return 0
     if o.compare:
         return compare(o.compare[0], o.compare[1], float(o.compare[2]),
-                       torch)
+                       o.differ_by, torch)
     if o.check:
         return check(o.check, o.n, o.shrunk)
     if o.mode == "ref":
