@@ -207,9 +207,13 @@ def torch_phases(o):
     held = {}
 
     def differ(c, rank, sync):
-        # Parameters that differ across trainers: a clear error, once.
-        torch.manual_seed(100 + rank)
+        # A parameter that differs across trainers: a clear error naming
+        # it (and not the one that is equal), once.
+        torch.manual_seed(100)
         m = torch.nn.Linear(4, 2)
+        if rank == 1:
+            with torch.no_grad():
+                m.bias[1] += 1e-6
         opt = torch.optim.Adam(m.parameters(), lr=0.1)
         d = rt.DistributedOptimizer(opt, named_parameters=m.named_parameters(),
                                     client=c)
@@ -217,7 +221,7 @@ def torch_phases(o):
         try:
             d.step()
         except ValueError as e:
-            assert "parameters differ across trainers" in str(e), e
+            assert "parameters differ across trainers: bias;" in str(e), e
             if rank == 0:
                 print("differing parameters: ValueError:", e)
         else:

@@ -16,7 +16,7 @@ parameter order alone and a bucket is never issued before the ones
 ahead of it. step() issues what is left, waits for every handle, then
 runs the wrapped optimizer; the hooks never wait.
 """
-import hashlib
+import zlib
 
 import torch
 
@@ -29,6 +29,24 @@ class Compression:
     none = None
     fp16 = torch.float16
     bf16 = torch.bfloat16
+
+
+def _digest(params):
+    """56 bits of the parameters' bytes: CRC-32 and 24 bits of Adler-32,
+    read in place. A check for accidents, not adversaries, on the path of
+    every view change (and so of a kill's cost): at 25 M parameters 72
+    ms of CPU here, against 176 for blake2b in place and 230 for blake2b
+    over a copy."""
+    crc, adler = 0, 1
+    for p in params:
+        a = p.detach()
+        if a.numel() == 0:
+            continue
+        if not a.is_contiguous():
+            a = a.contiguous()
+        mv = a.view(-1).view(torch.uint8).numpy()
+        crc, adler = zlib.crc32(mv, crc), zlib.adler32(mv, adler)
+    return (crc << 24) | (adler & 0xFFFFFF)
 
 
 class _Bucket:
@@ -224,20 +242,23 @@ class DistributedOptimizer:
         gen = v.generation if v is not None else None
         if not self._check or gen == self._checked_gen:
             return
-        h = hashlib.blake2b(digest_size=7)
-        for b in self.buckets:
-            for p in b.params:
-                h.update(p.detach().contiguous().numpy().tobytes())
-        d = int.from_bytes(h.digest(), "little")
-        t = rt.zeros(2, dtype=torch.int64, client=self.client)
-        t[0], t[1] = d, -d
-        rt.allreduce_(t[0:1], op="max", client=self.client)
-        rt.allreduce_(t[1:2], op="max", client=self.client)
+        ps = [p for b in self.buckets for p in b.params]
+        ds = [_digest([p]) for p in ps]
+        # One allreduce (max) of every digest and its negation: a
+        # parameter is equal everywhere when max == -max(-d) == min.
+        t = rt.zeros(2 * len(ps), dtype=torch.int64, client=self.client)
+        t.copy_(torch.tensor(ds + [-d for d in ds], dtype=torch.int64))
+        rt.allreduce_(t, op="max", client=self.client)
         self._checked_gen = gen
-        if int(t[0]) != -int(t[1]):
-            raise ValueError("DistributedOptimizer: the parameters differ "
-                             "across trainers; call "
-                             "ringd.torch.broadcast_parameters() first")
+        n = len(ps)
+        bad = [self.names[id(p)] for i, p in enumerate(ps)
+               if int(t[i]) != -int(t[n + i])]
+        if bad:
+            more = " and %d more" % (len(bad) - 5) if len(bad) > 5 else ""
+            raise ValueError("DistributedOptimizer: parameters differ "
+                             "across trainers: %s%s; call "
+                             "ringd.torch.broadcast_parameters() first" %
+                             (", ".join(bad[:5]), more))
 
     def synchronize(self):
         """Issue every bucket not yet issued and wait for all; raises
