@@ -8,7 +8,8 @@ one step each.
 bad arrays, 500 buffers in one step freed when dropped.
 --part torch: tensors in ringd memory reduced in place (zero copy), every
 dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
-DistributedOptimizer of 200 buckets, 500 tensors in one step freed when
+DistributedOptimizer of 200 buckets, buckets split at module boundaries,
+500 tensors in one step freed when
 dropped, allreduce_async_ returning before the peer issued. Exits 0 and
 prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
 """
@@ -209,10 +210,11 @@ def torch_phases(o):
     def differ(c, rank, sync):
         # A parameter that differs across trainers: a clear error naming
         # it (and not the one that is equal), once.
-        torch.manual_seed(100)
         m = torch.nn.Linear(4, 2)
-        if rank == 1:
-            with torch.no_grad():
+        with torch.no_grad():   # not from torch's RNG: the threads share it
+            m.weight.copy_(torch.arange(8.0).view(2, 4) / 8)
+            m.bias.fill_(0.5)
+            if rank == 1:
                 m.bias[1] += 1e-6
         opt = torch.optim.Adam(m.parameters(), lr=0.1)
         d = rt.DistributedOptimizer(opt, named_parameters=m.named_parameters(),
@@ -267,6 +269,30 @@ def torch_phases(o):
             print("%d buckets in one step, past the cap of %d outstanding" %
                   (n, ringd.MAX_OUTSTANDING))
 
+    def module_buckets(c, rank, sync):
+        # A bucket of 1 MiB or more closes where the module changes, so
+        # the last layer's gradients go out before the layer below it
+        # has run its backward (all four would fit one 25 MB bucket).
+        m = torch.nn.Sequential(torch.nn.Linear(512, 512),
+                                torch.nn.Linear(512, 512))
+        with torch.no_grad():   # equal on both (torch's RNG is shared)
+            for p in m.parameters():
+                p.fill_(0.01)
+        d = rt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                    named_parameters=m.named_parameters(),
+                                    client=c)
+        names = [[d.names[id(p)] for p in b.params] for b in d.buckets]
+        assert names == [["1.bias", "1.weight"], ["0.bias", "0.weight"]], \
+            names
+        d.trace = []
+        m(torch.ones(2, 512) * (rank + 1)).sum().backward()
+        d.step()
+        ev = d.trace
+        assert ev.index(("issue", 0)) < ev.index(("hook", "0.bias")), ev
+        d.close()
+        if rank == 0:
+            print("buckets split at the module boundary: %s" % names)
+
     issued = threading.Event()
 
     def really_async(c, rank, sync):
@@ -302,7 +328,8 @@ def torch_phases(o):
 
     # really_async last: when it fails, no later step waits for the
     # failed trainer.
-    return [dtypes, bad, differ, broadcast, many_buckets] + freeing_phases(
+    return [dtypes, bad, differ, broadcast, many_buckets,
+            module_buckets] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed") + [really_async]
 

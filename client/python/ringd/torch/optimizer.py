@@ -24,6 +24,10 @@ import ringd
 import ringd.torch as rt
 
 
+# A bucket this full closes at a module boundary (see _make_buckets).
+MODULE_SPLIT_BYTES = 1 << 20
+
+
 class Compression:
     """The wire dtype of gradients: none (their own), fp16 or bf16."""
     none = None
@@ -170,15 +174,25 @@ class DistributedOptimizer:
 
     def _make_buckets(self, params, compression, cap):
         # Reverse registration order is about the order backward produces
-        # gradients in, so early buckets fill first.
+        # gradients in, so early buckets fill first. A bucket of
+        # MODULE_SPLIT_BYTES or more also closes where the module changes:
+        # one module's gradients come from one backward node, the next
+        # module's from a later one, so taking the next module's first
+        # parameter (a bias, say) would hold the bucket back for that whole
+        # node (in bench/torch-overhead.py's MLP, the 16 MiB of the last
+        # layer waited for the 4096x4096 layer's backward).
         buckets, cur, cur_bytes = [], [], 0
+        split = min(cap, MODULE_SPLIT_BYTES)
         for p in reversed(params):
             nbytes = p.numel() * p.element_size()
-            if cur and (cur_bytes + nbytes > cap or cur[0].dtype != p.dtype):
+            module = self.names[id(p)].rpartition(".")[0]
+            if cur and (cur_bytes + nbytes > cap or cur[0].dtype != p.dtype
+                        or (cur_bytes >= split and module != cur_module)):
                 buckets.append(cur)
                 cur, cur_bytes = [], 0
             cur.append(p)
             cur_bytes += nbytes
+            cur_module = module
         if cur:
             buckets.append(cur)
         return [_Bucket(i, ps, ps[0].dtype, compression, self.client)
