@@ -518,10 +518,11 @@ static void last_field(const char *path, const char *key, char *out,
 /*
  * 2 trainers x DistributedOptimizer (SGD with momentum, whose update
  * scales with the gradient, so a wrong average shows) reach the
- * parameters of one
- * process on the same global batch: within 1e-5, and with
- * backward_passes_per_step=4 against a 4x batch; bf16 compression within
- * 1e-2 of that. The two replicas are bitwise identical each time.
+ * parameters of one process on the same global batch: within 1e-5, and
+ * with backward_passes_per_step=4 against a 4x batch; bf16 compression
+ * within 1e-2 of that (one node: no wire, the daemon reduces in f32; the
+ * bf16 wire is client_python_torch_dopt_nodes'). The two replicas are
+ * bitwise identical each time.
  */
 TEST_IMPL(client_python_torch_dopt)
 {

@@ -5,8 +5,10 @@
 
 Gradients live in fusion buckets: each bucket is one ringd buffer and the
 .grad of each of its parameters is a view of it, so backward accumulates
-straight into shared memory (with compression, into a local bucket that
-is cast into a ringd buffer of the wire dtype). A hook on each
+straight into shared memory. Compression of float32 gradients is the
+daemon's (16-bit floats between nodes, accumulated in f32, nothing cast
+here); other dtypes accumulate into a local bucket that is cast into a
+ringd buffer of the wire dtype. A hook on each
 parameter's gradient accumulator counts it ready; a bucket whose
 parameters are all ready is issued at once (an asynchronous allreduce,
 so its reduction overlaps the rest of backward), in bucket order: every
@@ -53,15 +55,30 @@ def _digest(params):
     return (crc << 24) | (adler & 0xFFFFFF)
 
 
+# Compression of a float32 bucket done by the daemon (ringd_wire_t):
+# 16-bit floats between nodes, accumulated in f32, with no cast here.
+_DAEMON_WIRE = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def _daemon_compresses(dtype, wire):
+    return (dtype == torch.float32 and wire in _DAEMON_WIRE and
+            hasattr(ringd._lib, "ringd_allreduce_wire_async"))
+
+
 class _Bucket:
     def __init__(self, index, params, dtype, wire, client):
         self.index = index
         self.params = params
         self.numel = sum(p.numel() for p in params)
-        if wire is None or wire == dtype:
+        self.wire_name = None
+        if wire is None or wire == dtype or _daemon_compresses(dtype, wire):
+            # .grad views straight into ringd memory: nothing is copied.
             self.flat = rt.zeros(self.numel, dtype=dtype, client=client)
             self.wire = self.flat
+            if wire is not None and wire != dtype:
+                self.wire_name = _DAEMON_WIRE[wire]
         else:
+            # Other dtypes: cast into a ringd buffer of the wire dtype.
             self.flat = torch.zeros(self.numel, dtype=dtype)
             self.wire = rt.zeros(self.numel, dtype=wire, client=client)
         self.views = []
@@ -86,7 +103,8 @@ class _Bucket:
         self.bind()
         if self.wire is not self.flat:
             self.wire.copy_(self.flat)
-        self.handle = rt.allreduce_async_(self.wire, op="avg", client=client)
+        self.handle = rt.allreduce_async_(self.wire, op="avg", client=client,
+                                          wire=self.wire_name)
 
     def wait(self, scale):
         h, self.handle = self.handle, None
