@@ -402,7 +402,9 @@ TEST_IMPL(client_python_dtypes_and_freeing)
 /* ringd.torch: tensors in ringd memory reduced in place for every dtype,
  * NotContiguous / NotRingdMemory / UnsupportedDtype with the daemon
  * unharmed, a ValueError naming the one parameter that differs across
- * trainers, a DistributedOptimizer of 200 buckets (past the cap on
+ * trainers, bf16 compression of a float32 bucket in place (the daemon's
+ * wire) and of a float64 one through a cast, a DistributedOptimizer of
+ * 200 buckets (past the cap on
  * outstanding handles), 500 tensors in one step freed after, and
  * allreduce_async_ returning before the peer issued. Skips (and says so)
  * only when torch cannot be imported. */

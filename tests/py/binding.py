@@ -269,6 +269,32 @@ def torch_phases(o):
             print("%d buckets in one step, past the cap of %d outstanding" %
                   (n, ringd.MAX_OUTSTANDING))
 
+    def compressed(c, rank, sync):
+        # bf16 compression: a float32 bucket is reduced in place with the
+        # daemon's wire format, a float64 one cast into a bf16 buffer
+        # (values rounded: 0.3, 0.6 and their mean are not bf16 numbers).
+        p32 = torch.nn.Parameter(torch.zeros(8))
+        p64 = torch.nn.Parameter(torch.zeros(8, dtype=torch.float64))
+        ps = torch.nn.ParameterList([p32, p64])
+        d = rt.DistributedOptimizer(torch.optim.SGD(ps.parameters(), lr=1.0),
+                                    named_parameters=ps.named_parameters(),
+                                    compression=rt.Compression.bf16,
+                                    client=c)
+        b32, b64 = d._bucket_of[id(p32)], d._bucket_of[id(p64)]
+        assert b32.wire is b32.flat and b32.wire_name == "bf16"
+        assert b64.wire.dtype == torch.bfloat16 and b64.wire is not b64.flat
+        w = (rank + 1) * 0.3
+        ((p32 * w).sum() + (p64 * w).sum()).backward()
+        d.step()    # averaged gradient 0.45, lr 1
+        e32 = float((p32.detach() + 0.45).abs().max())
+        e64 = float((p64.detach() + 0.45).abs().max())
+        assert e32 < 1e-6, p32     # one node: the daemon reduces in f32
+        assert 1e-5 < e64 < 1e-2, p64
+        d.close()
+        if rank == 0:
+            print("bf16: float32 bucket in place (error %.1g), float64 "
+                  "cast (error %.1g)" % (e32, e64))
+
     def module_buckets(c, rank, sync):
         # A bucket of 1 MiB or more closes where the module changes, so
         # the last layer's gradients go out before the layer below it
@@ -328,7 +354,7 @@ def torch_phases(o):
 
     # really_async last: when it fails, no later step waits for the
     # failed trainer.
-    return [dtypes, bad, differ, broadcast, many_buckets,
+    return [dtypes, bad, differ, broadcast, many_buckets, compressed,
             module_buckets] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed") + [really_async]
