@@ -404,8 +404,8 @@ TEST_IMPL(client_python_dtypes_and_freeing)
  * unharmed, a ValueError naming the one parameter that differs across
  * trainers, bf16 compression of a float32 bucket in place (the daemon's
  * wire) and of a float64 one through a cast, a DistributedOptimizer of
- * 200 buckets (past the cap on
- * outstanding handles), 500 tensors in one step freed after, and
+ * 200 buckets (past the cap on outstanding handles), buckets split at a
+ * module boundary, 500 tensors in one step freed after, and
  * allreduce_async_ returning before the peer issued. Skips (and says so)
  * only when torch cannot be imported. */
 TEST_IMPL(client_python_torch_tensors)
