@@ -111,8 +111,10 @@ int main(int argc, char **argv)
     ringd_opts_init(&opts);
     opts.name = "coll-steps";
     int rc = ringd_connect(&k.c, argv[1], &opts);
-    if (rc != 0)
-        return fail(&k, "ringd_connect", rc), 1;
+    if (rc != 0) {
+        fail(&k, "ringd_connect", rc);
+        return 1;
+    }
     FILE *out = fopen(argv[4], "w");
     if (out == NULL) {
         perror(argv[4]);
