@@ -641,10 +641,12 @@ de_wait() {
 # fd_exhaust: V FAULT_MS FLOOD_END_MS GEN_AT_FAULT LOG_LINES_BEFORE. The
 # row is the longest time without a step of node v's trainer during the
 # flood; a view change, a daemon that serves no new client within 10 s of
-# the flood's end, or more than 2 * NOFILE + 50 new log lines (one per
-# client accepted and closed, plus the rate-limited warnings) fail the run.
+# the flood's end, more than 2 * NOFILE + 50 new log lines (one per
+# client accepted and closed, plus the rate-limited warnings), or any
+# other work of the daemon's failing with EMFILE (checkpoint files, etcd
+# connections: the flood must meet the client cap first) fail the run.
 fd_check() {
-    local v=$1 fms=$2 fend=$3 g0=$4 gap ok=0 lines g1 n
+    local v=$1 fms=$2 fend=$3 g0=$4 gap ok=0 lines g1 n emfile
     if ! until_step "$v" $(( $(max_step) + 1 )) "$fend"; then
         HANGS=$((HANGS + 1))
         log "  fd_exhaust: HANG: node$v's trainer made no step within ${RECOVER_S}s of the flood's end"
@@ -657,6 +659,11 @@ fd_check() {
     gap=$(gap_in "$v" "$fms" "$fend")
     n=$(cat "$T/hash-$v.log" | awk -v a="$fms" -v b="$fend" '$1 == "step" && $12 >= a && $12 <= b' | wc -l)
     lines=$(( $(wc -l <"$T/ringd-$v.log") - $5 ))
+    emfile=$(tail -n +"$(( $5 + 1 ))" "$T/ringd-$v.log" | grep -v 'accept: ' |
+        grep -c 'Too many open files')
+    [ "$emfile" = 0 ] ||
+        OTHER_BAD+=("fd_exhaust: the flood ran node$v's daemon itself out of descriptors: $emfile lines such as '$(
+            tail -n +"$(( $5 + 1 ))" "$T/ringd-$v.log" | grep -v 'accept: ' | grep -m1 'Too many open files' | cut -c25-150)'")
     g1=$(gen_at "$(now_ms)")
     [ "$ok" = 1 ] ||
         OTHER_BAD+=("fd_exhaust: node$v's daemon served no new client (ringctl status) within 10 s of the flood's end")

@@ -200,7 +200,8 @@ struct dmn {
     uint32_t accept_backoff_ms; /* 0: accepting normally */
     uint64_t accept_failures;
     uint64_t accept_log_ms;
-    uint64_t refused_over_cap;  /* closed at once: max-clients reached */
+    uint32_t conn_cap;          /* max-clients, or less under ulimit -n */
+    uint64_t refused_over_cap;  /* closed at once: conn_cap reached */
     uint64_t cap_log_ms;
     uint64_t refused_peers;     /* closed at once: credentials not allowed */
     uint64_t peer_log_ms;
