@@ -552,6 +552,7 @@ df_check_and_free() { # BEFORE_STEPS NEWEST_BEFORE SUMS OUT
         fi
     done
     rm -f "$CKDIR/fill"
+    log "  disk_full: the fill file removed $(( $(now_ms) - fms )) ms after the fault"
 }
 
 # The longest time in [A_MS, B_MS] without a step logged by a node in
@@ -919,10 +920,10 @@ for f in "${PLAN[@]}"; do
         for st in $before; do
             ( cd "$CKDIR" && md5sum "chaos/step-$(printf %020d "$st")"/* )
         done >"$sums" 2>/dev/null
-        log "fault $kind: checkpoint file system ($CKPT_TMPFS_SIZE tmpfs) filled for 4 s" \
+        log "fault $kind: checkpoint file system ($CKPT_TMPFS_SIZE $([ -n "$CKPT_LOOP" ] && echo ext4 || echo tmpfs)) filled for 4 s" \
             "(step $pre; complete checkpoints: ${before:-none})"
         dd if=/dev/zero of="$CKDIR/fill" bs=64k status=none 2>/dev/null
-        log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "tmpfs: " $1 " used, " $2 " free" }')"
+        log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "checkpoint file system: " $1 " used, " $2 " free" }')"
         # The fault lasts 4 s, whatever the recovery wait says: a helper
         # checks, while the disk is still full (nothing can be completed
         # or retired then), that the checkpoints complete before are there
@@ -934,7 +935,7 @@ for f in "${PLAN[@]}"; do
         nb=${#CKPT_BAD[@]}
         while IFS= read -r m; do CKPT_BAD+=("$m"); done <"$dfbad"
         DF_FREED=$(max_step)
-        log "  tmpfs freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
+        log "  space freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
             "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = "$nb" ] && echo intact || echo DAMAGED)"
         ;;
     etcd_kill)
