@@ -328,5 +328,8 @@ void dmn__metrics_observe_recovery(dmn_t *d, double s);
 uint64_t dmn__now_ms(void);
 /* Close callback for handles embedded in dmn_t (data = d). */
 void dmn__handle_closed(uv_handle_t *h);
+/* Drops a reference counted in open_handles that is not a handle (work
+ * queued on libuv's thread pool): the last one frees a destroyed d. */
+void dmn__unref(dmn_t *d);
 
 #endif /* RINGD_DMN_INT_H */
