@@ -10,7 +10,10 @@
  */
 #include "client/client-int.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static cl_pend_t *cl_find(ringd_client_t *c, ringd_handle_t h)
 {
@@ -20,10 +23,34 @@ static cl_pend_t *cl_find(ringd_client_t *c, ringd_handle_t h)
     return NULL;
 }
 
+/*
+ * A trainer that unmapped (munmap) a buffer of ours while a collective on
+ * it was outstanding cannot see the result: the daemon wrote it into its
+ * own mapping of the memfd, which stays intact. Say so instead of
+ * reporting success (msync on a range with a hole fails with ENOMEM; with
+ * MS_ASYNC it costs one walk of the mappings).
+ */
+static int cl_check_mapped(ringd_client_t *c, const proto_coll_req_t *r)
+{
+    if (r->buf_id >= c->nbufs || c->bufs[r->buf_id].addr == NULL)
+        return 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)c->bufs[r->buf_id].addr + r->offset;
+    uintptr_t start = a & ~(page - 1);
+    size_t len = a + r->count * proto_dtype_size(r->dtype) - start;
+    if (msync((void *)start, len, MS_ASYNC) == 0 || errno != ENOMEM)
+        return 0;
+    return cl__fail(c, RINGD_EINVAL, "buffer %u was unmapped while a "
+                    "collective on it was outstanding: its result is lost "
+                    "(ringd_buffer_free() it)", r->buf_id);
+}
+
 /* Its outcome; the handle is free again. */
 static int cl_release_handle(ringd_client_t *c, cl_pend_t *p)
 {
     int st = p->status;
+    if (st == 0)
+        st = cl_check_mapped(c, &p->req);
     *p = (cl_pend_t){0};
     c->npend--;
     return st;
@@ -91,13 +118,15 @@ int ringd_group_start(ringd_client_t *c)
     return 0;
 }
 
-/* Consecutive allreduces of a group with the same dtype and op are sent
+/* Consecutive allreduces of a group with the same dtype, op and wire
+ * format are sent
  * as one fused run: each but the last says the next one joins it. */
 static int cl_joins_next(const proto_coll_req_t *a, const cl_pend_t *next)
 {
     return next != NULL && a->kind == PROTO_COLL_ALLREDUCE &&
            next->req.kind == PROTO_COLL_ALLREDUCE &&
-           next->req.dtype == a->dtype && next->req.op == a->op;
+           next->req.dtype == a->dtype && next->req.op == a->op &&
+           next->req.root == a->root;
 }
 
 int ringd_group_end(ringd_client_t *c)
@@ -163,8 +192,9 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h)
             p->status = rc;
         }
     }
+    int outcome = p->status;
     int st = cl_release_handle(c, p);
-    if (st != 0 && st != RINGD_EDISCONNECTED)
+    if (outcome != 0 && outcome != RINGD_EDISCONNECTED)
         cl__fail(c, st, "collective: %s", ringd_strerror(st));
     return st;
 }
@@ -191,17 +221,31 @@ int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p)
     return cl_release_handle(c, p);
 }
 
+int ringd_allreduce_wire_async(ringd_client_t *c, void *ptr, size_t count,
+                               ringd_dtype_t dtype, ringd_op_t op,
+                               ringd_wire_t wire, ringd_handle_t *h_p)
+{
+    if (c == NULL || ptr == NULL || h_p == NULL)
+        return RINGD_EINVAL;
+    if ((unsigned)wire > RINGD_WIRE_F16)
+        return cl__fail(c, RINGD_EINVAL, "bad wire format %d", (int)wire);
+    if (wire > RINGD_WIRE_NONE && dtype != RINGD_F32)
+        return cl__fail(c, RINGD_EINVAL, "wire compression is for f32 "
+                        "allreduces only");
+    proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
+                          .dtype = (uint32_t)dtype, .count = count,
+                          .op = (uint32_t)op, .root = (uint32_t)wire};
+    return cl_issue(c, &r, ptr, h_p);
+}
+
 int ringd_allreduce_async(ringd_client_t *c, void *ptr, size_t count,
                           ringd_dtype_t dtype, ringd_op_t op,
                           ringd_handle_t *h_p)
 {
-    if (c == NULL || ptr == NULL || h_p == NULL)
-        return RINGD_EINVAL;
-    proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
-                          .dtype = (uint32_t)dtype, .count = count,
-                          .op = (uint32_t)op};
-    return cl_issue(c, &r, ptr, h_p);
+    return ringd_allreduce_wire_async(c, ptr, count, dtype, op,
+                                      RINGD_WIRE_DEFAULT, h_p);
 }
+
 
 int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
                           uint32_t root, ringd_handle_t *h_p)
@@ -303,5 +347,16 @@ int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
         return RINGD_ESTATE;
     ringd_handle_t h;
     int rc = ringd_broadcast_async(c, ptr, bytes, root, &h);
+    return rc != 0 ? rc : ringd_wait(c, h);
+}
+
+int ringd_allreduce_wire(ringd_client_t *c, void *ptr, size_t count,
+                         ringd_dtype_t dtype, ringd_op_t op,
+                         ringd_wire_t wire)
+{
+    if (cl_no_group(c, "allreduce") != 0)
+        return RINGD_ESTATE;
+    ringd_handle_t h;
+    int rc = ringd_allreduce_wire_async(c, ptr, count, dtype, op, wire, &h);
     return rc != 0 ? rc : ringd_wait(c, h);
 }

@@ -65,14 +65,27 @@ static const cfg_key_t keys[] = {
     {"ring-deadline-ms", K_U32, F(ring_deadline_ms), 100, 3600000, "MS",
      "a ring collective that makes no progress this long fails; membership "
      "(the lease) normally notices a dead node first (default 10000)"},
+    {"ring-chunk-kib", K_U32, F(ring_chunk_kib), 1, 1048576, "KIB",
+     "pipeline chunk of the ring's messages, in KiB; a job option (the "
+     "job's first view fixes it, every node follows; default 1024)"},
+    {"ring-bidirectional", K_BOOL, F(ring_bidirectional), 0, 0, NULL,
+     "allreduce on two rings at once, half the data each way round; a "
+     "job option (default off)"},
+    {"ring-wire", K_STR, F(ring_wire), 0, 0, "none|bf16|f16",
+     "the default compression of f32 allreduces on the wire (16 bits a "
+     "value, f32 accumulation; a trainer may choose per call); a job "
+     "option (default none)"},
     {"ring-grid-min-nodes", K_U32, F(ring_grid_min_nodes), 0, 1000000, "N",
      "allreduce on the two-level ring (rows of a host's nodes, then "
-     "columns) when the job has N nodes or more; every node of a job "
-     "must say the same; 0 = always the flat ring (default 16: at 64 "
-     "nodes here a 4 KiB step took 57 ms on the grid, 105 ms flat)"},
+     "columns) when the job has N nodes or more; 0 = always the flat "
+     "ring; a job option (default 16: at 64 nodes here a 4 KiB step took "
+     "57 ms on the grid, 105 ms flat)"},
     {"ring-grid-max-kib", K_U32, F(ring_grid_max_kib), 0, 4194304, "KIB",
      "the two-level ring only for tensors up to KIB KiB, larger ones on "
-     "the flat ring; the same on every node (default 0: any size)"},
+     "the flat ring; a job option (default 0: any size)"},
+    {"ring-grid-cols", K_U32, F(ring_grid_cols), 0, 1000000, "N",
+     "row width of the two-level ring; 0 = a row per host when the hosts "
+     "are alike, else about sqrt(nodes); a job option (default 0)"},
     {"step-timeout", K_U32, F(step_timeout_ms), 0, 86400000, "MS",
      "a trainer that began a step (or got a collective's result) and then "
      "sends nothing for MS milliseconds makes this node step out of the "
@@ -147,6 +160,8 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
     cfg->ring_grid_min_nodes = 16;
+    cfg->ring_chunk_kib = 1024;
+    set_str(&cfg->ring_wire, "none");
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
     set_str(&cfg->socket_mode, "0660");
     set_str(&cfg->ckpt_dir, "/var/lib/ringd/ckpt");
@@ -463,6 +478,13 @@ static int validate(dmn_config_t *cfg, FILE *err)
     if (rd_log_parse_level(cfg->log_level, &lvl) != 0) {
         fprintf(err, "ringd: bad log level '%s' (want error, warn, info or "
                 "debug)\n", cfg->log_level);
+        return ST_ECONFIG;
+    }
+    if (strcmp(cfg->ring_wire, "none") != 0 &&
+        strcmp(cfg->ring_wire, "bf16") != 0 &&
+        strcmp(cfg->ring_wire, "f16") != 0) {
+        fprintf(err, "ringd: bad ring-wire '%s' (want none, bf16 or f16)\n",
+                cfg->ring_wire);
         return ST_ECONFIG;
     }
     if (cfg->standalone && cfg->backend == NULL)

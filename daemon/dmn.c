@@ -77,6 +77,12 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
         .ring_deadline_ms = cfg->ring_deadline_ms,
         .ring_grid_min_nodes = cfg->ring_grid_min_nodes,
         .ring_grid_max_bytes = (uint64_t)cfg->ring_grid_max_kib * 1024,
+        .ring_grid_cols = cfg->ring_grid_cols,
+        .ring_chunk_bytes = (uint64_t)cfg->ring_chunk_kib * 1024,
+        .ring_bidirectional = (uint32_t)cfg->ring_bidirectional,
+        .ring_wire = strcmp(cfg->ring_wire, "bf16") == 0  ? JOB_WIRE_BF16
+                     : strcmp(cfg->ring_wire, "f16") == 0 ? JOB_WIRE_F16
+                                                          : JOB_WIRE_NONE,
         .ckpt_dir = cfg->ckpt_interval > 0 ? cfg->ckpt_dir : NULL,
     };
 }

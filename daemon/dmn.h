@@ -34,6 +34,11 @@ typedef struct dmn_config {
     uint32_t ring_deadline_ms; /* a ring collective with no progress */
     uint32_t ring_grid_min_nodes; /* two-level allreduce from N nodes; 0 */
     uint32_t ring_grid_max_kib;   /* ... for messages up to this; 0: any */
+    uint32_t ring_grid_cols;      /* ... its row width; 0: by host */
+    uint32_t ring_chunk_kib;      /* the ring's pipeline chunk */
+    int ring_bidirectional;       /* two rings, half the data each */
+    char *ring_wire;              /* "none", "bf16" or "f16": default
+                                     compression of f32 allreduces */
     uint32_t step_timeout_ms; /* a trainer silent this long in a step
                                  steps the node out; 0: off */
     char *socket_path;

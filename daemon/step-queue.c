@@ -2,7 +2,8 @@
  * step-queue.c - the collectives within a step (step.c).
  *
  * A collective proceeds when every trainer of the step has posted the same
- * one (same index, kind, count, dtype, op, root): their buffers are reduced
+ * one (same index, kind, count, dtype, op, root or wire format): their
+ * buffers are reduced
  * into a staging area in local-rank order, handed once to the backend, and
  * the result is copied back into every trainer's buffer. Because all
  * trainers receive the very same bytes, replicas stay bitwise identical.
@@ -65,7 +66,7 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
     return a->kind == b->kind && a->coll_seq == b->coll_seq &&
            a->count == b->count && a->dtype == b->dtype &&
            (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
-           (a->kind != PROTO_COLL_BROADCAST || a->root == b->root);
+           a->root == b->root; /* broadcast root; allreduce wire */
 }
 
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
@@ -300,7 +301,8 @@ static void launch(dmn_t *d)
                             .avg_divisor = r->op == RINGD_AVG
                                                ? d->view.global_trainers
                                                : 0,
-                            .nsegs = g, .seg_counts = d->seg_counts};
+                            .nsegs = g, .seg_counts = d->seg_counts,
+                            .wire = (job_wire_t)r->root};
         rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
     }
     if (rc != 0)
@@ -406,9 +408,10 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         const proto_coll_req_t *prev = &dmn__conn_q(c, c->q_len - 1)->req;
         if (prev->kind == PROTO_COLL_ALLREDUCE_MORE &&
             (!proto_coll_is_allreduce(req->kind) ||
-             req->dtype != prev->dtype || req->op != prev->op)) {
+             req->dtype != prev->dtype || req->op != prev->op ||
+             req->root != prev->root)) {
             dmn__reply_error(c, seq, RINGD_EINVAL, "a fused group must be "
-                             "allreduces of one dtype and op");
+                             "allreduces of one dtype, op and wire");
             return;
         }
     }

@@ -94,6 +94,25 @@ typedef enum {
     RINGD_AVG = 4, /* sum, then divide by the global trainer count */
 } ringd_op_t;
 
+/*
+ * Compression of one f32 allreduce between nodes (ringd_allreduce_wire):
+ * the values travel as 16-bit floats and are accumulated in f32; within
+ * a node nothing is rounded. Every replica still ends bitwise identical
+ * (each chunk is rounded once, by the node that finishes it, and copied
+ * from there). Against the same allreduce in f32, each element of the
+ * result is within n * 2^-8 * sum(|x|) (bf16) or n * 2^-11 * sum(|x|)
+ * (f16) of it (plus f32's own rounding), n the nodes and the sum over
+ * every trainer's element
+ * (every hop rounds the partial sum once); f16 also overflows past
+ * 65504. Half the bytes on the wire.
+ */
+typedef enum {
+    RINGD_WIRE_DEFAULT = 0, /* the job's (ringd's ring-wire option) */
+    RINGD_WIRE_NONE = 1,    /* f32 on the wire, whatever the job's */
+    RINGD_WIRE_BF16 = 2,
+    RINGD_WIRE_F16 = 3,
+} ringd_wire_t;
+
 typedef struct ringd_client ringd_client_t;
 
 typedef struct {
@@ -237,6 +256,26 @@ int ringd_allreduce_async(ringd_client_t *c, void *ptr, size_t count,
                           ringd_dtype_t dtype, ringd_op_t op,
                           ringd_handle_t *h_p);
 
+/*
+ * An allreduce with the wire format of this call (ringd_wire_t), next to
+ * others of the same step in any format: ringd_allreduce_async() and
+ * ringd_allreduce() are these with RINGD_WIRE_DEFAULT, the job's format
+ * (ringd's ring-wire, none unless configured). The format is part of the
+ * collective: every trainer of the job must issue the same one
+ * (RINGD_EMISMATCH within a node otherwise), and in a fusion group only
+ * consecutive allreduces of one dtype, op and format fuse. Errors as
+ * ringd_allreduce_async(), and RINGD_EINVAL for a format outside
+ * ringd_wire_t or RINGD_WIRE_BF16/F16 with a dtype other than RINGD_F32.
+ * A one-node job reduces in f32 whatever the format (nothing crosses a
+ * wire).
+ */
+int ringd_allreduce_wire_async(ringd_client_t *c, void *ptr, size_t count,
+                               ringd_dtype_t dtype, ringd_op_t op,
+                               ringd_wire_t wire, ringd_handle_t *h_p);
+int ringd_allreduce_wire(ringd_client_t *c, void *ptr, size_t count,
+                         ringd_dtype_t dtype, ringd_op_t op,
+                         ringd_wire_t wire);
+
 /* Issue a broadcast as ringd_broadcast() does, without waiting. Errors as
  * ringd_allreduce_async(). */
 int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
@@ -247,7 +286,13 @@ int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
  * Returns its outcome: 0, or the errors of ringd_allreduce() (among them
  * RINGD_ERESHAPE, RINGD_EMISMATCH, RINGD_EDISCONNECTED, RINGD_ETIMEDOUT
  * with opts.timeout_ms). RINGD_EINVAL: h is not an outstanding handle of c
- * (never issued, already waited for, or voided by ringd_step_begin()).
+ * (never issued, already waited for, or voided by ringd_step_begin()), or
+ * the trainer unmapped (munmap) the collective's memory while it was
+ * outstanding: the collective ran (the daemon maps the buffer itself, so
+ * it and the job carry on) but its result cannot reach this process; the
+ * buffer is still to be freed with ringd_buffer_free(). Freeing a buffer
+ * with ringd_buffer_free() while a collective on it is outstanding is
+ * refused (RINGD_ESTATE, the buffer stays valid).
  */
 int ringd_wait(ringd_client_t *c, ringd_handle_t h);
 

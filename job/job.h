@@ -96,6 +96,19 @@ typedef struct {
 void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
 
 /*
+ * Compression on the wire of an f32 allreduce: 16 bits a value between
+ * nodes, accumulated in f32 (ring/README.md, "Wire compression"). Per
+ * call JOB_WIRE_JOB takes the job's default (job_config_t.ring_wire, as
+ * the job's first view fixed it); as that default it means none.
+ */
+typedef enum {
+    JOB_WIRE_JOB = 0,
+    JOB_WIRE_NONE,
+    JOB_WIRE_BF16,
+    JOB_WIRE_F16,
+} job_wire_t;
+
+/*
  * The node's part of an allreduce: the buffers of the node's trainers that
  * posted it, in local-rank order. The backend combines them with the other
  * nodes' and writes the result into every one of them, all on its own
@@ -127,6 +140,7 @@ typedef struct {
                               owner, ring_allreduce_avg) */
     uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
     const size_t *seg_counts; /* [nsegs] elements of each, when fused */
+    job_wire_t wire;       /* f32 only; every node must pass the same */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding
@@ -260,8 +274,16 @@ typedef struct {
     uint32_t lease_ttl;        /* ring: seconds */
     uint32_t ring_deadline_ms; /* ring: no progress this long fails a
                                   collective; 0: the ring's default */
-    uint32_t ring_grid_min_nodes; /* ring: ring_opts_t.grid_min_nodes and */
-    uint64_t ring_grid_max_bytes; /* grid_max_bytes; 0: the ring's default */
+    /* ring: the options every node of a job must share (ring_opts_t's
+     * fields of the same names). The job's first view carries those of
+     * the node that wrote it, and every node runs with the view's
+     * (job/README.md, "The job's ring options"). */
+    uint64_t ring_chunk_bytes;    /* 0: the ring's default */
+    uint32_t ring_bidirectional;  /* 0 or 1 */
+    job_wire_t ring_wire;         /* JOB_WIRE_JOB: none */
+    uint32_t ring_grid_min_nodes; /* 0: never */
+    uint64_t ring_grid_max_bytes; /* 0: any size */
+    uint32_t ring_grid_cols;      /* 0: rows by host, else sqrt */
     const char *ckpt_dir;      /* ring: checkpoint directory (the job's
                                   store is ckpt_dir/job); NULL: off */
 } job_config_t;

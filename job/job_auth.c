@@ -16,10 +16,12 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "transport/tp.h"
 
 /* Domain separation: a proof can never be mistaken for another HMAC made
  * with the same secret (the etcd signatures). */
 #define AUTH_LABEL "ringd ring hello v1"
+#define TAG_LABEL "ringd ring-tag v1"
 
 struct job_auth {
     size_t len;
@@ -160,4 +162,53 @@ int job_auth_verify(const job_auth_t *a, const char *job, uint64_t gen,
         return rc;
     return CRYPTO_memcmp(want, proof, sizeof(want)) == 0 ? 0
                                                          : ST_EPEER_FORGED;
+}
+
+/* The truncated HMAC of one generation: the first 24 bits of the MAC. */
+static int tag_raw(const job_auth_t *a, const char *job, uint64_t gen,
+                   uint32_t *raw_p)
+{
+    size_t cap = 2 * sizeof(uint32_t) + sizeof(TAG_LABEL) + strlen(job) +
+                 sizeof(gen);
+    uint8_t *msg = malloc(cap), mac[EVP_MAX_MD_SIZE];
+    if (msg == NULL)
+        return ST_ENOMEM;
+    uint8_t *p = put_str(put_str(msg, TAG_LABEL), job);
+    memcpy(p, &gen, sizeof(gen));
+    p += sizeof(gen);
+    unsigned len = 0;
+    int ok = HMAC(EVP_sha256(), a->key, (int)a->len, msg,
+                  (size_t)(p - msg), mac, &len) != NULL && len >= 3;
+    free(msg);
+    if (!ok) {
+        RD_ERROR("job auth: HMAC-SHA256 failed");
+        return ST_ENOMEM;
+    }
+    *raw_p = ((uint32_t)mac[0] << 16 | (uint32_t)mac[1] << 8 | mac[2]) &
+             (uint32_t)TP_TAG_GEN_MASK;
+    return 0;
+}
+
+uint32_t job_auth_tag_pick(uint64_t gen, uint32_t prev, uint32_t cur,
+                           uint32_t next)
+{
+    if (gen % 2 == 0)
+        return cur;
+    uint32_t v = cur;
+    for (uint32_t d = 1; d <= 3 && (v == prev || v == next); d++)
+        v = cur ^ d;
+    return v;
+}
+
+int job_auth_tag_gen(const job_auth_t *a, const char *job, uint64_t gen,
+                     uint32_t *tag_gen_p)
+{
+    uint32_t raw[3];
+    for (int i = 0; i < 3; i++) {
+        int rc = tag_raw(a, job, gen - 1 + (uint64_t)i, &raw[i]);
+        if (rc != 0)
+            return rc;
+    }
+    *tag_gen_p = job_auth_tag_pick(gen, raw[0], raw[1], raw[2]);
+    return 0;
 }

@@ -54,4 +54,24 @@ int job_auth_verify(const job_auth_t *auth, const char *job,
                     const uint8_t to_nonce[JOB_AUTH_NONCE_BYTES],
                     const uint8_t proof[JOB_AUTH_PROOF_BYTES]);
 
+/*
+ * The generation field of the ring's tags for generation gen
+ * (transport/tp.h): HMAC-SHA256 of (job, gen) under the secret, truncated
+ * to TP_TAG_GEN_BITS, so that a process without the secret cannot make a
+ * tag that any of the ring's receives matches. Two consecutive
+ * generations never get the same value (job_auth_tag_pick), so a late
+ * message of the previous ring can never match the new ring's receives.
+ */
+int job_auth_tag_gen(const job_auth_t *auth, const char *job, uint64_t gen,
+                     uint32_t *tag_gen_p);
+/*
+ * The pure rule behind it, from the truncated HMACs of gen - 1, gen and
+ * gen + 1: an even generation keeps its own, an odd one keeps its own
+ * unless it equals a neighbour's, then takes the first of cur ^ 1,
+ * cur ^ 2, cur ^ 3 that equals neither. Even generations are never
+ * changed, so every node derives the same value and neighbours differ.
+ */
+uint32_t job_auth_tag_pick(uint64_t gen, uint32_t prev, uint32_t cur,
+                           uint32_t next);
+
 #endif /* RINGD_JOB_AUTH_H */

@@ -99,7 +99,11 @@ typedef struct {
     job_t base;
     uv_loop_t *loop;
     job_cbs_t cbs;
-    ring_opts_t ring_opts;
+    ring_opts_t ring_opts; /* in use: the job's (job_ring_opts.c); main
+                              loop, read by the ring thread in commands */
+    ring_opts_t my_opts;   /* this node's config */
+    char *my_opts_json;    /* the same for a first view (b->mc) */
+    char *opts_seen;       /* the view options last logged */
     int ttl_s;
     mb_t *mb;
     tp_t *tp;
@@ -221,6 +225,17 @@ uint64_t job__newest_local(const char *root, uint64_t below);
  */
 int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
                    uint32_t *suspect_p);
+
+/* job_ring_opts.c: the ring options a job shares, carried in its views. */
+const char *job__wire_name(ring_wire_t w);
+/* The shared fields of o from the config (the environment does not set
+ * them: a warning for each variable that tries). */
+void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);
+/* The shared fields as the view's "opts" object (caller frees; NULL: no
+ * memory). */
+char *job__opts_json(const ring_opts_t *o);
+/* b->ring_opts become view v's (main loop, no command out). */
+void job__opts_install(rb_t *b, const mb_view_t *v);
 
 /* The ring thread: runs posted commands until quit; destroys its rings. */
 void *job__ring_thread_main(void *arg);

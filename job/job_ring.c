@@ -161,6 +161,7 @@ static void install_pending(rb_t *b)
     b->cur = b->pending;
     b->pending = NULL;
     b->retries = 0;
+    job__opts_install(b, b->cur);
     post_rebuild(b);
 }
 
@@ -709,6 +710,8 @@ static void release(rb_t *b)
     free(b->ckpt_root);
     tp_destroy(b->tp);
     job_auth_destroy(b->auth);
+    free(b->my_opts_json);
+    free(b->opts_seen);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     close_handles(b); /* frees b once closed */
@@ -787,19 +790,20 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     b->cbs = *cbs;
     b->ttl_s = (int)cfg->lease_ttl;
     b->local_trainers = cfg->trainers ? cfg->trainers : 1;
-    ring_opts_default(&b->ring_opts);
+    ring_opts_default(&b->my_opts);
     if (cfg->ring_deadline_ms > 0)
-        b->ring_opts.deadline_ms = (int)cfg->ring_deadline_ms;
-    if (cfg->ring_grid_min_nodes > 0)
-        b->ring_opts.grid_min_nodes = cfg->ring_grid_min_nodes;
-    if (cfg->ring_grid_max_bytes > 0)
-        b->ring_opts.grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
-    b->ring_opts.on_quiet = rt_member_alive;
-    b->ring_opts.on_quiet_arg = b;
+        b->my_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    job__opts_from_config(cfg, &b->my_opts);
+    b->my_opts.on_quiet = rt_member_alive;
+    b->my_opts.on_quiet_arg = b;
+    b->ring_opts = b->my_opts;
     init_sync(b, loop);
 
     b->job_name = cfg->job;
-    int rc = 0;
+    int rc = ST_ENOMEM;
+    if ((b->my_opts_json = job__opts_json(&b->my_opts)) == NULL)
+        goto err_sync;
+    rc = 0;
     if (cfg->job_secret_file != NULL &&
         (rc = job_auth_load(cfg->job_secret_file, &b->auth)) != 0)
         goto err_sync;

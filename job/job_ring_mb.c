@@ -182,6 +182,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
 int job__ring_create_mb(rb_t *b, const job_config_t *cfg)
 {
     mb_config_from(cfg, &b->mc);
+    b->mc.view_opts = b->my_opts_json;
     job_auth_secret(b->auth, &b->mc.secret, &b->mc.secret_len);
     tp_address(b->tp, &b->mc.addr, &b->mc.addr_len);
     b->mcb = (mb_callbacks_t){.on_view = mb_on_view,

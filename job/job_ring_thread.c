@@ -89,13 +89,22 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
                       .nranks = (uint32_t)v->n_members,
                       .rank = (uint32_t)v->my_index, .addrs = addrs,
                       .addr_lens = lens, .hosts = hosts};
+    /* Keyed tags exactly where the handshake runs (job__ring_auth): the
+     * ring's stale rule for them counts on it. */
+    int rc = 0;
+    if (b->auth != NULL && v->n_members > 1) {
+        rv.tag_keyed = 1;
+        rc = job_auth_tag_gen(b->auth, b->job_name, v->generation,
+                              &rv.tag_gen);
+    }
     /* The members reach a new ring when their trainers reach a step
      * start, seconds apart at worst: the first collective may wait long.
      * A crash still ends it at once (endpoint error), a new view too. */
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    int rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
+    if (rc == 0)
+        rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
     free(addrs);
     free(lens);
     free(hosts);
@@ -225,15 +234,20 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
  * here, on the ring thread, so the main loop (and the lease keepalive on
  * it) never waits for tensor bytes; one trainer's buffer is the ring's.
  */
-static int rt_allreduce(ring_t *r, const job_reduce_t *red)
+static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
 {
     void *buf = job_reduce_local(red);
+    ring_wire_t wire = red->wire == JOB_WIRE_BF16  ? RING_WIRE_BF16
+                       : red->wire == JOB_WIRE_F16 ? RING_WIRE_F16
+                       : red->wire == JOB_WIRE_NONE ? RING_WIRE_NONE
+                                                    : b->ring_opts.wire;
     /* The ring divides each chunk as its owner finishes it: no pass of
      * its own over the buffer for an average. */
     int rc = red->avg_divisor != 0
-                 ? ring_allreduce_avg(r, buf, red->count, red->dt,
-                                      red->avg_divisor)
-                 : ring_allreduce(r, buf, red->count, red->dt, red->op);
+                 ? ring_allreduce_wire(r, buf, red->count, red->dt,
+                                       KERN_AVG, red->avg_divisor, wire)
+                 : ring_allreduce_wire(r, buf, red->count, red->dt, red->op,
+                                       0, wire);
     if (rc == 0)
         job_reduce_copy_back(red, buf);
     return rc;
@@ -247,7 +261,7 @@ static int rt_collective(rb_t *b, rb_cmd_t *c)
         return ST_EABORTED;
     ring_set_flags(b->ring, c->flags);
     int rc = c->kind == CMD_ALLREDUCE
-                 ? rt_allreduce(b->ring, &c->red)
+                 ? rt_allreduce(b, b->ring, &c->red)
                  : ring_broadcast(b->ring, c->buf, c->count, c->root);
     ring_set_flags(b->ring, 0);
     c->flags_all = rc == 0 && ring_flags_seen(b->ring, &c->flags_seen);

@@ -14,6 +14,7 @@ typedef struct {
     size_t n_members;
     int source_index;
     size_t n_joiners;
+    char *opts;              /* compact JSON object, or NULL */
 } mb__view_t;
 
 void mb__member_free(mb_member_t *m);
@@ -28,6 +29,13 @@ int mb__node_parse(const char *node, const char *json, size_t len,
 
 char *mb__view_json(const mb__view_t *v);
 int mb__view_parse(const char *json, size_t len, mb__view_t *v);
+/* v's options become a copy of opts (NULL: none); 0 or ST_ENOMEM. */
+int mb__view_set_opts(mb__view_t *v, const char *opts);
+/* An "opts" value (cJSON *, NULL when absent) as kept in a view: its
+ * compact text, *opts_p NULL for none; ST_EPROTO with *why_p for a value
+ * that is no object or longer than MB_OPTS_MAX. */
+struct cJSON;
+int mb__opts_text(const struct cJSON *j, char **opts_p, const char **why_p);
 
 /*
  * The view that follows old (generation 0 when none) given the live
@@ -146,6 +154,7 @@ struct mb {
     int64_t refused_rec_mod; /* newest unsigned record logged */
     int64_t refused_drain_mod; /* newest unsigned drain key logged */
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
+    char *view_opts;         /* mb_config_t.view_opts, compact; or NULL */
     size_t secret_len;
 
     mb_mirror_t mirrors[MB_W_N];
@@ -153,6 +162,7 @@ struct mb {
 
     mb__view_t view;         /* the view in etcd, as last parsed */
     int64_t view_mod;        /* its mod_revision */
+    int view_forged;         /* the key holds a view no leader wrote */
     uint64_t delivered_gen;  /* last generation given to on_view */
     uint64_t pending_gen;    /* a view with us, waiting for peers' records */
     char *nbrs[2];           /* the delivered view's ring neighbours */
@@ -231,5 +241,9 @@ int mb__is_leader(mb_t *mb);
 void mb__campaign(mb_t *mb);
 void mb__handle_suspects(mb_t *mb);
 void mb__schedule_settle(mb_t *mb);
+/* The stored view kv, parsed into v when a leader holding the job secret
+ * wrote it (0); otherwise refused, logged, and left for the leader to
+ * write the valid view back (ST_EPEER_FORGED), or ST_EPROTO. */
+int mb__view_accept(mb_t *mb, const mb_kv_t *kv, mb__view_t *v);
 
 #endif

@@ -183,6 +183,70 @@ int mb__is_leader(mb_t *mb)
            kv->lease == mb->lease && strcmp(kv->val, mb->me.node) == 0;
 }
 
+/*
+ * A view no leader wrote: unsigned, badly signed, or signed but older
+ * than the one we hold (a replay of an old view, which would make the
+ * next leader count generations from there). Every member refuses it;
+ * the leader writes the valid one back (view_restore).
+ */
+int mb__view_accept(mb_t *mb, const mb_kv_t *kv, mb__view_t *v)
+{
+    if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
+        RD_ERROR("mb %s: refusing the view at revision %lld: not signed "
+                 "by a leader holding the job secret", mb->me.node,
+                 (long long)kv->mod);
+        mb->view_forged = 1;
+        return ST_EPEER_FORGED;
+    }
+    if (mb__view_parse(kv->val, kv->len, v) != 0)
+        return ST_EPROTO;
+    if (mb->secret_len > 0 && v->generation < mb->view.generation) {
+        RD_ERROR("mb %s: refusing the view at revision %lld: generation "
+                 "%llu, older than view %llu (a replay)", mb->me.node,
+                 (long long)kv->mod, (unsigned long long)v->generation,
+                 (unsigned long long)mb->view.generation);
+        mb__view_free(v);
+        mb->view_forged = 1;
+        return ST_EPEER_FORGED;
+    }
+    mb->view_forged = 0;
+    return 0;
+}
+
+/* The txn of on_settle and view_restore: v replaces the stored view only
+ * if that is still the one we saw (view_mod) and we still lead. */
+static void view_write(mb_t *mb, const mb__view_t *v)
+{
+    char *json = mb__text_sign(mb, "view", mb->view_key, mb__view_json(v));
+    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
+    etcd_cmp_t cmps[2] = {
+        {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
+         mb__mirror_find(mb, mb->view_key) ? mb->view_mod : 0, NULL, 0},
+        {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL, lk->create, NULL,
+         0},
+    };
+    etcd_op_t put = {ETCD_OP_PUT, mb->view_key, 0, json,
+                     json ? strlen(json) : 0, 0};
+    if (json != NULL &&
+        etcd_txn(mb->etcd, cmps, 2, &put, 1, NULL, 0, on_view_txn, mb) == 0)
+        mb->view_inflight = 1;
+    free(json);
+}
+
+/*
+ * Leader: the key holds a view no leader wrote. Members refuse it, but it
+ * would stay there until the next change of the live set; the view we
+ * hold goes back at once, same generation, so that no member rebuilds
+ * its ring for it (those that hold it install nothing again).
+ */
+static void view_restore(mb_t *mb)
+{
+    RD_WARN("mb %s: the view key holds a view no leader wrote: writing "
+            "view %llu back", mb->me.node,
+            (unsigned long long)mb->view.generation);
+    view_write(mb, &mb->view);
+}
+
 /* Leader: write view g+1 if the live set differs from view g. The txn
  * holds only if view g is still the stored one and we still lead, so no
  * generation is ever written twice. */
@@ -204,19 +268,20 @@ static void on_settle(uv_timer_t *t)
     if (changed == 0 && reshape_wanted(mb))
         changed = mb__view_renew(&mb->view, mb->step, &next);
     free_members(alive, n);
+    if (changed == 0 && mb->view_forged && mb->view.generation > 0)
+        view_restore(mb);
     if (changed <= 0)
         return;
-    char *json = mb__text_sign(mb, "view", mb->view_key,
-                               mb__view_json(&next));
-    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
-    etcd_cmp_t cmps[2] = {
-        {mb->view_key, ETCD_CMP_MOD, ETCD_CMP_EQUAL,
-         mb__mirror_find(mb, mb->view_key) ? mb->view_mod : 0, NULL, 0},
-        {mb->leader_key, ETCD_CMP_CREATE, ETCD_CMP_EQUAL, lk->create, NULL,
-         0},
-    };
-    etcd_op_t put = {ETCD_OP_PUT, mb->view_key, 0, json,
-                     json ? strlen(json) : 0, 0};
+    /* The job's options are fixed by its first view: a leader configured
+     * otherwise carries the previous view's, never its own, as long as a
+     * member of the previous view runs on (the view names a source). A
+     * view of none of them starts the job anew, on its leader's. */
+    const char *opts = next.source_index >= 0 && mb->view.opts != NULL
+                           ? mb->view.opts : mb->view_opts;
+    if (mb__view_set_opts(&next, opts) != 0) {
+        mb__view_free(&next);
+        return;
+    }
     if (mb->view_tries == 0)
         RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
                 (unsigned long long)next.generation, next.n_members);
@@ -224,10 +289,7 @@ static void on_settle(uv_timer_t *t)
         RD_DEBUG("mb %s: leader writes view %llu again (try %d)",
                  mb->me.node, (unsigned long long)next.generation,
                  mb->view_tries + 1);
-    if (json != NULL &&
-        etcd_txn(mb->etcd, cmps, 2, &put, 1, NULL, 0, on_view_txn, mb) == 0)
-        mb->view_inflight = 1;
-    free(json);
+    view_write(mb, &next);
     mb__view_free(&next);
 }
 

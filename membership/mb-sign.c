@@ -138,3 +138,16 @@ int mb_drain_value(const void *secret, size_t len, const char *key,
     *value_p = json;
     return 0;
 }
+
+int mb_value_signed(const void *secret, size_t len, const char *what,
+                    const char *key, const char *val, size_t vlen)
+{
+    mb_t *mb = calloc(1, sizeof(*mb));
+    if (mb == NULL)
+        return 0;
+    mb->secret = (uint8_t *)secret;
+    mb->secret_len = len;
+    int ok = len > 0 && mb__text_sig_ok(mb, what, key, val, vlen);
+    free(mb);
+    return ok;
+}

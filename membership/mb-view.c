@@ -44,6 +44,7 @@ void mb__view_free(mb__view_t *v)
     for (size_t i = 0; i < v->n_members; i++)
         mb__member_free(&v->members[i]);
     free(v->members);
+    free(v->opts);
     memset(v, 0, sizeof(*v));
     v->source_index = -1;
 }
@@ -212,6 +213,8 @@ char *mb__view_json(const mb__view_t *v)
     }
     if (v->source_index >= 0)
         cJSON_AddNumberToObject(o, "source", v->source_index);
+    if (v->opts != NULL)
+        cJSON_AddRawToObject(o, "opts", v->opts);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -306,6 +309,36 @@ static int parse_view_members(const cJSON *arr, const cJSON *hosts,
     return 0;
 }
 
+/*
+ * The job's options, as an object of at most MB_OPTS_MAX bytes kept as
+ * its compact text: membership carries them from view to view and leaves
+ * their meaning to the job. *opts_p NULL when j is NULL.
+ */
+int mb__opts_text(const cJSON *j, char **opts_p, const char **why_p)
+{
+    *opts_p = NULL;
+    if (j == NULL)
+        return 0;
+    *why_p = "opts is not an object";
+    if (!cJSON_IsObject(j))
+        return ST_EPROTO;
+    char *t = cJSON_PrintUnformatted(j);
+    *why_p = t == NULL ? "out of memory" : "opts is too large";
+    if (t == NULL || strlen(t) > MB_OPTS_MAX) {
+        free(t);
+        return t == NULL ? ST_ENOMEM : ST_EPROTO;
+    }
+    *opts_p = t;
+    return 0;
+}
+
+int mb__view_set_opts(mb__view_t *v, const char *opts)
+{
+    free(v->opts);
+    v->opts = opts != NULL ? strdup(opts) : NULL;
+    return opts != NULL && v->opts == NULL ? ST_ENOMEM : 0;
+}
+
 static int parse_view_obj(const cJSON *o, mb__view_t *v, const char **why_p)
 {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "members");
@@ -337,7 +370,8 @@ static int parse_view_obj(const cJSON *o, mb__view_t *v, const char **why_p)
     *why_p = "a source that is not a member";
     if (src && v->source_index < 0)
         return ST_EPROTO;
-    return 0;
+    return mb__opts_text(cJSON_GetObjectItemCaseSensitive(o, "opts"),
+                         &v->opts, why_p);
 }
 
 static int view_parse(const char *json, size_t len, mb__view_t *v,
@@ -380,6 +414,7 @@ static int view_publish(mb__view_t *v, int my_index, mb_view_t **view_p)
     pub->my_index = my_index;
     pub->source_index = v->source_index;
     pub->n_joiners = v->n_joiners;
+    pub->opts = v->opts;
     *view_p = pub;
     return 0;
 }
@@ -397,11 +432,13 @@ int mb_view_parse(const char *json, size_t len, mb_view_t **view_p,
 int mb_view_dup(const mb_view_t *view, mb_view_t **copy_p)
 {
     mb__view_t v = {view->generation, view->step, NULL, 0,
-                    view->source_index, view->n_joiners};
+                    view->source_index, view->n_joiners, NULL};
     v.members = calloc(view->n_members ? view->n_members : 1,
                        sizeof(*v.members));
-    if (v.members == NULL)
+    if (v.members == NULL || mb__view_set_opts(&v, view->opts) != 0) {
+        free(v.members);
         return ST_ENOMEM;
+    }
     for (; v.n_members < view->n_members; v.n_members++) {
         if (mb__member_copy(&v.members[v.n_members],
                             &view->members[v.n_members]) != 0) {
@@ -417,7 +454,7 @@ void mb_view_free(mb_view_t *view)
     if (view == NULL)
         return;
     mb__view_t v = {0, 0, (mb_member_t *)view->members, view->n_members,
-                    -1, 0};
+                    -1, 0, (char *)view->opts};
     mb__view_free(&v);
     free(view);
 }

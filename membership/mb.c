@@ -347,7 +347,7 @@ static int extra_ready(mb_t *mb, int me, const int *nb, size_t k)
             return 1;
         }
         mb_view_t pub = {v->generation, v->step, v->members, v->n_members,
-                         me, v->source_index, v->n_joiners};
+                         me, v->source_index, v->n_joiners, v->opts};
         size_t n = mb->cb.peers(&pub, idx, v->n_members, mb->data);
         for (size_t i = 0; i < n && i < v->n_members; i++)
             if (idx[i] < v->n_members && !extra_skip(mb, idx[i], me, nb, k))
@@ -401,7 +401,7 @@ static void deliver_view(mb_t *mb)
         update_peers(mb);
         mb__transition(mb, MB_EV_IN_VIEW, "view installed");
         mb_view_t pub = {v->generation, v->step, members, v->n_members, me,
-                         v->source_index, v->n_joiners};
+                         v->source_index, v->n_joiners, v->opts};
         RD_INFO("mb %s: view %llu, %zu members, index %d", mb->me.node,
                 (unsigned long long)v->generation, v->n_members, me);
         if (mb->cb.on_view != NULL)
@@ -418,13 +418,7 @@ static void take_view(mb_t *mb, const mb_kv_t *kv)
 {
     mb__view_t v;
     mb->view_mod = kv->mod;
-    if (!mb__text_sig_ok(mb, "view", mb->view_key, kv->val, kv->len)) {
-        RD_ERROR("mb %s: refusing the view at revision %lld: not signed "
-                 "by a leader holding the job secret", mb->me.node,
-                 (long long)kv->mod);
-        return;
-    }
-    if (mb__view_parse(kv->val, kv->len, &v) != 0)
+    if (mb__view_accept(mb, kv, &v) != 0)
         return;
     mb__view_free(&mb->view);
     mb->view = v;
@@ -577,6 +571,21 @@ static int check_config(const mb_config_t *cfg)
     return 0;
 }
 
+/* The leader's options for a first view, re-printed compact; NULL
+ * stays NULL. */
+static int copy_view_opts(mb_t *mb, const char *opts)
+{
+    if (opts == NULL)
+        return 0;
+    const char *why = "not JSON";
+    cJSON *j = cJSON_Parse(opts);
+    int rc = j != NULL ? mb__opts_text(j, &mb->view_opts, &why) : ST_EPROTO;
+    cJSON_Delete(j);
+    if (rc != 0)
+        RD_ERROR("mb: invalid view options (%s): %.100s", why, opts);
+    return rc == ST_EPROTO ? ST_ECONFIG : rc;
+}
+
 static void make_keys(mb_t *mb, const char *job)
 {
     const char *n = mb->me.node;
@@ -624,6 +633,9 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
         memcpy(mb->secret, cfg->secret, cfg->secret_len);
         mb->secret_len = cfg->secret_len;
     }
+    rc = copy_view_opts(mb, cfg->view_opts);
+    if (rc != 0)
+        goto err_secret;
     rc = etcd_create(loop, &ecfg, &mb->etcd);
     if (rc != 0)
         goto err_secret;
@@ -647,6 +659,7 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     return 0;
 
 err_secret:
+    free(mb->view_opts);
     free(mb->secret);
 err_member:
     mb__member_free(&mb->me);
@@ -734,6 +747,7 @@ static void mb_close_cb(uv_handle_t *h)
     if (mb->secret != NULL)
         OPENSSL_cleanse(mb->secret, mb->secret_len);
     free(mb->secret);
+    free(mb->view_opts);
     free(mb);
 }
 

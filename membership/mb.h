@@ -40,7 +40,14 @@ typedef struct {
                                 view while etcd cannot be reached past its
                                 lease deadline (the caller fences by its
                                 collectives, membership/README.md) */
+    const char *view_opts;   /* a JSON object (at most MB_OPTS_MAX bytes),
+                                copied: as leader this node puts it in the
+                                job's first view as "opts"; later views
+                                carry the previous view's. NULL: none */
 } mb_config_t;
+
+/* The largest "opts" object a view carries (membership/README.md). */
+#define MB_OPTS_MAX 1024
 
 /* One member of a view. Strings and addr point into the view. */
 typedef struct {
@@ -72,6 +79,9 @@ typedef struct {
                                 -1 in a view read by mb_view_parse */
     int source_index;        /* member whose state joiners copy; -1 none */
     size_t n_joiners;
+    const char *opts;        /* the job's "opts" object as compact JSON,
+                                fixed by the job's first view; NULL when
+                                the view has none */
 } mb_view_t;
 
 typedef struct {
@@ -167,6 +177,13 @@ int mb_suspect_report(mb_t *mb, const char *node, const char *why);
  */
 int mb_drain_value(const void *secret, size_t len, const char *key,
                    int64_t lease, char **value_p);
+/*
+ * 1 when val (vlen bytes), stored at key, carries the signature a holder
+ * of the secret gives a value of this kind ("view", "node", "reshape",
+ * "drain"), else 0: for tools that check what etcd holds.
+ */
+int mb_value_signed(const void *secret, size_t len, const char *what,
+                    const char *key, const char *val, size_t vlen);
 
 /*
  * Ask for a new generation of the installed view with the same members

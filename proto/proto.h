@@ -124,7 +124,8 @@ typedef struct {
     uint64_t offset;
     uint64_t count;    /* elements */
     uint32_t op;       /* ringd_op_t; ignored for broadcast */
-    uint32_t root;     /* broadcast root (global rank) */
+    uint32_t root;     /* broadcast: root (global rank); allreduce: the
+                          wire format, ringd_wire_t (0: the job's) */
 } proto_coll_req_t;
 
 /* STEP_BEGIN, STEP_END, CKPT, STATUS and BYE have an empty body. */
@@ -271,6 +272,12 @@ static inline int proto_check_coll(const proto_coll_req_t *r,
     }
     if (proto_coll_is_allreduce(r->kind) && r->op > RINGD_AVG) {
         *why_p = "unknown reduction op";
+        return RINGD_EPROTO;
+    }
+    if (proto_coll_is_allreduce(r->kind) &&
+        (r->root > RINGD_WIRE_F16 ||
+         (r->root > RINGD_WIRE_NONE && r->dtype != RINGD_F32))) {
+        *why_p = "unknown wire format, or one for a dtype other than f32";
         return RINGD_EPROTO;
     }
     if (r->buf_id >= PROTO_MAX_BUFFERS) {

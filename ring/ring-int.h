@@ -55,7 +55,8 @@ typedef struct {
     kern_op_t op;
     uint32_t avg_div;    /* KERN_AVG: what each owned chunk is divided by */
     size_t es, wire_es;  /* element size in the buffer, on the wire */
-    int wire;            /* f32 sent as 16-bit (opts.wire) */
+    int wire;            /* f32 sent as 16-bit, in wire_fmt */
+    ring_wire_t wire_fmt;
     uint32_t root;       /* COLL_BCAST */
     int err;             /* first error of this collective */
     uint32_t err_rank;   /* its suspect */
@@ -118,7 +119,8 @@ typedef enum {
 struct ring {
     tp_t *tp;
     ring_opts_t opts;
-    uint32_t gen; /* generation mod 2^24 */
+    uint32_t gen; /* the tags' generation field (ring_view_t.tag_gen) */
+    int tag_keyed; /* gen is keyed: its order means nothing */
     uint64_t generation;
     uint32_t n, rank;
     ring_link_t left, right;
@@ -127,6 +129,10 @@ struct ring {
     uint8_t *arena; /* staging buffers of all slots */
     size_t arena_len;
     tp_mem_t *arena_mem;
+    /* The send slots of compressed allreduces: in the arena when
+     * opts.wire is set, else made by the first per-call one. */
+    uint8_t *wire_arena;
+    tp_mem_t *wire_mem, *send_mem;
     ring_state_t state;
     int fail_rc;
     uint32_t suspect;
@@ -152,6 +158,10 @@ static inline uint32_t ring__mod_n(int64_t x, uint32_t n)
 
 /* tp_fail_cb of a link's endpoint (ring.c); ring_setup.c registers it. */
 void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status);
+
+/* The send slots a compressed allreduce converts into (ring_setup.c):
+ * 0, or ST_ENOMEM and the like, logged. */
+int ring__wire_slots(ring_t *r);
 
 /* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
 void ring__fail(ring_t *r, int rc, uint32_t who);

@@ -184,7 +184,7 @@ static int post_recv(ring_chan_t *c, uint32_t m)
 /* Round f32 values to the wire format and back: what everyone receives. */
 static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 {
-    if (r->opts.wire == RING_WIRE_BF16) {
+    if (r->coll.wire_fmt == RING_WIRE_BF16) {
         kern_f32_to_bf16(tmp, x, n);
         kern_bf16_to_f32(x, tmp, n);
     } else {
@@ -195,7 +195,7 @@ static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 
 static kern_dtype_t wire_dt(const ring_t *r)
 {
-    return r->opts.wire == RING_WIRE_BF16 ? KERN_BF16 : KERN_F16;
+    return r->coll.wire_fmt == RING_WIRE_BF16 ? KERN_BF16 : KERN_F16;
 }
 
 /* Apply a validated message to the user's buffer. */
@@ -206,7 +206,7 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
     void *dst = c->base + off * r->coll.es;
     if (act == ACT_COPY) {
         if (r->coll.wire && r->coll.wire_es == 2) {
-            if (r->opts.wire == RING_WIRE_BF16)
+            if (r->coll.wire_fmt == RING_WIRE_BF16)
                 kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
             else
                 kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
@@ -283,12 +283,12 @@ static int post_send(ring_chan_t *c, uint32_t m)
     const void *src = c->base + off * r->coll.es;
     tp_mem_t *mem = NULL;
     if (r->coll.wire) {
-        if (r->opts.wire == RING_WIRE_BF16)
+        if (r->coll.wire_fmt == RING_WIRE_BF16)
             kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
         else
             kern_f32_to_f16((uint16_t *)sl->buf, src, cnt);
         src = sl->buf;
-        mem = r->arena_mem;
+        mem = r->send_mem;
     }
     sl->m = m;
     sl->req.cb = send_cb;
@@ -408,7 +408,15 @@ static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
     return a != b && ((b - a) & mask) < half;
 }
 
-/* Messages of older generations, or older collectives of this one. */
+/*
+ * Messages of older generations, or older collectives of this one. A
+ * keyed generation field has no order: ring data of any other value is
+ * an older ring's or nobody's, never a newer ring's: keyed tags come
+ * with the owner's handshake (job/job_ring_auth.c), and a rank sends a
+ * new ring's data only to neighbours it has passed it with (so they are
+ * on that ring already), or to grid links made by an exchange every rank
+ * of that ring takes part in.
+ */
 static int is_stale(void *arg, uint64_t tag)
 {
     ring_t *r = arg;
@@ -416,7 +424,7 @@ static int is_stale(void *arg, uint64_t tag)
         return 0; /* not ring data: someone else's to take */
     uint32_t g = tp_tag_gen(tag);
     if (g != r->gen)
-        return serial_lt(g, r->gen, TP_TAG_GEN_BITS);
+        return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
     return serial_lt(tp_tag_seq(tag), r->seq, TP_TAG_SEQ_BITS);
 }
 
@@ -745,13 +753,14 @@ static int coll_setup_check(ring_t *r, size_t count, size_t es)
 }
 
 static int allreduce_run(ring_t *r, void *buf, size_t count,
-                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div)
+                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div,
+                         ring_wire_t wire_fmt)
 {
     size_t es = kern_dtype_size(dt);
     if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
-        avg_div == 0) {
-        RD_ERROR("ring_allreduce: bad dtype %d, op %d or divisor %u",
-                 (int)dt, (int)op, avg_div);
+        avg_div == 0 || (unsigned)wire_fmt > RING_WIRE_F16) {
+        RD_ERROR("ring_allreduce: bad dtype %d, op %d, divisor %u or wire "
+                 "%d", (int)dt, (int)op, avg_div, (int)wire_fmt);
         return ST_EINVAL;
     }
     int rc = ring__coll_check(r);
@@ -765,10 +774,13 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
             kern_avg_finish(dt, buf, count, avg_div);
         return 0;
     }
-    int wire = r->opts.wire != RING_WIRE_NONE && dt == KERN_F32;
+    int wire = wire_fmt != RING_WIRE_NONE && dt == KERN_F32;
+    if (wire && (rc = ring__wire_slots(r)) != 0)
+        return rc;
     r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
                                  .avg_div = avg_div, .es = es,
-                                 .wire_es = wire ? 2 : es, .wire = wire};
+                                 .wire_es = wire ? 2 : es, .wire = wire,
+                                 .wire_fmt = wire_fmt};
     if (!wire && ring__grid_wants(r, count, es))
         return ring__grid_allreduce(r, buf, count);
     ring__chans_flat(r);
@@ -788,13 +800,21 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
 int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
                    kern_op_t op)
 {
-    return allreduce_run(r, buf, count, dt, op, r->n);
+    return allreduce_run(r, buf, count, dt, op, r->n, r->opts.wire);
 }
 
 int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
                        uint32_t divisor)
 {
-    return allreduce_run(r, buf, count, dt, KERN_AVG, divisor);
+    return allreduce_run(r, buf, count, dt, KERN_AVG, divisor,
+                         r->opts.wire);
+}
+
+int ring_allreduce_wire(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
+                        kern_op_t op, uint32_t divisor, ring_wire_t wire)
+{
+    return allreduce_run(r, buf, count, dt, op,
+                         op == KERN_AVG && divisor ? divisor : r->n, wire);
 }
 
 int ring_allgather(ring_t *r, void *buf, size_t block_bytes)

@@ -43,6 +43,14 @@ typedef struct {
      * them consecutively); the grid makes a row of each host when all
      * hosts are the same size. */
     const uint32_t *hosts;
+    /* With tag_keyed, the generation field of every tag of this ring
+     * (transport/tp.h) is tag_gen, a value the owner derives from the job
+     * secret (job_auth_tag_gen), not generation mod 2^24: a process
+     * without the secret cannot make a tag any receive matches, and every
+     * message of ring data without it is dropped as stale. Every rank of
+     * the view must pass the same. */
+    int tag_keyed;
+    uint32_t tag_gen;
 } ring_view_t;
 
 typedef enum {
@@ -80,6 +88,8 @@ typedef struct {
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
 
 /*
+ * Every rank of a view must use the same chunk_bytes, bidirectional, wire
+ * and grid fields (ringd carries them in the job's view).
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
@@ -118,6 +128,18 @@ int ring_allreduce(ring_t *ring, void *buf, size_t count, kern_dtype_t dt,
  */
 int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
                        kern_dtype_t dt, uint32_t divisor);
+/*
+ * As ring_allreduce (op KERN_AVG: divided by divisor, 0 the ranks), with
+ * the wire format of this call instead of opts.wire: an f32 allreduce is
+ * sent as 16-bit values and accumulated in f32 (other dtypes ignore it).
+ * Every rank must pass the same. The first compressed call of a ring made
+ * with wire none allocates its send slots (send_depth chunks a channel):
+ * ST_ENOMEM then, the ring stays usable. ST_EINVAL for a wire outside
+ * ring_wire_t.
+ */
+int ring_allreduce_wire(ring_t *ring, void *buf, size_t count,
+                        kern_dtype_t dt, kern_op_t op, uint32_t divisor,
+                        ring_wire_t wire);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*

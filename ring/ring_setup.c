@@ -144,6 +144,41 @@ static int arena_setup(ring_t *r)
             p += r->opts.chunk_bytes;
         }
     }
+    if (nsend > 0)
+        r->send_mem = r->arena_mem;
+    return 0;
+}
+
+/*
+ * A ring made without wire compression gets the send slots of a
+ * compressed allreduce (a trainer's per-call choice) at the first one,
+ * so that rings that never compress spend no memory on them. A
+ * compressed allreduce runs on the flat ring's channels only (never on
+ * the grid): one or two.
+ */
+int ring__wire_slots(ring_t *r)
+{
+    if (r->send_mem != NULL)
+        return 0;
+    unsigned nchan = r->opts.bidirectional ? 2 : 1;
+    size_t len = (size_t)nchan * r->opts.send_depth * r->opts.chunk_bytes;
+    uint8_t *p = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
+    if (p == NULL) {
+        RD_ERROR("ring: no memory for %zu bytes of send slots", len);
+        return ST_ENOMEM;
+    }
+    int rc = tp_mem_map(r->tp, p, len, &r->wire_mem);
+    if (rc != 0) {
+        free(p);
+        return rc;
+    }
+    r->wire_arena = p;
+    for (unsigned i = 0; i < nchan; i++)
+        for (unsigned j = 0; j < r->opts.send_depth; j++) {
+            r->chan[i].ss[j].buf = p;
+            p += r->opts.chunk_bytes;
+        }
+    r->send_mem = r->wire_mem;
     return 0;
 }
 
@@ -185,6 +220,8 @@ static void arena_free(ring_t *r)
     }
     tp_mem_unmap(r->arena_mem);
     free(r->arena);
+    tp_mem_unmap(r->wire_mem);
+    free(r->wire_arena);
 }
 
 /* Both neighbours' endpoints (one when n == 2), also one of them, and
@@ -218,7 +255,9 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     r->tp = tp;
     r->opts = *opts;
     r->generation = view->generation;
-    r->gen = (uint32_t)(view->generation & TP_TAG_GEN_MASK);
+    r->tag_keyed = view->tag_keyed;
+    r->gen = (uint32_t)((view->tag_keyed ? view->tag_gen : view->generation)
+                        & TP_TAG_GEN_MASK);
     r->n = view->nranks;
     r->rank = view->rank;
     r->left.rank = r->right.rank = view->rank;

@@ -40,6 +40,7 @@ const char *rc_lease_ttl = "2"; /* --lease-ttl */
 const char *rc_step_timeout; /* when set, --step-timeout */
 const char *rc_grid; /* when set, --ring-grid-min-nodes */
 const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
+const char *const *rc_flags; /* when set, more daemon flags */
 
 /* Daemon i of the job (not started). */
 void node_init(cluster_t *c, int i, const char *trainers,
@@ -55,7 +56,8 @@ void node_init(cluster_t *c, int i, const char *trainers,
                            "--node-id", ids[i], "--trainers", trainers,
                            "--lease-ttl", rc_lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (rc_ckpt_dir != NULL) {
@@ -86,6 +88,8 @@ void node_init(cluster_t *c, int i, const char *trainers,
         flags[k++] = "--ring-grid-min-nodes";
         flags[k++] = rc_grid;
     }
+    for (int j = 0; rc_flags != NULL && rc_flags[j] != NULL && j < 8; j++)
+        flags[k++] = rc_flags[j];
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);
 }

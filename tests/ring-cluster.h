@@ -37,6 +37,8 @@ extern const char *rc_lease_ttl; /* --lease-ttl */
 extern const char *rc_step_timeout; /* when set, --step-timeout */
 extern const char *rc_grid; /* when set, --ring-grid-min-nodes */
 extern const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
+extern const char *const *rc_flags; /* when set, more daemon flags
+                                       (NULL-ended, at most 8) */
 
 void cluster_env(void);
 void node_init(cluster_t *c, int i, const char *trainers,

@@ -22,6 +22,8 @@
  *            collective runs (rank 0 only)
  *   regen    four rings of successive generations in the same processes
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
+ *          --keyed (keyed tag generations, as with a job secret, and the
+ *          ring_hello each such ring needs before its first collective)
  *          --deadline-of R:MS (rank R only; wins over --deadline)
  *          --counts LIST --count N --iters K --expect-fail
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
@@ -62,7 +64,7 @@ typedef struct {
     size_t counts[16];
     int ncounts;
     size_t count;
-    int iters, expect_fail, expect_grid;
+    int iters, expect_fail, expect_grid, keyed;
     uint32_t expect_rows;
     uint32_t host_size;
     uint32_t *hosts;
@@ -129,14 +131,36 @@ static void on_fail(void *arg, uint32_t rank, int status)
     W.onfail_rank = rank;
 }
 
+/* A stand-in for the job secret's tag generation (job_auth_tag_gen):
+ * unordered, the same on every rank, consecutive ones differ. */
+static uint32_t keyed_gen(uint64_t gen)
+{
+    return (uint32_t)((gen * 0x9E3779B97F4A7C15ull) >> 40);
+}
+
+/* The handshake a keyed ring runs first: each rank sends its number both
+ * ways and checks its neighbours'. */
+static void hello(void)
+{
+    uint32_t me = W.rank, l = 0, r = 0, who = 0;
+    int rc = ring_hello(W.ring, &me, &me, &l, &r, sizeof(me), &who);
+    if (rc != 0)
+        DIE("ring_hello: %s (rank %u)", st_strerror(rc), who);
+    if (W.n > 1 && (l != (W.rank + W.n - 1) % W.n || r != (W.rank + 1) % W.n))
+        DIE("ring_hello: left %u right %u", l, r);
+}
+
 static void new_ring(uint64_t gen)
 {
     ring_view_t v = {.generation = gen, .nranks = W.n, .rank = W.rank,
                      .addrs = (const void *const *)W.addrs,
-                     .addr_lens = W.lens, .hosts = W.hosts};
+                     .addr_lens = W.lens, .hosts = W.hosts,
+                     .tag_keyed = W.keyed, .tag_gen = keyed_gen(gen)};
     int rc = ring_create(W.tp, &v, &W.opts, &W.ring, NULL);
     if (rc != 0)
         DIE("ring_create: %s", st_strerror(rc));
+    if (W.keyed)
+        hello();
 }
 
 static void form_ring(void)
@@ -749,6 +773,7 @@ static void parse(int argc, char **argv)
     for (int i = 5; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--bidir")) W.opts.bidirectional = 1;
+        else if (!strcmp(a, "--keyed")) W.keyed = 1;
         else if (!strcmp(a, "--expect-fail")) W.expect_fail = 1;
         else if (!strcmp(a, "--gen")) W.gen = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--chunk"))

@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/status.h"
+#include "include/ringd.h"
 #include "job/job_auth.h"
 #include "job/job_ring-int.h"
 #include "membership/mb.h"
@@ -66,6 +68,48 @@ TEST_IMPL(dmn_auth_proof)
     job_auth_destroy(b);
     /* Too short a secret is refused. */
     ASSERT_EQ(job_auth_create("short", 5, &a), ST_ECONFIG);
+    return 0;
+}
+
+/*
+ * The ring's keyed tag generations: a function of secret, job and
+ * generation only, within the tag's field, and never the same for two
+ * consecutive generations, also where the truncated HMACs collide.
+ */
+TEST_IMPL(dmn_auth_tag_gen)
+{
+    job_auth_t *a = NULL, *b = NULL;
+    ASSERT_OK(job_auth_create(secret_a, strlen(secret_a), &a));
+    ASSERT_OK(job_auth_create(secret_b, strlen(secret_b), &b));
+    uint32_t x, y, prev = 0;
+    ASSERT_OK(job_auth_tag_gen(a, "job", 7, &x));
+    ASSERT_OK(job_auth_tag_gen(a, "job", 7, &y));
+    ASSERT_EQ(x, y);
+    ASSERT_OK(job_auth_tag_gen(b, "job", 7, &y));
+    ASSERT_NE(x, y);
+    ASSERT_OK(job_auth_tag_gen(a, "jo", 7, &y));
+    ASSERT_NE(x, y);
+    for (uint64_t g = 1; g <= 5000; g++) {
+        ASSERT_OK(job_auth_tag_gen(a, "job", g, &y));
+        ASSERT_EQ(y & ~(uint32_t)TP_TAG_GEN_MASK, 0);
+        if (g > 1)
+            ASSERT_MSG(y != prev, "generations %llu and %llu share %06x",
+                       (unsigned long long)g - 1, (unsigned long long)g, y);
+        prev = y;
+    }
+    /* Collisions: an even generation keeps its value, an odd one moves
+     * off both neighbours'. */
+    ASSERT_EQ(job_auth_tag_pick(8, 5, 5, 5), 5);
+    ASSERT_EQ(job_auth_tag_pick(9, 1, 2, 3), 2);
+    ASSERT_EQ(job_auth_tag_pick(9, 5, 5, 9), 5 ^ 1);
+    ASSERT_EQ(job_auth_tag_pick(9, 9, 5, 5), 5 ^ 1);
+    ASSERT_EQ(job_auth_tag_pick(9, 5, 5, 5 ^ 1), 5 ^ 2);
+    ASSERT_EQ(job_auth_tag_pick(9, 5 ^ 1, 5, 5), 5 ^ 2);
+    ASSERT_EQ(job_auth_tag_pick(9, 5 ^ 2, 5, 5 ^ 1), 5);
+    uint32_t top = (uint32_t)TP_TAG_GEN_MASK;
+    ASSERT_EQ(job_auth_tag_pick(9, top, top, top ^ 1), top ^ 2);
+    job_auth_destroy(a);
+    job_auth_destroy(b);
     return 0;
 }
 
@@ -302,11 +346,74 @@ TEST_IMPL(dmn_auth_forged_suspect)
     return fx_done();
 }
 
+/* The generation of the view stored in etcd. */
+static long long stored_generation(auth_job_t *j)
+{
+    char key[MB_KEY_MAX], cmd[1024], buf[4096];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *g = strstr(buf, "\"generation\":");
+    ASSERT_MSG(g != NULL, "no view in etcd: %s", buf);
+    return strtoll(g + 13, NULL, 10);
+}
+
+/* The value of the view key, read as a foreign etcd client, into buf. */
+static size_t stored_view(auth_job_t *j, char *buf, size_t cap)
+{
+    char key[MB_KEY_MAX], cmd[1024];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, cap - 1, p);
+    pclose(p);
+    while (n > 0 && buf[n - 1] == '\n')
+        n--;
+    buf[n] = '\0';
+    return n;
+}
+
+/* 1 when a line of the log at path holds needle at level warn. */
+static int warned(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    int found = 0;
+    for (char *p = s; !found && p != NULL && (p = strstr(p, needle)); p++) {
+        char *bol = p;
+        while (bol > s && bol[-1] != '\n')
+            bol--;
+        char *lvl = strstr(bol, " warn ");
+        found = lvl != NULL && lvl < p;
+    }
+    free(s);
+    return found;
+}
+
+/* For td_poll: the view key holds a view signed with the job secret. */
+static int view_signed(void *p)
+{
+    auth_job_t *j = p;
+    static char buf[65536];
+    char key[MB_KEY_MAX];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    size_t n = stored_view(j, buf, sizeof(buf));
+    return mb_value_signed(secret_a, strlen(secret_a), "view", key, buf, n);
+}
+
 /*
  * A foreign writer puts a well-formed view of a later generation that
- * leaves n1 out: both members refuse it as unsigned,
- * nobody is fenced or trains alone, and the job finishes on the leader's
- * views.
+ * leaves n1 out: both members refuse it as unsigned, and the leader
+ * writes the valid view back at once (saying so with a warning), so the
+ * key holds a signed view again within a bounded wait, not at the next
+ * real change. Nobody is fenced or trains alone, and the job finishes on
+ * the leader's views.
  */
 TEST_IMPL(dmn_auth_forged_view)
 {
@@ -315,6 +422,8 @@ TEST_IMPL(dmn_auth_forged_view)
     auth_node(&j, 0, "a", "2");
     auth_node(&j, 1, "a", "2");
     ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    ASSERT_MSG(view_signed(&j), "the view in etcd is not signed");
+    long long gen = stored_generation(&j);
     char key[MB_KEY_MAX], v[512];
     ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
     snprintf(v, sizeof(v), "{\"generation\":999999,\"step\":0,\"hosts\":"
@@ -328,7 +437,81 @@ TEST_IMPL(dmn_auth_forged_view)
             td_dump(j.d[i].log);
         ASSERT_MSG(rc == 0, "n%d did not refuse the forged view", i);
     }
+    int rc = td_poll(view_signed, &j, 10000);
+    if (rc != 0)
+        td_dump(j.d[0].log);
+    ASSERT_MSG(rc == 0, "the forged view stayed in etcd for 10 s");
+    ASSERT(stored_generation(&j) >= gen);
+    ASSERT(stored_generation(&j) < 999999);
+    ASSERT_MSG(warned(j.d[0].log, "the view key holds a view no leader "
+                      "wrote: writing view") ||
+               warned(j.d[1].log, "the view key holds a view no leader "
+                      "wrote: writing view"),
+               "no leader warned that it wrote the view back");
     auth_job_end(&j);
+    return fx_done();
+}
+
+static int generation_above(void *p)
+{
+    void **a = p;
+    return stored_generation(a[0]) > *(long long *)a[1];
+}
+
+/*
+ * A foreign writer keeps a signed view (n0 and n1) and puts it back after
+ * n2 has joined: the signature verifies, but its generation is older than
+ * the one every member holds. Members refuse it as a replay, the leader
+ * writes the current view back at once, and the three finish the job
+ * together, bitwise identical.
+ */
+TEST_IMPL(dmn_auth_replayed_view)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    auth_node(&j, 0, "a", "2");
+    auth_node(&j, 1, "a", "2");
+    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    static char old[65536];
+    char key[MB_KEY_MAX];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
+    size_t n = stored_view(&j, old, sizeof(old));
+    ASSERT(mb_value_signed(secret_a, strlen(secret_a), "view", key, old, n));
+    long long g1 = stored_generation(&j);
+    auth_node(&j, 2, "a", "2");
+    void *a[2] = {&j, &g1};
+    ASSERT_OK(td_poll(generation_above, a, 30000));
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(td_wait_file(j.d[i].log, "3 members", 30000));
+    long long g2 = stored_generation(&j);
+    static char cmd[70000];
+    snprintf(cmd, sizeof(cmd), "put %s '%s'", key, old);
+    ASSERT_MSG(fx_etcdctl(&j.etcd, cmd) == 0, "the replay failed");
+    for (int i = 0; i < 3; i++) {
+        int rc = td_wait_file(j.d[i].log, "(a replay)", 30000);
+        if (rc != 0)
+            td_dump(j.d[i].log);
+        ASSERT_MSG(rc == 0, "n%d did not refuse the replayed view", i);
+    }
+    a[1] = &g2;
+    g2--;
+    int rc = td_poll(generation_above, a, 10000);
+    if (rc != 0)
+        td_dump(j.d[0].log);
+    ASSERT_MSG(rc == 0, "the replayed view (generation %lld) stayed in "
+               "etcd for 10 s", g1);
+    ASSERT(view_signed(&j));
+    static td_hashes_t h[3];
+    for (int i = 0; i < 3; i++) {
+        expect_exit0(&j, i);
+        td_read_hashes(td_path(&j.d[i], "h"), &h[i]);
+        ASSERT_EQ(h[i].world[AUTH_STEPS - 1], 3);
+        ASSERT_EQ(h[i].hash[AUTH_STEPS - 1], h[0].hash[AUTH_STEPS - 1]);
+        ASSERT_MSG(!td_file_has(j.d[i].log, "fenced"), "n%d was fenced", i);
+    }
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
     return fx_done();
 }
 
@@ -390,23 +573,6 @@ TEST_IMPL(dmn_auth_forged_registration)
     return fx_done();
 }
 
-/* The generation of the view stored in etcd. */
-static long long stored_generation(auth_job_t *j)
-{
-    char key[MB_KEY_MAX], cmd[1024], buf[4096];
-    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
-    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
-             "%s --print-value-only", j->etcd.url, key);
-    FILE *p = popen(cmd, "r");
-    ASSERT(p != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-    buf[n] = '\0';
-    pclose(p);
-    char *g = strstr(buf, "\"generation\":");
-    ASSERT_MSG(g != NULL, "no view in etcd: %s", buf);
-    return strtoll(g + 13, NULL, 10);
-}
-
 /*
  * A foreign writer asks, as n1, for a new generation of the current view
  * (the right generation, n1's lease, no signature): the leader ignores
@@ -431,6 +597,202 @@ TEST_IMPL(dmn_auth_forged_reshape)
     ASSERT_EQ(stored_generation(&j), gen);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    th_rmtree(j.secret_dir);
+    return fx_done();
+}
+
+/* ---- injection into a running collective ---- */
+
+enum { INJ_STEPS = 200, INJ_COUNT = 256, INJ_SEQS = 1024, INJ_IDXS = 2 };
+
+/* A trainer of the job in a child process: INJ_STEPS allreduces whose sum
+ * is known; 0 when every result was exactly it, 13 at the first one that
+ * was not. Paced, so that the job runs while the attack goes on. */
+static int inj_trainer(const char *sock)
+{
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *f = ringd_buffer(c, INJ_COUNT * sizeof(float));
+    if (f == NULL)
+        return 11;
+    for (;;) {
+        ringd_view_t v;
+        if (ringd_step_begin(c, &v) != 0)
+            return 12;
+        if (v.step >= INJ_STEPS)
+            break;
+        for (int i = 0; i < INJ_COUNT; i++)
+            f[i] = (float)(v.rank + 1 + i);
+        int rc = ringd_allreduce(c, f, INJ_COUNT, RINGD_F32, RINGD_SUM);
+        if (rc == RINGD_ERESHAPE)
+            continue;
+        for (int i = 0; rc == 0 && i < INJ_COUNT; i++)
+            if (f[i] != (float)(v.world * (v.world + 1) / 2 +
+                                v.world * i)) {
+                fprintf(stderr, "step %llu: [%d] = %g\n",
+                        (unsigned long long)v.step, i, f[i]);
+                return 13;
+            }
+        if (rc != 0 || ringd_step_end(c) != 0)
+            return 15;
+        usleep(5000);
+    }
+    ringd_close(c);
+    return 0;
+}
+
+/* node's UCX worker address, from its record in etcd, into addr. */
+static size_t record_addr(auth_job_t *j, const char *node, uint8_t *addr,
+                          size_t cap)
+{
+    char key[MB_KEY_MAX], cmd[1024];
+    static char buf[8192];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, node, 0, 0));
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
+             "%s --print-value-only", j->etcd.url, key);
+    FILE *p = popen(cmd, "r");
+    ASSERT(p != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    pclose(p);
+    char *a = strstr(buf, "\"addr\":\"");
+    ASSERT_MSG(a != NULL, "no addr in %s's record: %s", node, buf);
+    a += 8;
+    char *end = strchr(a, '"');
+    ASSERT(end != NULL && (size_t)(end - a) / 4 * 3 <= cap);
+    long len = etcd_b64_decode(a, (size_t)(end - a), addr);
+    ASSERT_GT(len, 0);
+    return (size_t)len;
+}
+
+static void inj_sent(tp_req_t *req)
+{
+    (*(int *)req->data)++;
+}
+
+/*
+ * What a process that reaches peer's worker and knows the tag layout but
+ * not the secret sends: for generation gen, the first INJ_SEQS
+ * collectives, their first INJ_IDXS messages on channel 0, each exactly
+ * the size of a message of the trainers' allreduce (half the vector), all
+ * 1e6. Returns once UCX has sent them all.
+ */
+static void inject(tp_t *tp, tp_peer_t *peer, uint64_t gen)
+{
+    static tp_req_t req[INJ_SEQS * INJ_IDXS];
+    static float junk[INJ_COUNT / 2];
+    for (int i = 0; i < INJ_COUNT / 2; i++)
+        junk[i] = 1e6f;
+    int done = 0, posted = 0;
+    for (uint32_t s = 0; s < INJ_SEQS; s++)
+        for (uint32_t m = 0; m < INJ_IDXS; m++) {
+            tp_req_t *q = &req[posted];
+            q->cb = inj_sent;
+            q->data = &done;
+            ASSERT_OK(tp_send(peer, junk, sizeof(junk),
+                              tp_tag_make(gen, 0, s, m), NULL, q));
+            posted++;
+        }
+    int64_t end = th_now_ms() + 30000;
+    while (done < posted && th_now_ms() < end)
+        if (tp_progress(tp) == 0)
+            tp_wait(tp, 10);
+    ASSERT_MSG(done == posted, "only %d of %d injected messages sent", done,
+               posted);
+}
+
+/* The messages n's ring dropped as stale, from its log. */
+static long stale_dropped(const char *log)
+{
+    char *s = td_read(log, NULL);
+    long n = 0;
+    for (char *p = s; p != NULL && (p = strstr(p, "dropped ")) != NULL;
+         p++) {
+        char *e;
+        long k = strtol(p + 8, &e, 10);
+        if (e != p + 8 && strncmp(e, " stale message", 14) == 0)
+            n += k;
+    }
+    free(s);
+    return n;
+}
+
+/*
+ * While two members with the job secret run allreduces, a foreign process
+ * reads n1's UCX worker address from etcd, connects to it and keeps
+ * sending well-sized messages with the tags the plain layout gives the
+ * current generation's collectives. None reaches a buffer: every result
+ * of both trainers is exactly the expected sum, and n1's ring drops the
+ * injected messages as stale.
+ */
+TEST_IMPL(dmn_auth_ring_injection)
+{
+    static auth_job_t j;
+    auth_env(&j);
+    static char ids[2][8], secret[300];
+    snprintf(secret, sizeof(secret), "%s/a", j.secret_dir);
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(ids[i], sizeof(ids[i]), "n%d", i);
+        snprintf(name, sizeof(name), "dmn-auth-inj-n%d", i);
+        td_init(&j.d[i], name);
+        j.d[i].networked = 1;
+        const char *flags[] = {"--etcd", j.etcd.url, "--job", AUTH_JOB,
+                               "--node-id", ids[i], "--trainers", "1",
+                               "--lease-ttl", "2", "--min-nodes", "2",
+                               "--job-secret-file", secret, NULL};
+        ASSERT_MSG(td_start(&j.d[i], flags) == 0, "n%d did not start", i);
+    }
+    for (int i = 0; i < 2; i++) {
+        p[i] = fork();
+        ASSERT(p[i] >= 0);
+        if (p[i] == 0)
+            _exit(inj_trainer(j.d[i].sock));
+        td_track(p[i]);
+    }
+    ASSERT_OK(td_wait_file(j.d[1].log, "2 members", 60000));
+    static uint8_t addr[4096];
+    size_t alen = record_addr(&j, "n1", addr, sizeof(addr));
+    tp_t *tp = NULL;
+    tp_peer_t *peer = NULL;
+    ASSERT_OK(tp_create(NULL, &tp));
+    ASSERT_OK(tp_peer_connect(tp, addr, alen, NULL, NULL, &peer));
+    int rc[2] = {-1, -1}, left = 2, sprays = 0;
+    int64_t end = th_now_ms() + 180000, next = 0;
+    while (left > 0 && th_now_ms() < end) {
+        for (int i = 0; i < 2; i++) {
+            int st;
+            if (rc[i] < 0 && waitpid(p[i], &st, WNOHANG) == p[i]) {
+                rc[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+                left--;
+            }
+        }
+        if (left > 0 && th_now_ms() >= next) {
+            inject(tp, peer, (uint64_t)stored_generation(&j));
+            sprays++;
+            next = th_now_ms() + 300;
+        }
+        if (tp_progress(tp) == 0)
+            tp_wait(tp, 20);
+    }
+    tp_peer_close(peer, 1);
+    tp_destroy(tp);
+    for (int i = 0; i < 2; i++) {
+        if (rc[i] != 0)
+            td_dump(j.d[i].log);
+        ASSERT_MSG(rc[i] == 0, "trainer of n%d exited %d", i, rc[i]);
+    }
+    /* The attack ran while the job did, and its messages reached n1. */
+    ASSERT_MSG(sprays >= 2, "only %d sprays during the job", sprays);
+    long dropped = stale_dropped(j.d[1].log);
+    ASSERT_MSG(dropped >= INJ_SEQS * INJ_IDXS, "n1 dropped %ld stale "
+               "messages, fewer than one spray", dropped);
+    for (int i = 0; i < 2; i++) {
+        ASSERT(!td_file_has(j.d[i].log, "fenced"));
+        ASSERT_EQ(td_stop(&j.d[i], 30000), 0);
+    }
     th_rmtree(j.secret_dir);
     return fx_done();
 }

@@ -90,6 +90,8 @@ TEST_IMPL(dmn_bad_command_lines)
         {{"--standalone", "--trainers", "-1"}, 2, "bad number '-1'"},
         {{"--standalone", "--lease-ttl", "0"}, 2, "bad number '0'"},
         {{"--standalone", "--log-level", "loud"}, 2, "bad log level"},
+        {{"--standalone", "--ring-wire", "fp8"}, 2, "bad ring-wire 'fp8'"},
+        {{"--standalone", "--ring-chunk-kib", "0"}, 2, "bad number '0'"},
         {{"--standalone", "--ucx-opt", "TLS"}, 2, "want KEY=VAL"},
         {{"--standalone", "stray"}, 2, "unexpected argument 'stray'"},
         {{"--standalone", "-c", "/nonexistent/r.conf"}, 2,
@@ -125,15 +127,23 @@ TEST_IMPL(dmn_config_file_and_flags)
     const char *conf = td_path(&t, "r.conf");
     write_file(conf, "# ringd\n  socket = /from/file.sock  # trailing\n"
                      "trainers=3\nstandalone = yes\nucx-opt = TLS=tcp\n"
-                     "log-level = debug\nring-grid-min-nodes = 24\n\n");
+                     "log-level = debug\nring-grid-min-nodes = 24\n"
+                     "ring-wire = f16\nring-chunk-kib = 256\n\n");
     char *argv[] = {"ringd", "-c", (char *)conf, "--socket", "/flag.sock",
                     "--ucx-opt=NET_DEVICES=lo", "--job", "j1",
-                    "--ring-grid-max-kib", "64", NULL};
+                    "--ring-grid-max-kib", "64", "--ring-bidirectional",
+                    "--ring-wire=bf16", NULL};
     dmn_config_t cfg;
     dmn_config_init(&cfg);
     ASSERT_EQ(cfg.ring_grid_min_nodes, 16); /* the grid from 16 nodes */
-    ASSERT_OK(dmn_config_load(&cfg, 10, argv, stderr));
+    ASSERT_EQ(cfg.ring_chunk_kib, 1024);
+    ASSERT_STR_EQ(cfg.ring_wire, "none");
+    ASSERT_EQ(cfg.ring_bidirectional, 0);
+    ASSERT_OK(dmn_config_load(&cfg, 12, argv, stderr));
     ASSERT_EQ(cfg.ring_grid_min_nodes, 24);
+    ASSERT_EQ(cfg.ring_chunk_kib, 256);
+    ASSERT_STR_EQ(cfg.ring_wire, "bf16"); /* the flag wins */
+    ASSERT_EQ(cfg.ring_bidirectional, 1);
     ASSERT_EQ(cfg.ring_grid_max_kib, 64);
     ASSERT_STR_EQ(cfg.socket_path, "/flag.sock");
     ASSERT_EQ(cfg.trainers, 3);

@@ -191,6 +191,15 @@ static void bad_collectives(int fd, const proto_coll_req_t *okp)
     r.kind = 9;
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EPROTO, "unknown collective kind");
+    r = ok;
+    r.root = RINGD_WIRE_F16 + 1; /* an allreduce's wire format */
+    send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
+    expect_error(fd, RINGD_EPROTO, "unknown wire format");
+    r = ok;
+    r.dtype = RINGD_I32;
+    r.root = RINGD_WIRE_BF16;
+    send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
+    expect_error(fd, RINGD_EPROTO, "other than f32");
     /* A well-formed collective outside a step. */
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 28, &ok, sizeof(ok), -1);
     expect_error(fd, RINGD_ESTATE, "outside a step");
@@ -239,10 +248,11 @@ TEST_IMPL(dmn_malformed_messages)
     /* Each rejection was logged, and a new client is served. */
     ASSERT_OK(td_wait_file(t.log, "rejected message: bad magic", 5000));
     ASSERT(td_file_has(t.log, "rejected message: unknown dtype"));
+    ASSERT(td_file_has(t.log, "rejected message: unknown wire format"));
     ASSERT(td_file_has(t.log, "rejected message: protocol version"));
     char *m = td_http_get(t.metrics_port, "/metrics");
     ASSERT(m != NULL);
-    ASSERT(strstr(m, "\nringd_protocol_errors_total 20\n") != NULL);
+    ASSERT(strstr(m, "\nringd_protocol_errors_total 22\n") != NULL);
     free(m);
     ringd_client_t *cl;
     ASSERT_OK(ringd_connect(&cl, t.sock, NULL));

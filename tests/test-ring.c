@@ -272,6 +272,15 @@ TEST_IMPL(ring_regen_n2)
     return 0;
 }
 
+/* Keyed tag generations (a job secret's): successive rings in the same
+ * processes, on two rings at once, each after its handshake. */
+TEST_IMPL(ring_keyed_regen_n3)
+{
+    run_ok(3, "regen", "--counts 100003 --chunk 65536 --bidir --keyed",
+           "tcp", 0);
+    return 0;
+}
+
 /* ring_set_deadline: a long first collective for a late rank. */
 TEST_IMPL(ring_deadline_late_n3)
 {
@@ -525,6 +534,12 @@ TEST_IMPL(ring_grid_abort_thread_n6)
 TEST_IMPL(ring_grid_regen_n4)
 {
     run_ok(4, "regen", "--counts 262144 --grid 4", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_grid_keyed_regen_n4)
+{
+    run_ok(4, "regen", "--counts 262144 --grid 4 --keyed", "tcp", 0);
     return 0;
 }
 

@@ -32,7 +32,8 @@ typedef struct tp_req tp_req_t;
 /*
  * The 64-bit tag. Every message of ringd carries, from the top bit down:
  *
- *   63..40  generation (24 bits, the view's generation mod 2^24)
+ *   63..40  generation (24 bits, the view's generation mod 2^24; with a
+ *           job secret a keyed value instead: ring/README.md)
  *   39..38  channel    (2 bits: 0 ring right, 1 ring left, 2 control, 3 raw)
  *   37..20  sequence   (18 bits, the collective's number mod 2^18)
  *   19..0   index      (20 bits, the message's index in the collective)

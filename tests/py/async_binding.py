@@ -77,6 +77,18 @@ def trainer(sock, errs):
             for i, b in enumerate(fb):
                 want = (3 * (np.arange(N) - i)).astype(np.float32)
                 assert np.array_equal(b, want), (i, b[:4])
+            # Per-call wire compression: one node rounds nothing.
+            fb[0][:] = (v.rank + 1) * np.arange(N)
+            c.wait(c.allreduce_async(fb[0], op="sum", wire="bf16"))
+            assert np.array_equal(fb[0], 3 * np.arange(N, dtype=np.float32))
+            for bad, kw in (("int32", {"wire": "f16"}), ("f32", {"wire": 8})):
+                arr = fb[1].view(np.int32) if bad == "int32" else fb[1]
+                try:
+                    c.allreduce_async(arr, op="sum", **kw)
+                except ringd.Error as e:
+                    assert e.code == ringd.EINVAL, e
+                else:
+                    raise AssertionError("wire %r on %s taken" % (kw, bad))
             if torch is not None:
                 # A torch tensor over ringd memory, bf16 on the wire.
                 _, mv = c.raw_buffer(2 * N)

@@ -70,6 +70,9 @@ _NP_DTYPES = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
               np.dtype(np.float16): F16, np.dtype(np.int32): I32,
               np.dtype(np.int64): I64, np.dtype(np.uint8): U8}
 _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+# Wire compression of one f32 allreduce (ringd_wire_t): None is the
+# job's default (ringd's ring-wire).
+_WIRES = {None: 0, "none": 1, "bf16": 2, "f16": 3}
 
 View = namedtuple("View", "rank world local_rank local_world step "
                           "generation restored")
@@ -175,6 +178,8 @@ def _load():
     late = {
         "ringd_buffer_free": (I, [P, P]),
         "ringd_allreduce_async": (I, [P, P, S, I, I, ctypes.POINTER(U64)]),
+        "ringd_allreduce_wire_async": (I, [P, P, S, I, I, I,
+                                           ctypes.POINTER(U64)]),
         "ringd_broadcast_async": (I, [P, P, S, ctypes.c_uint32,
                                       ctypes.POINTER(U64)]),
         "ringd_wait": (I, [P, U64]),
@@ -381,26 +386,40 @@ class Client:
             raise Error(ENOTSUP, "%s: %s predates asynchronous collectives"
                         % (name, lib_path))
 
-    def allreduce_async_raw(self, addr, count, dtype, op="avg", keep=None):
+    def allreduce_async_raw(self, addr, count, dtype, op="avg", keep=None,
+                            wire=None):
         """Issue an allreduce of count elements of ringd dtype at addr
-        without waiting; returns a Handle (keep: an object it holds)."""
-        self._need("ringd_allreduce_async")
+        without waiting; returns a Handle (keep: an object it holds).
+        wire: "bf16" or "f16" on the wire for an f32 allreduce, "none",
+        or None for the job's default (include/ringd.h, ringd_wire_t)."""
+        if wire not in _WIRES:
+            raise Error(EINVAL, "allreduce: wire %r is not one of none, "
+                                "bf16, f16" % (wire,))
         h = ctypes.c_uint64()
-        self._check(_lib.ringd_allreduce_async(self._c, addr, count, dtype,
-                                               _OPS[op], ctypes.byref(h)),
-                    "ringd_allreduce_async")
+        if wire is None:
+            self._need("ringd_allreduce_async")
+            rc = _lib.ringd_allreduce_async(self._c, addr, count, dtype,
+                                            _OPS[op], ctypes.byref(h))
+        else:
+            self._need("ringd_allreduce_wire_async")
+            rc = _lib.ringd_allreduce_wire_async(self._c, addr, count, dtype,
+                                                 _OPS[op], _WIRES[wire],
+                                                 ctypes.byref(h))
+        self._check(rc, "ringd_allreduce_async")
         return Handle(h.value, keep, "ringd_allreduce_async")
 
-    def allreduce_async(self, array, op="avg", dtype=None):
+    def allreduce_async(self, array, op="avg", dtype=None, wire=None):
         """Issue an in-place allreduce of array (numpy in ringd memory, or
         a torch tensor there) and return at once with a Handle; the
         result is in the array once wait() or test() says it is done.
         Collectives match across trainers by their order of issue, so
         every trainer must issue the same sequence; handles may be waited
         for in any order. Raises as allreduce() does, Error(ELIMIT) with
-        MAX_OUTSTANDING handles not waited for."""
+        MAX_OUTSTANDING handles not waited for. wire as for
+        allreduce_async_raw()."""
         addr, count, code = self._coll_args(array, dtype, "allreduce_async")
-        return self.allreduce_async_raw(addr, count, code, op, keep=array)
+        return self.allreduce_async_raw(addr, count, code, op, keep=array,
+                                        wire=wire)
 
     def broadcast_async(self, array, root=0):
         """Issue a broadcast of array's bytes from global rank root;
