@@ -52,7 +52,10 @@ typedef struct {
     long members[MAX_SIZES];
     int n_sizes;
     long ttl_s;
-    long view_bytes;     /* 0: today's layout for M members */
+    long view_bytes[MAX_SIZES]; /* {0}: today's layout for M members */
+    int n_bytes;
+    long watchers[MAX_SIZES]; /* ascending; {0}: every member watches */
+    int n_watchers;
     long view_member_bytes; /* > 0: a view of M times this many bytes */
     int watch_view_only;
     long window_s;
@@ -74,7 +77,7 @@ static fx_etcd_t et;
 static member_t *mem;
 static long n_mem;
 static long next_reg, n_reg, reg_inflight, n_reset, reg_failed;
-static long next_watch, watch_failed;
+static long next_watch, watch_failed, n_watch;
 static const char *watch_what;
 static long cur_gen, n_seen;
 static long ttl_s;
@@ -225,7 +228,7 @@ static void on_watch(const etcd_watch_update_t *up, void *data)
  */
 static void watch_pump(void)
 {
-    while (next_watch < n_mem && next_watch - n_reset < MAX_INFLIGHT) {
+    while (next_watch < n_watch && next_watch - n_reset < MAX_INFLIGHT) {
         member_t *m = &mem[next_watch++];
         if (etcd_watch_start(etcd, watch_what, on_watch, m, &m->watch) != 0)
             watch_failed++;
@@ -319,11 +322,11 @@ static void on_view_put(int status, const etcd_result_t *res, void *data)
     *(int *)data = status == 0 ? 1 : -1;
 }
 
-/* One view write to all M watchers: ms from the put to the last one. */
-static double fanout_once(const opts_t *o, long *len_p)
+/* One view write of `want` bytes (0: today's layout) to the n_watch
+ * watchers: ms from the put to the last one. */
+static double fanout_once(long want, long *len_p)
 {
-    long len, want = o->view_member_bytes > 0 ?
-                     o->view_member_bytes * n_mem : o->view_bytes;
+    long len;
     char *v = view_value(++cur_gen, n_mem, want, &len);
     if (v == NULL)
         return -1;
@@ -334,7 +337,7 @@ static double fanout_once(const opts_t *o, long *len_p)
     int rc = etcd_put(etcd, VIEW_KEY, v, (size_t)len, 0, on_view_put, &done);
     free(v);
     *len_p = len;
-    if (rc != 0 || !run_to(&n_seen, n_mem, 60000) || done < 0)
+    if (rc != 0 || !run_to(&n_seen, n_watch, 60000) || done < 0)
         return -1;
     return (double)(last_seen_ms - t0);
 }
@@ -360,6 +363,19 @@ static void steady(const opts_t *o, row_t *r)
     r->per_key_us = n_ka > 0 ? cpu * 1e6 / (double)n_ka : 0;
     r->ka_p50_ms = pct(ka_ms, n_ka, 0.5);
     r->ka_p99_ms = pct(ka_ms, n_ka, 0.99);
+}
+
+/* Start watches until w members watch (w <= M). */
+static int watch_grow(long w)
+{
+    n_watch = w < n_mem ? w : n_mem;
+    watch_pump();
+    if (!run_to(&n_reset, n_watch, 300000) || watch_failed > 0) {
+        fprintf(stderr, "etcd-load: %ld of %ld watches started\n", n_reset,
+                n_watch);
+        return -1;
+    }
+    return 0;
 }
 
 static int setup(const opts_t *o, long m, row_t *r)
@@ -395,12 +411,8 @@ static int setup(const opts_t *o, long m, row_t *r)
         return -1;
     }
     watch_what = o->watch_view_only ? VIEW_KEY : JOB_PREFIX;
-    watch_pump();
-    if (!run_to(&n_reset, m, 300000) || watch_failed > 0) {
-        fprintf(stderr, "etcd-load: %ld of %ld watches started\n", n_reset,
-                m);
+    if (watch_grow(o->n_watchers > 0 ? o->watchers[0] : m) != 0)
         return -1;
-    }
     r->setup_s = (double)(now_ms() - t0) / 1000;
     return 0;
 }
@@ -420,25 +432,55 @@ static void teardown(void)
     n_mem = 0;
 }
 
-static void measure(const opts_t *o, long m, row_t *r)
+/* The rows' (watchers, view bytes, median fan-out ms, etcd CPU ms per
+ * write) for the fits. */
+#define MAX_FIT (MAX_SIZES * MAX_SIZES)
+static double fit_w[MAX_FIT], fit_b[MAX_FIT], fit_ms[MAX_FIT];
+static double fit_cpu[MAX_FIT];
+static int n_fit;
+
+/*
+ * Least squares, in relative error (a 256-byte row weighs as much as a
+ * 64 KB one), of y = W (a + b bytes) through the rows' y (the fan-out
+ * time or etcd's CPU) of the largest watcher count: a, the cost per
+ * watcher whatever the size, b the cost per byte per watcher. Only the
+ * largest count, as etcd's cost per watcher grows with the watchers
+ * (203 us of CPU at 256 bytes with 1000, 148 with 250: bench/README.md)
+ * and a model of M members wants M's. 0, or -1 without two rows of
+ * different sizes.
+ */
+static int fanout_fit(const double *y, double *a_p, double *b_p)
 {
-    memset(r, 0, sizeof(*r));
-    if (setup(o, m, r) != 0) {
-        teardown();
-        return;
+    double uu = 0, uv = 0, vv = 0, su = 0, sv = 0, top = 0;
+    for (int i = 0; i < n_fit; i++)
+        top = fit_w[i] > top ? fit_w[i] : top;
+    for (int i = 0; i < n_fit; i++) {
+        if (y[i] <= 0 || fit_w[i] != top)
+            continue;
+        double u = fit_w[i] / y[i], v = fit_w[i] * fit_b[i] / y[i];
+        uu += u * u;
+        uv += u * v;
+        vv += v * v;
+        su += u;
+        sv += v;
     }
-    if (ka_failed > 0)
-        fprintf(stderr, "etcd-load: M=%ld: %ld keepalives failed while "
-                "registering and starting watches\n", m, ka_failed);
-    steady(o, r);
-    if (ka_failed > 0)
-        fprintf(stderr, "etcd-load: M=%ld: %ld keepalives failed by the "
-                "end of the steady window\n", m, ka_failed);
+    double det = uu * vv - uv * uv;
+    if (n_fit < 2 || det <= 1e-12 * uu * vv)
+        return -1;
+    *a_p = (su * vv - sv * uv) / det;
+    *b_p = (uu * sv - uv * su) / det;
+    return 0;
+}
+
+/* reps view writes of `want` bytes to the current watchers, into r. */
+static void fanout_point(const opts_t *o, long want, row_t *r)
+{
     double f[16];
     int n = 0;
     double c0 = etcd_cpu_s(), s0 = self_cpu_s();
+    r->ok = 0;
     for (int i = 0; i < o->reps && i < 16; i++) {
-        double ms = fanout_once(o, &r->view_len);
+        double ms = fanout_once(want, &r->view_len);
         if (ms < 0)
             break;
         f[n++] = ms;
@@ -453,6 +495,61 @@ static void measure(const opts_t *o, long m, row_t *r)
         r->ok = 1;
     }
     r->lost = n_lost;
+}
+
+static void print_row(const opts_t *o, long m, const row_t *r)
+{
+    printf("%s%ld\t%ld\t%s\t%ld\t%ld\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t"
+           "%.1f\t%.0f\t%.0f\t%.3f\t%.3f\t%.1f\t%ld\n",
+           r->ok ? "" : "FAILED:", m, o->ttl_s,
+           o->watch_view_only ? "view" : "prefix", n_watch, r->view_len,
+           r->setup_s, r->etcd_cpu_pct, r->ka_per_s, r->ka_p50_ms,
+           r->ka_p99_ms, r->per_key_us, r->fanout_ms, r->fanout_max_ms,
+           r->fanout_etcd_s, r->fanout_tool_s, r->tool_cpu_pct, r->lost);
+    fflush(stdout);
+}
+
+/*
+ * One fresh etcd with M members: the steady window, then a row for each
+ * watcher count (watches added between rows, so the counts share one
+ * etcd and one set of leases) and view size. r is the last row.
+ */
+static void measure(const opts_t *o, long m, row_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    n_fit = 0;
+    if (setup(o, m, r) != 0) {
+        teardown();
+        return;
+    }
+    if (ka_failed > 0)
+        fprintf(stderr, "etcd-load: M=%ld: %ld keepalives failed while "
+                "registering and starting watches\n", m, ka_failed);
+    steady(o, r);
+    if (ka_failed > 0)
+        fprintf(stderr, "etcd-load: M=%ld: %ld keepalives failed by the "
+                "end of the steady window\n", m, ka_failed);
+    int nw = o->n_watchers > 0 ? o->n_watchers : 1;
+    for (int w = 0; w < nw && (r->ok || w == 0); w++) {
+        if (w > 0 && watch_grow(o->watchers[w]) != 0) {
+            r->ok = 0;
+            break;
+        }
+        for (int b = 0; b < o->n_bytes; b++) {
+            long want = o->view_member_bytes > 0 ?
+                        o->view_member_bytes * m : o->view_bytes[b];
+            fanout_point(o, want, r);
+            print_row(o, m, r);
+            if (r->ok && n_fit < MAX_SIZES * MAX_SIZES) {
+                fit_w[n_fit] = (double)n_watch;
+                fit_b[n_fit] = (double)r->view_len;
+                fit_cpu[n_fit] = r->fanout_etcd_s * 1e3;
+                fit_ms[n_fit++] = r->fanout_ms;
+            }
+            if (!r->ok)
+                break;
+        }
+    }
     if (ka_failed > 0)
         fprintf(stderr, "etcd-load: M=%ld: %ld keepalives failed in all, "
                 "%ld members hit a failure\n", m, ka_failed, n_lost);
@@ -465,38 +562,45 @@ static void usage(FILE *out)
     fprintf(out,
 "Usage: etcd-load [--members 100,250,500,1000] [--ttl 5] [--view-bytes N]\n"
 "                 [--view-member-bytes B] [--watch prefix|view]\n"
-"                 [--window 10] [--reps 3]\n"
+"                 [--watchers LIST] [--window 10] [--reps 3]\n"
 "  --members LIST   member counts to measure, one fresh etcd each\n"
 "  --ttl S          lease TTL in seconds (default 5, ringd's); keepalive\n"
 "                   every TTL/3, ringd's schedule (the demo uses TTL 2)\n"
-"  --view-bytes N   the view's size (default 0: today's layout, every\n"
-"                   member's record with its address)\n"
+"  --view-bytes LIST  the view's size, a row each (default 0: today's\n"
+"                   layout, every member's record with its address)\n"
 "  --view-member-bytes B  a view of B bytes per member instead\n"
 "  --watch W        what each member watches: prefix (today: the job's\n"
 "                   whole prefix) or view (the view key only)\n"
+"  --watchers LIST  ascending watcher counts <= M, a row each (default:\n"
+"                   every member watches); the others only keep leases\n"
 "  --window S       the steady window for CPU and keepalives (default 10)\n"
 "  --reps N         view writes timed per M (default 3, at most 16)\n");
 }
 
-static int parse_list(const char *s, opts_t *o)
+/* A comma-separated list of up to MAX_SIZES values in [lo, hi]. */
+static int parse_list(const char *s, long lo, long hi, long *v_p, int *n_p)
 {
-    o->n_sizes = 0;
-    while (*s != '\0' && o->n_sizes < MAX_SIZES) {
+    int n = 0;
+    while (*s != '\0' && n < MAX_SIZES) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 100000)
+        if (end == s || v < lo || v > hi)
             return -1;
-        o->members[o->n_sizes++] = v;
+        v_p[n++] = v;
         s = *end == ',' ? end + 1 : end;
         if (*end != ',' && *end != '\0')
             return -1;
     }
-    return o->n_sizes > 0 ? 0 : -1;
+    if (n == 0)
+        return -1;
+    *n_p = n;
+    return 0;
 }
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){{100, 250, 500, 1000}, 4, 5, 0, 0, 0, 10, 3};
+    *o = (opts_t){.members = {100, 250, 500, 1000}, .n_sizes = 4,
+                  .ttl_s = 5, .n_bytes = 1, .window_s = 10, .reps = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
@@ -506,15 +610,20 @@ static int parse(int argc, char **argv, opts_t *o)
         if (v == NULL)
             return -1;
         i++;
-        if (strcmp(a, "--members") == 0 && parse_list(v, o) == 0)
+        if (strcmp(a, "--members") == 0 &&
+            parse_list(v, 1, 100000, o->members, &o->n_sizes) == 0)
+            continue;
+        if (strcmp(a, "--view-bytes") == 0 &&
+            parse_list(v, 0, 1499999, o->view_bytes, &o->n_bytes) == 0)
+            continue;
+        if (strcmp(a, "--watchers") == 0 &&
+            parse_list(v, 1, 100000, o->watchers, &o->n_watchers) == 0)
             continue;
         char *end;
         long n = strtol(v, &end, 10);
         int num = *v != '\0' && *end == '\0' && n >= 0;
         if (strcmp(a, "--ttl") == 0 && num && n >= 2)
             o->ttl_s = n;
-        else if (strcmp(a, "--view-bytes") == 0 && num && n < 1500000)
-            o->view_bytes = n;
         else if (strcmp(a, "--view-member-bytes") == 0 && num &&
                  n < 100000)
             o->view_member_bytes = n;
@@ -546,10 +655,10 @@ int main(int argc, char **argv)
     rd_log_set_level(RD_LOG_WARN);
     if (uv_loop_init(&loop) != 0)
         return 1;
-    printf("members\tttl_s\twatch\tview_bytes\tsetup_s\tetcd_cpu_pct\t"
-           "ka_per_s\tka_p50_ms\tka_p99_ms\tper_key_us\tview_fanout_ms\t"
-           "view_fanout_max_ms\tfanout_etcd_cpu_s\tfanout_tool_cpu_s\t"
-           "tool_cpu_pct\tka_lost\n");
+    printf("members\tttl_s\twatch\twatchers\tview_bytes\tsetup_s\t"
+           "etcd_cpu_pct\tka_per_s\tka_p50_ms\tka_p99_ms\tper_key_us\t"
+           "view_fanout_ms\tview_fanout_max_ms\tfanout_etcd_cpu_s\t"
+           "fanout_tool_cpu_s\ttool_cpu_pct\tka_lost\n");
     row_t last = {0};
     long last_m = 0;
     for (int i = 0; i < o.n_sizes; i++) {
@@ -561,15 +670,8 @@ int main(int argc, char **argv)
             fflush(stdout);
             break;
         }
-        printf("%s%ld\t%ld\t%s\t%ld\t%.1f\t%.1f\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f"
-               "\t%.0f\t%.2f\t%.2f\t%.1f\t%ld\n", r.ok ? "" : "FAILED:",
-               o.members[i], o.ttl_s,
-               o.watch_view_only ? "view" : "prefix", r.view_len, r.setup_s,
-               r.etcd_cpu_pct, r.ka_per_s, r.ka_p50_ms, r.ka_p99_ms,
-               r.per_key_us, r.fanout_ms, r.fanout_max_ms, r.fanout_etcd_s,
-               r.fanout_tool_s, r.tool_cpu_pct, r.lost);
-        fflush(stdout);
         if (!r.ok || r.lost > 0) {
+            n_fit = 0; /* the fit is of the last M that held */
             printf("# stopped at M=%ld: %s\n", o.members[i], !r.ok ?
                    "a view write did not reach every watcher" :
                    "members' keepalives failed (leases at risk)");
@@ -585,5 +687,11 @@ int main(int argc, char **argv)
     printf("etcd_load: members=%ld etcd_cpu_pct=%.1f view_fanout_ms=%.0f "
            "per_key_us=%.1f\n", last_m, last.etcd_cpu_pct, last.fanout_ms,
            last.per_key_us);
+    double a, b, ca, cb;
+    if (fanout_fit(fit_ms, &a, &b) == 0 &&
+        fanout_fit(fit_cpu, &ca, &cb) == 0)
+        printf("etcd_fanout: per_watcher_us=%.1f per_watcher_kb_us=%.2f "
+               "cpu_per_watcher_us=%.1f cpu_per_watcher_kb_us=%.2f\n",
+               a * 1e3, b * 1e6, ca * 1e3, cb * 1e6);
     return 0;
 }

@@ -34,3 +34,12 @@ $(BUILD)/bench/etcd-load: $(BUILD)/bench/etcd-load.o \
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) \
 	    $(PKG_LIBS) $(LIBS)
+
+# bench/coll-steps: the C trainer bench/torch-layer.py sets against
+# ringd.torch (not in make bench: the Python script drives it).
+BIN_TARGETS += $(BUILD)/bench/coll-steps
+
+$(BUILD)/bench/coll-steps: $(BUILD)/bench/coll-steps.o $(BUILD)/libringd.so
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< -L$(BUILD) -lringd \
+	    -Wl,-rpath,'$$ORIGIN/..'

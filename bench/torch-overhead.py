@@ -5,9 +5,10 @@ One model (an MLP 1024-4096-4096-1024, 25.2 M parameters, SGD), three
 ways, in the same run, interleaved round by round:
 
   local   one process, no communication: the floor
-  ringd   DistributedOptimizer, 2 nodes on loopback (etcd, two ringd
-          daemons, one trainer each)
-  ddp     torch.nn.parallel.DistributedDataParallel, gloo, 2 processes
+  ringd   DistributedOptimizer, --procs nodes on loopback (default 2:
+          etcd, a ringd daemon per node, one trainer each)
+  ddp     torch.nn.parallel.DistributedDataParallel, gloo, --procs
+          processes
 
 Each way runs --steps timed steps after --warmup untimed ones, --reps
 rounds; a way's figure is the median over every timed step of every
@@ -16,6 +17,7 @@ round (rank 0's). Prints a TSV table, then the last line
 over local). Needs `make all` (build/ringd, build/libringd.so) and etcd.
 
     /usr/bin/python3 bench/torch-overhead.py [--reps 5] [--steps 20]
+        [--procs 4]
 """
 import argparse
 import json
@@ -68,7 +70,7 @@ def worker(o):
             import torch.distributed as dist
             dist.init_process_group(
                 "gloo", init_method="tcp://127.0.0.1:%d" % o.port,
-                rank=o.rank, world_size=2)
+                rank=o.rank, world_size=o.procs)
             m = torch.nn.parallel.DistributedDataParallel(m)
     for i in range(o.warmup + o.steps):
         t0 = time.perf_counter()
@@ -140,14 +142,14 @@ class Bench:
                 return False
         wait_for(up, "etcd listening")
 
-    def daemons(self, job):
+    def daemons(self, job, nodes=2):
         ds = []
-        for n in ("a", "b"):
+        for n in "abcdefgh"[:nodes]:
             sock = self.path("%s-%s.sock" % (job, n))
             ds.append((self.spawn(
                 [os.path.join(ROOT, self.o.build, "ringd"), "--etcd",
                  self.etcd_url, "--job", job, "--node-id", n, "--socket",
-                 sock, "--trainers", "1", "--min-nodes", "2",
+                 sock, "--trainers", "1", "--min-nodes", str(nodes),
                  "--metrics", "off"], self.path("%s-%s.log" % (job, n))),
                 sock))
         for _, sock in ds:
@@ -156,11 +158,11 @@ class Bench:
 
     def run_way(self, way, rnd):
         o = self.o
-        n = 1 if way == "local" else 2
+        n = 1 if way == "local" else o.procs
         extra = [[] for _ in range(n)]
         ds = []
         if way == "ringd":
-            ds = self.daemons("tb%d-%d" % (os.getpid(), rnd))
+            ds = self.daemons("tb%d-%d" % (os.getpid(), rnd), n)
             extra = [["--socket", s] for _, s in ds]
         elif way == "ddp":
             port = free_port()
@@ -171,7 +173,8 @@ class Bench:
             argv = [sys.executable, os.path.abspath(__file__), "--worker",
                     way, "--rank", str(r), "--out", out, "--batch",
                     str(o.batch), "--steps", str(o.steps), "--warmup",
-                    str(o.warmup), "--threads", str(o.threads)] + extra[r]
+                    str(o.warmup), "--threads", str(o.threads),
+                    "--procs", str(n)] + extra[r]
             ws.append((self.spawn(argv, out + ".log"), out))
         for p, out in ws:
             try:
@@ -207,6 +210,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--procs", type=int, default=2,
+                    help="processes of ringd and of ddp (ringd: that many "
+                    "nodes, one trainer each; at most 8)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per process (the same for all)")
     ap.add_argument("--timeout", type=int, default=900)
@@ -227,13 +233,14 @@ def main():
     nparams = sum(DIMS[i] * DIMS[i + 1] + DIMS[i + 1]
                   for i in range(len(DIMS) - 1))
     print("model: MLP %s, %.1f M parameters, batch %d per process, "
-          "%d round(s) of %d steps" % ("-".join(map(str, DIMS)),
-                                       nparams / 1e6, o.batch, o.reps,
-                                       o.steps))
+          "%d round(s) of %d steps, %d processes" % (
+              "-".join(map(str, DIMS)), nparams / 1e6, o.batch, o.reps,
+              o.steps, o.procs))
     print("way\tprocs\tmedian_ms\tmin_ms\tmax_ms\tsteps")
     for w, t in times.items():
         print("%s\t%d\t%.1f\t%.1f\t%.1f\t%d" % (
-            w, 1 if w == "local" else 2, med[w], min(t), max(t), len(t)))
+            w, 1 if w == "local" else o.procs, med[w], min(t), max(t),
+            len(t)))
     print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f" % (
         (med["ringd"] - med["local"]) * 100 / med["local"], med["ringd"],
         med["ddp"]))

@@ -39,7 +39,8 @@ KINDS_OPT=${CHAOS_KINDS:-}
 ETCD3=${CHAOS_ETCD3:-0}
 ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
            slow_link scale_up scale_down etcd_kill disk_full job_restart
-           slow_trainer hung_trainer kill_adjacent)
+           slow_trainer hung_trainer kill_adjacent trainer_close daemon_etcd
+           fd_exhaust slow_disk)
 usage() {
     echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
          "[--kinds a,b,c] [--etcd3]" >&2
@@ -97,6 +98,11 @@ STEPS=$(( FAULTS * PER + 2000 ))
 SETTLE_MS=1500        # quiet time after a recovery before the next fault
 RECOVER_S=60          # no step within this long after a fault: a hang
 STEP_TIMEOUT_MS=20000 # the daemons' --step-timeout (hung_trainer)
+# Every daemon runs with this descriptor limit (`ulimit -n`), low enough
+# for fd_exhaust to reach it.
+NOFILE=${CHAOS_NOFILE:-256}
+[[ "$NOFILE" =~ ^[0-9]+$ && "$NOFILE" -ge 64 ]] ||
+    { echo "chaos: CHAOS_NOFILE must be a number >= 64" >&2; exit 2; }
 TOL=0.02              # final accuracy vs the reference run
 # Checkpoints every CKPT_EVERY steps into CKDIR, shared by all the nodes
 # (one machine): job_restart resumes from them, disk_full fills their
@@ -120,7 +126,9 @@ SUBNET=
 declare -A ROLE EXPECT   # pid -> "daemon k"/"trainer k"; pid -> expected end
 declare -A HOSTOF        # slot -> host (namespace PREFIXh<host>)
 CKDIR=                   # the checkpoint directory (set once T exists)
-CKPT_MOUNTED=0           # a tmpfs of ours is mounted on CKDIR
+CKPT_MOUNTED=0           # a file system of ours is mounted on CKDIR
+CKPT_LOOP=               # its loop device (ext4), empty for a tmpfs
+THROTTLE=/sys/fs/cgroup/blkio/blkio.throttle   # ...{read,write}_{bps,iops}_device
 ETCD_OLD=()              # etcd pids killed by etcd_kill
 IPT_NS=()                # namespaces with an iptables rule of ours
 QDISC_DEV=()             # bridge-side veths with a qdisc of ours
@@ -160,18 +168,31 @@ cleanup() {
     for d in "${QDISC_DEV[@]}"; do tc qdisc del dev "$d" root 2>/dev/null; done
     for d in "${LINK_DOWN[@]}"; do ip link set "$d" up 2>/dev/null; done
     [ "$NETNS" = 1 ] && chaos/netns.sh down "$PREFIX" "$MAXSLOT"
+    [ -n "$CKPT_LOOP" ] && disk_throttle 0
     if [ "$CKPT_MOUNTED" = 1 ]; then
         rm -f "$CKDIR/fill"
         [ "$KEEP" = 1 ] && cp -a "$CKDIR" "$T/ckpt.kept" 2>/dev/null
         umount "$CKDIR" 2>/dev/null || umount -l "$CKDIR" 2>/dev/null
         CKPT_MOUNTED=0
     fi
+    [ -n "$CKPT_LOOP" ] && losetup -d "$CKPT_LOOP" 2>/dev/null
     if [ "$KEEP" = 1 ]; then
         [ "${REPORTED:-0}" = 1 ] || echo "chaos: kept $T"
     else
         rm -rf "$T"
     fi
     return 0
+}
+# disk_throttle 0 | BPS IOPS: the checkpoint loop device's read and write
+# limits for every process (the root blkio cgroup); 0 lifts them.
+disk_throttle() {
+    local mm w
+    mm=$(lsblk -dno MAJ:MIN "$CKPT_LOOP" 2>/dev/null | tr -d ' ')
+    [ -n "$mm" ] || return 1
+    for w in read write; do
+        echo "$mm ${1}" >"${THROTTLE}.${w}_bps_device" 2>/dev/null || return 1
+        echo "$mm ${2:-0}" >"${THROTTLE}.${w}_iops_device" 2>/dev/null || return 1
+    done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -238,23 +259,45 @@ else
 fi
 
 # ---- the checkpoint directory ---------------------------------------------------
-# On a small tmpfs of its own when the plan fills it (disk_full), else a
-# plain directory in T.
+# When the plan fills it (disk_full) or slows it down (slow_disk), a small
+# file system of its own: ext4 on a loop device, whose I/O the blkio
+# cgroup can throttle (slow_disk); else, for disk_full only, a tmpfs.
+# Without a disk_full or slow_disk, a plain directory in T.
 CKDIR="$T/ckpt"
 mkdir -p "$CKDIR"
 CKPT_NOTE=
+SLOW_NOTE=
+ckpt_loop_mount() {
+    [ "$(id -u)" = 0 ] || { echo "root needed"; return 1; }
+    [ -w "${THROTTLE}.write_bps_device" ] ||
+        { echo "no blkio throttle (${THROTTLE}.write_bps_device)"; return 1; }
+    truncate -s "$CKPT_TMPFS_SIZE" "$T/ckpt.img" &&
+    mkfs.ext4 -q -F -m 0 -E lazy_itable_init=0,lazy_journal_init=0 \
+        "$T/ckpt.img" >/dev/null 2>&1 || { echo "mkfs.ext4 failed"; return 1; }
+    CKPT_LOOP=$(losetup -f --show "$T/ckpt.img" 2>&1) ||
+        { echo "losetup: $CKPT_LOOP"; CKPT_LOOP=; return 1; }
+    mount -o noatime "$CKPT_LOOP" "$CKDIR" 2>&1 || return 1
+    CKPT_MOUNTED=1
+}
 if [ "$CKPT_EVERY" = 0 ]; then
     CKPT_NOTE="checkpoints off (CHAOS_CKPT_INTERVAL=0)"
-elif [[ " ${PLAN[*]%%:*} " == *" disk_full "* ]]; then
-    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size="$CKPT_TMPFS_SIZE",mode=0755 \
+    SLOW_NOTE=$CKPT_NOTE
+elif [[ " ${PLAN[*]%%:*} " == *" disk_full "* || " ${PLAN[*]%%:*} " == *" slow_disk "* ]]; then
+    if ckpt_loop_mount >"$T/loop.err" 2>&1; then
+        :
+    elif SLOW_NOTE="no loop device for the checkpoints: $(head -c 200 "$T/loop.err")"
+        [ -n "$CKPT_LOOP" ] && losetup -d "$CKPT_LOOP"; CKPT_LOOP=
+        [ "$(id -u)" = 0 ] && mount -t tmpfs -o size="$CKPT_TMPFS_SIZE",mode=0755 \
             chaos-ckpt "$CKDIR" 2>"$T/mount.err"; then
         CKPT_MOUNTED=1
     else
-        CKPT_NOTE="no tmpfs for the checkpoints (root needed): $(cat "$T/mount.err")"
+        CKPT_NOTE="no file system for the checkpoints (root needed): $(cat "$T/mount.err")"
+        SLOW_NOTE=$CKPT_NOTE
     fi
 fi
 [ "$CKPT_EVERY" != 0 ] && echo "chaos: checkpoints every $CKPT_EVERY steps in" \
-    "$CKDIR$([ $CKPT_MOUNTED = 1 ] && echo " (a tmpfs of $CKPT_TMPFS_SIZE)")"
+    "$CKDIR$([ $CKPT_MOUNTED = 1 ] && echo " (a $([ -n "$CKPT_LOOP" ] &&
+    echo "ext4 on $CKPT_LOOP" || echo tmpfs) of $CKPT_TMPFS_SIZE)")"
 CKPT_ARGS=()
 [ "$CKPT_EVERY" != 0 ] && CKPT_ARGS=(--ckpt-interval "$CKPT_EVERY" --ckpt-dir "$CKDIR")
 CKJOB="$CKDIR/chaos"    # where the daemons of job "chaos" put them
@@ -317,7 +360,8 @@ start_node() {
     [ "$NETNS" = 1 ] && dev=eth0
     rd_host_cmd "$h"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
-        UCX_WARN_UNUSED_ENV_VARS=n "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos \
+        UCX_WARN_UNUSED_ENV_VARS=n prlimit --nofile="$NOFILE:$NOFILE" \
+        "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos \
         --node-id "node$k" --host "host$h" --socket "$T/node$k.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
         --step-timeout "$STEP_TIMEOUT_MS" \
@@ -508,7 +552,159 @@ df_check_and_free() { # BEFORE_STEPS NEWEST_BEFORE SUMS OUT
         fi
     done
     rm -f "$CKDIR/fill"
+    log "  disk_full: the fill file removed $(( $(now_ms) - fms )) ms after the fault"
 }
+
+# The longest time in [A_MS, B_MS] without a step logged by a node in
+# "SLOTS" (the edges count): gap_in SLOTS A_MS B_MS.
+gap_in() {
+    local f=() k
+    for k in $1; do [ -f "$T/hash-$k.log" ] && f+=("$T/hash-$k.log"); done
+    [ ${#f[@]} -gt 0 ] || { echo $(( $3 - $2 )); return 0; }
+    cat "${f[@]}" | awk -v a="$2" -v b="$3" '$1 == "step" && $12 >= a && $12 <= b { print $12 }' |
+        sort -n | awk -v a="$2" -v b="$3" 'BEGIN { p = a; g = 0 }
+            { if ($1 - p > g) g = $1 - p; p = $1 } END { if (b - p > g) g = b - p; print g }'
+}
+# Wait (RECOVER_S) for a step >= FROM by a node in "SLOTS" stamped at or
+# after MS: until_step SLOTS FROM MS; the result ("step t_ms") in REPLY,
+# 1 on a timeout.
+until_step() {
+    local deadline=$(( $(date +%s) + RECOVER_S ))
+    until REPLY=$(first_after "$2" "$1" "$3"); [ -n "$REPLY" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        check_alive; sleep 0.05
+    done
+}
+recovered() { # recovered KIND MS: count a recovery of MS
+    NREC=$((NREC + 1)); REC[$1]=$(( ${REC[$1]:-0} + 1 ))
+    TIMES[$1]="${TIMES[$1]:-} $2"
+}
+ckpt_skips() {
+    cat "$T"/ringd-*.log 2>/dev/null | grep -c 'checkpoint of step [0-9]* skipped'
+}
+# trainer_close: V FAULT_MS GEN_AT_FAULT CLOSES_BEFORE. The trainer's own
+# next step (not in flight at the fault) shows it is back; the recovery
+# is the job's first step of a later generation when the view changed,
+# else its first step not in flight at the fault.
+tc_wait() {
+    local v=$1 fms=$2 g0=$3 p0 g1 rstep rms
+    p0=$(( $(max_step) + 2 ))
+    if ! until_step "$v" "$p0" "$fms"; then
+        HANGS=$((HANGS + 1))
+        log "  trainer_close: HANG: node$v's trainer made no step within ${RECOVER_S}s"
+        return 1
+    fi
+    [ "$(grep -c '^connection closed' "$T/trainer-$v.log")" -gt "$4" ] ||
+        OTHER_BAD+=("trainer_close: node$v's trainer did not close its connection (no 'connection closed' line)")
+    g1=$(gen_at "$(now_ms)")
+    if [ "$g1" -gt "$g0" ]; then
+        read -r rstep rms _ <<<"$(first_newgen "$g0" "${LIVE[*]}" "$fms")"
+        TC_NEWGEN=$(( ${TC_NEWGEN:-0} + 1 ))
+    else
+        read -r rstep rms <<<"$(first_after "$p0" "${LIVE[*]}" "$fms")"
+        TC_SAMEGEN=$(( ${TC_SAMEGEN:-0} + 1 ))
+    fi
+    recovered trainer_close $(( rms - fms ))
+    log "  trainer_close: recovered: step $rstep completed $(( rms - fms )) ms after" \
+        "the fault ($( [ "$g1" -gt "$g0" ] && echo "a new generation, $g0 -> $g1" ||
+        echo "no view change")); node$v's trainer back at step ${REPLY% *}"
+}
+# daemon_etcd: V FAULT_MS GEN_AT_FAULT, etcd healthy again now. The
+# recovery runs from etcd's return to the survivors' first step of a
+# later generation; every view they logged since has only them.
+de_wait() {
+    local v=$1 fms=$2 g0=$3 back iso deadline res rstep rms rgen bad k
+    back=$(now_ms)
+    iso="$(date -u -d "@$((back / 1000))" +%Y-%m-%dT%H:%M:%S).$(printf %03d $((back % 1000)))Z"
+    log "  etcd healthy again $((back - fms)) ms after the kill"
+    deadline=$(( $(date +%s) + RECOVER_S ))
+    until res=$(first_newgen "$g0" "${LIVE[*]}" "$fms"); [ -n "$res" ]; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            HANGS=$((HANGS + 1))
+            log "  daemon_etcd: HANG: no step in a new view within ${RECOVER_S}s of etcd's return"
+            return 1
+        fi
+        check_alive; sleep 0.05
+    done
+    read -r rstep rms rgen <<<"$res"
+    bad=$(for k in "${LIVE[@]}"; do
+              awk -v t="$iso" '$1 >= t' "$T/ringd-$k.log" |
+              sed -n 's/.*mb node[0-9]*: view \([0-9]*\), \([0-9]*\) members.*/\1 \2/p'
+          done | awk -v g="$g0" -v n=${#LIVE[@]} '$1 > g && $2 > n { print "view " $1 ": " $2 " members" }' |
+          sort -u | head -3 | tr '\n' ';')
+    [ -z "$bad" ] ||
+        OTHER_BAD+=("daemon_etcd: views after etcd's return count node$v, killed with etcd, as a member ($bad ${#LIVE[@]} survivors)")
+    recovered daemon_etcd $(( rms - back ))
+    log "  daemon_etcd: recovered: step $rstep (generation $rgen; $g0 at the fault)" \
+        "completed $(( rms - back )) ms after etcd was back, $(( rms - fms )) ms after the kill$(
+        [ -n "$bad" ] && echo "; DEAD NODE IN A VIEW: $bad")"
+}
+# fd_exhaust: V FAULT_MS FLOOD_END_MS GEN_AT_FAULT LOG_LINES_BEFORE. The
+# row is the longest time without a step of node v's trainer during the
+# flood; a view change, a daemon that serves no new client within 10 s of
+# the flood's end, more than 2 * NOFILE + 50 new log lines (one per
+# client accepted and closed, plus the rate-limited warnings), or any
+# other work of the daemon's failing with EMFILE (checkpoint files, etcd
+# connections: the flood must meet the client cap first) fail the run.
+fd_check() {
+    local v=$1 fms=$2 fend=$3 g0=$4 gap ok=0 lines g1 n emfile
+    if ! until_step "$v" $(( $(max_step) + 1 )) "$fend"; then
+        HANGS=$((HANGS + 1))
+        log "  fd_exhaust: HANG: node$v's trainer made no step within ${RECOVER_S}s of the flood's end"
+        return 1
+    fi
+    for _ in $(seq 100); do
+        "$B/ringctl" --socket "$T/node$v.sock" status >/dev/null 2>&1 && { ok=1; break; }
+        sleep 0.1
+    done
+    gap=$(gap_in "$v" "$fms" "$fend")
+    n=$(cat "$T/hash-$v.log" | awk -v a="$fms" -v b="$fend" '$1 == "step" && $12 >= a && $12 <= b' | wc -l)
+    lines=$(( $(wc -l <"$T/ringd-$v.log") - $5 ))
+    emfile=$(tail -n +"$(( $5 + 1 ))" "$T/ringd-$v.log" | grep -v 'accept: ' |
+        grep -c 'Too many open files')
+    [ "$emfile" = 0 ] ||
+        OTHER_BAD+=("fd_exhaust: the flood ran node$v's daemon itself out of descriptors: $emfile lines such as '$(
+            tail -n +"$(( $5 + 1 ))" "$T/ringd-$v.log" | grep -v 'accept: ' | grep -m1 'Too many open files' | cut -c25-150)'")
+    g1=$(gen_at "$(now_ms)")
+    [ "$ok" = 1 ] ||
+        OTHER_BAD+=("fd_exhaust: node$v's daemon served no new client (ringctl status) within 10 s of the flood's end")
+    [ "$lines" -le $(( 2 * NOFILE + 50 )) ] ||
+        OTHER_BAD+=("fd_exhaust: node$v's daemon logged $lines lines for one flood (bound $(( 2 * NOFILE + 50 )))")
+    [ "$g1" = "$g0" ] ||
+        OTHER_BAD+=("fd_exhaust: the view changed ($g0 -> $g1) while node$v's socket was flooded")
+    [ "$n" -gt 0 ] && recovered fd_exhaust "$gap"
+    log "  fd_exhaust: $(tail -1 "$T/flood-$NFAULTS.log"); node$v's trainer made $n steps" \
+        "during the flood, longest without one $gap ms; the daemon logged $lines lines" \
+        "($(grep -c 'accept: ' "$T/ringd-$v.log") accept warnings so far); ringctl status" \
+        "after the flood: $([ $ok = 1 ] && echo served || echo NOT SERVED); generation $g0 -> $g1"
+}
+# slow_disk: FAULT_MS GEN_AT_FAULT SKIPS_BEFORE NEWEST_BEFORE, the disk
+# fast again. The row is the longest time without a step of any node in
+# the 4 s; a view change fails the run, and a checkpoint newer than the
+# fault's must complete within 30 s of it.
+sd_check() {
+    local fms=$1 g0=$2 gap n g1 deadline
+    if ! until_step "${LIVE[*]}" $(( $(max_step) + 1 )) "$fms"; then
+        HANGS=$((HANGS + 1)); log "  slow_disk: HANG: no step within ${RECOVER_S}s"; return 1
+    fi
+    gap=$(gap_in "${LIVE[*]}" "$fms" $(( fms + 4000 )))
+    g1=$(gen_at "$(now_ms)")
+    [ "$g1" = "$g0" ] ||
+        OTHER_BAD+=("slow_disk: the view changed ($g0 -> $g1) while the checkpoint disk was slow")
+    deadline=$(( $(date +%s) + 30 ))
+    while [ "$(newest_ckpt)" -le "$4" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+        check_alive; sleep 0.1
+    done
+    [ "$(newest_ckpt)" -gt "$4" ] ||
+        CKPT_BAD+=("slow_disk: no checkpoint newer than step $4 completed within 30 s of the disk being fast again")
+    n=$(( $(ckpt_skips) - $3 ))
+    SD_SKIPS=$(( ${SD_SKIPS:-0} + n ))
+    recovered slow_disk "$gap"
+    log "  slow_disk: longest time without a step while slow: $gap ms; $n checkpoint(s)" \
+        "skipped (the previous one still being written); newest complete checkpoint now" \
+        "$(newest_ckpt); generation $g0 -> $g1"
+}
+OTHER_BAD=()
 
 for f in "${PLAN[@]}"; do
     kind=${f%%:*}; r=${f#*:}
@@ -545,6 +741,21 @@ for f in "${PLAN[@]}"; do
         if [ ${#LIVE[@]} -le 3 ]; then
             skip "$kind" "3 nodes or fewer left"
             log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
+        fi ;;
+    daemon_etcd)
+        if [ "$ETCD3" = 1 ]; then
+            skip "$kind" "3-member etcd"
+            log "fault $kind: skipped (with --etcd3 one member down is no outage)"; continue
+        fi ;;
+    fd_exhaust)
+        if [ ! -x /usr/bin/python3 ]; then
+            skip "$kind" "no /usr/bin/python3"
+            log "fault $kind: skipped (no /usr/bin/python3 for the flooder)"; continue
+        fi ;;
+    slow_disk)
+        if [ -z "$CKPT_LOOP" ]; then
+            skip "$kind" "${SLOW_NOTE:-no loop device}"
+            log "fault $kind: skipped (${SLOW_NOTE:-no loop device})"; continue
         fi ;;
     esac
     pick "$r"; v=$REPLY
@@ -709,10 +920,10 @@ for f in "${PLAN[@]}"; do
         for st in $before; do
             ( cd "$CKDIR" && md5sum "chaos/step-$(printf %020d "$st")"/* )
         done >"$sums" 2>/dev/null
-        log "fault $kind: checkpoint file system ($CKPT_TMPFS_SIZE tmpfs) filled for 4 s" \
+        log "fault $kind: checkpoint file system ($CKPT_TMPFS_SIZE $([ -n "$CKPT_LOOP" ] && echo ext4 || echo tmpfs)) filled for 4 s" \
             "(step $pre; complete checkpoints: ${before:-none})"
         dd if=/dev/zero of="$CKDIR/fill" bs=64k status=none 2>/dev/null
-        log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "tmpfs: " $1 " used, " $2 " free" }')"
+        log "  $(df -h --output=used,avail "$CKDIR" | tail -1 | awk '{ print "checkpoint file system: " $1 " used, " $2 " free" }')"
         # The fault lasts 4 s, whatever the recovery wait says: a helper
         # checks, while the disk is still full (nothing can be completed
         # or retired then), that the checkpoints complete before are there
@@ -724,7 +935,7 @@ for f in "${PLAN[@]}"; do
         nb=${#CKPT_BAD[@]}
         while IFS= read -r m; do CKPT_BAD+=("$m"); done <"$dfbad"
         DF_FREED=$(max_step)
-        log "  tmpfs freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
+        log "  space freed at step $DF_FREED; $(ckpt_failures) checkpoint failures logged so far;" \
             "older checkpoints ${before:+($before) }$( [ ${#CKPT_BAD[@]} = "$nb" ] && echo intact || echo DAMAGED)"
         ;;
     etcd_kill)
@@ -776,6 +987,65 @@ for f in "${PLAN[@]}"; do
         else
             HANGS=$((HANGS + 1)); log "  $kind: HANG: no step within ${RECOVER_S}s of etcd's return"
         fi
+        ;;
+    trainer_close)
+        # The trainer drops its connection (no BYE) in the middle of a
+        # step (SIGUSR1) or between two steps (SIGUSR2) and reconnects
+        # at once (examples/trainer.c). The job must go on.
+        sig=USR1; where="in a step"
+        [ $((r % 2)) = 1 ] && { sig=USR2; where="between two steps"; }
+        g0=$(gen_at "$fms"); n0=$(grep -c '^connection closed' "$T/trainer-$v.log")
+        log "fault $kind: node$v's trainer closes its connection $where and reconnects (SIG$sig; step $pre)"
+        kill -"$sig" "${TPID[$v]}"
+        tc_wait "$v" "$fms" "$g0" "$n0"
+        ;;
+    daemon_etcd)
+        # A daemon SIGKILLed together with etcd, etcd back 4 s later. The
+        # job must resume within 1 s of etcd's return, in a view without
+        # the dead node: a restarted etcd renews every lease to its full
+        # TTL, the dead node's included, and that key is no member.
+        g0=$(gen_at "$fms")
+        log "fault $kind: SIGKILL node$v's daemon and etcd (pid $ETCD_PID) at once;" \
+            "etcd restarted on its data dir 4 s later (step $pre)"
+        ETCD_OLD+=("$ETCD_PID")
+        kill -9 "${DPID[$v]}" "$ETCD_PID" 2>/dev/null
+        kill_reap "${DPID[$v]}"; { wait "$ETCD_PID"; } 2>/dev/null
+        drop_live "$v"
+        rd_restart_etcd 4
+        ETCD_PIDS=("$ETCD_PID")
+        rd_wait_etcd 30 ||
+            die "etcd did not come back within 30 s of daemon_etcd (see $T/etcd.log)"
+        de_wait "$v" "$fms" "$g0"
+        kill_reap "${TPID[$v]}"
+        start_node 1; log "  node$REPLY started as node$v's replacement"
+        ;;
+    fd_exhaust)
+        # A local process connects to node v's socket over and over for
+        # 4 s and holds every connection: the daemon (ulimit -n NOFILE)
+        # runs out of descriptors. Its trainer must keep stepping in the
+        # same view, the daemon log the condition rate-limited, and serve
+        # a new client once the flood is over.
+        g0=$(gen_at "$fms"); l0=$(wc -l <"$T/ringd-$v.log")
+        log "fault $kind: flooding node$v's socket with connections for 4 s" \
+            "(its daemon: ulimit -n $NOFILE; step $pre)"
+        /usr/bin/python3 chaos/fd-flood.py "$T/node$v.sock" 4 \
+            >"$T/flood-$NFAULTS.log" 2>&1 &
+        HELPER=$!; HELPERS+=($!)
+        settle; fend=$(now_ms)
+        fd_check "$v" "$fms" "$fend" "$g0" "$l0"
+        ;;
+    slow_disk)
+        # The checkpoint disk (ext4 on a loop device) throttled to 4 KiB/s
+        # and 2 I/Os a second, reads and writes, for 4 s. Checkpoints are
+        # skipped or late (counted); training must not notice: the row is
+        # the longest time without a step while the disk is slow.
+        g0=$(gen_at "$fms"); sk0=$(ckpt_skips); blast=$(newest_ckpt)
+        log "fault $kind: checkpoint disk $CKPT_LOOP throttled to 4 KiB/s," \
+            "2 IOPS for 4 s (step $pre; newest complete checkpoint: $blast)"
+        disk_throttle 4096 2 || die "cannot throttle $CKPT_LOOP"
+        later 4000 disk_throttle 0
+        settle
+        sd_check "$fms" "$g0" "$sk0" "$blast"
         ;;
     scale_up)
         start_node 1; n=$REPLY
@@ -829,6 +1099,7 @@ running_snapshot; reap_exited
 FAIL=()
 for m in "${CKPT_BAD[@]}"; do FAIL+=("$m"); done
 for m in "${EVICTED[@]}"; do FAIL+=("$m"); done
+for m in "${OTHER_BAD[@]}"; do FAIL+=("$m"); done
 for m in "${CRASH_NOTES[@]}"; do FAIL+=("$m"); done
 CRASHES=${#CRASH_NOTES[@]}
 [ "${FAIL_EARLY:-0}" = 0 ] || FAIL+=("faults skipped because the job neared its end")

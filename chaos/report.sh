@@ -28,6 +28,17 @@ echo "  (time: from the fault to the first step completed on another node" \
     "made no progress in 20 s without the node's trainer (counted as hangs," \
     "not recovered); with a new trainer the job resumed after:${RESTART_MS:- never} ms"
 for m in "${RESTART_LINES[@]}"; do echo "  $m"; done
+[ -n "${INJ[trainer_close]:-}" ] && echo "  trainer_close: ${TC_NEWGEN:-0} with a" \
+    "view change (the row: to the first step of the new generation)," \
+    "${TC_SAMEGEN:-0} without (to the first step not in flight at the fault)"
+[ -n "${INJ[daemon_etcd]:-}" ] && echo "  daemon_etcd: the row is from etcd's" \
+    "return (healthy) to the survivors' first step in a new view"
+[ -n "${INJ[fd_exhaust]:-}" ] && echo "  fd_exhaust: the row is the longest time" \
+    "without a step of the flooded node's trainer during the flood" \
+    "(daemons at ulimit -n $NOFILE)"
+[ -n "${INJ[slow_disk]:-}" ] && echo "  slow_disk: the row is the longest time" \
+    "without a step while the disk was slow; ${SD_SKIPS:-0} checkpoints" \
+    "skipped meanwhile (the previous one still being written)"
 [ -n "$CKPT_LINE" ] && echo "  checkpoints: $CKPT_LINE"
 [ -n "${ETCD_FENCED:-}" ] && echo "  etcd_kill: daemons fenced themselves (lease not renewed within" \
     "the TTL), per kill that fenced any:$ETCD_FENCED (the row above: the longest time without a step)"

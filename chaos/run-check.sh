@@ -72,7 +72,9 @@ read -r LOST DUP STALE MAXS < <(
 # steps it redid (checkpoint step .. last step before the kill) have the
 # hashes they had before, where the world size is the same (the trainer
 # is deterministic: a step's result depends only on the parameters, the
-# step number and the world size).
+# step number and the world size). Only up to the first step done at
+# another world size: after it the parameters differ by float rounding,
+# and a later step at the old world size may not match.
 REPLAYED=0; REPLAY_BAD=0; REPLAY_OTHERW=0; RESTART_LINES=()
 for r in "${RESTARTS[@]}"; do
     read -r _ rc rpre rslots <<<"$r"
@@ -93,7 +95,7 @@ for r in "${RESTARTS[@]}"; do
               if (!(k in g) || $5 >= g[k]) { g[k] = $5; h[k] = $11; w[k] = $9 } }
             END { for (s = lo; s <= hi; s++) { o = "O" SUBSEP s; n = "N" SUBSEP s
                     if (!(o in h) || !(n in h)) continue
-                    if (w[o] != w[n]) { ow++; continue }
+                    if (w[o] != w[n] || split) { ow++; split = 1; continue }
                     c++; if (h[o] != h[n]) { b++; if (b <= 3) print "step " s ": " h[o] " before, " h[n] " after" > "/dev/stderr" } }
                   print c + 0, b + 0, ow + 0 }' 2>>"$T/replay.txt")
     REPLAYED=$((REPLAYED + cmp)); REPLAY_BAD=$((REPLAY_BAD + bad)); REPLAY_OTHERW=$((REPLAY_OTHERW + otherw))

@@ -21,7 +21,10 @@
 #      them saved bitwise identical parameters.
 # Memory: VmRSS and RssAnon (/proc/PID/status) of every daemon after the
 # join, medians. etcd: utime+stime (/proc/PID/stat) from healthy to the
-# end, over the wall time: etcd_cpu_pct (100 = one core).
+# end, over the wall time: etcd_cpu_pct (100 = one core). CPU: each
+# latency window prints a "scale: cpu:" line from /proc/PID/schedstat
+# (cores busy, and per step each process's CPU time and its wait on the
+# run queue), which says whether the step is bound by the scheduler.
 # Last line:
 #   scale: nodes=N kill8_recovery_ms=<n> join8_ms=<n> identical=<yes|no>
 #     step_us_4k=<n> step_us_4k_flat=<n> rss_mb=<n> etcd_cpu_pct=<n>
@@ -182,8 +185,39 @@ run_latency() {
         "$T/hash-1.log") - T0 ))
     # Leave the first steps (joining, cold caches) out of the window.
     from=$(( $(steps_of 1) + 20 ))
+    wait_for 300 "node1 at step $from" at_least "$from"
+    local s0 w0=$(now_ms)
+    s0=$(sched_sum)
     wait_for 300 "node1 at step $((from + WIN))" at_least $((from + WIN))
     STEP_US=$(step_us "$from")
+    sched_report "$s0" "$(sched_sum)" "$w0" "$(now_ms)" "$(( $(steps_of 1) - from ))"
+}
+# Every daemon's and trainer's CPU time and run-queue wait (ns, from
+# /proc/PID/schedstat: time on a CPU, time runnable but waiting for one),
+# summed: "run wait processes".
+sched_sum() {
+    local p
+    for p in "${DPID[@]}" "${TPID[@]}"; do
+        cat "/proc/$p/schedstat" 2>/dev/null
+    done | awk '{ r += $1; w += $2; n++ } END { printf "%d %d %d", r, w, n }'
+}
+# What bounds the step: CPU demand over the window against the machine's
+# cores, and how long a process waited runnable per step. When the cores
+# are all busy and the wait is a large part of a step, the ring's hops
+# wait for the scheduler, not for the network or the protocol.
+sched_report() {
+    local r0 w0 r1 w1 n
+    read -r r0 w0 _ <<<"$1"
+    read -r r1 w1 n <<<"$2"
+    awk -v r="$((r1 - r0))" -v w="$((w1 - w0))" -v n="$n" \
+        -v ms="$(($4 - $3))" -v steps="$5" -v cores="$(nproc)" -v us="$STEP_US" \
+        'BEGIN { if (steps < 1 || ms < 1 || n < 1) exit
+            pct = us > 0 ? w / 10 / n / steps / us : 0
+            printf "scale: cpu: %d processes, %.2f of %d cores busy over the" \
+                   " window; per step each ran %.0f us and waited %.0f us" \
+                   " runnable (%.0f%% of the %s us step)\n",
+                   n, r / 1e6 / ms, cores, r / 1e3 / n / steps,
+                   w / 1e3 / n / steps, pct, us }'
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Median of the numbers on stdin, one decimal.

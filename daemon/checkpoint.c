@@ -30,7 +30,8 @@
  *    directory (one machine, a shared file system), MANIFEST.json, which
  *    restore reads. Every node that completes the set writes the same
  *    manifest, atomically, so it does not matter who is first.
- * Both apply retention (the same CKPT_KEEP newest).
+ * Both apply retention (the same CKPT_KEEP newest). The directory's
+ * record is written on libuv's thread pool, never on the event loop.
  *
  * On request (ringd_checkpoint): the backend carries the request into the
  * view of the next step that starts on every node, and every node takes
@@ -143,14 +144,14 @@ static int file_exists(const char *root, uint64_t step, const char *kind,
 }
 
 /* The manifest, from the primaries' own (checked) headers. */
-static int build_manifest(dmn_t *d, uint64_t step, uint32_t n,
+static int build_manifest(const char *root, uint64_t step, uint32_t n,
                           ckpt_manifest_t **m_p)
 {
     ckpt_manifest_t *m = ckpt_manifest_new(n);
     if (m == NULL)
         return ST_ENOMEM;
     char dir[PATH_MAX];
-    ckpt_store_step_dir(d->ckpt_root, step, dir, sizeof(dir));
+    ckpt_store_step_dir(root, step, dir, sizeof(dir));
     for (uint32_t i = 0; i < n; i++) {
         char path[PATH_MAX + 64];
         snprintf(path, sizeof(path), "%s/shard-%05u.rckp", dir, i);
@@ -178,39 +179,95 @@ static int build_manifest(dmn_t *d, uint64_t step, uint32_t n,
     return 0;
 }
 
+/*
+ * Completing the set reads the step's headers and writes MANIFEST.json
+ * with fsyncs, then applies retention: on a slow or stalled disk that
+ * takes seconds, which the event loop (trainers, etcd keepalives, the
+ * ring's view changes) must never wait for. So it runs on libuv's thread
+ * pool, one at a time (retention must not race a newer manifest), and
+ * only the outcome comes back to the loop.
+ */
+typedef struct {
+    uv_work_t req;
+    dmn_t *d;    /* held through open_handles until complete_done */
+    const char *root;
+    int dir_only; /* no job-wide record: this one counts, with retention */
+    uint64_t step;
+    uint32_t n;
+    int rc;      /* 0 complete, 1 not every file here yet, else ST_* */
+    int removed; /* steps retention removed */
+} ckpt_complete_t;
+
+static pthread_mutex_t complete_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void complete_work(uv_work_t *w)
+{
+    ckpt_complete_t *c = w->data;
+    pthread_mutex_lock(&complete_mu);
+    c->rc = 0;
+    for (uint32_t i = 0; i < c->n && c->rc == 0; i++)
+        if (!file_exists(c->root, c->step, "shard", i) ||
+            !file_exists(c->root, c->step, "replica", i))
+            c->rc = 1; /* another node will complete it */
+    ckpt_manifest_t *m = NULL;
+    if (c->rc == 0)
+        c->rc = build_manifest(c->root, c->step, c->n, &m);
+    if (c->rc == 0)
+        c->rc = ckpt_store_put_manifest(c->root, m);
+    ckpt_manifest_free(m);
+    /* A ring backend applies retention after its report (it also copies
+     * manifests from etcd first): once per checkpoint is enough. */
+    if (c->rc == 0 && c->dir_only)
+        c->removed = ckpt_store_retain(c->root, CKPT_KEEP);
+    pthread_mutex_unlock(&complete_mu);
+}
+
+static void complete_done(uv_work_t *w, int status)
+{
+    ckpt_complete_t *c = w->data;
+    dmn_t *d = c->d;
+    if (status != 0 || c->rc < 0) {
+        RD_WARN("checkpoint of step %" PRIu64 " not completed: %s", c->step,
+                status != 0 ? uv_strerror(status) : st_strerror(c->rc));
+    } else if (c->rc == 0 && c->dir_only) {
+        /* With a job-wide record, that one counts the checkpoint. */
+        d->stats.ckpt_taken++;
+        RD_INFO("checkpoint of step %" PRIu64 " complete (%u shards, 2 "
+                "copies each)", c->step, c->n);
+        if (c->removed > 0)
+            RD_DEBUG("checkpoint retention removed %d old steps",
+                     c->removed);
+    } else if (c->rc == 0) {
+        RD_DEBUG("checkpoint of step %" PRIu64 ": MANIFEST.json written",
+                 c->step);
+    }
+    free(c);
+    dmn__unref(d);
+}
+
 /* Both of this node's files of `step` are written: complete the set? */
 static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
 {
-    for (uint32_t i = 0; i < n; i++)
-        if (!file_exists(d->ckpt_root, step, "shard", i) ||
-            !file_exists(d->ckpt_root, step, "replica", i))
-            return; /* another node will complete it */
-    ckpt_manifest_t *m = NULL;
-    int rc = build_manifest(d, step, n, &m);
-    if (rc == 0)
-        rc = ckpt_store_put_manifest(d->ckpt_root, m);
-    ckpt_manifest_free(m);
+    ckpt_complete_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        RD_WARN("checkpoint of step %" PRIu64 " not completed: out of "
+                "memory", step);
+        return;
+    }
+    c->req.data = c;
+    c->d = d;
+    c->root = d->ckpt_root;
+    c->dir_only = d->be->ops->ckpt_report == NULL;
+    c->step = step;
+    c->n = n;
+    int rc = uv_queue_work(d->loop, &c->req, complete_work, complete_done);
     if (rc != 0) {
         RD_WARN("checkpoint of step %" PRIu64 " not completed: %s", step,
-                st_strerror(rc));
+                uv_strerror(rc));
+        free(c);
         return;
     }
-    /* With a job-wide record, that one counts the checkpoint. */
-    if (d->be->ops->ckpt_report == NULL) {
-        d->stats.ckpt_taken++;
-        RD_INFO("checkpoint of step %" PRIu64 " complete (%u shards, 2 "
-                "copies each)", step, n);
-    } else {
-        RD_DEBUG("checkpoint of step %" PRIu64 ": MANIFEST.json written",
-                 step);
-    }
-    /* A ring backend applies retention after its report (it also copies
-     * manifests from etcd first): once per checkpoint is enough. */
-    if (d->be->ops->ckpt_report != NULL)
-        return;
-    int removed = ckpt_store_retain(d->ckpt_root, CKPT_KEEP);
-    if (removed > 0)
-        RD_DEBUG("checkpoint retention removed %d old steps", removed);
+    d->open_handles++;
 }
 
 static void on_reported(void *arg, int status)

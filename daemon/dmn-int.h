@@ -201,7 +201,8 @@ struct dmn {
     uint32_t accept_backoff_ms; /* 0: accepting normally */
     uint64_t accept_failures;
     uint64_t accept_log_ms;
-    uint64_t refused_over_cap;  /* closed at once: max-clients reached */
+    uint32_t conn_cap;          /* max-clients, or less under ulimit -n */
+    uint64_t refused_over_cap;  /* closed at once: conn_cap reached */
     uint64_t cap_log_ms;
     uint64_t refused_peers;     /* closed at once: credentials not allowed */
     uint64_t peer_log_ms;
@@ -339,5 +340,8 @@ void dmn__metrics_observe_recovery(dmn_t *d, double s);
 uint64_t dmn__now_ms(void);
 /* Close callback for handles embedded in dmn_t (data = d). */
 void dmn__handle_closed(uv_handle_t *h);
+/* Drops a reference counted in open_handles that is not a handle (work
+ * queued on libuv's thread pool): the last one frees a destroyed d. */
+void dmn__unref(dmn_t *d);
 
 #endif /* RINGD_DMN_INT_H */

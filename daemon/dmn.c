@@ -26,12 +26,16 @@ static void dmn_free(dmn_t *d)
     free(d);
 }
 
+void dmn__unref(dmn_t *d)
+{
+    if (--d->open_handles == 0 && (d->flags & DMN_F_DESTROYING))
+        dmn_free(d);
+}
+
 /* The handles live inside d: the last one to close frees it. */
 void dmn__handle_closed(uv_handle_t *h)
 {
-    dmn_t *d = h->data;
-    if (--d->open_handles == 0 && (d->flags & DMN_F_DESTROYING))
-        dmn_free(d);
+    dmn__unref(h->data);
 }
 
 /*

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <grp.h>
 #include <sys/stat.h>
@@ -402,15 +403,44 @@ static void accept_backoff(dmn_t *d, int err)
                    0);
 }
 
-/* At max-clients a new connection is closed at once (the client sees the
+/*
+ * Descriptors kept for the daemon's own work (etcd, UCX endpoints,
+ * checkpoint files, the trainers' buffers, the log): local clients past
+ * RLIMIT_NOFILE less these are refused like those past max-clients, so a
+ * flood of connections runs into the cap, not into EMFILE for the
+ * checkpoint writer or a new etcd connection.
+ */
+#define DMN_FD_RESERVE 64
+
+static uint32_t client_cap(const dmn_t *d)
+{
+    uint32_t cap = d->cfg->max_clients;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return cap;
+    rlim_t room = rl.rlim_cur > 2 * DMN_FD_RESERVE
+                      ? rl.rlim_cur - DMN_FD_RESERVE
+                      : rl.rlim_cur / 2;
+    if (room < cap) {
+        RD_WARN("serving at most %u local clients, not max-clients %u: "
+                "ulimit -n is %llu, and %llu descriptors stay for etcd, UCX "
+                "and checkpoints", (unsigned)room, (unsigned)cap,
+                (unsigned long long)rl.rlim_cur,
+                (unsigned long long)(rl.rlim_cur - room));
+        cap = (uint32_t)room;
+    }
+    return cap;
+}
+
+/* At the cap a new connection is closed at once (the client sees the
  * socket close), logged at most once every 10 s. */
 static void refuse_over_cap(dmn_t *d, int fd)
 {
     uint64_t now = dmn__now_ms();
     d->refused_over_cap++;
     if (d->cap_log_ms == 0 || now - d->cap_log_ms >= 10000) {
-        RD_WARN("refusing a client: %u connected, the max-clients limit "
-                "(%llu refused so far)", d->nconns,
+        RD_WARN("refusing a client: %u connected, the limit (max-clients "
+                "or ulimit -n; %llu refused so far)", d->nconns,
                 (unsigned long long)d->refused_over_cap);
         d->cap_log_ms = now;
     }
@@ -489,7 +519,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
         close(fd);
         return;
     }
-    if (d->nconns >= d->cfg->max_clients) {
+    if (d->nconns >= d->conn_cap) {
         refuse_over_cap(d, fd);
         return;
     }
@@ -593,6 +623,7 @@ int dmn__server_start(dmn_t *d)
         RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
         goto err_unlink;
     }
+    d->conn_cap = client_cap(d);
     rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
     if (rc != 0)
         goto err_unlink;

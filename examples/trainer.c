@@ -443,7 +443,9 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --async N         average the gradients in N asynchronous allreduces,\n"
 "                    waited for last to first (default 0: one blocking)\n"
 "  --fuse            with --async: issue them as one fusion group (the\n"
-"                    daemon runs them as one ring operation)\n");
+"                    daemon runs them as one ring operation)\n"
+"Signals (fault injection): SIGUSR1 closes the connection to the daemon\n"
+"in the next step, SIGUSR2 after it; either way it reconnects at once.\n");
 }
 
 static int parse(opts_t *o, int argc, char **argv)
@@ -588,6 +590,48 @@ static int setup(trainer_t *t)
         return -1;
     }
     return 0;
+}
+
+/*
+ * Fault injection for the chaos harness: SIGUSR1 makes the trainer close
+ * its connection to the daemon in the middle of the next step (after
+ * step_begin, before its collectives), SIGUSR2 between two steps (after a
+ * step_end). Either way it reconnects at once with ringd_reconnect(), which
+ * drops the socket without a BYE, as a trainer whose connection broke.
+ */
+static volatile sig_atomic_t close_mid, close_between;
+
+static void on_close_signal(int sig)
+{
+    if (sig == SIGUSR1)
+        close_mid = 1;
+    else
+        close_between = 1;
+}
+
+static void close_signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_close_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
+/* Closes the connection and opens a new one if *flag is set. Returns 1
+ * when it did (the caller goes back to step_begin), 0 when not. */
+static int close_if_asked(trainer_t *t, volatile sig_atomic_t *flag,
+                          const char *where, long s)
+{
+    if (!*flag || t->c == NULL)
+        return 0;
+    *flag = 0;
+    int rc = ringd_reconnect(t->c);
+    printf("connection closed %s step %ld and reopened: %s\n", where, s,
+           ringd_strerror(rc));
+    return 1;
 }
 
 /* A collective; returns 0, 1 to redo the step, -1 to stop. */
@@ -761,6 +805,8 @@ static int train(trainer_t *t)
                     o->batch * v.rank / v.world;
         double shard_loss = rows > 0 ? t->stats[0] / (double)rows : 0;
         int log_now = (s + 1) % o->log_every == 0 || s + 1 == o->steps;
+        if (close_if_asked(t, &close_mid, "in", s))
+            continue;
         int rc = t->o.async_n > 0 && t->c != NULL
                      ? collective_async(t, t->grads, t->nparams)
                      : collective(t, t->grads, t->nparams, RINGD_AVG);
@@ -790,6 +836,7 @@ static int train(trainer_t *t)
                                  NSAMPLES));
         if (t->c == NULL)
             v.step++;
+        (void)close_if_asked(t, &close_between, "after", s);
     }
 }
 
@@ -799,6 +846,7 @@ int main(int argc, char **argv)
     if (parse(&t.o, argc, argv) != 0)
         return 2;
     openblas_set_num_threads(1);
+    close_signals_install();
     setvbuf(stdout, NULL, _IOLBF, 0);
     t.data = calloc(1, sizeof(*t.data));
     if (t.data == NULL)

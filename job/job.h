@@ -94,6 +94,16 @@ typedef struct {
 } job_hops_t;
 /* Count one step's wait on peer into h. */
 void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
+/*
+ * Milliseconds until node's next hop record in a job of n_members:
+ * JOB_HOP_PUBLISH_MS, stretched so the whole job puts at most
+ * JOB_HOP_JOB_PUTS_PER_S records a second whatever its size, plus 0-20%
+ * by node (a hash of its name), so nodes started together drift apart
+ * instead of putting in bursts.
+ */
+#define JOB_HOP_PUBLISH_MS 2000
+#define JOB_HOP_JOB_PUTS_PER_S 50
+int64_t job_hop_period_ms(size_t n_members, const char *node);
 
 /*
  * Compression on the wire of an f32 allreduce: 16 bits a value between

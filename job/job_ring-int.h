@@ -59,8 +59,8 @@ typedef enum {
 #define RB_RETRY_MS 250         /* ... this often, for 10 s */
 #define RB_UNREACHABLE_TRIES 4  /* a neighbour unreachable this many tries
                                    in a row is suspected (1 s) */
-#define RB_HOP_PUBLISH_MS 2000  /* the hop-wait record in etcd ... */
-#define RB_HOP_SKIP_MAX 8       /* ... ticks skipped after failed puts */
+#define RB_HOP_SKIP_MAX 8       /* hop-record ticks skipped after failed
+                                   puts (job_ring_hops.c) */
 
 typedef struct {
     cmd_kind_t kind;

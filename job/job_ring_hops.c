@@ -2,7 +2,7 @@
  * job_ring_hops.c - how long this node waits on its ring predecessor per
  * step: the histogram per predecessor that /metrics exports
  * (ringd_hop_wait_seconds), and a small record in etcd, put every
- * RB_HOP_PUBLISH_MS under the node's lease, from which ringctl status
+ * job_hop_period_ms under the node's lease, from which ringctl status
  * names the slowest node of the last steps without asking any daemon.
  *
  * A straggler (a slow trainer, a slow host) reaches each collective last:
@@ -69,9 +69,27 @@ void job__hops_step(rb_t *b)
     snprintf(b->win_peer, sizeof(b->win_peer), "%s", v->members[pred].node);
 }
 
+/*
+ * Every node putting a record every 2 s is N/2 etcd writes a second: 500
+ * at 1000 nodes, more than the job's keepalives (bench/README.md). The
+ * period grows with the view instead, so the job's rate stays under
+ * JOB_HOP_JOB_PUTS_PER_S; ringctl reads the newest generation's
+ * records, which at 1000 nodes are up to 24 s old.
+ */
+int64_t job_hop_period_ms(size_t n_members, const char *node)
+{
+    int64_t ms = (int64_t)n_members * 1000 / JOB_HOP_JOB_PUTS_PER_S;
+    if (ms < JOB_HOP_PUBLISH_MS)
+        ms = JOB_HOP_PUBLISH_MS;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = node; p != NULL && *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return ms + ms * (int64_t)(h % 21) / 100;
+}
+
 /* A failed put (etcd down: the job rides it out) skips the next ticks,
- * doubling to RB_HOP_SKIP_MAX, so an outage is not tried every 2 s; the
- * steps meanwhile go into the next record. */
+ * doubling to RB_HOP_SKIP_MAX, so an outage is not tried every period;
+ * the steps meanwhile go into the next record. */
 static void on_hop_put(int status, const etcd_result_t *res, void *data)
 {
     rb_t *b = data;
@@ -85,9 +103,8 @@ static void on_hop_put(int status, const etcd_result_t *res, void *data)
 
 /* Put the record of the steps since the last one, under our lease (it
  * goes with the node). A failed put is only the loss of one record. */
-static void on_hop_timer(uv_timer_t *t)
+static void hop_put(rb_t *b)
 {
-    rb_t *b = t->data;
     int64_t lease = b->mb != NULL ? mb_lease(b->mb) : 0;
     if (b->hop_skip > 0) {
         b->hop_skip--;
@@ -111,13 +128,24 @@ static void on_hop_timer(uv_timer_t *t)
                        on_hop_put, b);
 }
 
+/* Each tick schedules the next for the size of the view it ran in. */
+static void on_hop_timer(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    hop_put(b);
+    uv_timer_start(&b->hop_timer, on_hop_timer,
+                   (uint64_t)job_hop_period_ms(b->cur != NULL ?
+                                               b->cur->n_members : 1,
+                                               b->mc.node), 0);
+}
+
 /* Started with the job: the record waits for a view and a lease. */
 void job__hops_init(rb_t *b, uv_loop_t *loop)
 {
     uv_timer_init(loop, &b->hop_timer);
     b->hop_timer.data = b;
-    uv_timer_start(&b->hop_timer, on_hop_timer, RB_HOP_PUBLISH_MS,
-                   RB_HOP_PUBLISH_MS);
+    uv_timer_start(&b->hop_timer, on_hop_timer,
+                   (uint64_t)job_hop_period_ms(1, b->mc.node), 0);
 }
 
 void job__hops_cmd(rb_t *b, const rb_cmd_t *c)

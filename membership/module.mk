@@ -8,7 +8,7 @@ LIB_SRCS += membership/etcd.c membership/etcd-kv.c membership/etcd-watch.c \
 TEST_SRCS += tests/test-etcd.c tests/test-etcd-fake.c tests/mb-fixture.c \
              tests/mb-members.c tests/test-mb-view.c tests/test-mb-watch.c \
              tests/test-mb-life.c tests/test-mb-keys.c
-PKGS += libuv libcurl libcjson libcrypto
+PKGS += libuv libcurl libcjson libcrypto libzstd
 BENCH_BINS += $(BUILD)/bench/viewchange
 
 # The bench starts a real etcd with the test fixture.

@@ -59,7 +59,8 @@ static void defaults(sim_args_t *s)
                  .ckpt_s = 0.25},
         .etcd = {.base_s = 0.0125, .fanout_s = 0.005, .fanout_members = 64,
                  .keepalive_cpu_s = 50e-6, .ttl_s = 5,
-                 .view_bytes_per_member = 64, .etcd_bw = 10e9 / 8},
+                 .view_bytes_per_member = 64, .etcd_bw = 10e9 / 8,
+                 .etcd_cores = 2},
     };
 }
 
@@ -84,6 +85,10 @@ static void usage(void)
 "  --restart-s X --ckpt-s X --ckpt-every-s X (0: Young's interval)\n"
 "  the view change:\n"
 "  --view-base-ms X --view-bytes-per-member X --etcd-bw-gbps X\n"
+"  --etcd-watcher-cpu-us X --etcd-watcher-kb-cpu-us X --etcd-cores X\n"
+"                        etcd CPU per view write and watcher, and per kB of\n"
+"                        view (etcd-load's etcd_fanout: fit, which\n"
+"                        --etcd-load also reads), on X cores (default 2)\n"
 "  --lease-ttl-s X (ringd's default 5; a keepalive every TTL/3)\n",
         "sim/data/ringbench-quick.tsv", "sim/data/e2e-quick.tsv");
 }
@@ -136,6 +141,9 @@ static const num_flag_t num_flags[] = {
     F("--view-base-ms", etcd.base_s, 1e-3),
     F("--view-bytes-per-member", etcd.view_bytes_per_member, 1),
     F("--etcd-bw-gbps", etcd.etcd_bw, 1e9 / 8),
+    F("--etcd-watcher-cpu-us", etcd.watcher_cpu_s, 1e-6),
+    F("--etcd-watcher-kb-cpu-us", etcd.watcher_byte_cpu_s, 1e-9),
+    F("--etcd-cores", etcd.etcd_cores, 1),
 };
 
 static int set_num(sim_args_t *s, const char *flag, const char *v,
@@ -385,14 +393,22 @@ int main(int argc, char **argv)
     double step = sim_step_time(SIM_GRID_OVERLAP, 1000, &s.work, &s.dc);
     double good = goodput_table(&s, step);
     double view = sim_view_change(1000, &s.etcd);
-    printf("# view change at 1000: %.1f ms base + %.1f ms fan-out at %d "
-           "members scaled to 1000 + %.0f B per member to each of 1000 "
-           "watchers at %.2f GB/s; etcd's keepalive CPU at 1000 members: "
-           "%.2f cores (%.0f us each, TTL %.0f s)\n", s.etcd.base_s * 1e3,
-           s.etcd.fanout_s * 1e3, s.etcd.fanout_members,
-           s.etcd.view_bytes_per_member, s.etcd.etcd_bw / 1e9,
-           sim_etcd_cpu(1000, &s.etcd), s.etcd.keepalive_cpu_s * 1e6,
-           s.etcd.ttl_s);
+    if (s.etcd.watcher_cpu_s > 0 || s.etcd.watcher_byte_cpu_s > 0)
+        printf("# view change at 1000: %.1f ms base + 1000 watchers x "
+               "(%.0f us + %.1f us per kB x %.1f kB) of etcd CPU on %.0f "
+               "cores + the copies at %.2f GB/s\n", s.etcd.base_s * 1e3,
+               s.etcd.watcher_cpu_s * 1e6, s.etcd.watcher_byte_cpu_s * 1e9,
+               s.etcd.view_bytes_per_member, s.etcd.etcd_cores,
+               s.etcd.etcd_bw / 1e9);
+    else
+        printf("# view change at 1000: %.1f ms base + %.1f ms fan-out at "
+               "%d members scaled to 1000 + %.0f B per member to each of "
+               "1000 watchers at %.2f GB/s\n", s.etcd.base_s * 1e3,
+               s.etcd.fanout_s * 1e3, s.etcd.fanout_members,
+               s.etcd.view_bytes_per_member, s.etcd.etcd_bw / 1e9);
+    printf("# etcd's keepalive CPU at 1000 members: %.2f cores (%.0f us "
+           "each, TTL %.0f s)\n", sim_etcd_cpu(1000, &s.etcd),
+           s.etcd.keepalive_cpu_s * 1e6, s.etcd.ttl_s);
     printf("sim: eff_1000=%.3f eff_1000_flat=%.3f goodput_1000=%.4f "
            "view_change_1000_ms=%.0f\n",
            sim_efficiency(SIM_GRID_OVERLAP, 1000, &s.work, &s.dc),

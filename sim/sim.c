@@ -201,8 +201,12 @@ double sim_view_change(int n, const sim_etcd_t *e)
 {
     double fan = e->fanout_members > 0
                      ? e->fanout_s * n / e->fanout_members : e->fanout_s;
+    double view_bytes = (double)n * e->view_bytes_per_member;
+    if (e->watcher_cpu_s > 0 || e->watcher_byte_cpu_s > 0)
+        fan = n * (e->watcher_cpu_s + e->watcher_byte_cpu_s * view_bytes) /
+              (e->etcd_cores > 0 ? e->etcd_cores : 1);
     /* Every watcher receives the whole view: n copies of n members. */
-    double bytes = (double)n * n * e->view_bytes_per_member;
+    double bytes = (double)n * view_bytes;
     return e->base_s + fan + (e->etcd_bw > 0 ? bytes / e->etcd_bw : 0);
 }
 
@@ -288,8 +292,18 @@ int sim_etcd_load_read(const char *path, sim_etcd_t *e)
     double fan_ms = 0, key_us = 0;
     while (fgets(line, sizeof line, f) != NULL) {
         const char *p = strstr(line, "etcd_load: ");
+        const char *q = strstr(line, "etcd_fanout: ");
         int tm;
-        double tc, tf, tk;
+        double tc, tf, tk, cw, cb;
+        /* CPU per watcher, and per watcher and kB (1000 bytes). */
+        if (q != NULL &&
+            sscanf(q, "etcd_fanout: per_watcher_us=%*f "
+                      "per_watcher_kb_us=%*f cpu_per_watcher_us=%lf "
+                      "cpu_per_watcher_kb_us=%lf", &cw, &cb) == 2 &&
+            cw >= 0 && cb >= 0) {
+            e->watcher_cpu_s = cw * 1e-6;
+            e->watcher_byte_cpu_s = cb * 1e-9;
+        }
         if (p != NULL &&
             sscanf(p, "etcd_load: members=%d etcd_cpu_pct=%lf "
                       "view_fanout_ms=%lf per_key_us=%lf",

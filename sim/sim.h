@@ -147,13 +147,18 @@ typedef struct {
     double ttl_s;         /* lease TTL: a keepalive every ttl_s / 3 */
     double view_bytes_per_member; /* compact view size per member */
     double etcd_bw;       /* bytes per second etcd sends to watchers */
+    /* etcd's CPU per view write and watcher (bench/etcd-load's fit):
+     * whatever the size, and per byte of the view; 0: fanout_s above. */
+    double watcher_cpu_s, watcher_byte_cpu_s;
+    double etcd_cores;    /* the cores the fan-out runs on */
 } sim_etcd_t;
 
 /*
  * Seconds from a suspicion until the view reaches all n members: the
- * small job's base, the measured fan-out scaled by n / fanout_members
- * (each watcher's event costs etcd the same), and n copies of an
- * n-member view over etcd's bandwidth.
+ * small job's base; the fan-out, n watchers' events at watcher_cpu_s +
+ * watcher_byte_cpu_s per byte of an n-member view each, on etcd_cores
+ * (or, without that fit, the measured fanout_s scaled by
+ * n / fanout_members); and n copies of the view over etcd's bandwidth.
  */
 double sim_view_change(int n, const sim_etcd_t *e);
 
@@ -187,7 +192,10 @@ int sim_fit(const sim_row_t *rows, int count, sim_net_t *net_p);
  * Finds "etcd_load: members=<m> etcd_cpu_pct=<x> view_fanout_ms=<x>
  * per_key_us=<x>" (bench/etcd-load; per_key_us is etcd CPU per
  * keepalive) in path, the last such line, and sets e's fanout_s,
- * fanout_members and keepalive_cpu_s. 0, -errno, or ST_EINVAL.
+ * fanout_members and keepalive_cpu_s; from the last "etcd_fanout: ...
+ * cpu_per_watcher_us=<x> cpu_per_watcher_kb_us=<x>" line, if any (its
+ * fit; kB = 1000 bytes), watcher_cpu_s and watcher_byte_cpu_s.
+ * 0, -errno, or ST_EINVAL.
  */
 int sim_etcd_load_read(const char *path, sim_etcd_t *e);
 

@@ -287,3 +287,50 @@ TEST_IMPL(dmn_max_clients)
     ASSERT_EQ(td_stop(&t, 10000), 0);
     return 0;
 }
+
+/*
+ * Started under a low descriptor limit, the daemon caps its clients below
+ * it (64 descriptors stay for etcd, UCX and checkpoint files), so a flood
+ * of connections is refused at the cap and never runs the daemon out of
+ * descriptors: no EMFILE anywhere, the trainer it serves trains on, and a
+ * new trainer is served once the flood is gone.
+ */
+#define FD_LIMIT 160
+#define FD_FLOOD 150
+TEST_IMPL(dmn_fd_reserve)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-fdres");
+    /* The daemon inherits the limit; this test is a process of its own. */
+    struct rlimit old, rl;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    rl = old;
+    rl.rlim_cur = FD_LIMIT;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int rc = td_start(&t, NULL);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(t.log, "serving at most 96 local clients"));
+    const char *args[] = {"--steps", "1000000000", "--log-every",
+                          "1000000000", NULL};
+    pid_t tr = td_trainer(&t, args, td_path(&t, "t.log"));
+    ASSERT_EQ(td_wait_file(t.log, "client 1 connected", 10000), 0);
+    int fds[FD_FLOOD];
+    for (int i = 0; i < FD_FLOOD; i++)
+        fds[i] = raw_connect(t.sock);
+    /* The last one is past the cap: closed once the daemon got to it. */
+    ASSERT(closed_by_daemon(fds[FD_FLOOD - 1], 10000));
+    ASSERT_MSG(!td_file_has(t.log, "Too many open files"),
+               "the flood ran the daemon out of descriptors");
+    ASSERT_EQ(count_lines_with(t.log, "refusing a client"), 1);
+    ASSERT_EQ(td_exit_code(tr, 0), -1); /* still training */
+    for (int i = 0; i < FD_FLOOD; i++)
+        close(fds[i]);
+    ASSERT_EQ(kill(tr, SIGKILL), 0);
+    td_exit_code(tr, 10000);
+    const char *args2[] = {"--steps", "20", NULL};
+    pid_t tr2 = td_trainer(&t, args2, td_path(&t, "t2.log"));
+    ASSERT_EQ(td_exit_code(tr2, 60000), 0);
+    ASSERT_EQ(td_stop(&t, 10000), 0);
+    return 0;
+}

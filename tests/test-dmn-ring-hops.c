@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "job/job.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
@@ -138,5 +139,42 @@ TEST_IMPL(dmn_ring_hop_slowest)
     ASSERT(td_file_has(st.out, "slowest:     n1 "));
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * The hop records' period: 2-2.4 s in a small job, and stretched with
+ * the view so that a job of any size puts at most 50 records a second in
+ * all (at 1000 nodes every 2 s was 500 a second); names spread the
+ * nodes' periods so they do not put in step.
+ */
+TEST_IMPL(job_hop_period)
+{
+    static const size_t sizes[] = {1, 3, 10, 64, 100, 101, 250, 1000, 4096};
+    char name[32];
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        double rate = 0;
+        int64_t lo = INT64_MAX, hi = 0;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(name, sizeof(name), "node-%04zu", i);
+            int64_t ms = job_hop_period_ms(n, name);
+            rate += 1000.0 / (double)ms;
+            lo = ms < lo ? ms : lo;
+            hi = ms > hi ? ms : hi;
+        }
+        fprintf(stderr, "%zu nodes: %.1f records/s, periods %lld-%lld ms\n",
+                n, rate, (long long)lo, (long long)hi);
+        ASSERT_MSG(rate <= JOB_HOP_JOB_PUTS_PER_S, "%zu nodes put %.1f "
+                   "records a second", n, rate);
+        ASSERT(lo >= JOB_HOP_PUBLISH_MS);
+        if (n >= 10)
+            ASSERT_MSG(hi - lo >= lo / 10, "%zu nodes' periods all within "
+                       "%lld-%lld ms", n, (long long)lo, (long long)hi);
+        if (n <= 100)
+            ASSERT(hi <= JOB_HOP_PUBLISH_MS * 6 / 5);
+    }
+    int64_t anon = job_hop_period_ms(1000, NULL); /* before a name */
+    ASSERT(anon >= 20000 && anon <= 24000);
     return fx_done();
 }

@@ -275,6 +275,29 @@ TEST_IMPL(sim_inputs_parse_and_fit)
     /* 1000 members, a keepalive each every 5 / 3 s, 40 us each. */
     e.ttl_s = 5;
     ASSERT_REL(sim_etcd_cpu(1000, &e), 1000 * 40e-6 * 3 / 5, 1e-12);
+    /* The fit's line: n watchers' events of 200 us + 40 us per kB of
+     * view each, on 2 cores; 10 bytes a member, so 10 kB at 1000. */
+    snprintf(path, sizeof path, "%s/fanout", dir);
+    f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fprintf(f, "etcd_load: members=1000 etcd_cpu_pct=9 view_fanout_ms=700 "
+               "per_key_us=600\n"
+               "etcd_fanout: per_watcher_us=300.5 per_watcher_kb_us=117.21 "
+               "cpu_per_watcher_us=200 cpu_per_watcher_kb_us=40\n");
+    ASSERT_EQ(fclose(f), 0);
+    sim_etcd_t t = {.base_s = 0.01, .view_bytes_per_member = 10,
+                    .etcd_cores = 2};
+    ASSERT_OK(sim_etcd_load_read(path, &t));
+    ASSERT_REL(t.watcher_cpu_s, 200e-6, 1e-12);
+    ASSERT_REL(t.watcher_byte_cpu_s, 40e-9, 1e-12);
+    ASSERT_REL(sim_view_change(1000, &t),
+               0.01 + 1000 * (200e-6 + 40e-9 * 10000) / 2, 1e-12);
+    /* Half the view's bytes save only the per-byte part. */
+    t.view_bytes_per_member = 5;
+    ASSERT_REL(sim_view_change(1000, &t),
+               0.01 + 1000 * (200e-6 + 40e-9 * 5000) / 2, 1e-12);
+    for (int n = 1; n < 2000; n += 50)
+        ASSERT(sim_view_change(n + 50, &t) > sim_view_change(n, &t));
     snprintf(path, sizeof path, "%s/none", dir);
     ASSERT(sim_etcd_load_read(path, &e) < 0);
     th_rmtree(dir);

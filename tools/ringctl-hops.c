@@ -1,6 +1,6 @@
 /*
  * ringctl-hops.c - the slowest node of the last steps, for ringctl
- * status, from the records the daemons put in etcd every 2 s
+ * status, from the records the daemons put in etcd every 2 s or more
  * (/ringd/J/hop/<node>: steps and wait_us on the node's ring predecessor
  * since its previous record, job/job_ring_hops.c). A straggler reaches
  * each collective last: the others wait for its data, it waits for

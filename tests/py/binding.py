@@ -8,7 +8,8 @@ one step each.
 bad arrays, 500 buffers in one step freed when dropped.
 --part torch: tensors in ringd memory reduced in place (zero copy), every
 dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
-DistributedOptimizer of 200 buckets, 500 tensors in one step freed when
+DistributedOptimizer of 200 buckets, buckets split at module boundaries,
+500 tensors in one step freed when
 dropped, allreduce_async_ returning before the peer issued. Exits 0 and
 prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
 """
@@ -207,9 +208,14 @@ def torch_phases(o):
     held = {}
 
     def differ(c, rank, sync):
-        # Parameters that differ across trainers: a clear error, once.
-        torch.manual_seed(100 + rank)
+        # A parameter that differs across trainers: a clear error naming
+        # it (and not the one that is equal), once.
         m = torch.nn.Linear(4, 2)
+        with torch.no_grad():   # not from torch's RNG: the threads share it
+            m.weight.copy_(torch.arange(8.0).view(2, 4) / 8)
+            m.bias.fill_(0.5)
+            if rank == 1:
+                m.bias[1] += 1e-6
         opt = torch.optim.Adam(m.parameters(), lr=0.1)
         d = rt.DistributedOptimizer(opt, named_parameters=m.named_parameters(),
                                     client=c)
@@ -217,7 +223,7 @@ def torch_phases(o):
         try:
             d.step()
         except ValueError as e:
-            assert "parameters differ across trainers" in str(e), e
+            assert "parameters differ across trainers: bias;" in str(e), e
             if rank == 0:
                 print("differing parameters: ValueError:", e)
         else:
@@ -263,6 +269,56 @@ def torch_phases(o):
             print("%d buckets in one step, past the cap of %d outstanding" %
                   (n, ringd.MAX_OUTSTANDING))
 
+    def compressed(c, rank, sync):
+        # bf16 compression: a float32 bucket is reduced in place with the
+        # daemon's wire format, a float64 one cast into a bf16 buffer
+        # (values rounded: 0.3, 0.6 and their mean are not bf16 numbers).
+        p32 = torch.nn.Parameter(torch.zeros(8))
+        p64 = torch.nn.Parameter(torch.zeros(8, dtype=torch.float64))
+        ps = torch.nn.ParameterList([p32, p64])
+        d = rt.DistributedOptimizer(torch.optim.SGD(ps.parameters(), lr=1.0),
+                                    named_parameters=ps.named_parameters(),
+                                    compression=rt.Compression.bf16,
+                                    client=c)
+        b32, b64 = d._bucket_of[id(p32)], d._bucket_of[id(p64)]
+        assert b32.wire is b32.flat and b32.wire_name == "bf16"
+        assert b64.wire.dtype == torch.bfloat16 and b64.wire is not b64.flat
+        w = (rank + 1) * 0.3
+        ((p32 * w).sum() + (p64 * w).sum()).backward()
+        d.step()    # averaged gradient 0.45, lr 1
+        e32 = float((p32.detach() + 0.45).abs().max())
+        e64 = float((p64.detach() + 0.45).abs().max())
+        assert e32 < 1e-6, p32     # one node: the daemon reduces in f32
+        assert 1e-5 < e64 < 1e-2, p64
+        d.close()
+        if rank == 0:
+            print("bf16: float32 bucket in place (error %.1g), float64 "
+                  "cast (error %.1g)" % (e32, e64))
+
+    def module_buckets(c, rank, sync):
+        # A bucket of 1 MiB or more closes where the module changes, so
+        # the last layer's gradients go out before the layer below it
+        # has run its backward (all four would fit one 25 MB bucket).
+        m = torch.nn.Sequential(torch.nn.Linear(512, 512),
+                                torch.nn.Linear(512, 512))
+        with torch.no_grad():   # equal on both (torch's RNG is shared)
+            for p in m.parameters():
+                p.fill_(0.01)
+        d = rt.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                    named_parameters=m.named_parameters(),
+                                    client=c)
+        names = [[d.names[id(p)] for p in b.params] for b in d.buckets]
+        assert names == [["1.bias", "1.weight"], ["0.bias", "0.weight"]], \
+            names
+        d.trace = []
+        m(torch.ones(2, 512) * (rank + 1)).sum().backward()
+        d.step()
+        ev = d.trace
+        assert ev.index(("issue", 0)) < ev.index(("hook", "0.bias")), ev
+        d.close()
+        if rank == 0:
+            print("buckets split at the module boundary: %s" % names)
+
     issued = threading.Event()
 
     def really_async(c, rank, sync):
@@ -298,7 +354,8 @@ def torch_phases(o):
 
     # really_async last: when it fails, no later step waits for the
     # failed trainer.
-    return [dtypes, bad, differ, broadcast, many_buckets] + freeing_phases(
+    return [dtypes, bad, differ, broadcast, many_buckets, compressed,
+            module_buckets] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed") + [really_async]
 

@@ -15,9 +15,14 @@ tests/test-client-python.c against a real ringd.
                "overlap checked N steps" at the end.
 --mode ref     one process, no daemon, the same global batches (world 1,
                batch world*batch*k), plain Adam; saves to --out.
---compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1.
+--compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1
+                    (--differ-by MIN: and >= MIN).
 --check LOG...      every epoch completed in the logs saw each sample
-                    exactly once, the steps' batches agree across logs.
+                    exactly once, the steps' batches agree across logs,
+                    Adam's step counter is the job's step + 1 on every
+                    line; --shrunk N: at least N of those epochs lost a
+                    trainer midway (the world shrank between two of its
+                    steps).
 """
 import argparse
 import sys
@@ -165,24 +170,31 @@ def run_ringd(o, torch):
     rt.client().close()
 
 
-def compare(a, b, tol, torch):
+def compare(a, b, tol, at_least, torch):
     da, db = torch.load(a), torch.load(b)
     worst = max(float((da[k] - db[k]).abs().max()) for k in da)
-    print("max |a-b| = %.3g (tolerance %g)" % (worst, tol))
-    return 0 if worst <= tol else 1
+    print("max |a-b| = %.3g (tolerance %g, at least %g)" %
+          (worst, tol, at_least))
+    return 0 if at_least <= worst <= tol else 1
 
 
-def check(logs, n):
-    steps = {}
+def check(logs, n, want_shrunk):
+    steps, worlds = {}, {}      # step -> {(epoch, idx)}, step -> world
     for path in logs:
         for line in open(path):
             f = line.split()
             if f[0] != "step":
                 continue
-            s, epoch = int(f[1]), int(f[9])
+            s, world, epoch = int(f[1]), int(f[7]), int(f[9])
+            # Adam's step counter lives in the state region: one optimizer
+            # step per job step, on survivors and joiners alike.
+            if float(f[13]) != s + 1:
+                print("%s: step %d with adam_step %s" % (path, s, f[13]))
+                return 1
             idx = tuple(int(i) for i in f[15].split(","))
             steps.setdefault(s, set()).add((epoch, idx))
-    per_epoch = {}
+            worlds[s] = world
+    per_epoch, epoch_worlds = {}, {}
     for s in sorted(steps):
         if len(steps[s]) != 1:
             print("step %d: trainers disagree on its batch: %s" %
@@ -190,7 +202,8 @@ def check(logs, n):
             return 1
         epoch, idx = next(iter(steps[s]))
         per_epoch.setdefault(epoch, []).extend(idx)
-    full = 0
+        epoch_worlds.setdefault(epoch, []).append(worlds[s])
+    full, shrunk = 0, 0
     for e, seen in sorted(per_epoch.items()):
         if len(seen) != len(set(seen)):
             print("epoch %d: a sample seen twice" % e)
@@ -200,8 +213,15 @@ def check(logs, n):
                 print("epoch %d: %d of %d samples" % (e, len(seen), n))
                 return 1
             full += 1
-    print("epochs: %d complete, each sample exactly once, over %d steps"
-          % (full, len(steps)))
+            w = epoch_worlds[e]
+            if any(b < a for a, b in zip(w, w[1:])):
+                shrunk += 1
+    print("epochs: %d complete, each sample exactly once, over %d steps; "
+          "%d of them lost a trainer midway" % (full, len(steps), shrunk))
+    if shrunk < want_shrunk:
+        print("fewer than %d complete epochs lost a trainer midway" %
+              want_shrunk)
+        return 1
     return 0 if full >= 1 else 1
 
 
@@ -225,7 +245,13 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=3)
+    ap.add_argument("--differ-by", type=float, default=0.0,
+                    help="with --compare: max |a-b| must also reach this "
+                    "(a lossy wire dtype shows)")
     ap.add_argument("--check", nargs="+")
+    ap.add_argument("--shrunk", type=int, default=0,
+                    help="with --check: complete epochs that must have "
+                    "lost a trainer midway")
     o = ap.parse_args()
     try:
         import torch
@@ -234,9 +260,9 @@ def main():
         return 0
     if o.compare:
         return compare(o.compare[0], o.compare[1], float(o.compare[2]),
-                       torch)
+                       o.differ_by, torch)
     if o.check:
-        return check(o.check, o.n)
+        return check(o.check, o.n, o.shrunk)
     if o.mode == "ref":
         run_ref(o, torch)
     else:

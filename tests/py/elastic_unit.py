@@ -8,6 +8,8 @@ import argparse
 import random
 import sys
 
+import numpy as np
+
 
 def sampler_sim(ElasticSampler):
     rnd = random.Random(12345)
@@ -128,8 +130,10 @@ def state_checks(sock):
     sampler.commit()
     sa.epoch, sa.best = 2, 0.75
     torch.manual_seed(99)
+    np.random.seed(98)
+    random.seed(97)
     sa.commit()
-    want_rand = torch.rand(3)
+    want_rand = (torch.rand(3), np.random.rand(3), random.random())
     mb, ob = make(2, torch)
     sb = elastic.State(model=mb, optimizer=ob, client=c2,
                        sampler=elastic.ElasticSampler(range(100),
@@ -147,7 +151,13 @@ def state_checks(sock):
     assert float(ob.state[list(mb.parameters())[0]]["step"]) == 6.0
     assert sb.epoch == 2 and sb.best == 0.75
     assert sb.sampler.state_dict() == sampler.state_dict()
-    assert torch.equal(torch.rand(3), want_rand), "RNG state not restored"
+    torch.manual_seed(1)
+    np.random.seed(1)
+    random.seed(1)
+    sb.restore()    # the RNG states again, over other ones
+    assert torch.equal(torch.rand(3), want_rand[0]), "torch RNG not restored"
+    assert (np.random.rand(3) == want_rand[1]).all(), "numpy RNG not restored"
+    assert random.random() == want_rand[2], "python RNG not restored"
     # Both go on identically from there.
     train(ma, oa, 3, torch, seed=11)
     train(mb, ob, 3, torch, seed=11)

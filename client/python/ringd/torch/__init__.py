@@ -162,17 +162,18 @@ class Handle:
         return self.tensor
 
 
-def allreduce_async_(tensor, op="avg", client=None):
+def allreduce_async_(tensor, op="avg", client=None, wire=None):
     """Issue an in-place allreduce over every trainer of the job and
     return at once with a Handle. Raises ringd.Reshape (redo the step)
     here when an earlier collective of the step failed with it, or from
-    wait()."""
+    wait(). wire: "bf16" or "f16" between nodes for a float32 tensor
+    (accumulated in f32), "none", or None for the job's default."""
     c = _pick(client)
     code = check(tensor, c)
     if tensor.numel() == 0:
         return Handle(tensor)
     h = c.allreduce_async_raw(tensor.data_ptr(), tensor.numel(), code, op,
-                              keep=tensor)
+                              keep=tensor, wire=wire)
     return Handle(tensor, c, h)
 
 

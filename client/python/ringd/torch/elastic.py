@@ -28,6 +28,7 @@ program that wrote it, and a restore checks that the layout is its own.
 CPU tensors only: the CUDA path (tensors staged through the region when
 the daemon needs them) is not built yet.
 """
+import array
 import base64
 import hashlib
 import json
@@ -189,11 +190,17 @@ def _np_rng_from_json(s):
 
 
 def _py_rng_to_json(s):
-    return [s[0], list(s[1]), s[2]]
+    # Its 625 words as base64, not a JSON list of numbers: that list was
+    # most of the text commit() encodes at every step.
+    return [s[0], _b64(array.array("I", s[1]).tobytes()), s[2]]
 
 
 def _py_rng_from_json(s):
-    return (s[0], tuple(s[1]), s[2])
+    if isinstance(s[1], list):      # written before the words were base64
+        return (s[0], tuple(s[1]), s[2])
+    words = array.array("I")
+    words.frombytes(base64.b64decode(s[1]))
+    return (s[0], tuple(words), s[2])
 
 
 def _set_rng(r):
