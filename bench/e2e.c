@@ -440,6 +440,7 @@ typedef struct {
     double ar_ratio;         /* allreduce time with checkpoints / without */
     double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
     double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
+    double ctl_lag_ms;            /* the control thread's, same window */
 } mem_t;
 
 /*
@@ -468,12 +469,14 @@ static void run_mem(bench_t *b, mem_t *out)
     want_mean = 1;
     (void)cluster_lag_ms(&off); /* the scrape resets the worst lag */
     (void)cluster_lag_ms(&on);
+    ctl_lag_ms = 0;
     for (int r = 0; r < b->rounds; r++) {
         soff[r] = e2e__group_run(off.tr, 4, 0, nsteps);
         son[r] = e2e__group_run(on.tr, 4, 0, nsteps);
     }
     out->lag_off_ms = cluster_lag_ms(&off);
     out->lag_on_ms = cluster_lag_ms(&on);
+    out->ctl_lag_ms = ctl_lag_ms;
     want_mean = 0;
     double stall_ms = (e2e__median(son, b->rounds) -
                        e2e__median(soff, b->rounds)) * nsteps / 2 / 1e3;
@@ -680,11 +683,15 @@ static int coordinator(bench_t *b)
         return 0;
     }
     if (b->mem_only) {
+        pthread_t ctl;
+        if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
+            pthread_detach(ctl);
         mem_t mem;
         run_mem(b, &mem);
         printf("# worst main-loop lag of a daemon in the empty steps: "
-               "checkpoints off %.1f ms, on %.1f ms\n", mem.lag_off_ms,
-               mem.lag_on_ms);
+               "checkpoints off %.1f ms, on %.1f ms; the idle control "
+               "thread's %.1f ms\n", mem.lag_off_ms, mem.lag_on_ms,
+               mem.ctl_lag_ms);
         printf("e2e: mem_per_state=%.2f mem_per_state_ckpt=%.2f "
                "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%.1f\n",
                mem.mem_off, mem.mem_on, mem.ar_ratio, mem.stall_ms_per_gib);
