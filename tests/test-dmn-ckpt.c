@@ -149,8 +149,9 @@ TEST_IMPL(dmn_ckpt_on_request)
  * The snapshot copy overlaps the next step: the demo trainer writes its
  * parameters (the state region) right after each step's allreduce, while
  * the writers may still be copying the boundary's state. Every checkpoint
- * the store keeps must hold exactly the parameters after its step, which
- * the trainer dumps itself (--dump), bit for bit.
+ * the store keeps (at least one; how many depends on how many boundaries
+ * found the writers idle) must hold exactly the parameters after its
+ * step, which the trainer dumps itself (--dump), bit for bit.
  */
 TEST_IMPL(dmn_ckpt_overlap_exact)
 {
@@ -163,12 +164,18 @@ TEST_IMPL(dmn_ckpt_overlap_exact)
     const char *flags[] = {"--ckpt-dir", ckdir, "--ckpt-interval", "20",
                            NULL};
     ASSERT_OK(td_start(&t, flags));
-    const char *args[] = {"--steps", "400", "--dump", dump, "--dump-every",
-                          "20", NULL};
+    /* A little compute per step, so that most boundaries find the
+     * writers idle (a busy one skips the checkpoint). */
+    const char *args[] = {"--steps", "300", "--step-delay-ms", "2",
+                          "--dump", dump, "--dump-every", "20", NULL};
     int rc = td_exit_code(td_trainer(&t, args, lg), 60000);
     if (rc != 0)
         td_dump(lg);
     ASSERT_EQ(rc, 0);
+    if (td_wait_file(t.log, "complete (", 30000) != 0) {
+        td_dump(t.log);
+        TEST_FAIL_("no checkpoint completed");
+    }
     ASSERT_EQ(td_stop(&t, 30000), 0); /* the writers finish first */
 
     char root[600];
@@ -176,7 +183,7 @@ TEST_IMPL(dmn_ckpt_overlap_exact)
     uint64_t *steps;
     size_t n;
     ASSERT_OK(ckpt_store_list(root, &steps, &n));
-    ASSERT_GE(n, 2);
+    ASSERT_GE(n, 1);
     printf("%zu checkpoints kept, each equal to its step's dump\n", n);
     for (size_t k = 0; k < n; k++) {
         ckpt_manifest_t *m;
