@@ -199,7 +199,7 @@ sched_sum() {
     local p
     for p in "${DPID[@]}" "${TPID[@]}"; do
         cat "/proc/$p/schedstat" 2>/dev/null
-    done | awk '{ r += $1; w += $2; n++ } END { printf "%d %d %d", r, w, n }'
+    done | awk '{ r += $1; w += $2; n++ } END { printf "%.0f %.0f %d", r, w, n }'
 }
 # What bounds the step: CPU demand over the window against the machine's
 # cores, and how long a process waited runnable per step. When the cores
