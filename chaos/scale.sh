@@ -193,12 +193,12 @@ run_latency() {
     sched_report "$s0" "$(sched_sum)" "$w0" "$(now_ms)" "$(( $(steps_of 1) - from ))"
 }
 # Every daemon's and trainer's CPU time and run-queue wait (ns, from
-# /proc/PID/schedstat: time on a CPU, time runnable but waiting for one),
-# summed: "run wait processes".
+# /proc/PID/task/*/schedstat, every thread: time on a CPU, time runnable
+# but waiting for one), summed: "run wait threads".
 sched_sum() {
     local p
     for p in "${DPID[@]}" "${TPID[@]}"; do
-        cat "/proc/$p/schedstat" 2>/dev/null
+        cat "/proc/$p"/task/*/schedstat 2>/dev/null
     done | awk '{ r += $1; w += $2; n++ } END { printf "%.0f %.0f %d", r, w, n }'
 }
 # What bounds the step: CPU demand over the window against the machine's
@@ -213,8 +213,8 @@ sched_report() {
         -v ms="$(($4 - $3))" -v steps="$5" -v cores="$(nproc)" -v us="$STEP_US" \
         'BEGIN { if (steps < 1 || ms < 1 || n < 1) exit
             pct = us > 0 ? w / 10 / n / steps / us : 0
-            printf "scale: cpu: %d processes, %.2f of %d cores busy over the" \
-                   " window; per step each ran %.0f us and waited %.0f us" \
+            printf "scale: cpu: %d threads, %.2f of %d cores busy over the" \
+                   " window; per step each thread ran %.0f us and waited %.0f us" \
                    " runnable (%.0f%% of the %s us step)\n",
                    n, r / 1e6 / ms, cores, r / 1e3 / n / steps,
                    w / 1e3 / n / steps, pct, us }'
