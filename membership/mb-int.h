@@ -77,6 +77,7 @@ typedef struct {
     char why[96];
     int64_t lease;           /* the suspect's incarnation; 0: slot free */
     int revoke;              /* revoke that lease ourselves */
+    int may_revoke;          /* mb_suspect, not mb_suspect_report */
     int put_ok;              /* the suspect key is stored */
     int revoked;             /* its lease is gone: done */
     int inflight;            /* requests of this slot unanswered */

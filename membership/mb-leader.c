@@ -417,6 +417,7 @@ void mb__handle_suspects(mb_t *mb)
  * reporter too (it revokes the suspect's lease): meanwhile the leader may
  * be the dead node, or this node may have been fenced and registered
  * again, and a report under a lease the view does not name is ignored.
+ * Not so for mb_suspect_report, whose reporter may be the one at fault.
  */
 static void sus_arm(mb_t *mb);
 
@@ -459,7 +460,7 @@ static void on_sus_put(int status, const etcd_result_t *res, void *data)
             sus_free(p);
         return;
     }
-    p->revoke = 1; /* see above: the reporter acts on it too */
+    p->revoke = p->may_revoke; /* see above: the reporter acts on it */
     sus_arm(mb);
 }
 
@@ -531,7 +532,7 @@ static int named_in_view(mb_t *mb)
 static void sus_send(mb_t *mb, mb__sus_t *p)
 {
     if (!p->put_ok && (!named_in_view(mb) || sus_put(mb, p) != 0))
-        p->revoke = 1;
+        p->revoke = p->may_revoke;
     if (p->revoke)
         sus_revoke(mb, p);
 }
@@ -629,6 +630,7 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
         return -EAGAIN;
     }
     snprintf(p->why, sizeof(p->why), "%s", why ? why : "");
+    p->may_revoke |= may_revoke;
     RD_INFO("mb %s: suspects %s: %s%s", mb->me.node, node, p->why,
             kept ? " (kept until etcd takes this node back)" : "");
     if (may_revoke && (kept || suspect_leads(mb, node, lease))) {
