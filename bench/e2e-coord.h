@@ -19,7 +19,7 @@ typedef struct {
 } worker_t;
 
 typedef struct {
-    int full, quick, rounds, step_latency_only, async_only;
+    int full, quick, rounds, step_latency_only, async_only, mem_only;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;

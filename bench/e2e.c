@@ -6,6 +6,7 @@
  *   e2e --quick      1 and 16 MiB, one round (a smoke test)
  *   e2e --rounds R   rounds per configuration
  *   e2e --async-only only the asynchronous row (a smoke test of it)
+ *   e2e --mem-only   only the memory and checkpoint figures
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -438,6 +439,8 @@ typedef struct {
     double mem_off, mem_on;  /* private memory / state, ckpt off and on */
     double ar_ratio;         /* allreduce time with checkpoints / without */
     double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
+    double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
+    double ctl_lag_ms;            /* the control thread's, same window */
 } mem_t;
 
 /*
@@ -464,10 +467,16 @@ static void run_mem(bench_t *b, mem_t *out)
     double soff[MAXROUNDS], son[MAXROUNDS];
     int nsteps = 2 * atoi(CKPT_INTERVAL);
     want_mean = 1;
+    (void)cluster_lag_ms(&off); /* the scrape resets the worst lag */
+    (void)cluster_lag_ms(&on);
+    ctl_lag_ms = 0;
     for (int r = 0; r < b->rounds; r++) {
         soff[r] = e2e__group_run(off.tr, 4, 0, nsteps);
         son[r] = e2e__group_run(on.tr, 4, 0, nsteps);
     }
+    out->lag_off_ms = cluster_lag_ms(&off);
+    out->lag_on_ms = cluster_lag_ms(&on);
+    out->ctl_lag_ms = ctl_lag_ms;
     want_mean = 0;
     double stall_ms = (e2e__median(son, b->rounds) -
                        e2e__median(soff, b->rounds)) * nsteps / 2 / 1e3;
@@ -559,9 +568,11 @@ static void parse(bench_t *b, int argc, char **argv)
             b->rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--async-only") == 0)
             b->async_only = 1;
+        else if (strcmp(argv[i], "--mem-only") == 0)
+            b->mem_only = 1;
         else
             e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
-                              "[--async-only] [--rounds R]");
+                              "[--async-only] [--mem-only] [--rounds R]");
     }
     if (b->full && b->rounds == 3)
         b->rounds = 5;
@@ -668,6 +679,22 @@ static int coordinator(bench_t *b)
         printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
                "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
                as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
+        fx_done();
+        return 0;
+    }
+    if (b->mem_only) {
+        pthread_t ctl;
+        if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
+            pthread_detach(ctl);
+        mem_t mem;
+        run_mem(b, &mem);
+        printf("# worst main-loop lag of a daemon in the empty steps: "
+               "checkpoints off %.1f ms, on %.1f ms; the idle control "
+               "thread's %.1f ms\n", mem.lag_off_ms, mem.lag_on_ms,
+               mem.ctl_lag_ms);
+        printf("e2e: mem_per_state=%.2f mem_per_state_ckpt=%.2f "
+               "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%.1f\n",
+               mem.mem_off, mem.mem_on, mem.ar_ratio, mem.stall_ms_per_gib);
         fx_done();
         return 0;
     }

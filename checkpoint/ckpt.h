@@ -39,8 +39,17 @@ enum {
     CKPT_F_SHUFFLE = 1u << 1,    /* bytes grouped by position in an element */
     CKPT_F_DELTA_SUB = 1u << 2,  /* ... or zigzag(new - base) per u32 word */
     CKPT_F_BITSHUFFLE = 1u << 3, /* bit planes instead of byte-shuffle */
-    CKPT_F_ALL = 0xf,            /* every flag a reader understands */
+    CKPT_F_PIECES = 1u << 4,     /* shuffled piece by piece (piece_size) */
+    CKPT_F_ALL = 0x1f,           /* every flag a reader understands */
 };
+
+/*
+ * The piece a streaming encoder transforms and compresses at a time: its
+ * memory is a few pieces, not a few shards. A multiple of every element
+ * size and of a bit-shuffle block, so only the byte-shuffle differs from
+ * a whole-shard encoding (it groups bytes within each piece).
+ */
+#define CKPT_PIECE_BYTES (4u << 20)
 
 /* Elements per bit-shuffle block (CKPT_F_BITSHUFFLE): 32 KiB of f32. */
 #define CKPT_BITSHUFFLE_BLOCK 8192
@@ -69,6 +78,7 @@ typedef struct {
     uint32_t nshards;
     uint32_t flags;
     uint32_t elem_size;
+    uint32_t piece_size; /* with CKPT_F_PIECES, else 0 */
 } ckpt_shard_info_t;
 
 /* The byte range of shard i of n over total bytes, aligned to elem. */
@@ -100,6 +110,39 @@ int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
                         ckpt_shard_info_t *info, const void *raw,
                         const void *base, const void **file_p,
                         size_t *len_p);
+
+/*
+ * The streaming form, for the writer: the shard is delta'd, shuffled and
+ * compressed CKPT_PIECE_BYTES at a time into one zstd frame written to f
+ * as it is produced (CKPT_F_PIECES), and the header, complete only at the
+ * end (sizes, raw xxh64), is written last at offset 0. The encoder holds
+ * about three pieces and zstd's window, whatever the shard's size. *len_p:
+ * the file's length. The caller commits or aborts f.
+ */
+typedef struct ckpt_afile ckpt_afile_t;
+int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                       ckpt_shard_info_t *info, const void *raw,
+                       const void *base, ckpt_afile_t *f, size_t *len_p);
+
+/*
+ * A full (not delta) CKPT_F_PIECES shard file read back piece by piece,
+ * so a delta's base need not be held in memory: open checks the header
+ * (*info_p), next decodes the next m raw bytes (m: the next piece's
+ * length, min(piece_size, what is left)) into dst, close returns 0 only
+ * if every byte was read, the zstd frame ended with its checksum and the
+ * decoded bytes match the header's xxh64 (else ST_ECORRUPT: a delta
+ * encoded against them is void). close accepts NULL.
+ */
+typedef struct ckpt_piece_reader ckpt_piece_reader_t;
+int ckpt_piece_reader_open(const char *path, ckpt_shard_info_t *info_p,
+                           ckpt_piece_reader_t **r_p);
+int ckpt_piece_reader_next(ckpt_piece_reader_t *r, void *dst, size_t m);
+int ckpt_piece_reader_close(ckpt_piece_reader_t *r);
+/* ckpt_encoder_write with the base read piece by piece from r. */
+int ckpt_encoder_write_rd(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                          ckpt_shard_info_t *info, const void *raw,
+                          ckpt_piece_reader_t *base, ckpt_afile_t *f,
+                          size_t *len_p);
 
 /* Validate the header of a file image (not the payload). */
 int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p);
@@ -157,6 +200,18 @@ void ckpt_stage_free(void *p, size_t n);
  */
 int ckpt_write_atomic(const char *dir, const char *name, const void *data,
                       size_t len);
+/*
+ * The same, written as it is produced: open creates dir/.name.tmp.<pid>;
+ * commit fsyncs, renames it to name and fsyncs dir (and frees f, whatever
+ * the result: on failure the temp file is removed); abort removes it.
+ * All return 0 or -errno.
+ */
+int ckpt_afile_open(const char *dir, const char *name, ckpt_afile_t **f_p);
+int ckpt_afile_write(ckpt_afile_t *f, const void *data, size_t len);
+int ckpt_afile_pwrite(ckpt_afile_t *f, const void *data, size_t len,
+                      uint64_t off);
+int ckpt_afile_commit(ckpt_afile_t *f);
+void ckpt_afile_abort(ckpt_afile_t *f);
 /* Read a whole file (at most max bytes, else ST_ECORRUPT); caller frees. */
 int ckpt_read_file(const char *path, size_t max, void **data_p,
                    size_t *len_p);
@@ -205,6 +260,12 @@ int ckpt_store_step_dir(const char *root, uint64_t step, char *buf,
 /* Write a shard or replica file image for (step, shard). */
 int ckpt_store_put(const char *root, uint64_t step, uint32_t shard,
                    int replica, const void *file, size_t len);
+/* The path of that file (0, or -ENAMETOOLONG). */
+int ckpt_store_shard_path(const char *root, uint64_t step, uint32_t shard,
+                          int replica, char *buf, size_t len);
+/* Open the same file for a streaming write (ckpt_encoder_write). */
+int ckpt_store_open(const char *root, uint64_t step, uint32_t shard,
+                    int replica, ckpt_afile_t **f_p);
 int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m);
 /* Steps with a MANIFEST.json, newest first (caller frees *steps_p). */
 int ckpt_store_list(const char *root, uint64_t **steps_p, size_t *n_p);
@@ -256,18 +317,20 @@ int ckpt_store_verify(const char *root, uint64_t step, unsigned *bad_p);
 /* ---- the asynchronous writer ---------------------------------------------
  *
  * At a step boundary the daemon hands the writer this node's shard of the
- * state; ckpt_writer_submit() copies it into a staging buffer (the only
- * stall on the training path) and returns. A worker thread then encodes it
- * (as a delta against the last shard it wrote when the layout is the same
- * and fewer than full_every deltas followed the last full one), writes the
- * primary file, and calls done() with the file image so the caller can
- * ship it to the ring successor as the replica.
+ * state; ckpt_writer_submit() copies it into a staging buffer on the
+ * calling thread and returns, ckpt_writer_submit_live() leaves the copy to
+ * the worker and tells the caller when it is done (until then the bytes
+ * must not change). The worker then encodes the stage piece by piece
+ * (ckpt_encoder_write: as a delta against the last full shard it wrote,
+ * read back from its file piece by piece, when the layout is the same and
+ * fewer than full_every deltas followed it) straight into the shard's
+ * file, and calls done().
  *
  * Back pressure: at most one checkpoint is in flight. A submit while one is
  * still being written is skipped (ST_AGAIN, counted): training never waits
- * for a checkpoint and memory stays bounded at about five shards (staging,
- * the delta base, the encoder's two work buffers and its output), held
- * from the first checkpoint on so later ones fault in no new memory.
+ * for a checkpoint and memory stays bounded at one shard (the stage) and
+ * a few pieces, held from the first checkpoint on so later ones fault in
+ * no new memory.
  */
 typedef struct ckpt_writer ckpt_writer_t;
 
@@ -281,12 +344,15 @@ typedef struct {
 
 /*
  * Called on the worker thread when a shard is written (status 0) or not
- * (status < 0: -ENOSPC, ...). file/len is the shard file image, valid only
- * during the call (NULL/0 on failure).
+ * (status < 0: -ENOSPC, ...). The file was streamed to disk, so file is
+ * always NULL; len is the file's length (0 on failure).
  */
 typedef void (*ckpt_writer_done_fn)(void *arg, int status,
                                     const ckpt_shard_info_t *info,
                                     const void *file, size_t len);
+/* Called on the worker thread once a live submit's bytes are copied. */
+typedef void (*ckpt_writer_copied_fn)(void *arg,
+                                      const ckpt_shard_info_t *info);
 
 typedef struct {
     uint64_t submitted, skipped, written, failed;
@@ -308,6 +374,15 @@ void ckpt_writer_destroy(ckpt_writer_t *w);
 int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
                        const void *bytes, ckpt_writer_done_fn done,
                        void *arg);
+/*
+ * The same, but the worker copies bytes (it must stay mapped and
+ * unchanged until copied() is called on the worker), so the caller's
+ * thread copies nothing and can go on with its work meanwhile.
+ */
+int ckpt_writer_submit_live(ckpt_writer_t *w, const ckpt_shard_info_t *info,
+                            const void *bytes, ckpt_writer_copied_fn copied,
+                            void *copied_arg, ckpt_writer_done_fn done,
+                            void *arg);
 /*
  * Size the staging buffer for shards up to bytes now (allocated and
  * faulted in), so the first snapshot does not pay for page faults: call

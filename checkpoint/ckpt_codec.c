@@ -18,9 +18,11 @@
  * with zstd behind it, so it is an option, not the default.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "checkpoint/ckpt.h"
@@ -275,7 +277,8 @@ static uint64_t get64(const unsigned char *p)
 /*
  * magic[8] version[4] hdr_size[4] step generation base_step offset
  * raw_size total_size raw_xxh64 comp_size [8 each] shard nshards flags
- * elem_size [4 each] reserved[24] header_xxh64[8]  = 128 bytes
+ * elem_size piece_size [4 each] reserved[20] header_xxh64[8] = 128 bytes
+ * (piece_size was reserved, zero, before CKPT_F_PIECES)
  */
 static void hdr_write(unsigned char *h, const ckpt_shard_info_t *in)
 {
@@ -292,6 +295,7 @@ static void hdr_write(unsigned char *h, const ckpt_shard_info_t *in)
     put32(h + 84, in->nshards);
     put32(h + 88, in->flags);
     put32(h + 92, in->elem_size);
+    put32(h + 96, in->piece_size);
     put64(h + HDR_SIZE - 8, XXH64(h, HDR_SIZE - 8, 0));
 }
 
@@ -322,6 +326,7 @@ int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p)
     in.nshards = get32(h + 84);
     in.flags = get32(h + 88);
     in.elem_size = get32(h + 92);
+    in.piece_size = (in.flags & CKPT_F_PIECES) ? get32(h + 96) : 0;
     if (in.nshards == 0 || in.shard >= in.nshards)
         return bad("shard index out of range");
     if (in.flags & ~(uint32_t)CKPT_F_ALL)
@@ -336,6 +341,9 @@ int ckpt_shard_peek(const void *file, size_t len, ckpt_shard_info_t *info_p)
         ((in.flags & CKPT_F_SHUFFLE) || in.elem_size != 4))
         return bad("bit-shuffle with byte-shuffle or not of 4-byte "
                    "elements");
+    if ((in.flags & CKPT_F_PIECES) &&
+        (in.piece_size == 0 || in.piece_size % in.elem_size != 0))
+        return bad("piece size zero or not a whole number of elements");
     if (in.offset > in.total_size || in.raw_size > in.total_size - in.offset)
         return bad("shard outside the state");
     if (in.comp_size != len - HDR_SIZE)
@@ -350,6 +358,8 @@ struct ckpt_encoder {
     ZSTD_CCtx *cc;
     unsigned char *work, *tmp, *out; /* delta, shuffle, file image */
     size_t work_cap, tmp_cap, out_cap;
+    unsigned char *bpiece; /* a piece of a base read from its file */
+    size_t bpiece_cap;
 };
 
 int ckpt_encoder_create(ckpt_encoder_t **enc_p)
@@ -374,6 +384,7 @@ void ckpt_encoder_destroy(ckpt_encoder_t *enc)
     free(enc->work);
     free(enc->tmp);
     free(enc->out);
+    free(enc->bpiece);
     free(enc);
 }
 
@@ -436,6 +447,20 @@ static int zstd_setup(ZSTD_CCtx *cc, const ckpt_codec_t *codec)
     return 0;
 }
 
+/* The transforms follow from the codec; the caller says only delta. */
+static void set_flags(const ckpt_codec_t *codec, ckpt_shard_info_t *info)
+{
+    info->elem_size = codec->elem_size ? codec->elem_size : 1;
+    info->flags &= CKPT_F_DELTA;
+    if ((info->flags & CKPT_F_DELTA) && info->elem_size == 4 &&
+        !codec->xor_delta)
+        info->flags |= CKPT_F_DELTA_SUB;
+    if (info->elem_size == 4 && codec->bitshuffle)
+        info->flags |= CKPT_F_BITSHUFFLE;
+    else if (info->elem_size > 1)
+        info->flags |= CKPT_F_SHUFFLE;
+}
+
 int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
                         ckpt_shard_info_t *info, const void *raw,
                         const void *base, const void **file_p,
@@ -444,15 +469,8 @@ int ckpt_encoder_encode(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
     size_t n = info->raw_size;
     if ((info->flags & CKPT_F_DELTA) && base == NULL)
         return ST_EINVAL;
-    info->elem_size = codec->elem_size ? codec->elem_size : 1;
-    info->flags &= CKPT_F_DELTA; /* the rest follows from the codec */
-    if ((info->flags & CKPT_F_DELTA) && info->elem_size == 4 &&
-        !codec->xor_delta)
-        info->flags |= CKPT_F_DELTA_SUB;
-    if (info->elem_size == 4 && codec->bitshuffle)
-        info->flags |= CKPT_F_BITSHUFFLE;
-    else if (info->elem_size > 1)
-        info->flags |= CKPT_F_SHUFFLE;
+    set_flags(codec, info);
+    info->piece_size = 0;
     info->raw_xxh64 = XXH64(raw, n, 0);
 
     const void *src = raw;
@@ -511,6 +529,266 @@ int ckpt_shard_encode(const ckpt_codec_t *codec, ckpt_shard_info_t *info,
     return rc;
 }
 
+static void unshuffle_piece(unsigned char *dst, const unsigned char *src,
+                            size_t n, const ckpt_shard_info_t *in)
+{
+    if (in->flags & CKPT_F_BITSHUFFLE)
+        ckpt_bitunshuffle(dst, src, n);
+    else if (in->flags & CKPT_F_SHUFFLE)
+        ckpt_unshuffle(dst, src, n, in->elem_size);
+    else
+        memcpy(dst, src, n);
+}
+
+/* Delta and shuffle one piece into enc->tmp; returns what zstd reads. */
+static const void *transform_piece(ckpt_encoder_t *enc,
+                                   const ckpt_shard_info_t *in,
+                                   const unsigned char *raw,
+                                   const unsigned char *base, size_t m)
+{
+    const void *src = raw;
+    if (in->flags & CKPT_F_DELTA_SUB)
+        ckpt_sub(enc->work, raw, base, m);
+    else if (in->flags & CKPT_F_DELTA)
+        ckpt_xor(enc->work, raw, base, m);
+    if (in->flags & CKPT_F_DELTA)
+        src = enc->work;
+    if (in->flags & CKPT_F_BITSHUFFLE)
+        ckpt_bitshuffle(enc->tmp, src, m);
+    else if (in->flags & CKPT_F_SHUFFLE)
+        ckpt_shuffle(enc->tmp, src, m, in->elem_size);
+    else
+        return src;
+    return enc->tmp;
+}
+
+/* Feed one piece (end: the last) to zstd, writing out what it emits. */
+static int stream_piece(ckpt_encoder_t *enc, ckpt_afile_t *f,
+                        const void *src, size_t m, int end, size_t *out_p)
+{
+    ZSTD_inBuffer zin = {src, m, 0};
+    ZSTD_EndDirective mode = end ? ZSTD_e_end : ZSTD_e_continue;
+    for (;;) {
+        ZSTD_outBuffer zout = {enc->out, enc->out_cap, 0};
+        size_t left = ZSTD_compressStream2(enc->cc, &zout, &zin, mode);
+        if (ZSTD_isError(left)) {
+            RD_ERROR("checkpoint: zstd compression failed: %s",
+                     ZSTD_getErrorName(left));
+            return ST_EINVAL;
+        }
+        int rc = ckpt_afile_write(f, enc->out, zout.pos);
+        if (rc != 0)
+            return rc;
+        *out_p += zout.pos;
+        if (end ? left == 0 : zin.pos == zin.size)
+            return 0;
+    }
+}
+
+static int stream_setup(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                        size_t n)
+{
+    size_t piece = n < CKPT_PIECE_BYTES ? n : CKPT_PIECE_BYTES;
+    if (grow(&enc->work, &enc->work_cap, piece) != 0 ||
+        grow(&enc->tmp, &enc->tmp_cap, piece) != 0 ||
+        grow(&enc->out, &enc->out_cap, ZSTD_CStreamOutSize()) != 0)
+        return ST_ENOMEM;
+    if (zstd_setup(enc->cc, codec) != 0)
+        return ST_EINVAL;
+    size_t r = ZSTD_CCtx_setPledgedSrcSize(enc->cc, n);
+    if (ZSTD_isError(r)) {
+        RD_ERROR("checkpoint: zstd refused the shard size: %s",
+                 ZSTD_getErrorName(r));
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+/* The base's piece at `at`: in memory, or the next one of its file. */
+static int base_piece(ckpt_encoder_t *enc, const unsigned char *base,
+                      ckpt_piece_reader_t *rd, size_t at, size_t m,
+                      const unsigned char **p)
+{
+    *p = NULL;
+    if (base != NULL) {
+        *p = base + at;
+        return 0;
+    }
+    if (rd == NULL)
+        return 0;
+    if (grow(&enc->bpiece, &enc->bpiece_cap, CKPT_PIECE_BYTES) != 0)
+        return ST_ENOMEM;
+    *p = enc->bpiece;
+    return ckpt_piece_reader_next(rd, enc->bpiece, m);
+}
+
+static int encode_stream(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                         ckpt_shard_info_t *info, const void *raw,
+                         const void *base, ckpt_piece_reader_t *rd,
+                         ckpt_afile_t *f, size_t *len_p)
+{
+    size_t n = info->raw_size;
+    if ((info->flags & CKPT_F_DELTA) && base == NULL && rd == NULL)
+        return ST_EINVAL;
+    set_flags(codec, info);
+    info->flags |= CKPT_F_PIECES;
+    info->piece_size = CKPT_PIECE_BYTES;
+    unsigned char hdr[HDR_SIZE] = {0};
+    XXH64_state_t *xs = XXH64_createState();
+    if (xs == NULL)
+        return ST_ENOMEM;
+    XXH64_reset(xs, 0);
+    int rc = stream_setup(enc, codec, n);
+    if (rc == 0) /* a placeholder until the sizes are known */
+        rc = ckpt_afile_write(f, hdr, HDR_SIZE);
+    size_t z = 0, at = 0;
+    const unsigned char *r = raw, *b = base;
+    do {
+        size_t m = n - at < CKPT_PIECE_BYTES ? n - at : CKPT_PIECE_BYTES;
+        const unsigned char *bp = NULL;
+        if (rc == 0 && (info->flags & CKPT_F_DELTA))
+            rc = base_piece(enc, b, rd, at, m, &bp);
+        if (rc != 0)
+            break;
+        XXH64_update(xs, r + at, m);
+        const void *src = transform_piece(enc, info, r + at, bp, m);
+        rc = stream_piece(enc, f, src, m, at + m == n, &z);
+        at += m;
+    } while (at < n);
+    info->raw_xxh64 = XXH64_digest(xs);
+    XXH64_freeState(xs);
+    if (rc != 0)
+        return rc;
+    info->comp_size = z;
+    hdr_write(hdr, info);
+    rc = ckpt_afile_pwrite(f, hdr, HDR_SIZE, 0);
+    if (rc == 0)
+        *len_p = HDR_SIZE + z;
+    return rc;
+}
+
+int ckpt_encoder_write(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                       ckpt_shard_info_t *info, const void *raw,
+                       const void *base, ckpt_afile_t *f, size_t *len_p)
+{
+    return encode_stream(enc, codec, info, raw, base, NULL, f, len_p);
+}
+
+int ckpt_encoder_write_rd(ckpt_encoder_t *enc, const ckpt_codec_t *codec,
+                          ckpt_shard_info_t *info, const void *raw,
+                          ckpt_piece_reader_t *base, ckpt_afile_t *f,
+                          size_t *len_p)
+{
+    return encode_stream(enc, codec, info, raw, NULL, base, f, len_p);
+}
+
+/* ---- a full shard file read back piece by piece ------------------------ */
+
+struct ckpt_piece_reader {
+    int fd;
+    ckpt_shard_info_t info;
+    ZSTD_DCtx *dc;
+    XXH64_state_t *xs;
+    unsigned char *in, *work; /* compressed input, one shuffled piece */
+    size_t in_cap;
+    ZSTD_inBuffer zin;
+    uint64_t done;            /* raw bytes handed out */
+    size_t last;              /* ZSTD_decompressStream's last hint */
+};
+
+int ckpt_piece_reader_close(ckpt_piece_reader_t *r)
+{
+    if (r == NULL)
+        return 0;
+    int ok = r->done == r->info.raw_size && r->last == 0 &&
+             XXH64_digest(r->xs) == r->info.raw_xxh64;
+    close(r->fd);
+    ZSTD_freeDCtx(r->dc);
+    XXH64_freeState(r->xs);
+    free(r->in);
+    free(r->work);
+    free(r);
+    return ok ? 0 : bad("delta base fails its checks read back");
+}
+
+int ckpt_piece_reader_open(const char *path, ckpt_shard_info_t *info_p,
+                           ckpt_piece_reader_t **r_p)
+{
+    ckpt_piece_reader_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->fd = -1;
+    r->last = 1;
+    int rc = ckpt_shard_peek_file(path, &r->info);
+    if (rc == 0 && (!(r->info.flags & CKPT_F_PIECES) ||
+                    (r->info.flags & CKPT_F_DELTA)))
+        rc = ST_EINVAL; /* only a full file of pieces streams back */
+    if (rc == 0 && (r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        rc = -errno;
+    r->in_cap = ZSTD_DStreamInSize();
+    if (rc == 0 &&
+        ((r->dc = ZSTD_createDCtx()) == NULL ||
+         (r->xs = XXH64_createState()) == NULL ||
+         (r->in = malloc(r->in_cap)) == NULL ||
+         (r->work = malloc(r->info.piece_size)) == NULL))
+        rc = ST_ENOMEM;
+    if (rc == 0 && lseek(r->fd, HDR_SIZE, SEEK_SET) != HDR_SIZE)
+        rc = -errno;
+    if (rc != 0) {
+        r->info.raw_size = 1; /* close must not call it good */
+        ckpt_piece_reader_close(r);
+        return rc;
+    }
+    XXH64_reset(r->xs, 0);
+    r->zin = (ZSTD_inBuffer){r->in, 0, 0};
+    *info_p = r->info;
+    *r_p = r;
+    return 0;
+}
+
+/* Decompress until out is full or the frame ends (out may be empty). */
+static int piece_fill(ckpt_piece_reader_t *r, ZSTD_outBuffer *out)
+{
+    while (out->pos < out->size || (out->size == 0 && r->last != 0)) {
+        if (r->zin.pos == r->zin.size) {
+            ssize_t got = read(r->fd, r->in, r->in_cap);
+            if (got <= 0)
+                return bad("delta base file ends early");
+            r->zin = (ZSTD_inBuffer){r->in, (size_t)got, 0};
+        }
+        size_t before = out->pos;
+        r->last = ZSTD_decompressStream(r->dc, out, &r->zin);
+        if (ZSTD_isError(r->last))
+            return bad("delta base: zstd frame does not decode");
+        if (r->last == 0 && out->pos == before && out->pos < out->size)
+            return bad("delta base: zstd frame ends early");
+        if (out->size == 0 && r->last == 0)
+            break;
+    }
+    return 0;
+}
+
+int ckpt_piece_reader_next(ckpt_piece_reader_t *r, void *dst, size_t m)
+{
+    uint64_t left = r->info.raw_size - r->done;
+    size_t want = left < r->info.piece_size ? (size_t)left
+                                             : r->info.piece_size;
+    if (m != want)
+        return ST_EINVAL;
+    ZSTD_outBuffer out = {r->work, m, 0};
+    int rc = piece_fill(r, &out);
+    if (rc != 0)
+        return rc;
+    unshuffle_piece(dst, r->work, m, &r->info);
+    XXH64_update(r->xs, dst, m);
+    r->done += m;
+    if (r->done == r->info.raw_size && r->last != 0) {
+        ZSTD_outBuffer end = {r->work, 0, 0}; /* the frame's checksum */
+        rc = piece_fill(r, &end);
+    }
+    return rc;
+}
+
 int ckpt_shard_decode(const void *file, size_t len, const void *base,
                       void *raw, size_t raw_cap, ckpt_shard_info_t *info_p)
 {
@@ -539,12 +817,11 @@ int ckpt_shard_decode(const void *file, size_t len, const void *base,
                 ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short frame");
         return ST_ECORRUPT;
     }
-    if (in.flags & CKPT_F_BITSHUFFLE)
-        ckpt_bitunshuffle(raw, work, n);
-    else if (in.flags & CKPT_F_SHUFFLE)
-        ckpt_unshuffle(raw, work, n, in.elem_size);
-    else
-        memcpy(raw, work, n);
+    size_t piece = in.piece_size ? in.piece_size : (n ? n : 1);
+    for (size_t at = 0; at < n; at += piece) {
+        size_t m = n - at < piece ? n - at : piece;
+        unshuffle_piece((unsigned char *)raw + at, work + at, m, &in);
+    }
     free(work);
     if (in.flags & CKPT_F_DELTA_SUB)
         ckpt_sub_undo(raw, raw, base, n);

@@ -73,6 +73,89 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *data,
     return rc;
 }
 
+struct ckpt_afile {
+    int fd;
+    char dir[PATH_MAX], tmp[PATH_MAX], dst[PATH_MAX];
+};
+
+int ckpt_afile_open(const char *dir, const char *name, ckpt_afile_t **f_p)
+{
+    ckpt_afile_t *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return ST_ENOMEM;
+    if (snprintf(f->dir, sizeof(f->dir), "%s", dir) >= (int)sizeof(f->dir) ||
+        snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.tmp.%d", dir, name,
+                 (int)getpid()) >= (int)sizeof(f->tmp) ||
+        snprintf(f->dst, sizeof(f->dst), "%s/%s", dir, name) >=
+            (int)sizeof(f->dst)) {
+        free(f);
+        return -ENAMETOOLONG;
+    }
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0) {
+        int rc = -errno;
+        RD_ERROR("checkpoint: cannot create %s: %s", f->tmp, strerror(-rc));
+        free(f);
+        return rc;
+    }
+    *f_p = f;
+    return 0;
+}
+
+int ckpt_afile_write(ckpt_afile_t *f, const void *data, size_t len)
+{
+    return write_all(f->fd, data, len);
+}
+
+int ckpt_afile_pwrite(ckpt_afile_t *f, const void *data, size_t len,
+                      uint64_t off)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = pwrite(f->fd, p, len, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        off += (uint64_t)w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+void ckpt_afile_abort(ckpt_afile_t *f)
+{
+    if (f == NULL)
+        return;
+    close(f->fd);
+    unlink(f->tmp);
+    free(f);
+}
+
+int ckpt_afile_commit(ckpt_afile_t *f)
+{
+    int rc = fsync(f->fd) < 0 ? -errno : 0;
+    if (close(f->fd) < 0 && rc == 0)
+        rc = -errno;
+    f->fd = -1;
+    if (rc == 0 && rename(f->tmp, f->dst) < 0)
+        rc = -errno;
+    if (rc != 0) {
+        RD_ERROR("checkpoint: cannot write %s: %s", f->dst, strerror(-rc));
+        unlink(f->tmp);
+        free(f);
+        return rc;
+    }
+    rc = fsync_dir(f->dir);
+    if (rc != 0)
+        RD_ERROR("checkpoint: fsync of %s failed: %s", f->dir,
+                 strerror(-rc));
+    free(f);
+    return rc;
+}
+
 int ckpt_read_file(const char *path, size_t max, void **data_p,
                    size_t *len_p)
 {

@@ -53,6 +53,34 @@ int ckpt_store_put(const char *root, uint64_t step, uint32_t shard,
     return ckpt_write_atomic(dir, name, file, len);
 }
 
+int ckpt_store_shard_path(const char *root, uint64_t step, uint32_t shard,
+                          int replica, char *buf, size_t len)
+{
+    char dir[PATH_MAX], name[64];
+    int rc = ckpt_store_step_dir(root, step, dir, sizeof(dir));
+    if (rc != 0)
+        return rc;
+    shard_name(name, sizeof(name), shard, replica);
+    if (snprintf(buf, len, "%s/%s", dir, name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ckpt_store_open(const char *root, uint64_t step, uint32_t shard,
+                    int replica, ckpt_afile_t **f_p)
+{
+    char dir[PATH_MAX], name[64];
+    int rc = ckpt_store_step_dir(root, step, dir, sizeof(dir));
+    if (rc == 0)
+        rc = ckpt_mkdirs(dir);
+    if (rc != 0) {
+        RD_ERROR("checkpoint: cannot create %s: %s", dir, st_strerror(rc));
+        return rc;
+    }
+    shard_name(name, sizeof(name), shard, replica);
+    return ckpt_afile_open(dir, name, f_p);
+}
+
 int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m)
 {
     char dir[PATH_MAX], *json = NULL;

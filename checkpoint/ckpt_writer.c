@@ -4,10 +4,12 @@
  *
  * States of the single slot (guarded by mu):
  *   IDLE  --submit-->  QUEUED  --worker takes it-->  BUSY  --done-->  IDLE
- * A submit in QUEUED or BUSY is skipped. The delta base (the last shard
- * written successfully) is only touched by the worker.
+ * A submit in QUEUED or BUSY is skipped. The delta base (the last full
+ * shard written successfully, read back from its file) is only touched by
+ * the worker.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +37,14 @@ struct ckpt_writer {
     size_t stage_cap;
     ckpt_writer_done_fn done;
     void *done_arg;
+    const void *live;           /* copied by the worker (submit_live) */
+    ckpt_writer_copied_fn copied;
+    void *copied_arg;
 
-    /* Worker-only: the encoder's buffers and the base for deltas. */
+    /* Worker-only: the encoder's pieces and the last full shard written,
+     * the base of the deltas that follow it: read back from its file
+     * piece by piece, never held in memory. */
     ckpt_encoder_t *enc;
-    void *base;
-    size_t base_cap;
     ckpt_shard_info_t base_info; /* valid when base_valid */
     int base_valid;
     uint32_t deltas_since_full;
@@ -79,24 +84,29 @@ void ckpt_stage_free(void *p, size_t n)
         munmap(p, n ? n : 1);
 }
 
-/* Grow the stage to bytes (caller holds mu, slot IDLE). */
+static int buf_reserve(void **p, size_t *cap, size_t bytes)
+{
+    if (*cap >= bytes && *p != NULL)
+        return 0;
+    void *q = ckpt_stage_alloc(bytes);
+    if (q == NULL)
+        return ST_ENOMEM;
+    ckpt_stage_free(*p, *cap);
+    *p = q;
+    *cap = bytes;
+    return 0;
+}
+
+/* Grow the stage to bytes; caller holds mu, slot IDLE. */
 static int stage_reserve(ckpt_writer_t *w, size_t bytes)
 {
-    if (w->stage_cap >= bytes && w->stage != NULL)
-        return 0;
-    void *p = ckpt_stage_alloc(bytes);
-    if (p == NULL)
-        return ST_ENOMEM;
-    ckpt_stage_free(w->stage, w->stage_cap);
-    w->stage = p;
-    w->stage_cap = bytes;
-    return 0;
+    return buf_reserve(&w->stage, &w->stage_cap, bytes);
 }
 
 /* Same shard of the same layout: the delta lines up byte for byte. */
 static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
 {
-    return w->opts.full_every > 0 && w->base_valid &&
+    return w->opts.full_every > 0 && w->base_valid && in->raw_size > 0 &&
            w->deltas_since_full < w->opts.full_every &&
            w->base_info.shard == in->shard &&
            w->base_info.nshards == in->nshards &&
@@ -106,51 +116,114 @@ static int can_delta(const ckpt_writer_t *w, const ckpt_shard_info_t *in)
            w->base_info.step < in->step;
 }
 
-/* Keep the shard just written as the next delta base. */
+/*
+ * A full shard just written is the base of the deltas that follow (each
+ * against it, not against the one before, so a delta's base is one full
+ * file that streams back without a chain).
+ */
 static void keep_base(ckpt_writer_t *w, const ckpt_shard_info_t *in,
-                      const void *raw, int was_delta)
+                      int was_delta)
 {
-    if (w->opts.full_every == 0)
+    if (was_delta) {
+        w->deltas_since_full++;
         return;
-    if (w->base_cap < in->raw_size) {
-        void *p = realloc(w->base, in->raw_size);
-        if (p == NULL) {
-            w->base_valid = 0; /* next one is full: correct, just bigger */
-            return;
-        }
-        w->base = p;
-        w->base_cap = in->raw_size;
     }
-    memcpy(w->base, raw, in->raw_size);
     w->base_info = *in;
     w->base_valid = 1;
-    w->deltas_since_full = was_delta ? w->deltas_since_full + 1 : 0;
+    w->deltas_since_full = 0;
+}
+
+/* The snapshot of a live submit, on this thread, then the caller told. */
+static void copy_live(ckpt_writer_t *w, const ckpt_shard_info_t *in)
+{
+    uint64_t t0 = rd_now_ns();
+    memcpy(w->stage, w->live, in->raw_size);
+    uint64_t dt = rd_now_ns() - t0;
+    pthread_mutex_lock(&w->mu);
+    w->stats.last_stall_ns = dt;
+    w->live = NULL;
+    pthread_mutex_unlock(&w->mu);
+    if (w->copied)
+        w->copied(w->copied_arg, in);
+}
+
+/* The base's file, if it is still the one this writer wrote. */
+static int open_base(ckpt_writer_t *w, ckpt_piece_reader_t **rd_p)
+{
+    char path[PATH_MAX];
+    ckpt_shard_info_t bi;
+    const ckpt_shard_info_t *want = &w->base_info;
+    int rc = ckpt_store_shard_path(w->root, want->step, want->shard,
+                                   w->opts.replica, path, sizeof(path));
+    if (rc == 0)
+        rc = ckpt_piece_reader_open(path, &bi, rd_p);
+    if (rc == 0 && (bi.raw_xxh64 != want->raw_xxh64 ||
+                    bi.raw_size != want->raw_size ||
+                    bi.generation != want->generation)) {
+        ckpt_piece_reader_close(*rd_p);
+        rc = ST_ECORRUPT;
+    }
+    return rc;
+}
+
+/*
+ * Encode the stage piece by piece straight into the shard's file; a delta
+ * whose base cannot be read back whole and intact (retention removed an
+ * incomplete step, a bad disk) is written full instead.
+ */
+static int encode_to_file(ckpt_writer_t *w, ckpt_shard_info_t *in,
+                          int *delta, size_t *len_p)
+{
+    ckpt_piece_reader_t *rd = NULL;
+    if (*delta && open_base(w, &rd) != 0) {
+        RD_WARN("checkpoint: step %llu shard %u: the base of step %llu is "
+                "gone or bad; writing a full shard",
+                (unsigned long long)in->step, in->shard,
+                (unsigned long long)w->base_info.step);
+        *delta = 0;
+    }
+    in->flags = *delta ? CKPT_F_DELTA : 0;
+    in->base_step = *delta ? w->base_info.step : 0;
+    ckpt_afile_t *f = NULL;
+    int rc = ckpt_store_open(w->root, in->step, in->shard, w->opts.replica,
+                             &f);
+    if (rc == 0)
+        rc = *delta ? ckpt_encoder_write_rd(w->enc, &w->opts.codec, in,
+                                            w->stage, rd, f, len_p)
+                    : ckpt_encoder_write(w->enc, &w->opts.codec, in,
+                                         w->stage, NULL, f, len_p);
+    int brc = ckpt_piece_reader_close(rd);
+    if (rc == 0 && brc != 0)
+        rc = brc;
+    if (rc != 0) {
+        if (f != NULL)
+            ckpt_afile_abort(f);
+        return rc;
+    }
+    return ckpt_afile_commit(f);
 }
 
 static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
 {
     uint64_t t0 = rd_now_ns();
+    if (w->live != NULL)
+        copy_live(w, in);
     int delta = can_delta(w, in);
-    in->flags = delta ? CKPT_F_DELTA : 0;
-    in->base_step = delta ? w->base_info.step : 0;
-    const void *file = NULL;
     size_t len = 0;
-    int rc = ckpt_encoder_encode(w->enc, &w->opts.codec, in, w->stage,
-                                 delta ? w->base : NULL, &file, &len);
-    if (rc == 0)
-        rc = ckpt_store_put(w->root, in->step, in->shard, w->opts.replica,
-                            file, len);
-    if (rc == 0)
-        keep_base(w, in, w->stage, delta);
-    else
+    int rc = encode_to_file(w, in, &delta, &len);
+    if (rc == ST_ECORRUPT && delta) { /* the base failed as it was read */
+        delta = 0;
+        rc = encode_to_file(w, in, &delta, &len);
+    }
+    if (rc != 0)
         RD_ERROR("checkpoint: step %llu shard %u not written: %s",
                  (unsigned long long)in->step, in->shard, st_strerror(rc));
     if (w->done)
-        w->done(w->done_arg, rc, in, rc == 0 ? file : NULL,
-                rc == 0 ? len : 0);
+        w->done(w->done_arg, rc, in, NULL, rc == 0 ? len : 0);
 
     pthread_mutex_lock(&w->mu);
     if (rc == 0) {
+        keep_base(w, in, delta);
         w->stats.written++;
         w->stats.raw_bytes += in->raw_size;
         w->stats.file_bytes += len;
@@ -246,46 +319,90 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     pthread_mutex_destroy(&w->mu);
     ckpt_stage_free(w->stage, w->stage_cap);
     ckpt_encoder_destroy(w->enc);
-    free(w->base);
     free(w->root);
     free(w);
+}
+
+static int check_geometry(const ckpt_shard_info_t *info)
+{
+    if (info->nshards == 0 || info->shard >= info->nshards ||
+        info->offset > info->total_size ||
+        info->raw_size > info->total_size - info->offset)
+        return ST_EINVAL;
+    return 0;
+}
+
+/*
+ * Count a submit and take the idle slot with a stage large enough
+ * (normally sized in advance by ckpt_writer_reserve(); when not, the
+ * allocation is part of the stall). Caller holds mu.
+ */
+static int claim(ckpt_writer_t *w, const ckpt_shard_info_t *info)
+{
+    w->stats.submitted++;
+    if (w->state != SLOT_IDLE) {
+        w->stats.skipped++;
+        return ST_AGAIN;
+    }
+    if (stage_reserve(w, info->raw_size) != 0) {
+        w->stats.skipped++;
+        return ST_ENOMEM;
+    }
+    return 0;
+}
+
+static void queue(ckpt_writer_t *w, const ckpt_shard_info_t *info,
+                  ckpt_writer_done_fn done, void *arg)
+{
+    w->info = *info;
+    w->done = done;
+    w->done_arg = arg;
+    w->state = SLOT_QUEUED;
+    pthread_cond_broadcast(&w->cv);
 }
 
 int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
                        const void *bytes, ckpt_writer_done_fn done,
                        void *arg)
 {
-    if (info->nshards == 0 || info->shard >= info->nshards ||
-        info->offset > info->total_size ||
-        info->raw_size > info->total_size - info->offset)
-        return ST_EINVAL;
+    int rc = check_geometry(info);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&w->mu);
-    w->stats.submitted++;
-    if (w->state != SLOT_IDLE) {
-        w->stats.skipped++;
-        pthread_mutex_unlock(&w->mu);
-        return ST_AGAIN;
-    }
-    /* Normally a no-op: ckpt_writer_reserve() sized it in advance. When
-     * not, the allocation is part of the stall, and counted as such. */
     uint64_t t0 = rd_now_ns();
-    if (stage_reserve(w, info->raw_size) != 0) {
-        w->stats.skipped++;
+    rc = claim(w, info);
+    if (rc != 0) {
         pthread_mutex_unlock(&w->mu);
-        return ST_ENOMEM;
+        return rc;
     }
     /* The snapshot: the one stall on the training path. The slot is IDLE
      * so the worker does not read stage now; holding the lock over the
      * copy only delays stats()/flush(), never the worker's writing. */
     memcpy(w->stage, bytes, info->raw_size);
     w->stats.last_stall_ns = rd_now_ns() - t0;
-    w->info = *info;
-    w->done = done;
-    w->done_arg = arg;
-    w->state = SLOT_QUEUED;
-    pthread_cond_broadcast(&w->cv);
+    queue(w, info, done, arg);
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+int ckpt_writer_submit_live(ckpt_writer_t *w, const ckpt_shard_info_t *info,
+                            const void *bytes, ckpt_writer_copied_fn copied,
+                            void *copied_arg, ckpt_writer_done_fn done,
+                            void *arg)
+{
+    int rc = check_geometry(info);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    rc = claim(w, info);
+    if (rc == 0) {
+        w->live = bytes;
+        w->copied = copied;
+        w->copied_arg = copied_arg;
+        queue(w, info, done, arg);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 int ckpt_writer_busy(ckpt_writer_t *w)

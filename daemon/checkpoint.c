@@ -9,7 +9,16 @@
  * node, so the successor can encode its predecessor's replica from its own
  * copy: no bytes cross the network for checkpoints and no collective is
  * needed, at the price of compressing 2/N of the state instead of 1/N.
- * The only stall on the training path is the two snapshot copies.
+ *
+ * The snapshot copies run on the writers' threads while the next step
+ * runs (ckpt_writer_submit_live), never on the main loop. A trainer reads
+ * its parameters until its optimizer step, which follows its step's
+ * collective, so the state stays as it was at the boundary as long as no
+ * collective of the next step is answered before both copies are done:
+ * coll_done holds a completed one until then (dmn__ckpt_hold), which is
+ * the only stall checkpoints put on the training path, and only when the
+ * copy is slower than the trainer's forward and backward pass. Trainers'
+ * mappings are not unmapped while a copy may read them (dmn__buf_unmap).
  *
  * When both of this node's files are written, two records may complete
  * the checkpoint:
@@ -44,6 +53,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -75,6 +85,51 @@ static void on_replica(void *arg, int status, const ckpt_shard_info_t *info,
     (void)file;
     (void)len;
     on_written(arg, 1, status, info);
+}
+
+static void on_copied(void *arg, const ckpt_shard_info_t *info)
+{
+    dmn_t *d = arg;
+    (void)info;
+    pthread_mutex_lock(&d->ckpt_mu);
+    d->ckpt_copied++;
+    pthread_mutex_unlock(&d->ckpt_mu);
+    uv_async_send(&d->ckpt_async);
+}
+
+int dmn__ckpt_hold(dmn_t *d, int status)
+{
+    if (!d->ckpt_copying || status != 0)
+        return 0;
+    if (!d->coll_held) {
+        d->stats.ckpt_holds++;
+        d->coll_held_ns = rd_now_ns();
+    }
+    d->coll_held = 1;
+    d->coll_held_status = status;
+    return 1;
+}
+
+/* Main loop: both copies of the last boundary are done? */
+static void check_copies(dmn_t *d)
+{
+    pthread_mutex_lock(&d->ckpt_mu);
+    uint32_t copied = d->ckpt_copied;
+    pthread_mutex_unlock(&d->ckpt_mu);
+    if (!d->ckpt_copying || copied < 2)
+        return;
+    d->ckpt_copying = 0;
+    uint64_t now = rd_now_ns();
+    double copy_ms = (double)(now - d->ckpt_copy_start_ns) / 1e6;
+    if (d->coll_held)
+        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; a "
+                "collective waited %.1f ms for it", copy_ms,
+                (double)(now - d->coll_held_ns) / 1e6);
+    else
+        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; "
+                "no collective waited", copy_ms);
+    dmn__held_release(d);
+    dmn__coll_release(d);
 }
 
 static int file_exists(const char *root, uint64_t step, const char *kind,
@@ -230,6 +285,7 @@ static void on_reported(void *arg, int status)
 static void on_ckpt_async(uv_async_t *h)
 {
     dmn_t *d = h->data;
+    check_copies(d);
     pthread_mutex_lock(&d->ckpt_mu);
     uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
     int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
@@ -295,6 +351,7 @@ void dmn__ckpt_stop(dmn_t *d)
         ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
         d->ckw[i] = NULL;
     }
+    d->ckpt_copying = 0; /* so the trainers' mappings can go */
     if (d->flags & DMN_F_CKPT_ASYNC_ON) {
         d->flags &= ~DMN_F_CKPT_ASYNC_ON;
         d->open_handles++;
@@ -348,15 +405,27 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
         return;
     }
     int rc[2];
+    pthread_mutex_lock(&d->ckpt_mu);
+    d->ckpt_copied = 0;
+    pthread_mutex_unlock(&d->ckpt_mu);
+    d->ckpt_copying = 1;
+    d->ckpt_copy_start_ns = rd_now_ns();
     for (int i = 0; i < 2; i++) {
         ckpt_shard_info_t in = {.step = step,
                                 .generation = d->view.generation,
                                 .shard = shard[i], .nshards = n,
                                 .total_size = bytes};
         ckpt_shard_range(bytes, n, shard[i], 4, &in.offset, &in.raw_size);
-        rc[i] = ckpt_writer_submit(d->ckw[i], &in, (char *)state + in.offset,
-                                   i ? on_replica : on_primary, d);
+        rc[i] = ckpt_writer_submit_live(d->ckw[i], &in,
+                                        (char *)state + in.offset, on_copied,
+                                        d, i ? on_replica : on_primary, d);
     }
+    /* A refused one copies nothing: count it as copied. */
+    pthread_mutex_lock(&d->ckpt_mu);
+    d->ckpt_copied += (rc[0] != 0) + (rc[1] != 0);
+    pthread_mutex_unlock(&d->ckpt_mu);
+    if (rc[0] != 0 && rc[1] != 0)
+        d->ckpt_copying = 0;
     if (rc[0] == 0 && rc[1] == 0) {
         d->ckpt_pending_step = step;
         d->ckpt_pending_n = n;

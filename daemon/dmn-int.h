@@ -152,6 +152,7 @@ typedef struct {
     uint64_t ckpt_taken;
     uint64_t ckpt_failed;
     uint64_t ckpt_skipped;
+    uint64_t ckpt_holds; /* collectives answered after a snapshot copy */
     uint64_t restores;
 } dmn_stats_t;
 
@@ -258,6 +259,13 @@ struct dmn {
     uint32_t ckpt_pending_n;
     uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
     size_t ckpt_reserved;        /* staging bytes the writers hold */
+    /* The writers copy the state while the next step runs; a collective
+     * that completes before both copies are done is answered after. */
+    int ckpt_copying;            /* live copies submitted, not done */
+    uint32_t ckpt_copied;        /* guarded by ckpt_mu: copies done */
+    int coll_held;               /* coll_done(coll_held_status) waits */
+    int coll_held_status;
+    uint64_t ckpt_copy_start_ns, coll_held_ns; /* since when */
 
     dmn_stats_t stats;
 };
@@ -295,6 +303,10 @@ void dmn__step_stall_start(dmn_t *d);
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
 /* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
 void dmn__held_release(dmn_t *d);
+/* 1 when coll_done must wait for the checkpoint copies (it is called
+ * again by dmn__ckpt_copies_done). */
+int dmn__ckpt_hold(dmn_t *d, int status);
+void dmn__coll_release(dmn_t *d);
 void dmn__step_on_view(void *arg, const job_view_t *view);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);

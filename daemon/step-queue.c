@@ -71,7 +71,8 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 {
-    if (!d->coll_in_flight) {
+    /* A checkpoint writer may be copying the state out of it. */
+    if (!d->coll_in_flight && !d->ckpt_copying) {
         munmap(addr, size);
         return;
     }
@@ -93,6 +94,8 @@ void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 
 void dmn__held_release(dmn_t *d)
 {
+    if (d->coll_in_flight || d->ckpt_copying)
+        return;
     for (uint32_t i = 0; i < d->nheld; i++)
         munmap(d->held[i].addr, d->held[i].size);
     d->nheld = 0;
@@ -106,6 +109,10 @@ void dmn__held_release(dmn_t *d)
 static void coll_done(void *arg, int status)
 {
     dmn_t *d = arg;
+    /* The trainer applies the result to its state next: not before the
+     * checkpoint of the last boundary has copied it. */
+    if (dmn__ckpt_hold(d, status))
+        return;
     d->coll_in_flight = 0;
     dmn__held_release(d);
     if (d->state != DMN_STEP_REDUCING)
@@ -160,6 +167,15 @@ static void coll_done(void *arg, int status)
         dmn__step_set_state(d, DMN_STEP_BROKEN);
     else
         try_launch(d); /* the next one queued: no round trip between */
+}
+
+/* The checkpoint copies are done: answer the collective they held. */
+void dmn__coll_release(dmn_t *d)
+{
+    if (!d->coll_held)
+        return;
+    d->coll_held = 0;
+    coll_done(d, d->coll_held_status);
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t esz)

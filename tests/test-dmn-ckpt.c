@@ -144,3 +144,68 @@ TEST_IMPL(dmn_ckpt_on_request)
     ASSERT_EQ(td_stop(&off, 30000), 0);
     return 0;
 }
+
+/*
+ * The snapshot copy overlaps the next step: the demo trainer writes its
+ * parameters (the state region) right after each step's allreduce, while
+ * the writers may still be copying the boundary's state. Every checkpoint
+ * the store keeps (at least one; how many depends on how many boundaries
+ * found the writers idle) must hold exactly the parameters after its
+ * step, which the trainer dumps itself (--dump), bit for bit.
+ */
+TEST_IMPL(dmn_ckpt_overlap_exact)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-ckpt-overlap");
+    char ckdir[512], dump[512], lg[512];
+    snprintf(ckdir, sizeof(ckdir), "%s", td_path(&t, "ck"));
+    snprintf(dump, sizeof(dump), "%s", td_path(&t, "p"));
+    snprintf(lg, sizeof(lg), "%s", td_path(&t, "t.log"));
+    const char *flags[] = {"--ckpt-dir", ckdir, "--ckpt-interval", "20",
+                           NULL};
+    ASSERT_OK(td_start(&t, flags));
+    /* A little compute per step, so that most boundaries find the
+     * writers idle (a busy one skips the checkpoint). */
+    const char *args[] = {"--steps", "300", "--step-delay-ms", "2",
+                          "--dump", dump, "--dump-every", "20", NULL};
+    int rc = td_exit_code(td_trainer(&t, args, lg), 60000);
+    if (rc != 0)
+        td_dump(lg);
+    ASSERT_EQ(rc, 0);
+    if (td_wait_file(t.log, "complete (", 30000) != 0) {
+        td_dump(t.log);
+        TEST_FAIL_("no checkpoint completed");
+    }
+    ASSERT_EQ(td_stop(&t, 30000), 0); /* the writers finish first */
+
+    char root[600];
+    snprintf(root, sizeof(root), "%s/standalone", ckdir);
+    uint64_t *steps;
+    size_t n;
+    ASSERT_OK(ckpt_store_list(root, &steps, &n));
+    ASSERT_GE(n, 1);
+    printf("%zu checkpoints kept, each equal to its step's dump\n", n);
+    for (size_t k = 0; k < n; k++) {
+        ckpt_manifest_t *m;
+        ASSERT_OK(ckpt_store_load_manifest(root, steps[k], &m));
+        char want_path[600];
+        snprintf(want_path, sizeof(want_path), "%s.%llu", dump,
+                 (unsigned long long)steps[k]);
+        size_t len;
+        char *want = td_read(want_path, &len);
+        ASSERT(want != NULL);
+        ASSERT_EQ(m->total_size, len);
+        ASSERT_EQ(m->nshards, 1);
+        char *got = malloc(len);
+        ASSERT(got != NULL);
+        ASSERT_OK(ckpt_store_read_shard(root, m, 0, got, NULL));
+        ASSERT_MSG(memcmp(got, want, len) == 0,
+                   "checkpoint of step %llu differs from the parameters "
+                   "after that step", (unsigned long long)steps[k]);
+        free(got);
+        free(want);
+        ckpt_manifest_free(m);
+    }
+    free(steps);
+    return 0;
+}
