@@ -63,6 +63,25 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 /* etcd refusing our credentials is a configuration problem an operator
  * must fix: retry slowly, saying so each time. */
 #define MB_RETRY_DENIED_MS 10000
+/* A fenced node's registration through an outage: each try is one
+ * refused connection per endpoint, and the cap is what it may wait past
+ * etcd's return, so it is lower than MB_RETRY_MAX_MS. */
+#define MB_REG_RETRY_MAX_MS 250
+
+/* A suspicion etcd has not taken yet (an outage), kept and tried again
+ * until it holds or is moot (mb-leader.c). */
+#define MB_SUSPECTS_MAX 8
+typedef struct {
+    mb_t *mb;
+    char node[MB_KEY_MAX];
+    char why[96];
+    int64_t lease;           /* the suspect's incarnation; 0: slot free */
+    int revoke;              /* revoke that lease ourselves */
+    int may_revoke;          /* mb_suspect, not mb_suspect_report */
+    int put_ok;              /* the suspect key is stored */
+    int revoked;             /* its lease is gone: done */
+    int inflight;            /* requests of this slot unanswered */
+} mb__sus_t;
 
 typedef struct {
     char *key;
@@ -132,6 +151,9 @@ struct mb {
 
     uv_timer_t ka_timer, fence_timer, retry_timer, settle_timer;
     uv_timer_t again_timer;  /* reconcile again after a failed request */
+    uv_timer_t sus_timer;    /* retry of the suspicions in sus[] */
+    mb__sus_t sus[MB_SUSPECTS_MAX];
+    long sus_retry_ms;
     int n_closing;
     int ka_inflight;
     unsigned ka_gen;
@@ -240,6 +262,8 @@ int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
 int mb__is_leader(mb_t *mb);
 void mb__campaign(mb_t *mb);
 void mb__handle_suspects(mb_t *mb);
+/* etcd answered: try the kept suspicions now, not at their backoff. */
+void mb__suspects_kick(mb_t *mb);
 void mb__schedule_settle(mb_t *mb);
 /* The stored view kv, parsed into v when a leader holding the job secret
  * wrote it (0); otherwise refused, logged, and left for the leader to

@@ -407,12 +407,204 @@ void mb__handle_suspects(mb_t *mb)
     mb->suspect_rev_done = done;
 }
 
-static void on_suspect_put(int status, const etcd_result_t *res,
-                           void *data)
+/*
+ * A suspicion made while etcd is down would be lost with its request,
+ * and a restarted etcd renews the dead node's lease for a full TTL: the
+ * next view would count it, or, when it led, the election would wait for
+ * its lease to run out. So each suspicion is kept in sus[] until etcd
+ * took it or it is moot, and tried again with a backoff, at once when
+ * etcd answers again. A report that failed once is acted on by its
+ * reporter too (it revokes the suspect's lease): meanwhile the leader may
+ * be the dead node, or this node may have been fenced and registered
+ * again, and a report under a lease the view does not name is ignored.
+ * Not so for mb_suspect_report, whose reporter may be the one at fault.
+ */
+static void sus_arm(mb_t *mb);
+
+static int view_names(const mb__view_t *v, const char *node, int64_t lease)
 {
+    for (size_t i = 0; i < v->n_members; i++)
+        if (v->members[i].lease == lease &&
+            strcmp(v->members[i].node, node) == 0)
+            return 1;
+    return 0;
+}
+
+/* Nothing left to do for the slot: done, or the view dropped it. */
+static int sus_moot(mb_t *mb, const mb__sus_t *p)
+{
+    if (mb->state == MB_IDLE || mb->state == MB_LEAVING ||
+        mb->state == MB_LEFT)
+        return 1;
+    if (!view_names(&mb->view, p->node, p->lease))
+        return 1; /* a later view dropped that incarnation */
+    return p->revoked || (p->put_ok && !p->revoke);
+}
+
+static void sus_free(mb__sus_t *p)
+{
+    if (p->inflight == 0)
+        p->lease = 0;
+}
+
+static void on_sus_put(int status, const etcd_result_t *res, void *data)
+{
+    mb__sus_t *p = data;
+    mb_t *mb = p->mb;
     (void)res;
-    (void)data;
-    (void)status; /* etcd logged a failure; the lease still bounds it */
+    p->inflight--;
+    if (status == 0) {
+        p->put_ok = 1;
+        mb->sus_retry_ms = MB_RETRY_MIN_MS;
+        if (sus_moot(mb, p))
+            sus_free(p);
+        return;
+    }
+    p->revoke = p->may_revoke; /* see above: the reporter acts on it */
+    sus_arm(mb);
+}
+
+static void on_sus_revoked(int status, const etcd_result_t *res, void *data)
+{
+    mb__sus_t *p = data;
+    mb_t *mb = p->mb;
+    (void)res;
+    p->inflight--;
+    if (status == 0 || status == -ENOENT) {
+        if (p->revoke)
+            RD_INFO("mb %s: the lease %llx of suspect %s is revoked",
+                    mb->me.node, (unsigned long long)p->lease, p->node);
+        p->revoke = 0;
+        p->revoked = 1; /* its record is gone: nothing left to report */
+        mb->sus_retry_ms = MB_RETRY_MIN_MS;
+        if (sus_moot(mb, p))
+            sus_free(p);
+        return;
+    }
+    sus_arm(mb);
+}
+
+static int sus_put(mb_t *mb, mb__sus_t *p)
+{
+    char key[MB_KEY_MAX], ls[32], mine[32], sig[MB_SIG_HEX];
+    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, p->node, 0, 0))
+        return ST_EINVAL;
+    snprintf(ls, sizeof(ls), "%lld", (long long)p->lease);
+    snprintf(mine, sizeof(mine), "%lld", (long long)mb->lease);
+    int rc = suspect_sign(mb, key, ls, mb->me.node, mine, sig);
+    if (rc != 0)
+        return rc;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "by", mb->me.node);
+    cJSON_AddStringToObject(o, "why", p->why);
+    cJSON_AddStringToObject(o, "lease", ls);
+    if (sig[0] != '\0') {
+        cJSON_AddStringToObject(o, "by_lease", mine);
+        cJSON_AddStringToObject(o, "sig", sig);
+    }
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
+                         on_sus_put, p)
+              : ST_ENOMEM;
+    free(json);
+    if (rc == 0)
+        p->inflight++;
+    return rc;
+}
+
+static void sus_revoke(mb_t *mb, mb__sus_t *p)
+{
+    if (etcd_lease_revoke(mb->etcd, p->lease, on_sus_revoked, p) == 0)
+        p->inflight++;
+}
+
+/* 1 when the stored view names us under the lease we hold: the leader
+ * takes a report signed only by such a member. */
+static int named_in_view(mb_t *mb)
+{
+    return mb__holds_lease(mb->state) && mb->lease != 0 &&
+           view_names(&mb->view, mb->me.node, mb->lease);
+}
+
+/* Send what a slot still needs: the key while the leader would take it
+ * from us, else the revoke, ours to do then. */
+static void sus_send(mb_t *mb, mb__sus_t *p)
+{
+    if (!p->put_ok && (!named_in_view(mb) || sus_put(mb, p) != 0))
+        p->revoke = p->may_revoke;
+    if (p->revoke)
+        sus_revoke(mb, p);
+}
+
+static void on_sus_timer(uv_timer_t *t)
+{
+    mb_t *mb = t->data;
+    int left = 0;
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
+        mb__sus_t *p = &mb->sus[i];
+        if (p->lease == 0 || p->inflight > 0)
+            continue;
+        if (sus_moot(mb, p)) {
+            sus_free(p);
+            continue;
+        }
+        sus_send(mb, p);
+        left = 1;
+    }
+    if (!left)
+        mb->sus_retry_ms = MB_RETRY_MIN_MS;
+}
+
+/* The next try of every kept suspicion after the backoff. */
+static void sus_arm(mb_t *mb)
+{
+    if (uv_is_active((uv_handle_t *)&mb->sus_timer))
+        return;
+    long ms = mb->sus_retry_ms;
+    mb->sus_retry_ms = ms * 2 > MB_RETRY_MAX_MS ? MB_RETRY_MAX_MS : ms * 2;
+    uv_timer_start(&mb->sus_timer, on_sus_timer, (uint64_t)ms, 0);
+}
+
+void mb__suspects_kick(mb_t *mb)
+{
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
+        if (mb->sus[i].lease != 0 && mb->sus[i].inflight == 0) {
+            mb->sus_retry_ms = MB_RETRY_MIN_MS;
+            uv_timer_start(&mb->sus_timer, on_sus_timer, 0, 0);
+            return;
+        }
+    }
+}
+
+/* The slot of (node, lease): the one already kept, else a free one;
+ * NULL when all are taken (the lease TTL still bounds that suspect). */
+static mb__sus_t *sus_slot(mb_t *mb, const char *node, int64_t lease)
+{
+    mb__sus_t *free_p = NULL;
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
+        mb__sus_t *p = &mb->sus[i];
+        if (p->lease == lease && strcmp(p->node, node) == 0)
+            return p;
+        if (free_p == NULL && p->lease == 0 && p->inflight == 0)
+            free_p = p;
+    }
+    if (free_p == NULL)
+        return NULL;
+    memset(free_p, 0, sizeof(*free_p));
+    free_p->mb = mb;
+    snprintf(free_p->node, sizeof(free_p->node), "%s", node);
+    free_p->lease = lease;
+    return free_p;
+}
+
+/* A suspected leader cannot act on it: it would keep its lease (and
+ * leadership) until the TTL runs out. Its lease is ours to revoke; its
+ * records go at once and a new leader is elected. */
+static int suspect_leads(mb_t *mb, const char *node, int64_t lease)
+{
+    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
+    return lk != NULL && lk->lease == lease && strcmp(lk->val, node) == 0;
 }
 
 static int suspect_put(mb_t *mb, const char *node, const char *why,
@@ -422,46 +614,36 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
     for (size_t i = 0; i < mb->view.n_members; i++)
         if (strcmp(mb->view.members[i].node, node) == 0)
             lease = mb->view.members[i].lease;
-    if (!mb__holds_lease(mb->state) || lease == 0) {
+    /* Fenced or registering again, the suspicion is kept for when etcd
+     * takes this node back. */
+    int kept = mb->state == MB_FENCED || mb->state == MB_REGISTERING;
+    if ((!mb__holds_lease(mb->state) && !kept) || lease == 0) {
         RD_ERROR("mb %s: cannot suspect %s (state %s, %s)", mb->me.node,
                  node, mb_state_name(mb->state),
                  lease ? "known" : "not in the current view");
         return ST_EINVAL;
     }
-    char key[MB_KEY_MAX], ls[32], mine[32], sig[MB_SIG_HEX];
-    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0))
-        return ST_EINVAL;
-    snprintf(ls, sizeof(ls), "%lld", (long long)lease);
-    snprintf(mine, sizeof(mine), "%lld", (long long)mb->lease);
-    int rc = suspect_sign(mb, key, ls, mb->me.node, mine, sig);
-    if (rc != 0)
-        return rc;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "by", mb->me.node);
-    cJSON_AddStringToObject(o, "why", why ? why : "");
-    cJSON_AddStringToObject(o, "lease", ls);
-    if (sig[0] != '\0') {
-        cJSON_AddStringToObject(o, "by_lease", mine);
-        cJSON_AddStringToObject(o, "sig", sig);
+    mb__sus_t *p = sus_slot(mb, node, lease);
+    if (p == NULL) {
+        RD_WARN("mb %s: suspects %s: %d suspicions already kept; its lease "
+                "bounds this one", mb->me.node, node, MB_SUSPECTS_MAX);
+        return -EAGAIN;
     }
-    char *json = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    RD_INFO("mb %s: suspects %s: %s", mb->me.node, node, why ? why : "");
-    rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
-                             on_suspect_put, mb)
-                  : ST_ENOMEM;
-    free(json);
-    /* A suspected leader cannot act on it: it would keep its lease (and
-     * leadership) until the TTL runs out. Revoke that incarnation's lease
-     * here; its records go at once and a new leader is elected. */
-    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
-    if (rc == 0 && may_revoke && lk != NULL && lk->lease == lease &&
-        strcmp(lk->val, node) == 0) {
-        RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
-                mb->me.node, node, (unsigned long long)lease);
-        etcd_lease_revoke(mb->etcd, lease, on_suspect_revoked, mb);
+    snprintf(p->why, sizeof(p->why), "%s", why ? why : "");
+    p->may_revoke |= may_revoke;
+    RD_INFO("mb %s: suspects %s: %s%s", mb->me.node, node, p->why,
+            kept ? " (kept until etcd takes this node back)" : "");
+    if (may_revoke && (kept || suspect_leads(mb, node, lease))) {
+        if (!kept)
+            RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
+                    mb->me.node, node, (unsigned long long)lease);
+        p->revoke = 1;
     }
-    return rc;
+    if (p->inflight == 0)
+        sus_send(mb, p);
+    if (kept)
+        sus_arm(mb);
+    return 0;
 }
 
 int mb_suspect(mb_t *mb, const char *node, const char *why)

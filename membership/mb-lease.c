@@ -47,8 +47,8 @@ static void schedule_retry_after(mb_t *mb, int status, const char *what)
     }
     uv_timer_start(&mb->retry_timer, on_retry_timer,
                    (uint64_t)mb->retry_ms, 0);
-    mb->retry_ms = mb->retry_ms * 2 > MB_RETRY_MAX_MS ? MB_RETRY_MAX_MS
-                                                      : mb->retry_ms * 2;
+    mb->retry_ms = mb->retry_ms * 2 > MB_REG_RETRY_MAX_MS
+                       ? MB_REG_RETRY_MAX_MS : mb->retry_ms * 2;
 }
 
 static void schedule_retry(mb_t *mb)
@@ -218,6 +218,7 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
         return;
     }
     keepalive_renewed(mb);
+    mb__suspects_kick(mb);
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
     probe_credentials(mb);
 }
@@ -272,6 +273,7 @@ static void on_granted(int status, const etcd_result_t *res, void *data)
     }
     mb->lease = res->lease_id;
     mb->me.lease = res->lease_id;
+    mb__suspects_kick(mb);
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
     char *json = mb__text_sign(mb, "node", mb->my_key,
                                mb__node_json(&mb->me, (int)getpid()));
@@ -303,6 +305,7 @@ static void on_old_revoked(int status, const etcd_result_t *res, void *data)
         schedule_retry_after(mb, status, "the old lease's revoke");
         return;
     }
+    mb__suspects_kick(mb); /* etcd is back: the dead go before the view */
     grant(mb);
 }
 

@@ -650,8 +650,9 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->ride_outage = cfg->ride_outage;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,
-                            &mb->again_timer};
-    for (int i = 0; i < 5; i++) {
+                            &mb->again_timer, &mb->sus_timer};
+    mb->sus_retry_ms = MB_RETRY_MIN_MS;
+    for (int i = 0; i < 6; i++) {
         uv_timer_init(loop, timers[i]);
         timers[i]->data = mb;
     }
@@ -757,7 +758,8 @@ void mb_destroy(mb_t *mb)
         return;
     mb__stop_watches(mb);
     etcd_destroy(mb->etcd);
-    mb->n_closing = 5;
+    mb->n_closing = 6;
+    uv_close((uv_handle_t *)&mb->sus_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->again_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->ka_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->fence_timer, mb_close_cb);

@@ -158,8 +158,12 @@ int mb_start(mb_t *mb);
 /*
  * Report that node failed (a ring neighbour's endpoint broke). The
  * leader revokes the suspect's lease, so it leaves the view at once
- * instead of after its TTL. why is stored for operators. Returns 0 when
- * the report was sent, ST_EINVAL when not registered or node unknown.
+ * instead of after its TTL. why is stored for operators. A report etcd
+ * does not take (an outage, or this node fenced meanwhile) is kept and
+ * sent again until it holds or a view drops that node; this node then
+ * revokes the suspect's lease itself. Returns 0 when the report was sent
+ * or kept, -EAGAIN when 8 are kept already, ST_EINVAL when not registered
+ * or node unknown.
  */
 int mb_suspect(mb_t *mb, const char *node, const char *why);
 /*

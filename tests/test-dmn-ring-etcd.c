@@ -153,3 +153,97 @@ TEST_IMPL(dmn_ring_etcd_hang)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/* The largest member count of the "mb NODE: view G, N members" lines in
+ * text; 0 when there is none. */
+static size_t views_max_members(const char *text, const char *node)
+{
+    char needle[64];
+    snprintf(needle, sizeof(needle), "mb %s: view ", node);
+    size_t most = 0;
+    for (const char *p = strstr(text, needle); p != NULL;
+         p = strstr(p + 1, needle)) {
+        unsigned long long g;
+        size_t n;
+        if (sscanf(p + strlen(needle), "%llu, %zu members", &g, &n) == 2 &&
+            n > most)
+            most = n;
+    }
+    return most;
+}
+
+/* A step of a generation above 1 in the hash log at path. */
+static int stepped_after_gen1(void *path)
+{
+    static td_hashes_t h;
+    td_read_hashes(path, &h);
+    for (int s = 0; s < TD_MAX_STEPS; s++)
+        if (h.have[s] && h.gen[s] > 1)
+            return 1;
+    return 0;
+}
+
+/*
+ * A daemon SIGKILLed together with etcd; etcd comes back on its data dir
+ * once both survivors fenced (their ring lost the dead node, so no
+ * collective completed for a lease TTL). The restarted etcd renews the
+ * dead node's lease for a full TTL; the survivors' suspicions of it,
+ * made while etcd was down, must still reach etcd, so no view written
+ * after etcd's return counts the dead node, and the survivors complete
+ * steps in a later generation as a job of two.
+ */
+TEST_IMPL(dmn_ring_etcd_dead_member)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    char h[2][300];
+    for (int i = 0; i < 2; i++)
+        snprintf(h[i], sizeof(h[i]), "%s", td_path(&c.d[i], "h0"));
+    ASSERT_OK(td_wait_file(h[0], "step 100 ", 60000));
+
+    fx_etcd_kill(&c.etcd);
+    th_kill(c.d[2].pid);
+    c.d[2].pid = 0;
+    th_kill(c.trainer[2][0]);
+    for (int i = 0; i < 2; i++)
+        ASSERT_MSG(td_wait_file(c.d[i].log, "-> FENCED", 15000) == 0,
+                   "n%d did not fence with its neighbour and etcd gone", i);
+    size_t off[2];
+    for (int i = 0; i < 2; i++) {
+        free(td_read(c.d[i].log, &off[i]));
+    }
+    fx_etcd_restart(&c.etcd);
+    for (int i = 0; i < 2; i++) {
+        int rc = td_poll(stepped_after_gen1, h[i], 30000);
+        if (rc != 0)
+            td_dump(c.d[i].log);
+        ASSERT_MSG(rc == 0, "n%d completed no step in a later view", i);
+    }
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *text = td_read(c.d[i].log, &len), node[8];
+        ASSERT(text != NULL && len >= off[i]);
+        snprintf(node, sizeof(node), "n%d", i);
+        size_t most = views_max_members(text + off[i], node);
+        if (most != 2)
+            td_dump(c.d[i].log);
+        ASSERT_MSG(most == 2, "n%d: a view after etcd's return has %zu "
+                   "members (the dead n2 counted)", i, most);
+        free(text);
+    }
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t hx;
+    td_read_hashes(h[0], &hx);
+    for (int s = 0; s < TD_MAX_STEPS; s++)
+        if (hx.have[s] && hx.gen[s] > 1)
+            ASSERT_EQ(hx.world[s], 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}

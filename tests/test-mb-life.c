@@ -150,6 +150,49 @@ TEST_IMPL(mb_suspect)
     return fx_done();
 }
 
+/* etcd did not take the report: it waits for its retry. */
+static int report_kept(void *arg)
+{
+    mb_t *mb = arg;
+    return uv_is_active((uv_handle_t *)&mb->sus_timer);
+}
+
+/*
+ * A suspicion made while etcd is down: a member dies (destroyed, as a
+ * crash) together with etcd, and its neighbour suspects it before etcd
+ * comes back on its data dir, which renews the dead member's lease for a
+ * full TTL (30 s, longer than the wait). The report is kept and sent
+ * again once etcd answers: the view without the dead member comes long
+ * before its lease could run out.
+ */
+TEST_IMPL(mb_suspect_outage)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 30, 3);
+    start_member(&m[1], "n2", "h", 30, 3);
+    start_member(&m[2], "n3", "h", 30, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    int victim = (leader + 1) % 3, reporter = (leader + 2) % 3;
+    fx_etcd_kill(&etcd_);
+    stop_member(&m[victim]);
+    ASSERT_OK(mb_suspect(m[reporter].mb, m[victim].name, "endpoint reset"));
+    ASSERT_MSG(fx_run_until_fn(&loop, report_kept, m[reporter].mb, 5000),
+               "the report did not fail with etcd down");
+    fx_etcd_restart(&etcd_);
+    member_t *rest[] = {&m[leader], &m[reporter]};
+    char list[64];
+    snprintf(list, sizeof(list), "%s %s ",
+             m[leader < reporter ? leader : reporter].name,
+             m[leader < reporter ? reporter : leader].name);
+    wait_view(rest, 2, list, 2, 10000);
+    ASSERT(!m[leader].fenced && !m[reporter].fenced);
+    teardown(m, 3);
+    return fx_done();
+}
+
 /* A dead leader cannot act on a suspicion of itself: the reporter
  * revokes its lease, so the view without it comes long before its TTL
  * (30 s here, longer than the wait) and another member leads. */
