@@ -23,6 +23,7 @@ FUZZ_SRCS_etcd := membership/etcd-json.c membership/etcd-watch.c \
                   membership/etcd.c membership/etcd-kv.c common/json.c
 FUZZ_SRCS_view := membership/mb-view.c membership/etcd-json.c common/json.c
 FUZZ_SRCS_ckpt := checkpoint/ckpt_codec.c checkpoint/ckpt_manifest.c \
+                  checkpoint/ckpt_file.c \
                   common/json.c
 FUZZ_SRCS_config := daemon/config.c
 FUZZ_COMMON := common/log.c tests/fuzz/fuzz-common.c
