@@ -227,18 +227,30 @@ static void expect_job_of_two(auth_job_t *j)
                    "member n%d was fenced", i);
 }
 
-/* The decimal lease in node's record, read as a foreign etcd client. */
-static long long record_lease(auth_job_t *j, const char *node)
+/* The value of the job's key (kind, node), read as a foreign etcd client
+ * would, into buf (trailing newlines dropped): its length. */
+static size_t read_key(auth_job_t *j, mb_key_t kind, const char *node,
+                       char *buf, size_t cap)
 {
-    char key[MB_KEY_MAX], cmd[1024], buf[2048];
-    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, node, 0, 0));
+    char key[MB_KEY_MAX], cmd[1024];
+    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, kind, node, 0, 0));
     snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
              "%s --print-value-only", j->etcd.url, key);
     FILE *p = popen(cmd, "r");
     ASSERT(p != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-    buf[n] = '\0';
+    size_t n = fread(buf, 1, cap - 1, p);
     pclose(p);
+    while (n > 0 && buf[n - 1] == '\n')
+        n--;
+    buf[n] = '\0';
+    return n;
+}
+
+/* The decimal lease in node's record, read as a foreign etcd client. */
+static long long record_lease(auth_job_t *j, const char *node)
+{
+    char buf[2048];
+    read_key(j, MB_KEY_NODE, node, buf, sizeof(buf));
     char *l = strstr(buf, "\"lease\":\"");
     ASSERT_MSG(l != NULL, "no lease in %s's record: %s", node, buf);
     return strtoll(l + 9, NULL, 10);
@@ -349,15 +361,8 @@ TEST_IMPL(dmn_auth_forged_suspect)
 /* The generation of the view stored in etcd. */
 static long long stored_generation(auth_job_t *j)
 {
-    char key[MB_KEY_MAX], cmd[1024], buf[4096];
-    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
-    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
-             "%s --print-value-only", j->etcd.url, key);
-    FILE *p = popen(cmd, "r");
-    ASSERT(p != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-    buf[n] = '\0';
-    pclose(p);
+    char buf[4096];
+    read_key(j, MB_KEY_VIEW, NULL, buf, sizeof(buf));
     char *g = strstr(buf, "\"generation\":");
     ASSERT_MSG(g != NULL, "no view in etcd: %s", buf);
     return strtoll(g + 13, NULL, 10);
@@ -366,18 +371,7 @@ static long long stored_generation(auth_job_t *j)
 /* The value of the view key, read as a foreign etcd client, into buf. */
 static size_t stored_view(auth_job_t *j, char *buf, size_t cap)
 {
-    char key[MB_KEY_MAX], cmd[1024];
-    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_VIEW, NULL, 0, 0));
-    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
-             "%s --print-value-only", j->etcd.url, key);
-    FILE *p = popen(cmd, "r");
-    ASSERT(p != NULL);
-    size_t n = fread(buf, 1, cap - 1, p);
-    pclose(p);
-    while (n > 0 && buf[n - 1] == '\n')
-        n--;
-    buf[n] = '\0';
-    return n;
+    return read_key(j, MB_KEY_VIEW, NULL, buf, cap);
 }
 
 /* 1 when a line of the log at path holds needle at level warn. */
@@ -646,16 +640,8 @@ static int inj_trainer(const char *sock)
 static size_t record_addr(auth_job_t *j, const char *node, uint8_t *addr,
                           size_t cap)
 {
-    char key[MB_KEY_MAX], cmd[1024];
     static char buf[8192];
-    ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_NODE, node, 0, 0));
-    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints=%s get "
-             "%s --print-value-only", j->etcd.url, key);
-    FILE *p = popen(cmd, "r");
-    ASSERT(p != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-    buf[n] = '\0';
-    pclose(p);
+    read_key(j, MB_KEY_NODE, node, buf, sizeof(buf));
     char *a = strstr(buf, "\"addr\":\"");
     ASSERT_MSG(a != NULL, "no addr in %s's record: %s", node, buf);
     a += 8;
