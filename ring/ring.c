@@ -621,10 +621,12 @@ static int64_t coll_loop(ring_t *r)
         if (coll_turn(r, &work))
             break;
         work += (int)tp_progress(r->tp);
-        /* Nothing arrived or left: sum local chunks the ring needs next
-         * instead of spinning. */
-        if (!work && r->coll.local != NULL)
-            work = ring__local_ahead(r);
+        /* One local chunk ahead a turn, after what arrived was applied
+         * and forwarded: while UCX moves the chunks in flight, the sums
+         * the next receives land on get ready, so a dependent send never
+         * waits for one (and an idle turn does useful work). */
+        if (r->coll.local != NULL)
+            work += ring__local_ahead(r);
         int64_t now = rd_now_ns();
         if (work) {
             if (coll_deadline(r, now)) /* another channel kept us busy */

@@ -156,8 +156,8 @@ int ring__local_publish(ring_chan_t *c)
 }
 
 /*
- * The ring is idle: fill the next chunk, up to those the posted receives
- * will accumulate into, so the sum is ready when they land instead of
+ * Once a turn: fill the next chunk, up to those the posted receives will
+ * accumulate into, so the sum is ready when they land instead of
  * delaying the send that depends on them.
  */
 int ring__local_ahead(ring_t *r)
