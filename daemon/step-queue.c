@@ -261,7 +261,8 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
  * trainer the collective runs in its buffer (zero-copy); with several the
  * backend reduces them into staging and writes the result back, on its
  * own thread (the ring backend chunk by chunk, as the ring goes); a fused
- * group always goes through staging, gathered and scattered there. Only a broadcast to several trainers copies here.
+ * group always goes through staging, gathered and scattered there. Only a
+ * broadcast to several trainers copies here.
  */
 static void launch(dmn_t *d)
 {
