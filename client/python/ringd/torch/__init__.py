@@ -113,7 +113,9 @@ def check(tensor, client=None):
     if tensor.device.type != "cpu":
         raise NotRingdMemory(
             "tensor on %s: ringd.torch reduces CPU tensors in ringd memory "
-            "(copy it into one from ringd.torch.empty())" % tensor.device)
+            "(copy it into one from ringd.torch.empty(); "
+            "DistributedOptimizer and elastic.State stage such tensors "
+            "themselves)" % tensor.device)
     if not tensor.is_contiguous():
         raise NotContiguous(
             "tensor of shape %s and strides %s is not contiguous: pass "
@@ -200,6 +202,7 @@ def step_end(client=None):
     _pick(client).step_end()
 
 
+from ringd.torch.staging import UnsupportedDevice  # noqa: E402,F401
 from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
     Compression, DistributedOptimizer, broadcast_optimizer_state,
     broadcast_parameters)
