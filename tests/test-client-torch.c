@@ -276,13 +276,16 @@ TEST_IMPL(client_python_torch_dopt_nodes)
  * logged after the step before), one of the first two is SIGKILLed
  * mid-run, the job carries on; on_reset saw the worlds 3 then 2; every
  * epoch completed saw each sample exactly once; the two survivors end
- * bitwise identical.
+ * bitwise identical. more: further flags of elastic_train.py for every
+ * trainer (NULL-ended); must: a line every trainer's log must hold, or
+ * NULL.
  */
-TEST_IMPL(client_python_elastic_kill_join)
+static int kill_join(const char *name, const char *const *more,
+                     const char *must)
 {
     char script[600];
     td_daemon_t t;
-    int rc = torch_env(&t, "client-pykill", script, sizeof(script));
+    int rc = torch_env(&t, name, script, sizeof(script));
     if (rc != 0)
         return rc;
     const char *flags[] = {"--trainers", "2", NULL};
@@ -290,8 +293,10 @@ TEST_IMPL(client_python_elastic_kill_join)
     char stop[300], tmp[320];
     snprintf(stop, sizeof(stop), "%s", td_path(&t, "stop"));
     snprintf(tmp, sizeof(tmp), "%s.tmp", stop);
-    const char *extra[] = {"--mode", "ringd", "--pace-ms", "20",
-                           "--stop-file", stop, NULL};
+    const char *extra[16] = {"--mode", "ringd", "--pace-ms", "20",
+                             "--stop-file", stop};
+    for (int i = 0; more[i] != NULL && i < 9; i++)
+        extra[6 + i] = more[i];
     pid_t a = train_py(&t, script, "a.log", extra);
     pid_t b = train_py(&t, script, "b.log", extra);
     ASSERT_OK(td_wait_file(td_path(&t, "b.log"), "step 5 ", 60000));
@@ -352,8 +357,33 @@ TEST_IMPL(client_python_elastic_kill_join)
     const char *chk[] = {"/usr/bin/python3", script, "--check", la, lb, lc,
                          NULL};
     ASSERT_EQ(py_ok(chk, td_path(&t, "check.out")), 0);
+    for (int i = 0; must != NULL && i < 3; i++) {
+        const char *log[3] = {la, lb, lc};
+        ASSERT_MSG(td_file_has(log[i], must), "no '%s' in %s", must,
+                   log[i]);
+    }
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
+}
+
+TEST_IMPL(client_python_elastic_kill_join)
+{
+    const char *more[] = {NULL};
+    return kill_join("client-pykill", more, NULL);
+}
+
+/*
+ * The same with nothing of the model in ringd memory (--staging): the
+ * gradients are staged through copies into the buckets and back, the
+ * State's tensors written into the region at every step's commit and
+ * copied out of it on the joiner. The joiner still gets the exact state
+ * (digest and Adam's step) a trainer logged, and the survivors end
+ * identical.
+ */
+TEST_IMPL(client_python_torch_staged_kill_join)
+{
+    const char *more[] = {"--staging", NULL};
+    return kill_join("client-pykills", more, "staged: 1 buckets, 16 tensors of the state");
 }
 
 /*
