@@ -408,6 +408,73 @@ TEST_IMPL(client_python_torch_staged_nodes)
     return fx_done();
 }
 
+/* Why the CUDA tests cannot run here, or NULL. */
+static const char *no_cuda(td_daemon_t *t)
+{
+    if (!py_imports("/usr/bin/python3",
+                    "import torch\nassert torch.cuda.is_available()",
+                    td_path(t, "cuda.log")))
+        return "/usr/bin/python3 has no torch with a GPU (no torch, a "
+               "CPU build, or torch.cuda.is_available() False); "
+               "tests/gpu/run.sh runs these where there is one";
+    return NULL;
+}
+
+/*
+ * The CUDA path (tests/gpu/torch-staging.sh runs it on a GPU machine):
+ * 2 nodes x 2 trainers with the model on the GPU (elastic_train.py
+ * --device cuda), gradients copied on a side stream into buckets
+ * page-locked with cudaHostRegister, the State's tensors copied into the
+ * region at each commit. Adam: the 4 replicas bitwise identical at every
+ * step, within 1e-4 of one CPU process (the GPU sums in another order);
+ * SGD with bf16 compression (cast on the device before the copy): within
+ * 1e-2 of it and at least 1e-5 from it.
+ */
+TEST_IMPL(client_python_torch_cuda_nodes)
+{
+    char script[600];
+    td_daemon_t t;
+    int rc = torch_env(&t, "client-pycuda", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    if (no_cuda(&t) != NULL)
+        TEST_SKIP_WHY("%s", no_cuda(&t));
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    fx_etcd_t etcd = {0};
+    fx_etcd_start(&etcd, 0);
+    static const char *cfg[2][5] = {{"adam", "none", "1e-4", "0", "pycu0"},
+                                    {"sgd", "bf16", "1e-2", "1e-5",
+                                     "pycu1"}};
+    for (int v = 0; v < 2; v++) {
+        static char logs[4][300], dg[MAX_STEPS][20];
+        const char *extra[] = {"--mode", "ringd", "--opt", cfg[v][0],
+                               "--compression", cfg[v][1],
+                               "--bucket-cap-mb", "0.0004", "--device",
+                               "cuda", NULL};
+        nodes_job(&etcd, cfg[v][4], script, extra, logs);
+        step_digests(logs, dg);
+        for (int j = 0; j < 4; j++)
+            ASSERT_MSG(td_file_has(logs[j], "staged: 3 buckets, "),
+                       "%s: not staged", logs[j]);
+        char ref[300], pt[320];
+        snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref.pt"));
+        const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
+                               "--world", "4", "--opt", cfg[v][0], "--out",
+                               ref, NULL};
+        ASSERT_EQ(py_ok(rargv, td_path(&t, "ref.out")), 0);
+        snprintf(pt, sizeof(pt), "%s.pt", logs[1]);
+        const char *near[] = {"/usr/bin/python3", script, "--compare", pt,
+                              ref, cfg[v][2], "--differ-by", cfg[v][3],
+                              NULL};
+        ASSERT_EQ(py_ok(near, td_path(&t, "cmp.out")), 0);
+        printf("# cuda %s %s: 4 replicas %s at step 29\n", cfg[v][0],
+               cfg[v][1], dg[29]);
+    }
+    return fx_done();
+}
+
 /*
  * elastic.run through a trainer killed and one joining: 2 trainers start,
  * a third joins (restored: it gets the model, Adam's moments and step
@@ -522,7 +589,21 @@ TEST_IMPL(client_python_elastic_kill_join)
 TEST_IMPL(client_python_torch_staged_kill_join)
 {
     const char *more[] = {"--staging", NULL};
-    return kill_join("client-pykills", more, "staged: 1 buckets, 16 tensors of the state");
+    return kill_join("client-pykills", more,
+                     "staged: 1 buckets, 16 tensors of the state");
+}
+
+/* The same with the model on the GPU (tests/gpu/torch-staging.sh). */
+TEST_IMPL(client_python_torch_cuda_kill_join)
+{
+    td_daemon_t t;
+    td_init(&t, "client-pykillc0");
+    if (python_unavailable("/usr/bin/python3") != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable("/usr/bin/python3"));
+    if (no_cuda(&t) != NULL)
+        TEST_SKIP_WHY("%s", no_cuda(&t));
+    const char *more[] = {"--device", "cuda", NULL};
+    return kill_join("client-pykillc", more, "staged: 1 buckets, ");
 }
 
 /*
