@@ -46,8 +46,9 @@ static inline void src_path(char *out, size_t len, const char *rel)
         snprintf(out, len, "%s/../../%s", th_bindir(), rel);
 }
 
-
-static inline int py_imports(const char *py, const char *module, const char *log)
+/* 1 if py can run the Python code `module` (an import, say) cleanly. */
+static inline int py_imports(const char *py, const char *module,
+                             const char *log)
 {
     const char *argv[] = {py, "-c", module, NULL};
     pid_t pid = th_spawn((char *const *)argv, log);
