@@ -10,8 +10,12 @@ bad arrays, 500 buffers in one step freed when dropped.
 dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
 DistributedOptimizer of 200 buckets, buckets split at module boundaries,
 500 tensors in one step freed when
-dropped, allreduce_async_ returning before the peer issued. Exits 0 and
-prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
+dropped, allreduce_async_ returning before the peer issued; the
+DistributedOptimizer staged (staging=True) equal to it bitwise.
+--part fakecuda: the CUDA staging logic (staging.Device) on CPU tensors
+with torch.cuda faked (fake_cuda.py), its calls checked against the
+CUDA protocol (check_cuda_log). Exits 0 and prints "PASS <part>", or
+"SKIP ..." when torch cannot be imported.
 """
 import argparse
 import gc

@@ -14,6 +14,10 @@ broadcast_ take only such tensors, contiguous, of a dtype ringd reduces;
 anything else raises NotContiguous, NotRingdMemory or UnsupportedDtype
 (ValueError, ValueError, TypeError) before the daemon sees it. A buffer is
 freed when no tensor over it is left (at the client's next call).
+DistributedOptimizer and elastic.State take tensors outside ringd memory
+too, CUDA ones included, and stage them through copies
+(ringd/torch/staging.py); a device they cannot stage raises
+UnsupportedDevice (ValueError) naming the tensor and its device.
 
 allreduce_async_() issues the reduction and returns at once with a
 Handle; the daemon runs it while the caller goes on (computing the rest
