@@ -365,9 +365,12 @@ TEST_IMPL(client_python_dtypes_and_freeing)
  * trainers, bf16 compression of a float32 bucket in place (the daemon's
  * wire) and of a float64 one through a cast, a DistributedOptimizer of
  * 200 buckets (past the cap on outstanding handles), buckets split at a
- * module boundary, 500 tensors in one step freed after, and
- * allreduce_async_ returning before the peer issued. Skips (and says so)
- * only when torch cannot be imported. */
+ * module boundary, the same model's optimizer staged (staging=True: .grad
+ * outside ringd memory, copied in and back) bitwise equal to the one in
+ * ringd memory with 2 passes a step and 3 buckets, bf16 through staging
+ * within 1e-2, UnsupportedDevice naming a meta parameter, 500 tensors in
+ * one step freed after, and allreduce_async_ returning before the peer
+ * issued. Skips (and says so) only when torch cannot be imported. */
 TEST_IMPL(client_python_torch_tensors)
 {
     return run_binding("torch");
