@@ -825,6 +825,8 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
         rc = ST_ENOMEM;
         goto err_mb;
     }
+    /* Named so per-thread CPU (top -H, /proc/PID/task) tells it apart. */
+    pthread_setname_np(b->thread, "ringd-ring");
     rc = mb_start(b->mb);
     if (rc != 0)
         goto err_thread;
