@@ -12,9 +12,17 @@ ways, in the same run, interleaved round by round:
 
 Each way runs --steps timed steps after --warmup untimed ones, --reps
 rounds; a way's figure is the median over every timed step of every
-round (rank 0's). Prints a TSV table, then the last line
-`torch: overhead_pct=<x> step_ms=<x> ddp_step_ms=<x>` (overhead: ringd
-over local). Needs `make all` (build/ringd, build/libringd.so) and etcd.
+round (rank 0's). Prints a TSV table, then a second one: the CPU time a
+step costs each class of process and thread of each way, summed over
+the way's processes (trainers' main threads and their other threads;
+ringd's daemons split into the main loop, the ring thread, UCX's async
+thread and the rest; the etcd the ringd way uses), sampled from
+/proc/PID/task/*/schedstat by each trainer just before its first and
+after its last timed step, a median over the rounds. Last line
+`torch: overhead_pct=<x> step_ms=<x> ddp_step_ms=<x> local_cpu_ms=<x>
+ringd_cpu_ms=<x> ddp_cpu_ms=<x>` (overhead: ringd over local; *_cpu_ms:
+all the way's processes' CPU per step). Needs `make all` (build/ringd,
+build/libringd.so) and etcd.
 
     /usr/bin/python3 bench/torch-overhead.py [--reps 5] [--steps 20]
         [--procs 4]
@@ -33,6 +41,56 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIMS = (1024, 4096, 4096, 1024)
+# The daemon's threads by name (ringd names its ring thread; UCX 1.13
+# names its progress thread "async"); any other is "other".
+DAEMON_THREADS = {"ringd-ring": "ring", "async": "ucx_async"}
+
+
+def task_times(pid):
+    """{tid: (comm, ns on a CPU, ns runnable waiting)} of a process's
+    live threads (a thread gone before the second sample is lost: only
+    short-lived helpers, e.g. a resolver, ever are)."""
+    base = "/proc/%d/task" % pid
+    out = {}
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open("%s/%s/comm" % (base, t)) as f:
+                comm = f.read().strip()
+            with open("%s/%s/schedstat" % (base, t)) as f:
+                run, wait = (int(x) for x in f.read().split()[:2])
+        except (OSError, ValueError):
+            continue
+        out[int(t)] = (comm, run, wait)
+    return out
+
+
+def thread_class(kind, pid, tid, comm):
+    if kind == "etcd":
+        return "etcd"
+    if tid == pid:
+        return kind + ".main"
+    if kind == "daemon":
+        return "daemon." + DAEMON_THREADS.get(comm, "other")
+    return kind + ".threads"
+
+
+def cpu_delta(watch, before, after):
+    """{class: [run ns, wait ns, threads]} between two samples of the
+    processes in watch ([(kind, pid)])."""
+    acc = {}
+    for (kind, pid), b, a in zip(watch, before, after):
+        for tid, (comm, run, wait) in a.items():
+            _, run0, wait0 = b.get(tid, (comm, 0, 0))
+            c = acc.setdefault(thread_class(kind, pid, tid, comm),
+                               [0, 0, 0])
+            c[0] += run - run0
+            c[1] += wait - wait0
+            c[2] += 1
+    return acc
 
 
 def model_and_data(torch, o):
@@ -72,7 +130,13 @@ def worker(o):
                 "gloo", init_method="tcp://127.0.0.1:%d" % o.port,
                 rank=o.rank, world_size=o.procs)
             m = torch.nn.parallel.DistributedDataParallel(m)
+    watch = [("trainer", os.getpid())]
+    watch += [("daemon", p) for p in o.daemon_pid]
+    watch += [("etcd", p) for p in o.etcd_pid]
+    before = None
     for i in range(o.warmup + o.steps):
+        if i == o.warmup:
+            before = [task_times(p) for _, p in watch]
         t0 = time.perf_counter()
         begin()
         opt.zero_grad()
@@ -81,8 +145,9 @@ def worker(o):
         end()
         if i >= o.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+    cpu = cpu_delta(watch, before, [task_times(p) for _, p in watch])
     with open(o.out, "w") as f:
-        json.dump(times, f)
+        json.dump({"times": times, "cpu": cpu}, f)
     return 0
 
 
@@ -125,7 +190,7 @@ class Bench:
         port = free_port()
         peer = free_port()
         self.etcd_url = "http://127.0.0.1:%d" % port
-        self.spawn(["etcd", "--name", "bench", "--data-dir",
+        self.etcd = self.spawn(["etcd", "--name", "bench", "--data-dir",
                     self.path("etcd"), "--listen-client-urls", self.etcd_url,
                     "--advertise-client-urls", self.etcd_url,
                     "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
@@ -163,7 +228,9 @@ class Bench:
         ds = []
         if way == "ringd":
             ds = self.daemons("tb%d-%d" % (os.getpid(), rnd), n)
-            extra = [["--socket", s] for _, s in ds]
+            extra = [["--socket", s, "--daemon-pid", str(p.pid)]
+                     for p, s in ds]
+            extra[0] += ["--etcd-pid", str(self.etcd.pid)]
         elif way == "ddp":
             port = free_port()
             extra = [["--port", str(port)] for _ in range(n)]
@@ -188,8 +255,16 @@ class Bench:
         for p, _ in ds:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
+        cpu = {}
+        for _, out in ws:
+            with open(out) as f:
+                for k, (run, wait, nthr) in json.load(f)["cpu"].items():
+                    c = cpu.setdefault(k, [0, 0, 0])
+                    c[0] += run
+                    c[1] += wait
+                    c[2] += nthr
         with open(ws[0][1]) as f:
-            return json.load(f)
+            return json.load(f)["times"], cpu
 
     def close(self):
         for p in self.procs:
@@ -205,6 +280,8 @@ def main():
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--socket")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--daemon-pid", type=int, action="append", default=[])
+    ap.add_argument("--etcd-pid", type=int, action="append", default=[])
     ap.add_argument("--out")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20)
@@ -224,9 +301,12 @@ def main():
     try:
         b.start_etcd()
         times = {"local": [], "ringd": [], "ddp": []}
+        cpus = {w: [] for w in times}   # per round: {class: [ns...]}
         for rnd in range(o.reps):
             for way in times:
-                times[way] += b.run_way(way, rnd)
+                t, cpu = b.run_way(way, rnd)
+                times[way] += t
+                cpus[way].append(cpu)
     finally:
         b.close()
     med = {w: statistics.median(t) for w, t in times.items()}
@@ -241,10 +321,34 @@ def main():
         print("%s\t%d\t%.1f\t%.1f\t%.1f\t%d" % (
             w, 1 if w == "local" else o.procs, med[w], min(t), max(t),
             len(t)))
-    print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f" % (
-        (med["ringd"] - med["local"]) * 100 / med["local"], med["ringd"],
-        med["ddp"]))
+    total = print_cpu(cpus, o.steps)
+    print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f "
+          "local_cpu_ms=%.1f ringd_cpu_ms=%.1f ddp_cpu_ms=%.1f" % (
+              (med["ringd"] - med["local"]) * 100 / med["local"],
+              med["ringd"], med["ddp"], total["local"], total["ringd"],
+              total["ddp"]))
     return 0
+
+
+def print_cpu(cpus, steps):
+    """The second table: per way and class, the CPU ms a step costs (all
+    the way's processes of the class together), the time its threads
+    waited runnable for a CPU, and its thread count, medians over the
+    rounds. Returns each way's total CPU ms a step (the median of the
+    rounds' totals)."""
+    print("way\tproc\tthreads\tcpu_ms_per_step\twait_ms_per_step")
+    total = {}
+    for w, rounds in cpus.items():
+        for k in sorted({k for r in rounds for k in r}):
+            per = [r.get(k, [0, 0, 0]) for r in rounds]
+            print("%s\t%s\t%d\t%.1f\t%.1f" % (
+                w, k, statistics.median(p[2] for p in per),
+                statistics.median(p[0] for p in per) / 1e6 / steps,
+                statistics.median(p[1] for p in per) / 1e6 / steps))
+        total[w] = statistics.median(
+            sum(c[0] for c in r.values()) for r in rounds) / 1e6 / steps
+        print("%s\ttotal\t-\t%.1f\t-" % (w, total[w]))
+    return total
 
 
 if __name__ == "__main__":
