@@ -154,8 +154,13 @@ struct ring {
     unsigned flags_out;    /* ring_set_flags: ORed into every send */
     unsigned flags_seen;   /* ours | those of every message applied */
     int flags_all;         /* last collective: flags_seen is every rank's */
+    /* Idle spells in a row shorter than spin_us, up to RING_SPIN_TRUST:
+     * the adaptive policy busy-polls only at RING_SPIN_TRUST. */
+    int spin_credit;
     ring_stats_t stats;
 };
+
+#define RING_SPIN_TRUST 2
 
 /* x mod n in [0, n), for negative x too. */
 static inline uint32_t ring__mod_n(int64_t x, uint32_t n)

@@ -554,17 +554,70 @@ void ring__coll_begin(ring_t *r, unsigned nchan)
 }
 
 /*
- * Idle: check the deadlines, then after spin_us sleep on the efd (at most
- * RING_SLEEP_MAX_MS, so deadlines are checked at least that often; an
- * abort wakes it through tp_signal). Returns 1 when a deadline fired.
+ * An idle spell of the collective loop: from the first turn without work
+ * to the next turn with some.
  */
-static int coll_idle(ring_t *r, int64_t now, int64_t last_work,
+typedef struct {
+    int64_t start;   /* 0: not idle */
+    int64_t spun_ns; /* busy-polled before the first sleep */
+    int slept;
+} ring_spell_t;
+
+/*
+ * How long this spell may busy-poll. Spinning pays when the next event
+ * comes within spin_us: it saves a sleep and a wakeup. When it does not
+ * (a late neighbour, or one waiting for a CPU on an oversubscribed
+ * machine), every spin_us spent is taken from the processes the ring
+ * waits for. So the adaptive policy spins only after RING_SPIN_TRUST
+ * spells in a row ended within spin_us (a single short one after a
+ * sleep may be luck), and a long spell blocks the next one at once.
+ */
+static int64_t spin_budget_ns(const ring_t *r)
+{
+    if (r->opts.spin_adaptive && r->spin_credit < RING_SPIN_TRUST)
+        return 0;
+    return (int64_t)r->opts.spin_us * 1000;
+}
+
+/* A spell ended with work at now: count it and learn from its length. */
+static void spell_end(ring_t *r, ring_spell_t *sp, int64_t now)
+{
+    if (!sp->slept) {
+        r->stats.spin_hits++;
+    } else {
+        r->stats.sleeps++;
+        if (sp->spun_ns >= (int64_t)r->opts.spin_us * 1000 &&
+            r->opts.spin_us > 0) {
+            r->stats.spin_misses++;
+            r->stats.spin_waste_us += (uint64_t)sp->spun_ns / 1000;
+        }
+    }
+    if (now - sp->start <= (int64_t)r->opts.spin_us * 1000) {
+        if (r->spin_credit < RING_SPIN_TRUST)
+            r->spin_credit++;
+    } else {
+        r->spin_credit = 0;
+    }
+    sp->start = 0;
+}
+
+/*
+ * Idle: check the deadlines, then, past the spell's spin budget, sleep on
+ * the efd (at most RING_SLEEP_MAX_MS, so deadlines are checked at least
+ * that often; an abort wakes it through tp_signal). Returns 1 when a
+ * deadline fired.
+ */
+static int coll_idle(ring_t *r, int64_t now, ring_spell_t *sp,
                      int64_t *wait_ns)
 {
     if (coll_deadline(r, now))
         return 1;
-    if (now - last_work < (int64_t)r->opts.spin_us * 1000)
+    if (now - sp->start < spin_budget_ns(r))
         return 0;
+    if (!sp->slept) {
+        sp->slept = 1;
+        sp->spun_ns = now - sp->start;
+    }
     int64_t t0 = rd_now_ns();
     tp_wait(r->tp, RING_SLEEP_MAX_MS);
     *wait_ns += rd_now_ns() - t0;
@@ -615,7 +668,8 @@ static int coll_turn(ring_t *r, int *work_p)
 /* Progress until the collective is over; returns the idle time in ns. */
 static int64_t coll_loop(ring_t *r)
 {
-    int64_t last_work = rd_now_ns(), wait_ns = 0, spin_t = 0;
+    int64_t wait_ns = 0, spin_t = 0;
+    ring_spell_t sp = {0};
     for (;;) {
         int work = 0;
         if (coll_turn(r, &work))
@@ -634,17 +688,22 @@ static int64_t coll_loop(ring_t *r)
             if (spin_t)
                 wait_ns += now - spin_t;
             spin_t = 0;
-            last_work = now;
+            if (sp.start)
+                spell_end(r, &sp, now);
             continue;
         }
         if (!spin_t)
             spin_t = now;
+        if (!sp.start)
+            sp = (ring_spell_t){.start = now};
         int64_t before = wait_ns;
-        if (coll_idle(r, now, last_work, &wait_ns))
+        if (coll_idle(r, now, &sp, &wait_ns))
             break;
         if (wait_ns != before)
             spin_t = rd_now_ns(); /* slept time is already counted */
     }
+    if (sp.start) /* the last turn's events ended the collective */
+        spell_end(r, &sp, rd_now_ns());
     return wait_ns;
 }
 

@@ -67,6 +67,8 @@ typedef struct {
     unsigned send_depth;  /* sends in flight per channel (default 4) */
     int deadline_ms;      /* no progress this long fails (default 2000) */
     int spin_us;          /* busy-poll this long before sleeping on efd */
+    int spin_adaptive;    /* 1 (default): busy-poll only while the last
+                             idle spells were shorter than spin_us */
     int bidirectional;    /* allreduce on two rings, half the data each */
     ring_wire_t wire;     /* compression of f32 allreduce */
     ring_fail_cb on_fail; /* called once with the suspect's rank */
@@ -262,6 +264,12 @@ typedef struct {
     uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
     uint64_t local_pipelined; /* ring_allreduce_local calls that reduced
                                  the sources chunk by chunk in the ring */
+    /* Idle spells of collectives (no work from UCX or the channels until
+     * the next event): */
+    uint64_t spin_hits;     /* ended by an event while busy-polling */
+    uint64_t sleeps;        /* slept on the efd at least once */
+    uint64_t spin_misses;   /* of those, busy-polled spin_us first */
+    uint64_t spin_waste_us; /* busy-polled in the misses, for nothing */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

@@ -5,6 +5,7 @@
  */
 #include "ring/ring-int.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ void ring_opts_default(ring_opts_t *o)
     o->send_depth = 4;
     o->deadline_ms = (int)env_long("RINGD_RING_DEADLINE_MS", 2000);
     o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
+    o->spin_adaptive = (int)env_long("RINGD_RING_SPIN_ADAPT", 1);
     o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
     o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
@@ -262,6 +264,7 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     r->rank = view->rank;
     r->left.rank = r->right.rank = view->rank;
     atomic_init(&r->abort_req, 0);
+    r->spin_credit = RING_SPIN_TRUST; /* spin until spells say otherwise */
     if ((rc = arena_setup(r)) != 0)
         goto err_arena;
     if (r->n > 1 && (rc = links_setup(r, view, unreachable_p)) != 0)
@@ -293,6 +296,13 @@ void ring_destroy(ring_t *r)
      */
     int force = r->state == RING_FAILED ||
                 atomic_load_explicit(&r->abort_req, memory_order_acquire);
+    const ring_stats_t *st = &r->stats;
+    if (st->collectives > 0)
+        RD_INFO("ring gen %" PRIu64 ": %" PRIu64 " collectives; idle "
+                "spells: %" PRIu64 " ended spinning, %" PRIu64 " slept (%"
+                PRIu64 " after %d us of spin, %" PRIu64 " us spun in vain)",
+                r->generation, st->collectives, st->spin_hits, st->sleeps,
+                st->spin_misses, r->opts.spin_us, st->spin_waste_us);
     links_close(r, force);
     /*
      * Requests UCX never completed still point at the slots (their

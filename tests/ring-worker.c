@@ -21,6 +21,11 @@
  *   abort    like big, but a second thread calls ring_abort() once the
  *            collective runs (rank 0 only)
  *   regen    four rings of successive generations in the same processes
+ *   spin     --iters broadcasts of 4 KiB from rank 1, which sleeps 10 ms
+ *            before each (a peer still computing); rank 0 checks the
+ *            bytes and its idle spells: with --spin-adapt 1 it busy-polls
+ *            in vain at most once, with 0 (the fixed policy) at least in
+ *            half of them
  *   local    every dtype x op x count (--counts) with --locals L local
  *            sources per rank (whole buffers, or --fused: three pieces
  *            each): ring_allreduce_local must leave every source and
@@ -33,6 +38,7 @@
  *          ring_hello each such ring needs before its first collective)
  *          --deadline-of R:MS (rank R only; wins over --deadline)
  *          --counts LIST --count N --iters K --expect-fail
+ *          --spin-adapt 0|1 (ring_opts_t.spin_adaptive)
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
  *          --host-size H (host key r / H) --expect-grid (matrix: every
  *          allreduce ran on the grid) --expect-rows R (matrix: its rows)
@@ -721,6 +727,54 @@ static void mode_regen(void)
 }
 
 /*
+ * A peer that is late for every collective: rank 0 only receives (n = 2,
+ * root 1), so each broadcast is one idle spell of about 10 ms on rank 0,
+ * longer than spin_us. The adaptive policy stops spinning after the
+ * first such spell; the fixed one spins spin_us in each before sleeping.
+ * Rank 0 may miss a wait when it is descheduled past rank 1's sleep, so
+ * the fixed policy is held to half of them, not all.
+ */
+static void mode_spin(void)
+{
+    enum { LEN = 4096 };
+    uint8_t buf[LEN];
+    if (W.n != 2)
+        DIE("spin: n must be 2");
+    for (int it = 0; it < W.iters; it++) {
+        if (W.rank == 1) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        for (size_t i = 0; i < LEN; i++)
+            buf[i] = W.rank == 1 ? pattern((uint32_t)it, i) : 0xEE;
+        int rc = ring_broadcast(W.ring, buf, LEN, 1);
+        if (rc != 0)
+            DIE("broadcast %d: %s", it, st_strerror(rc));
+        for (size_t i = 0; i < LEN; i++)
+            if (buf[i] != pattern((uint32_t)it, i))
+                DIE("broadcast %d: byte %zu", it, i);
+    }
+    fprintf(W.out, "spin %d ok\n", W.iters);
+    if (W.rank != 0)
+        return;
+    ring_stats_t st;
+    ring_stats(W.ring, &st);
+    uint64_t k = (uint64_t)W.iters;
+    fprintf(stderr, "spin adaptive=%d: %" PRIu64 " hits, %" PRIu64
+            " sleeps, %" PRIu64 " misses, %" PRIu64 " us in vain\n",
+            W.opts.spin_adaptive, st.spin_hits, st.sleeps, st.spin_misses,
+            st.spin_waste_us);
+    if (st.sleeps < k / 2)
+        DIE("spin: %" PRIu64 " of %" PRIu64 " waits slept", st.sleeps, k);
+    if (W.opts.spin_adaptive && st.spin_misses > 1)
+        DIE("spin: adaptive policy spun in vain %" PRIu64 " times in %"
+            PRIu64 " late broadcasts", st.spin_misses, k);
+    if (!W.opts.spin_adaptive && st.spin_misses < k / 2)
+        DIE("spin: fixed policy spun in vain only %" PRIu64 " times in %"
+            PRIu64 " late broadcasts", st.spin_misses, k);
+}
+
+/*
  * A late rank: the ring runs with a 500 ms deadline (--deadline), but the
  * first collective gets 5 s and rank 1 enters it 1 s late; then the short
  * deadline holds again.
@@ -953,6 +1007,8 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--expect-rows"))
             W.expect_rows = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;
+        else if (!strcmp(a, "--spin-adapt"))
+            W.opts.spin_adaptive = atoi(v), i++;
         else if (!strcmp(a, "--locals"))
             W.locals = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--fused")) W.fused = 1;
@@ -994,6 +1050,8 @@ int main(int argc, char **argv)
         mode_late();
     else if (!strcmp(W.mode, "local"))
         mode_local();
+    else if (!strcmp(W.mode, "spin"))
+        mode_spin();
     else
         DIE("unknown mode %s", W.mode);
     /*

@@ -288,6 +288,18 @@ TEST_IMPL(ring_deadline_late_n3)
     return 0;
 }
 
+/*
+ * The adaptive spin: a peer late for every collective costs no busy
+ * polling after the first wait, where the fixed policy (the premise
+ * check) spins spin_us in most of them; the bytes arrive either way.
+ */
+TEST_IMPL(ring_spin_late_n2)
+{
+    run_ok(2, "spin", "--iters 20 --spin-adapt 1", "tcp", 0);
+    run_ok(2, "spin", "--iters 20 --spin-adapt 0", "tcp", 0);
+    return 0;
+}
+
 TEST_IMPL(ring_forged_n2)
 {
     run_ok(2, "forge", "--counts 1000", "tcp", 0);
