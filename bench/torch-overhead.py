@@ -44,6 +44,8 @@ DIMS = (1024, 4096, 4096, 1024)
 # The daemon's threads by name (ringd names its ring thread; UCX 1.13
 # names its progress thread "async"); any other is "other".
 DAEMON_THREADS = {"ringd-ring": "ring", "async": "ucx_async"}
+# Variants of the ringd way: the daemons' environment.
+WAY_ENV = {"ringd-fixed": {"RINGD_RING_SPIN_ADAPT": "0"}}
 
 
 def task_times(pid):
@@ -177,9 +179,9 @@ class Bench:
                         UCX_NET_DEVICES="lo", UCX_TCP_CM_REUSEADDR="y",
                         UCX_WARN_UNUSED_ENV_VARS="n")
 
-    def spawn(self, argv, log):
-        p = subprocess.Popen(argv, env=self.env, stdout=open(log, "w"),
-                             stderr=subprocess.STDOUT)
+    def spawn(self, argv, log, env=None):
+        p = subprocess.Popen(argv, env=dict(self.env, **(env or {})),
+                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
 
@@ -207,7 +209,7 @@ class Bench:
                 return False
         wait_for(up, "etcd listening")
 
-    def daemons(self, job, nodes=2):
+    def daemons(self, job, nodes=2, env=None):
         ds = []
         for n in "abcdefgh"[:nodes]:
             sock = self.path("%s-%s.sock" % (job, n))
@@ -215,8 +217,8 @@ class Bench:
                 [os.path.join(ROOT, self.o.build, "ringd"), "--etcd",
                  self.etcd_url, "--job", job, "--node-id", n, "--socket",
                  sock, "--trainers", "1", "--min-nodes", str(nodes),
-                 "--metrics", "off"], self.path("%s-%s.log" % (job, n))),
-                sock))
+                 "--metrics", "off"], self.path("%s-%s.log" % (job, n)),
+                env), sock))
         for _, sock in ds:
             wait_for(lambda: os.path.exists(sock), "ringd socket " + sock)
         return ds
@@ -226,8 +228,9 @@ class Bench:
         n = 1 if way == "local" else o.procs
         extra = [[] for _ in range(n)]
         ds = []
-        if way == "ringd":
-            ds = self.daemons("tb%d-%d" % (os.getpid(), rnd), n)
+        if way.startswith("ringd"):
+            ds = self.daemons("tb%d-%d%s" % (os.getpid(), rnd, way[5:]), n,
+                              WAY_ENV.get(way))
             extra = [["--socket", s, "--daemon-pid", str(p.pid)]
                      for p, s in ds]
             extra[0] += ["--etcd-pid", str(self.etcd.pid)]
@@ -238,8 +241,8 @@ class Bench:
         for r in range(n):
             out = self.path("%s-%d-%d.json" % (way, rnd, r))
             argv = [sys.executable, os.path.abspath(__file__), "--worker",
-                    way, "--rank", str(r), "--out", out, "--batch",
-                    str(o.batch), "--steps", str(o.steps), "--warmup",
+                    way.split("-")[0], "--rank", str(r), "--out", out,
+                    "--batch", str(o.batch), "--steps", str(o.steps), "--warmup",
                     str(o.warmup), "--threads", str(o.threads),
                     "--procs", str(n)] + extra[r]
             ws.append((self.spawn(argv, out + ".log"), out))
@@ -271,7 +274,10 @@ class Bench:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.o.keep:
+            print("torch-overhead: kept %s" % self.tmp, file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def main():
@@ -293,14 +299,22 @@ def main():
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per process (the same for all)")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--ways", default="local,ringd,ddp",
+                    help="the ways to run, of local,ringd,ddp (the last "
+                    "line needs all three) and ringd-fixed (ringd with "
+                    "the fixed spin policy, to compare)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the temporary directory (logs), say where")
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
     o = ap.parse_args()
     if o.worker:
         return worker(o)
+    if not set(o.ways.split(",")) <= {"local", "ringd", "ddp"} | set(WAY_ENV):
+        ap.error("--ways: of local, ringd, ddp, " + ", ".join(WAY_ENV))
     b = Bench(o)
     try:
         b.start_etcd()
-        times = {"local": [], "ringd": [], "ddp": []}
+        times = {w: [] for w in o.ways.split(",")}
         cpus = {w: [] for w in times}   # per round: {class: [ns...]}
         for rnd in range(o.reps):
             for way in times:
@@ -322,6 +336,8 @@ def main():
             w, 1 if w == "local" else o.procs, med[w], min(t), max(t),
             len(t)))
     total = print_cpu(cpus, o.steps)
+    if set(times) != {"local", "ringd", "ddp"}:
+        return 0
     print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f "
           "local_cpu_ms=%.1f ringd_cpu_ms=%.1f ddp_cpu_ms=%.1f" % (
               (med["ringd"] - med["local"]) * 100 / med["local"],
