@@ -1,5 +1,6 @@
 /*
- * test-chaos.c - a quick seeded chaos run inside the suite: chaos/chaos.sh
+ * test-chaos.c - the etcd start of chaos/cluster.sh against a taken port,
+ * and a quick seeded chaos run inside the suite: chaos/chaos.sh
  * -s 1 -f 3 --quick (daemon kill + restart, hang by SIGSTOP, scale up only:
  * the faults that recover the same way every time) on 4 nodes in network
  * namespaces, bounded by timeout(1) well inside the runner's timeout so the
@@ -9,9 +10,12 @@
  * least one older checkpoint restored besides the newest). Needs root
  * (namespaces); skips otherwise, and under the sanitizers.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,5 +111,134 @@ TEST_IMPL(chaos_quick)
     ASSERT_GE(older, 1);
     th_rmtree(dir);
     free(dir);
+    return 0;
+}
+
+/* The repository's root, from the test binary's directory (build/ or
+ * build/asan/). */
+static const char *repo_root(void)
+{
+    static char root[600];
+    snprintf(root, sizeof(root), "%s/..", th_bindir());
+    char probe[700];
+    snprintf(probe, sizeof(probe), "%s/chaos/cluster.sh", root);
+    if (access(probe, R_OK) != 0)
+        snprintf(root, sizeof(root), "%s/../..", th_bindir());
+    return root;
+}
+
+/* A whole file, NUL-terminated (caller frees); NULL if unreadable. */
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b != NULL) {
+        n += fread(b + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *nb = realloc(b, cap *= 2);
+        if (nb == NULL)
+            free(b);
+        b = nb;
+    }
+    fclose(f);
+    if (b != NULL)
+        b[n] = 0;
+    return b;
+}
+
+/* A listening socket on 127.0.0.1 (kept open by the caller); its port. */
+static int hold_port(int *fd_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof(a)));
+    ASSERT_OK(listen(fd, 1));
+    ASSERT_OK(getsockname(fd, (struct sockaddr *)&a, &len));
+    *fd_p = fd;
+    return ntohs(a.sin_port);
+}
+
+/*
+ * chaos/cluster.sh's etcd start (rd_start_etcd, or rd_start_etcd3 with
+ * three=1) against a port taken between its choice and etcd's bind: the
+ * test listens on a port and makes the busy_at-th port rd_free_port
+ * picks that one (the race it cannot see: free when checked, taken when
+ * etcd binds). The start must try other ports, come up healthy on them
+ * and say so. The script kills its etcds by pid on exit.
+ */
+static void etcd_port_taken(int three, int busy_at)
+{
+    int hold;
+    int busy = hold_port(&hold);
+    char *dir = th_mkdtemp("chaos-etcdport");
+    ASSERT(dir != NULL);
+    char script[4096], log[700];
+    snprintf(log, sizeof(log), "%s/out.log", dir);
+    snprintf(script, sizeof(script),
+             "set -u; cd '%s' || exit 3\n"
+             "T='%s'; NETNS=0; PIDS=(); ETCD_SECURE=0\n"
+             "die() { echo \"die: $*\"; exit 1; }\n"
+             "trap 'for p in \"${PIDS[@]}\"; do kill -9 $p 2>/dev/null;"
+             " wait $p 2>/dev/null; done' EXIT\n"
+             ". chaos/cluster.sh\n"
+             "eval \"orig_$(declare -f rd_free_port)\"\n"
+             "rd_free_port() {\n"
+             "    local n=$(( $(cat \"$T/n\" 2>/dev/null || echo 0) + 1 ))\n"
+             "    echo $n >\"$T/n\"\n"
+             "    if [ $n = %d ]; then echo %d; else orig_rd_free_port; fi\n"
+             "}\n"
+             "if [ %d = 1 ]; then rd_start_etcd3 porttest; P=(${EPS[@]});\n"
+             "else rd_start_etcd porttest; P=($EP); fi\n"
+             "for p in ${P[@]}; do rd_wait_etcd 5 $p || die \"$p not healthy\";"
+             " echo \"port $p healthy\"; done\n"
+             "echo done\n",
+             repo_root(), dir, busy_at, busy, three);
+    char *argv[] = {"/bin/bash", "-c", script, NULL};
+    pid_t pid = th_spawn(argv, log);
+    ASSERT(pid > 0);
+    int status = 0;
+    ASSERT_OK(th_wait(pid, 60000, &status));
+    close(hold);
+    char *out = read_all(log);
+    ASSERT(out != NULL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "%s", out);
+    ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the etcd start failed on a taken port (status %d)", status);
+    ASSERT_MSG(strstr(out, "were taken (try 1 of") != NULL,
+               "the start did not say it retried:\n%s", out);
+    char busy_line[64];
+    snprintf(busy_line, sizeof(busy_line), "port %d healthy", busy);
+    ASSERT_MSG(strstr(out, busy_line) == NULL, "etcd on the taken port?");
+    int healthy = 0;
+    for (const char *p = out; (p = strstr(p, " healthy\n")) != NULL; p++)
+        healthy++;
+    ASSERT_EQ(healthy, three ? 3 : 1);
+    ASSERT(strstr(out, "\ndone\n") != NULL);
+    free(out);
+    th_rmtree(dir);
+    free(dir);
+}
+
+TEST_IMPL(chaos_etcd_port_taken)
+{
+    if (access("/usr/bin/etcd", X_OK) != 0)
+        TEST_SKIP_WHY("needs /usr/bin/etcd");
+    etcd_port_taken(0, 1);
+    return 0;
+}
+
+TEST_IMPL(chaos_etcd3_port_taken)
+{
+    if (access("/usr/bin/etcd", X_OK) != 0)
+        TEST_SKIP_WHY("needs /usr/bin/etcd");
+    etcd_port_taken(1, 2);
     return 0;
 }
