@@ -118,7 +118,9 @@ STRICT=${CHAOS_STRICT:-1}
 T=$(mktemp -d /tmp/ringd-chaos.XXXXXX)
 PREFIX="ch$$"
 PREFIX=${PREFIX:0:8}
-MAXSLOT=$(( NODES + FAULTS + 1 ))
+# Every new node is a fresh host: a fault makes at most 4 (kill_adjacent
+# with two nodes added first, then two replacements).
+MAXSLOT=$(( NODES + 4 * FAULTS + 1 ))
 [ "$MAXSLOT" -gt 50 ] && MAXSLOT=50
 PIDS=()
 NETNS=0
@@ -704,6 +706,26 @@ sd_check() {
         "skipped (the previous one still being written); newest complete checkpoint now" \
         "$(newest_ckpt); generation $g0 -> $g1"
 }
+# grow_first KIND MIN: a kind that needs MIN live nodes finds fewer (the
+# plan's scale_downs and kill_adjacents drift the count down): start
+# nodes until there are MIN, each awaited to its first step, so that no
+# kind of the plan is ever skipped for want of nodes. Not faults; counted
+# per kind in GREW. 1 (a hang) when an added node made no step.
+declare -A GREW
+grow_first() {
+    local kind=$1 min=$2 a0 n
+    while [ ${#LIVE[@]} -lt "$min" ]; do
+        a0=$(now_ms); start_node 1; n=$REPLY
+        log "fault $kind: $(( ${#LIVE[@]} - 1 )) nodes, $min needed: node$n started first"
+        if ! until_step "$n" 0 "$a0"; then
+            HANGS=$((HANGS + 1))
+            log "  $kind: HANG: the added node$n made no step within ${RECOVER_S}s"
+            return 1
+        fi
+        GREW[$kind]=$(( ${GREW[$kind]:-0} + 1 ))
+        log "  node$n joined: step ${REPLY% *}, $(( ${REPLY#* } - a0 )) ms after its start"
+    done
+}
 OTHER_BAD=()
 
 for f in "${PLAN[@]}"; do
@@ -733,15 +755,10 @@ for f in "${PLAN[@]}"; do
             log "fault $kind: skipped (${CKPT_NOTE:-no tmpfs})"; continue
         fi ;;
     scale_down)
-        if [ ${#LIVE[@]} -le 2 ]; then
-            skip "$kind" "2 nodes left"
-            log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
-        fi ;;
+        grow_first "$kind" 3 || break ;;
     kill_adjacent)
-        if [ ${#LIVE[@]} -le 3 ]; then
-            skip "$kind" "3 nodes or fewer left"
-            log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
-        fi ;;
+        # Two of three or fewer killed would leave a ring of one.
+        grow_first "$kind" 4 || break ;;
     daemon_etcd)
         if [ "$ETCD3" = 1 ]; then
             skip "$kind" "3-member etcd"

@@ -242,3 +242,69 @@ TEST_IMPL(chaos_etcd3_port_taken)
     etcd_port_taken(1, 2);
     return 0;
 }
+
+/*
+ * No kind is skipped for want of nodes: from 2 nodes, a scale_down (which
+ * needs 3) and a kill_adjacent (which needs 4) each start nodes first
+ * until they can run, in one quick round of both kinds on loopback.
+ * Before, both were skipped ("2 nodes left", "3 nodes or fewer left").
+ */
+TEST_IMPL(chaos_kill_adjacent_adds_node)
+{
+    if (SAN_BUILD)
+        TEST_SKIP_WHY("sanitizer build: the chaos run takes minutes there "
+                      "and its daemons are the plain build's");
+    if (access("/usr/bin/etcd", X_OK) != 0 ||
+        access("/usr/bin/timeout", X_OK) != 0)
+        TEST_SKIP_WHY("needs /usr/bin/etcd and /usr/bin/timeout");
+    char script[700];
+    snprintf(script, sizeof(script), "%s/chaos/chaos.sh", repo_root());
+    ASSERT_MSG(access(script, X_OK) == 0, "chaos/chaos.sh not found");
+    char *dir = th_mkdtemp("chaos-grow");
+    ASSERT(dir != NULL);
+    char log[700];
+    snprintf(log, sizeof(log), "%s/chaos.log", dir);
+    setenv("BUILD", th_bindir(), 1);
+    setenv("CHAOS_NETNS", "0", 1);
+    setenv("CHAOS_CKPT_INTERVAL", "0", 1);
+    setenv("ETCD_SECURE", "0", 1);
+    /* Loopback steps are fast: enough of them for both faults. */
+    setenv("CHAOS_STEPS_PER_FAULT", "10000", 1);
+    char *argv[] = {"/usr/bin/timeout", "-k", "10", "150", script, "-s", "3",
+                    "-n", "2", "-f", "2", "--quick", "--kinds",
+                    "scale_down,kill_adjacent", NULL};
+    pid_t pid = th_spawn(argv, log);
+    ASSERT(pid > 0);
+    int status = 0;
+    ASSERT_OK(th_wait(pid, 180 * 1000, &status));
+    char *out = read_all(log);
+    ASSERT(out != NULL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "%s", out);
+    ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "chaos.sh exited with status %d", status);
+    ASSERT_MSG(strstr(out, ": skipped (only ") == NULL,
+               "a kind was skipped for want of nodes");
+    long n;
+    const char *row = strstr(out, "\n  scale_down ");
+    ASSERT_MSG(row != NULL && sscanf(row, "\n  scale_down %ld", &n) == 1 &&
+               n == 1, "scale_down was not injected once");
+    row = strstr(out, "\n  kill_adjacent ");
+    ASSERT_MSG(row != NULL && sscanf(row, "\n  kill_adjacent %ld", &n) == 1 &&
+               n == 1, "kill_adjacent was not injected once");
+    ASSERT(strstr(out, "  scale_down: too few nodes for it") != NULL);
+    ASSERT(strstr(out, "  kill_adjacent: too few nodes for it") != NULL);
+    const char *last = strstr(out, "chaos: faults=");
+    ASSERT(last != NULL);
+    long faults, recovered, hangs;
+    ASSERT(field(last, "faults=", &faults) == 0 &&
+           field(last, "recovered=", &recovered) == 0 &&
+           field(last, "hangs=", &hangs) == 0);
+    ASSERT_EQ(faults, 2);
+    ASSERT_EQ(recovered, 2);
+    ASSERT_EQ(hangs, 0);
+    free(out);
+    th_rmtree(dir);
+    free(dir);
+    return 0;
+}
