@@ -492,6 +492,15 @@ later() {
     HELPER=$!; HELPERS+=($!)
 }
 settle() { wait "$HELPER" 2>/dev/null; }
+# stop_for PID MS: SIGSTOP PID now, SIGCONT it MS after the fault, in a
+# helper (`settle` waits for it); a stray SIGCONT meanwhile is undone and
+# counted in $T/cont (rd_stop_until, cluster.sh).
+stop_for() {
+    rd_stop_until "$1" $(( fms + $2 )) "$T/cont"
+    HELPERS+=("$HELPER")
+}
+# Stray SIGCONTs stop_for has undone so far.
+stray_conts() { [ -f "$T/cont" ] && wc -l <"$T/cont" || echo 0; }
 pick() { # pick R: a live slot from the seeded draw
     REPLY=${LIVE[$(( $1 % ${#LIVE[@]} ))]}
 }
@@ -824,8 +833,7 @@ for f in "${PLAN[@]}"; do
         # evicted; the job waits. Recovery is the first step after it.
         g0=$(gen_at "$fms")
         log "fault $kind: SIGSTOP node$v's trainer for 12 s (step $pre)"
-        kill -STOP "${TPID[$v]}"
-        later 12000 kill -CONT "${TPID[$v]}"
+        stop_for "${TPID[$v]}" 12000
         settle
         record "$kind" "$fms" "" "$pre"
         g1=$(gen_at "$(now_ms)")
@@ -839,8 +847,7 @@ for f in "${PLAN[@]}"; do
         # others go on; resumed 5 s later, it rejoins.
         ms=$(( STEP_TIMEOUT_MS + 5000 ))
         log "fault $kind: SIGSTOP node$v's trainer for $((ms / 1000)) s (step $pre)"
-        kill -STOP "${TPID[$v]}"
-        later "$ms" kill -CONT "${TPID[$v]}"
+        stop_for "${TPID[$v]}" "$ms"
         drop_live "$v"
         record "$kind" "$fms" "$v" "$pre"
         settle; LIVE+=("$v"); log "  node$v's trainer continued"
@@ -865,8 +872,7 @@ for f in "${PLAN[@]}"; do
         ;;
     hang_daemon)
         log "fault $kind: SIGSTOP node$v's daemon for 3 s (step $pre)"
-        kill -STOP "${DPID[$v]}"
-        later 3000 kill -CONT "${DPID[$v]}"
+        stop_for "${DPID[$v]}" 3000
         drop_live "$v"
         record "$kind" "$fms" "$v" "$pre"
         settle; LIVE+=("$v"); log "  node$v's daemon continued"

@@ -222,6 +222,32 @@ rd_restart_etcd_member() {
     return 0
 }
 
+# rd_stop_until PID END_MS LOG: SIGSTOP PID now and SIGCONT it at END_MS
+# (epoch ms), from a background helper whose pid is left in HELPER.
+# Nothing else may end the stop early: the kernel itself sends SIGHUP and
+# SIGCONT to a process group with a stopped member when the group becomes
+# orphaned (the shell that started a harness in the background exits),
+# and that once turned a hung trainer of chaos.sh into a 12.8 s pause
+# that no step timeout saw. The helper looks every 20 ms and stops it
+# again, appending "PID MS STATE" to LOG each time.
+rd_stop_until() {
+    local pid=$1 end=$2 log=$3
+    kill -STOP "$pid"
+    (
+        local t line st
+        while t=${EPOCHREALTIME/./}; [ "${t:0:13}" -lt "$end" ]; do
+            read -r line <"/proc/$pid/stat" 2>/dev/null || break
+            st=${line##*) }; st=${st%% *}
+            if [ "$st" != T ] && [ "$st" != t ]; then
+                kill -STOP "$pid"; echo "$pid ${t:0:13} $st" >>"$log"
+            fi
+            sleep 0.02
+        done
+        kill -CONT "$pid"
+    ) &
+    HELPER=$!
+}
+
 # The command prefix that runs a program on host $1, in HOST_CMD. Every
 # part execs the next, so $! is the program's own pid (a shell function
 # would leave a subshell in between, and killing it would miss the

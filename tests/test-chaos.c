@@ -308,3 +308,62 @@ TEST_IMPL(chaos_kill_adjacent_adds_node)
     free(dir);
     return 0;
 }
+
+/*
+ * A fault's SIGSTOP lasts its whole time whatever else sends SIGCONT
+ * (rd_stop_until, chaos/cluster.sh): the kernel does when the process
+ * group that started the harness becomes orphaned, which once ended a
+ * hung_trainer 12.8 s in, before the step timeout. Here the stray
+ * SIGCONT comes right after the stop: the helper must log it, stop the
+ * process again within the fault's 3 s, and continue it at the end.
+ */
+TEST_IMPL(chaos_stop_survives_sigcont)
+{
+    char *dir = th_mkdtemp("chaos-stop");
+    ASSERT(dir != NULL);
+    char script[4096], log[700];
+    snprintf(log, sizeof(log), "%s/out.log", dir);
+    snprintf(script, sizeof(script),
+             "set -u; cd '%s' || exit 3\n"
+             "T='%s'; NETNS=0; PIDS=()\n"
+             "die() { echo \"die: $*\"; exit 1; }\n"
+             ". chaos/cluster.sh\n"
+             "state() { local l; read -r l </proc/$1/stat; l=${l##*) };"
+             " echo ${l%%%% *}; }\n"
+             "until_() { local i; for i in $(seq 200); do eval \"$1\" &&"
+             " return 0; sleep 0.01; done; return 1; }\n"
+             "sleep 1000 & v=$!\n"
+             "trap 'kill -9 $v 2>/dev/null' EXIT\n"
+             "t=${EPOCHREALTIME/./}\n"
+             "rd_stop_until $v $(( ${t:0:13} + 3000 )) \"$T/cont\"\n"
+             "kill -CONT $v\n"
+             "until_ '[ -s \"$T/cont\" ]' || die 'the stray SIGCONT was not"
+             " seen'\n"
+             "until_ '[ $(state $v) = T ]' || die 'not stopped again'\n"
+             "echo stopped again\n"
+             "wait $HELPER\n"
+             "until_ '[ $(state $v) != T ]' || die 'not continued at the end'\n"
+             "echo continued\n",
+             repo_root(), dir);
+    char *argv[] = {"/bin/bash", "-c", script, NULL};
+    pid_t pid = th_spawn(argv, log);
+    ASSERT(pid > 0);
+    int status = 0;
+    ASSERT_OK(th_wait(pid, 30000, &status));
+    char *out = read_all(log);
+    ASSERT(out != NULL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "%s", out);
+    ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the stop did not hold (status %d)", status);
+    ASSERT(strstr(out, "stopped again\ncontinued\n") != NULL);
+    free(out);
+    char path[800];
+    snprintf(path, sizeof(path), "%s/cont", dir);
+    out = read_all(path);
+    ASSERT_MSG(out != NULL && out[0] != 0, "no stray SIGCONT logged");
+    free(out);
+    th_rmtree(dir);
+    free(dir);
+    return 0;
+}
