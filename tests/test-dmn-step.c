@@ -121,3 +121,46 @@ TEST_IMPL(dmn_step_timeout_one_wakeup)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+/*
+ * No step of a superseded view completes: the fake backend finishes the
+ * first collective of step 5 with its result while a newer generation has
+ * come (what the ring backend sees when a view arrives just after the
+ * ring finished, too late for the abort). The daemon drops that result,
+ * so the trainer redoes step 5, in the new generation, and applies it
+ * once: it ends bitwise where one process without a daemon ends.
+ */
+TEST_IMPL(dmn_step_fenced_by_generation)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-step-fence");
+    const char *flags[] = {"--trainers", "1", "--backend",
+                           "fake:late_view=5", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    const char *args[] = {"--steps", "12", "--hash-log", td_path(&t, "h0"),
+                          "--save", td_path(&t, "p0"), NULL};
+    const char *tlog = td_path(&t, "t0.log");
+    pid_t p = td_trainer(&t, args, tlog);
+    int rc = td_exit_code(p, 60000);
+    if (rc != 0) {
+        td_dump(tlog);
+        td_dump(t.log);
+    }
+    ASSERT_EQ(rc, 0);
+    ASSERT_MSG(td_file_has(t.log, "finished on view 1 after view 2 came"),
+               "the daemon did not drop the superseded result");
+    static td_hashes_t h;
+    td_read_hashes(td_path(&t, "h0"), &h);
+    ASSERT_EQ(h.nsteps, 12);
+    ASSERT_EQ(h.gen[4], 1);
+    ASSERT_MSG(h.gen[5] == 2, "step 5 completed in generation %llu, the "
+               "superseded view", h.gen[5]);
+    const char *ref[] = {"--no-daemon", "--steps", "12", "--save",
+                         td_path(&t, "pref"), NULL};
+    pid_t r = td_trainer(&t, ref, td_path(&t, "ref.log"));
+    ASSERT_EQ(td_exit_code(r, 60000), 0);
+    ASSERT_MSG(td_param_diff(td_path(&t, "p0"), td_path(&t, "pref")) == 0,
+               "the trainer's parameters differ from one process's");
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
