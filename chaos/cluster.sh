@@ -234,12 +234,18 @@ rd_stop_until() {
     local pid=$1 end=$2 log=$3
     kill -STOP "$pid"
     (
-        local t line st
+        # kill returns before the stop takes effect: only a process seen
+        # stopped and then running again was continued by someone.
+        local t line st seen=0
         while t=${EPOCHREALTIME/./}; [ "${t:0:13}" -lt "$end" ]; do
             read -r line <"/proc/$pid/stat" 2>/dev/null || break
             st=${line##*) }; st=${st%% *}
-            if [ "$st" != T ] && [ "$st" != t ]; then
-                kill -STOP "$pid"; echo "$pid ${t:0:13} $st" >>"$log"
+            if [ "$st" = T ] || [ "$st" = t ]; then
+                seen=1
+            else
+                kill -STOP "$pid"
+                [ "$seen" = 1 ] && echo "$pid ${t:0:13} $st" >>"$log"
+                seen=0
             fi
             sleep 0.02
         done

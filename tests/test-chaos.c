@@ -314,8 +314,8 @@ TEST_IMPL(chaos_kill_adjacent_adds_node)
  * (rd_stop_until, chaos/cluster.sh): the kernel does when the process
  * group that started the harness becomes orphaned, which once ended a
  * hung_trainer 12.8 s in, before the step timeout. Here the stray
- * SIGCONT comes right after the stop: the helper must log it, stop the
- * process again within the fault's 3 s, and continue it at the end.
+ * SIGCONT comes once the process is stopped: the helper must log it, stop
+ * the process again within the fault's 3 s, and continue it at the end.
  */
 TEST_IMPL(chaos_stop_survives_sigcont)
 {
@@ -336,6 +336,7 @@ TEST_IMPL(chaos_stop_survives_sigcont)
              "trap 'kill -9 $v 2>/dev/null' EXIT\n"
              "t=${EPOCHREALTIME/./}\n"
              "rd_stop_until $v $(( ${t:0:13} + 3000 )) \"$T/cont\"\n"
+             "until_ '[ $(state $v) = T ]' || die 'never stopped'\n"
              "kill -CONT $v\n"
              "until_ '[ -s \"$T/cont\" ]' || die 'the stray SIGCONT was not"
              " seen'\n"
