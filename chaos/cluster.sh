@@ -229,7 +229,8 @@ rd_restart_etcd_member() {
 # orphaned (the shell that started a harness in the background exits),
 # and that once turned a hung trainer of chaos.sh into a 12.8 s pause
 # that no step timeout saw. The helper looks every 20 ms and stops it
-# again, appending "PID MS STATE" to LOG each time.
+# again, appending "PID MS STATE" to LOG each time (and "PID MS" to
+# LOG.seen each time it finds it stopped after running).
 rd_stop_until() {
     local pid=$1 end=$2 log=$3
     kill -STOP "$pid"
@@ -241,6 +242,7 @@ rd_stop_until() {
             read -r line <"/proc/$pid/stat" 2>/dev/null || break
             st=${line##*) }; st=${st%% *}
             if [ "$st" = T ] || [ "$st" = t ]; then
+                [ "$seen" = 1 ] || echo "$pid ${t:0:13}" >>"$log.seen"
                 seen=1
             else
                 kill -STOP "$pid"
