@@ -368,3 +368,57 @@ TEST_IMPL(chaos_stop_survives_sigcont)
     free(dir);
     return 0;
 }
+
+/*
+ * The end-of-run check of a job restart's replay (chaos/run-check.sh) on
+ * hash logs made here: the killed incarnation (node1) logged steps 0-8,
+ * the restarted one (node2) resumed at the checkpoint of step 5 and
+ * redid 5-8 at the same world size, step 7 with another hash. The check
+ * must compare those 4 steps and find the one that differs. (Its awk
+ * once named a variable "split", a syntax error, so it compared nothing
+ * and passed every run.)
+ */
+TEST_IMPL(chaos_replay_check)
+{
+    char *dir = th_mkdtemp("chaos-replay");
+    ASSERT(dir != NULL);
+    char path[800];
+    for (int k = 1; k <= 2; k++) {
+        snprintf(path, sizeof(path), "%s/hash-%d.log", dir, k);
+        FILE *f = fopen(path, "w");
+        ASSERT(f != NULL);
+        for (int s = k == 1 ? 0 : 5; s <= (k == 1 ? 8 : 9); s++)
+            fprintf(f, "step %d gen %d rank 0 world 1 hash %016x t_ms %d "
+                    "loss 1\n", s, k, k == 2 && s == 7 ? 0xbad : s, s);
+        fclose(f);
+    }
+    char script[2048], log[700];
+    snprintf(log, sizeof(log), "%s/out.log", dir);
+    snprintf(script, sizeof(script),
+             "set -u; cd '%s' || exit 3\n"
+             "T='%s'; NETNS=0; STEPS=10; PIDS=(); ETCD_PIDS=(); ETCD_OLD=()\n"
+             "FAIL=(); CRASHES=0; declare -A STATUS EXPECT ROLE\n"
+             "running_snapshot() { :; }; is_running() { return 1; }\n"
+             "RESTARTS=(\"0 5 8 1:2\")\n"
+             ". chaos/run-check.sh\n"
+             "echo \"replayed=$REPLAYED bad=$REPLAY_BAD lost=$LOST\"\n",
+             repo_root(), dir);
+    char *argv[] = {"/bin/bash", "-c", script, NULL};
+    pid_t pid = th_spawn(argv, log);
+    ASSERT(pid > 0);
+    int status = 0;
+    ASSERT_OK(th_wait(pid, 30000, &status));
+    char *out = read_all(log);
+    ASSERT(out != NULL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        strstr(out, "replayed=4 bad=1 lost=0") == NULL)
+        fprintf(stderr, "%s", out);
+    ASSERT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "run-check.sh failed (status %d)", status);
+    ASSERT_MSG(strstr(out, "replayed=4 bad=1 lost=0") != NULL,
+               "the replay check did not compare steps 5-8 and find step 7");
+    free(out);
+    th_rmtree(dir);
+    free(dir);
+    return 0;
+}
