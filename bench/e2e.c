@@ -435,6 +435,55 @@ static double cluster_private_bytes(const cluster_t *c)
 #define MEM_STATE (256 * MiB)
 #define MEM_GRADS (64 * MiB)
 
+/* The value of a /metrics line beginning with key (name and labels). */
+static double metric_in(const char *m, const char *key)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "\n%s ", key);
+    const char *p = m != NULL ? strstr(m, want) : NULL;
+    return p != NULL ? strtod(p + strlen(want), NULL) : 0;
+}
+
+/*
+ * Where the checkpoints of c's daemons spent their time, from their
+ * counters (daemon/README.md, "Checkpoints"): one '#' line per daemon,
+ * so a stall can be told from a held collective, a slow copy (wall
+ * against CPU: waiting for a core; faults: first touch), the encoders
+ * or the main loop.
+ */
+static void print_ckpt_counters(const cluster_t *c)
+{
+    static const char *const keys[][2] = {
+        {"ringd_checkpoints_skipped_total", "skipped"},
+        {"ringd_checkpoint_holds_total", "holds"},
+        {"ringd_checkpoint_hold_seconds_total", "hold_s"},
+        {"ringd_checkpoint_hold_seconds_max", "hold_max_s"},
+        {"ringd_checkpoint_copy_seconds_total", "copy_wall_s"},
+        {"ringd_checkpoint_shard_copy_seconds_total{shard=\"primary\"}",
+         "copy1_s"},
+        {"ringd_checkpoint_shard_copy_cpu_seconds_total{shard=\"primary\"}",
+         "copy1_cpu_s"},
+        {"ringd_checkpoint_shard_copy_page_faults_total{shard=\"primary\"}",
+         "copy1_faults"},
+        {"ringd_checkpoint_encode_seconds_total{shard=\"primary\"}",
+         "enc1_s"},
+        {"ringd_checkpoint_encode_cpu_seconds_total{shard=\"primary\"}",
+         "enc1_cpu_s"},
+        {"ringd_checkpoint_encode_seconds_total{shard=\"replica\"}",
+         "enc2_s"},
+        {"ringd_checkpoint_loop_seconds_total", "loop_s"},
+        {"ringd_loop_copy_bytes_total", "loop_copy_B"},
+    };
+    for (int i = 0; i < c->n; i++) {
+        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+        printf("# ckpt counters n%d:", i);
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            printf(" %s=%.4g", keys[k][1], metric_in(m, keys[k][0]));
+        printf("\n");
+        free(m);
+    }
+}
+
 typedef struct {
     double mem_off, mem_on;  /* private memory / state, ckpt off and on */
     double ar_ratio;         /* allreduce time with checkpoints / without */
@@ -484,6 +533,7 @@ static void run_mem(bench_t *b, mem_t *out)
     out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
     out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
     out->ar_ratio = e2e__median(ton, b->rounds) / e2e__median(toff, b->rounds);
+    print_ckpt_counters(&on);
     e2e__cluster_down(&on);
     e2e__cluster_down(&off);
     e2e__kill_kids();

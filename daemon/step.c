@@ -194,7 +194,8 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
  * with other nodes in the view, a node left without trainers steps out,
  * and its next trainer receives the job's state from them over the ring
  * (job/README.md), so the per-step copy of the whole state region (175 ms
- * a step for 1 GiB here, on the main loop) is not paid there.
+ * a step for 1 GiB here) is not paid there. The copy runs on the pool
+ * while the next step runs (copy.c), like a checkpoint's.
  */
 static void snapshot_state(dmn_t *d)
 {
@@ -205,21 +206,8 @@ static void snapshot_state(dmn_t *d)
             continue;
         const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                        c->state.bytes);
-        if (src == NULL)
-            return;
-        if (d->snapshot_size < c->state.bytes) {
-            void *p = realloc(d->snapshot, c->state.bytes);
-            if (p == NULL) {
-                RD_WARN("no memory for a %llu-byte state snapshot",
-                        (unsigned long long)c->state.bytes);
-                return;
-            }
-            d->snapshot = p;
-            d->snapshot_size = c->state.bytes;
-        }
-        memcpy(d->snapshot, src, c->state.bytes);
-        d->snapshot_bytes = c->state.bytes;
-        d->snapshot_step = d->step + 1; /* the step it is the input of */
+        if (src != NULL) /* the step it is the input of: */
+            dmn__ckpt_snapshot(d, src, c->state.bytes, d->step + 1);
         return;
     }
 }
@@ -256,13 +244,9 @@ void dmn__step_maybe_close(dmn_t *d)
         try_start(d);
 }
 
-/* Copy the job's state into a joiner's region; 1 when restored. */
-static int restore_joiner(dmn_t *d, dmn_conn_t *j)
+/* Where a joiner's state comes from: a member's, or the snapshot. */
+static const void *joiner_source(dmn_t *d, const dmn_conn_t *j)
 {
-    if (!has_state(j))
-        return 0;
-    void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
-                             j->state.bytes);
     const void *src = NULL;
     for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
         if (is_member(c) && has_state(c) &&
@@ -272,13 +256,50 @@ static int restore_joiner(dmn_t *d, dmn_conn_t *j)
     if (src == NULL && d->snapshot_bytes == j->state.bytes &&
         d->snapshot_step == d->step)
         src = d->snapshot;
-    if (src == NULL || dst == NULL)
+    return src;
+}
+
+/*
+ * Copy the job's state into the waiting joiners' regions, off the loop
+ * (copy.c). 1: a copy runs (or the snapshot is still being made), and
+ * try_start runs again when it is done; 0: every joiner is ready.
+ */
+static int fill_joiners(dmn_t *d)
+{
+    if (d->joiner_copying)
+        return 1;
+    dmn_fill_t f[16];
+    uint32_t n = 0;
+    for (dmn_conn_t *j = d->conns; j != NULL && n < 16; j = j->next) {
+        if (j->cstate != DMN_CONN_WAITING || is_member(j) ||
+            !has_state(j) || j->restored_mark == d->stats.steps + 1)
+            continue;
+        if (d->snapshot_copying)
+            return 1; /* the source may be the snapshot being made */
+        void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
+                                 j->state.bytes);
+        const void *src = joiner_source(d, j);
+        if (src != NULL && dst != NULL)
+            f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
+    }
+    return n > 0 && dmn__ckpt_fill_joiners(d, f, n) == 0;
+}
+
+/* The joiner's state was filled for this start: 1 when restored. */
+static int restore_joiner(dmn_t *d, dmn_conn_t *j)
+{
+    if (!has_state(j) || j->restored_mark != d->stats.steps + 1)
         return 0;
-    memcpy(dst, src, j->state.bytes);
+    j->restored_mark = 0;
     d->stats.restores++;
     RD_INFO("client %u: state restored (%llu bytes, step %llu)", j->id,
             (unsigned long long)j->state.bytes, (unsigned long long)d->step);
     return 1;
+}
+
+void dmn__step_try_start(dmn_t *d)
+{
+    try_start(d);
 }
 
 /* Start a step if every member and at least the gathering quorum wait. */
@@ -300,6 +321,8 @@ static void try_start(dmn_t *d)
         return;
 
     maybe_restore(d);
+    if (fill_joiners(d))
+        return; /* the copy's end calls try_start again */
     d->be->ops->set_local_trainers(d->be, waiting);
     if (d->be->ops->ready != NULL) {
         int r = d->be->ops->ready(d->be, on_backend_ready, d);
@@ -534,8 +557,10 @@ static void propagate_state(dmn_t *d)
             continue;
         void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                  c->state.bytes);
-        if (dst != NULL)
+        if (dst != NULL) {
             memcpy(dst, src, p->state.bytes);
+            dmn__state_copied(d, p->state.bytes);
+        }
     }
     d->stats.restores++;
 }
