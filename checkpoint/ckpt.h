@@ -340,7 +340,7 @@ typedef struct {
     uint32_t full_every;  /* a full shard after this many deltas; 0: never
                              delta */
     int replica;          /* write replica-<i> files instead of shard-<i> */
-    int background;       /* encode at SCHED_IDLE: only on idle CPU */
+    int background;       /* > 0: encode at SCHED_BATCH, this nice */
 } ckpt_writer_opts_t;
 
 /*

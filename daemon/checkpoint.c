@@ -12,8 +12,9 @@
  *
  * The snapshot copies run on libuv's thread pool while the next step
  * runs (copy.c, ckpt_writer_submit there), never on the main loop; the
- * writers encode at SCHED_IDLE, so the compression of a checkpoint takes
- * only CPU time the trainers, the ring and the loop leave. A trainer reads
+ * writers encode at SCHED_BATCH, nice 19, so the compression of a
+ * checkpoint takes mostly CPU time the trainers, the ring and the loop
+ * leave (checkpoint/ckpt_writer.c). A trainer reads
  * its parameters until its optimizer step, which follows its step's
  * collective, so the state stays as it was at the boundary as long as no
  * collective of the next step is answered before both copies are done:
@@ -390,7 +391,7 @@ int dmn__ckpt_start(dmn_t *d)
         ckpt_writer_opts_t o = {.root = d->ckpt_root,
                                 .codec = {.level = 3, .elem_size = 4},
                                 .full_every = 4, .replica = i,
-                                .background = 1};
+                                .background = 19};
         int rc = ckpt_writer_create(&o, &d->ckw[i]);
         if (rc != 0)
             return rc;
@@ -462,6 +463,7 @@ void dmn__ckpt_prepare(dmn_t *d)
         r->need = need;
         r->base.work = reserve_work;
         r->base.done = reserve_done;
+        r->base.no_hold = 1;
         if (dmn__copy_queue(d, &r->base) == 0)
             d->ckpt_reserving = 1;
         else

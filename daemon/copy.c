@@ -8,7 +8,9 @@
  * snapshot and a joiner's state run as pool work, and the loop only
  * starts them and takes their outcome.
  *
- * While any copy is in flight (d->ckpt_copying counts them) the trainers'
+ * While any copy of trainer state is in flight (d->ckpt_copying counts
+ * them; pool work that touches no mapping, like growing the writers'
+ * stages, sets no_hold and is not counted) the trainers'
  * mappings it may read or write stay mapped (dmn__buf_unmap defers) and a
  * collective that completes is held until the last copy is done
  * (dmn__ckpt_hold): a trainer changes its state only after a collective
@@ -50,10 +52,11 @@ static void copy_after(uv_work_t *w, int status)
     dmn_t *d = c->d;
     uint64_t t0 = rd_now_ns();
     unlink_copy(d, c);
-    d->ckpt_copying--;
+    int held = !c->no_hold;
+    d->ckpt_copying -= held;
     c->wall_ns = t0 - c->queued_ns;
     c->done(c, status == UV_ECANCELED ? ST_EABORTED : 0);
-    if (d->ckpt_copying == 0) {
+    if (held && d->ckpt_copying == 0) {
         dmn__ckpt_copies_done(d);
         dmn__held_release(d);
         dmn__coll_release(d);
@@ -75,7 +78,7 @@ int dmn__copy_queue(dmn_t *d, dmn_copy_t *c)
     }
     c->next = d->copies;
     d->copies = c;
-    d->ckpt_copying++;
+    d->ckpt_copying += !c->no_hold;
     d->open_handles++;
     return 0;
 }

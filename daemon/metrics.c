@@ -181,9 +181,11 @@ static void writer_metrics(sbuf_t *s, dmn_t *d)
         {"ringd_checkpoint_shard_copy_page_faults_total",
          "Minor page faults during the copies."},
         {"ringd_checkpoint_encode_seconds_total",
-         "Encoding and writing the shards (at SCHED_IDLE), wall time."},
+         "Encoding and writing the shards (nice 19), wall time."},
         {"ringd_checkpoint_encode_cpu_seconds_total",
          "The same on the writer's CPU clock."},
+        {"ringd_checkpoint_shards_written_total",
+         "Shards this node's writers wrote."},
     };
     for (size_t k = 0; k < sizeof(m) / sizeof(m[0]); k++) {
         sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n", m[k].name,
@@ -191,10 +193,10 @@ static void writer_metrics(sbuf_t *s, dmn_t *d)
         for (int i = 0; i < 2; i++) {
             uint64_t v[] = {w[i].copy_ns, w[i].copy_cpu_ns,
                             w[i].copy_faults, w[i].write_ns,
-                            w[i].write_cpu_ns};
+                            w[i].write_cpu_ns, w[i].written};
             sb_printf(s, "%s{shard=\"%s\"} %.17g\n", m[k].name,
                       i ? "replica" : "primary",
-                      k == 2 ? (double)v[k] : (double)v[k] / 1e9);
+                      k == 2 || k == 5 ? (double)v[k] : (double)v[k] / 1e9);
         }
     }
 }
@@ -225,8 +227,12 @@ static void ckpt_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_loop_copy_bytes_total", "counter",
            "State bytes copied on the main loop's thread.",
            (double)__atomic_load_n(&st->loop_copy_bytes, __ATOMIC_RELAXED));
-    if (d->ckw[0] != NULL && d->ckw[1] != NULL)
-        writer_metrics(s, d);
+    if (d->ckw[0] == NULL || d->ckw[1] == NULL)
+        return;
+    writer_metrics(s, d);
+    metric(s, "ringd_checkpoint_writing", "gauge",
+           "1 while a shard is being copied, encoded or written.",
+           ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1]));
 }
 
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */
