@@ -16,6 +16,16 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
+/* A metric's value in a /metrics body (name with its labels); -1 if
+ * absent. */
+static double metric_of(const char *m, const char *key)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "\n%s ", key);
+    const char *p = m != NULL ? strstr(m, want) : NULL;
+    return p != NULL ? strtod(p + strlen(want), NULL) : -1;
+}
+
 static pid_t run_trainer(td_daemon_t *t, const char *save, const char *log)
 {
     const char *args[] = {"--steps", "150", "--save", save, "--log-every",
@@ -151,7 +161,9 @@ TEST_IMPL(dmn_ckpt_on_request)
  * the writers may still be copying the boundary's state. Every checkpoint
  * the store keeps (at least one; how many depends on how many boundaries
  * found the writers idle) must hold exactly the parameters after its
- * step, which the trainer dumps itself (--dump), bit for bit.
+ * step, which the trainer dumps itself (--dump), bit for bit. The copies
+ * were made off the main loop (its thread copied no state byte) and the
+ * writers' counters account for them.
  */
 TEST_IMPL(dmn_ckpt_overlap_exact)
 {
@@ -176,6 +188,19 @@ TEST_IMPL(dmn_ckpt_overlap_exact)
         td_dump(t.log);
         TEST_FAIL_("no checkpoint completed");
     }
+    ASSERT_OK(td_wait_file(t.log, " written: copies ", 30000));
+    char *mt = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(mt != NULL);
+    ASSERT_EQ(metric_of(mt, "ringd_loop_copy_bytes_total"), 0);
+    ASSERT_GE(metric_of(mt, "ringd_checkpoint_shards_written_total"
+                            "{shard=\"primary\"}"), 1);
+    double copy_s = metric_of(mt, "ringd_checkpoint_shard_copy_seconds_"
+                                  "total{shard=\"primary\"}");
+    double enc_s = metric_of(mt, "ringd_checkpoint_encode_cpu_seconds_"
+                                 "total{shard=\"primary\"}");
+    ASSERT_MSG(copy_s > 0 && enc_s > 0, "copy %g s, encode %g s", copy_s,
+               enc_s);
+    free(mt);
     ASSERT_EQ(td_stop(&t, 30000), 0); /* the writers finish first */
 
     char root[600];
