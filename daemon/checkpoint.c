@@ -552,32 +552,77 @@ void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq)
     dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_OK);
 }
 
-int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p)
-{
-    if (d->ckpt_root == NULL)
-        return -ENOENT;
+/* The restore at a node's first start, on the pool. */
+typedef struct {
+    dmn_copy_t base;
     void *state;
     size_t bytes;
-    dmn__step_get_state(d, &state, &bytes);
-    if (state == NULL || bytes == 0)
-        return -ENOENT;
-    unsigned repaired = 0;
-    uint64_t t0 = rd_now_ns();
-    int rc = ckpt_store_restore(d->ckpt_root, state, bytes, step_p,
-                                &repaired);
-    d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
-    if (rc == 0)
-        dmn__state_copied(d, bytes); /* decoded and copied on the loop */
-    if (rc == 0)
+    uint64_t step;
+    unsigned repaired;
+    int rc;
+    uint32_t n;
+    dmn_fill_t f[]; /* the node's other trainers' regions */
+} restore_t;
+
+static void restore_work(dmn_copy_t *b)
+{
+    restore_t *r = (restore_t *)b;
+    r->rc = ckpt_store_restore(b->d->ckpt_root, r->state, r->bytes,
+                               &r->step, &r->repaired);
+    if (r->rc != 0)
+        return;
+    dmn__state_copied(b->d, r->bytes);
+    for (uint32_t i = 0; i < r->n; i++) {
+        memcpy(r->f[i].dst, r->state, r->f[i].bytes);
+        dmn__state_copied(b->d, r->f[i].bytes);
+    }
+}
+
+static void restore_done(dmn_copy_t *b, int status)
+{
+    restore_t *r = (restore_t *)b;
+    dmn_t *d = b->d;
+    int rc = status != 0 ? status : r->rc;
+    d->ckpt_restoring = 0;
+    if (rc == 0) {
         RD_INFO("job state restored from the checkpoint of step %" PRIu64
-                " (%u shard%s from replicas)", *step_p, repaired,
-                repaired == 1 ? "" : "s");
-    else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL)
+                " (%u shard%s from replicas)", r->step, r->repaired,
+                r->repaired == 1 ? "" : "s");
+        d->stats.restores++;
+        d->flags |= DMN_F_RESTORED_PENDING;
+        if (d->be->ops->set_step != NULL)
+            d->be->ops->set_step(d->be, r->step);
+    } else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL) {
         RD_INFO("no checkpoint this node can restore alone under %s: the "
                 "nodes restore one together if their stores hold it",
                 d->ckpt_root);
-    else if (rc != -ENOENT)
+    } else if (rc != -ENOENT) {
         RD_ERROR("no usable checkpoint under %s: starting from the "
                  "trainers' initial state", d->ckpt_root);
-    return rc;
+    }
+    free(r);
+    dmn__step_try_start(d);
+}
+
+int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
+                            const dmn_fill_t *f, uint32_t n)
+{
+    if (d->ckpt_root == NULL || state == NULL || bytes == 0)
+        return -ENOENT;
+    restore_t *r = calloc(1, sizeof(*r) + n * sizeof(*f));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->state = state;
+    r->bytes = bytes;
+    r->n = n;
+    memcpy(r->f, f, n * sizeof(*f));
+    r->base.work = restore_work;
+    r->base.done = restore_done;
+    int rc = dmn__copy_queue(d, &r->base);
+    if (rc != 0) {
+        free(r);
+        return rc;
+    }
+    d->ckpt_restoring = 1;
+    return 0;
 }

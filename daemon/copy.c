@@ -211,11 +211,12 @@ void dmn__ckpt_snapshot(dmn_t *d, const void *src, size_t bytes,
     d->snapshot_copying = 1;
 }
 
-/* Joiners' state regions filled from a member's (or the snapshot). */
+/* Joiners' state regions filled from a member's (or the snapshot), or
+ * the node's other trainers' from the state the job replaced. */
 typedef struct {
     dmn_copy_t base;
     uint32_t n;
-    uint64_t mark;
+    uint64_t mark;  /* 0: a propagation, no joiner to mark */
     dmn_fill_t f[];
 } fill_copy_t;
 
@@ -232,8 +233,9 @@ static void fill_done(dmn_copy_t *b, int status)
 {
     fill_copy_t *fc = (fill_copy_t *)b;
     dmn_t *d = b->d;
-    d->joiner_copying = 0;
-    for (dmn_conn_t *c = d->conns; c != NULL && status == 0; c = c->next)
+    d->joiner_copying--;
+    for (dmn_conn_t *c = d->conns; c != NULL && status == 0 && fc->mark;
+         c = c->next)
         for (uint32_t i = 0; i < fc->n; i++)
             if (c->id == fc->f[i].conn_id)
                 c->restored_mark = fc->mark;
@@ -241,13 +243,14 @@ static void fill_done(dmn_copy_t *b, int status)
     dmn__step_try_start(d);
 }
 
-int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n)
+static int fill_start(dmn_t *d, const dmn_fill_t *f, uint32_t n,
+                      uint64_t mark)
 {
     fill_copy_t *fc = calloc(1, sizeof(*fc) + n * sizeof(*f));
     if (fc == NULL)
         return ST_ENOMEM;
     fc->n = n;
-    fc->mark = d->stats.steps + 1;
+    fc->mark = mark;
     memcpy(fc->f, f, n * sizeof(*f));
     fc->base.work = fill_work;
     fc->base.done = fill_done;
@@ -256,6 +259,16 @@ int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n)
         free(fc);
         return rc;
     }
-    d->joiner_copying = 1;
+    d->joiner_copying++;
     return 0;
+}
+
+int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n)
+{
+    return fill_start(d, f, n, d->stats.steps + 1);
+}
+
+int dmn__copy_propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n)
+{
+    return fill_start(d, f, n, 0);
 }

@@ -282,7 +282,8 @@ struct dmn {
     uint64_t snapshot_bytes;
     uint64_t snapshot_step;
     int snapshot_copying;
-    int joiner_copying;    /* joiners' states being filled: no start */
+    int joiner_copying;    /* state fills in flight: no start */
+    int ckpt_restoring;    /* the checkpoint restore runs: no start */
 
     /* Checkpoints (checkpoint.c). */
     char *ckpt_root;       /* <ckpt-dir>/<job>; NULL: off */
@@ -374,9 +375,6 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
 void dmn__ckpt_prepare(dmn_t *d);
 /* A CKPT request from a trainer: replies to it. */
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
-/* Restore the newest usable checkpoint into the state region: 0 and its
- * step, -ENOENT when there is none (or no state yet), or an error. */
-int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);
 
 /* copy.c */
 int dmn__copy_init(dmn_t *d);
@@ -399,6 +397,15 @@ void dmn__ckpt_snapshot(dmn_t *d, const void *src, size_t bytes,
 typedef struct { uint32_t conn_id; void *dst; const void *src;
                  size_t bytes; } dmn_fill_t;
 int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+/* The same for the node's other trainers after the job replaced the
+ * primary state; no step starts until it is done. 0 or ST_ENOMEM. */
+int dmn__copy_propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+/* At the node's first start: restore the newest usable checkpoint into
+ * state (bytes) and copy it to f[n] (the other trainers), on the pool;
+ * then the step is set, RESTORED_PENDING too, and try_start runs. 0:
+ * started (d->ckpt_restoring until done), else nothing to do. */
+int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
+                            const dmn_fill_t *f, uint32_t n);
 
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);

@@ -33,7 +33,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
 
 static void try_start(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
-static void maybe_restore(dmn_t *d);
+static int maybe_restore(dmn_t *d);
 
 uint64_t dmn__now_ms(void)
 {
@@ -320,8 +320,7 @@ static void try_start(dmn_t *d)
     if (waiting == 0 || (members == 0 && waiting < d->cfg->trainers))
         return;
 
-    maybe_restore(d);
-    if (fill_joiners(d))
+    if (maybe_restore(d) || fill_joiners(d))
         return; /* the copy's end calls try_start again */
     d->be->ops->set_local_trainers(d->be, waiting);
     if (d->be->ops->ready != NULL) {
@@ -544,48 +543,60 @@ void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
     *bytes_p = c ? (size_t)c->state.bytes : 0;
 }
 
+/* The other local trainers' state regions of p's size, into f[16]. */
+static uint32_t other_states(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f)
+{
+    uint32_t n = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL && n < 16; c = c->next) {
+        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
+            continue;
+        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                 c->state.bytes);
+        if (dst != NULL)
+            f[n++] = (dmn_fill_t){c->id, dst, NULL, c->state.bytes};
+    }
+    return n;
+}
+
 /* The backend replaced the primary state: give every local trainer the
- * same bytes, so the node's replicas stay identical. */
+ * same bytes, so the node's replicas stay identical (off the loop; no
+ * step starts before they are there). */
 static void propagate_state(dmn_t *d)
 {
     void *src = NULL;
     dmn_conn_t *p = state_primary(d, &src);
     if (p == NULL)
         return;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
-            continue;
-        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                                 c->state.bytes);
-        if (dst != NULL) {
-            memcpy(dst, src, p->state.bytes);
-            dmn__state_copied(d, p->state.bytes);
-        }
-    }
+    dmn_fill_t f[16];
+    uint32_t n = other_states(d, p, f);
+    for (uint32_t i = 0; i < n; i++)
+        f[i].src = src;
+    if (n > 0 && dmn__copy_propagate(d, f, n) != 0)
+        RD_WARN("the restored state was not copied to the node's other "
+                "trainers: out of memory");
     d->stats.restores++;
 }
 
 /*
  * A node's first step start, once its trainers registered their state:
- * the newest usable checkpoint, if any, becomes the state and the step.
+ * the newest usable checkpoint, if any, becomes the state and the step,
+ * decoded and copied on the pool. 1 while that runs (try_start runs
+ * again when it is done).
  */
-static void maybe_restore(dmn_t *d)
+static int maybe_restore(dmn_t *d)
 {
-    void *state;
-    size_t bytes;
+    void *state = NULL;
+    if (d->ckpt_restoring)
+        return 1;
     if ((d->flags & DMN_F_RESTORE_CHECKED) || d->ckpt_root == NULL)
-        return;
-    dmn__step_get_state(d, &state, &bytes);
-    if (state == NULL)
-        return; /* no state registered yet: look again next time */
+        return 0;
+    dmn_conn_t *p = state_primary(d, &state);
+    if (p == NULL)
+        return 0; /* no state registered yet: look again next time */
     d->flags |= DMN_F_RESTORE_CHECKED;
-    uint64_t step;
-    if (dmn__ckpt_restore(d, &step) != 0)
-        return;
-    propagate_state(d);
-    d->flags |= DMN_F_RESTORED_PENDING;
-    if (d->be->ops->set_step != NULL)
-        d->be->ops->set_step(d->be, step);
+    dmn_fill_t f[16];
+    uint32_t n = other_states(d, p, f);
+    return dmn__ckpt_restore_start(d, state, p->state.bytes, f, n) == 0;
 }
 
 static void on_backend_ready(void *arg, int status)

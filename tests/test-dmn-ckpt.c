@@ -33,6 +33,11 @@ static pid_t run_trainer(td_daemon_t *t, const char *save, const char *log)
     return td_trainer(t, args, log);
 }
 
+/*
+ * A job SIGKILLed whole resumes from its newest checkpoint (primary
+ * damaged: from the replica) and ends bitwise where an uninterrupted run
+ * ends; the restore ran off the main loop.
+ */
 TEST_IMPL(dmn_ckpt_whole_job_restart)
 {
     /* The reference: the same job, never interrupted. */
@@ -99,6 +104,13 @@ TEST_IMPL(dmn_ckpt_whole_job_restart)
     ASSERT(td_file_has(t.log, "1 shard from replicas"));
     ASSERT_EQ(td_param_diff(td_path(&t, "p.cut"), td_path(&ref, "p.ref")),
               0);
+    /* The restore decoded and copied the state on the pool, and so
+     * were the per-step snapshots made: none on the loop's thread. */
+    char *m = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    ASSERT_EQ(metric_of(m, "ringd_state_restores_total"), 1);
+    ASSERT_EQ(metric_of(m, "ringd_loop_copy_bytes_total"), 0);
+    free(m);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
