@@ -8,13 +8,13 @@
  * snapshot and a joiner's state run as pool work, and the loop only
  * starts them and takes their outcome.
  *
- * While any copy of trainer state is in flight (d->ckpt_copying counts
- * them; pool work that touches no mapping, like growing the writers'
- * stages, sets no_hold and is not counted) the trainers'
- * mappings it may read or write stay mapped (dmn__buf_unmap defers) and a
- * collective that completes is held until the last copy is done
- * (dmn__ckpt_hold): a trainer changes its state only after a collective
- * of its step, so the source bytes are those of the step boundary.
+ * While any of this work is in flight (d->ckpt_copying counts it) the
+ * trainers' mappings it may read or write stay mapped (dmn__buf_unmap
+ * defers), and while a copy of state is (d->copies_holding; not work
+ * with no_hold, like growing the writers' stages) a collective that
+ * completes is held until the last one is done (dmn__ckpt_hold): a
+ * trainer changes its state only after a collective of its step, so the
+ * source bytes are those of the step boundary.
  */
 #include "daemon/dmn-int.h"
 
@@ -53,14 +53,16 @@ static void copy_after(uv_work_t *w, int status)
     uint64_t t0 = rd_now_ns();
     unlink_copy(d, c);
     int held = !c->no_hold;
-    d->ckpt_copying -= held;
+    d->ckpt_copying--;
+    d->copies_holding -= held;
     c->wall_ns = t0 - c->queued_ns;
     c->done(c, status == UV_ECANCELED ? ST_EABORTED : 0);
-    if (held && d->ckpt_copying == 0) {
+    if (held && d->copies_holding == 0) {
         dmn__ckpt_copies_done(d);
-        dmn__held_release(d);
         dmn__coll_release(d);
     }
+    if (d->ckpt_copying == 0)
+        dmn__held_release(d);
     d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
     dmn__unref(d);
 }
@@ -78,7 +80,8 @@ int dmn__copy_queue(dmn_t *d, dmn_copy_t *c)
     }
     c->next = d->copies;
     d->copies = c;
-    d->ckpt_copying += !c->no_hold;
+    d->ckpt_copying++;
+    d->copies_holding += !c->no_hold;
     d->open_handles++;
     return 0;
 }

@@ -207,7 +207,7 @@ struct dmn_copy {
     void (*work)(dmn_copy_t *c);
     void (*done)(dmn_copy_t *c, int status);
     dmn_copy_t *next;       /* d->copies */
-    int no_hold;            /* touches no trainer mapping: holds nothing */
+    int no_hold;            /* copies no state: holds no collective */
     int ran;                /* guarded by d->copy_mu */
     uint64_t queued_ns;
     uint64_t work_ns;       /* work() itself, on the pool thread */
@@ -300,7 +300,8 @@ struct dmn {
     /* Copies of trainer state run on the pool while the next step runs;
      * a collective that completes before they are done is answered
      * after (copy.c). */
-    int ckpt_copying;            /* copies in flight holding (copy.c) */
+    int ckpt_copying;            /* pool work on mappings (copy.c) */
+    int copies_holding;          /* ... of it, copies a hold waits for */
     dmn_copy_t *copies;
     pthread_mutex_t copy_mu;     /* dmn_copy_t.ran, for dmn__copy_stop */
     pthread_cond_t copy_cv;
