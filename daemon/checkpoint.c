@@ -144,8 +144,10 @@ static void ckpt_copy_done(dmn_copy_t *b, int status)
 {
     ckpt_copy_t *c = (ckpt_copy_t *)b;
     dmn_t *d = b->d;
-    for (int i = 0; i < 2 && status != 0; i++)
-        c->rc[i] = status;
+    if (status != 0) { /* shutting down: the writers finish or not */
+        free(c);
+        return;
+    }
     d->stats.ckpt_copy_seconds += (double)b->wall_ns / 1e9;
     d->ckpt_last_copy_ms = (double)b->wall_ns / 1e6;
     d->ckpt_last_copy_work_ms = (double)b->work_ns / 1e6;
@@ -613,6 +615,10 @@ static void restore_done(dmn_copy_t *b, int status)
     dmn_t *d = b->d;
     int rc = status != 0 ? status : r->rc;
     d->ckpt_restoring = 0;
+    if (status != 0) {
+        free(r);
+        return;
+    }
     if (rc == 0) {
         RD_INFO("job state restored from the checkpoint of step %" PRIu64
                 " (%u shard%s from replicas)", r->step, r->repaired,
@@ -630,7 +636,8 @@ static void restore_done(dmn_copy_t *b, int status)
                  "trainers' initial state", d->ckpt_root);
     }
     free(r);
-    dmn__step_try_start(d);
+    if (status == 0)
+        dmn__step_try_start(d);
 }
 
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,

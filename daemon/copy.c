@@ -56,8 +56,13 @@ static void copy_after(uv_work_t *w, int status)
     d->ckpt_copying--;
     d->copies_holding -= held;
     c->wall_ns = t0 - c->queued_ns;
-    c->done(c, status == UV_ECANCELED ? ST_EABORTED : 0);
-    if (held && d->copies_holding == 0) {
+    /* Destroying: the backend and the connections are gone, so done()
+     * only frees (a copy that ran is as good as cancelled). */
+    int st = status == UV_ECANCELED || (d->flags & DMN_F_DESTROYING)
+                 ? ST_EABORTED
+                 : 0;
+    c->done(c, st);
+    if (held && d->copies_holding == 0 && st == 0) {
         dmn__ckpt_copies_done(d);
         dmn__coll_release(d);
     }
@@ -177,7 +182,8 @@ static void snap_done(dmn_copy_t *b, int status)
         RD_WARN("no memory for a %zu-byte state snapshot", s->bytes);
     }
     free(s);
-    dmn__step_try_start(d); /* a joiner may wait for it */
+    if (status == 0)
+        dmn__step_try_start(d); /* a joiner may wait for it */
 }
 
 void dmn__ckpt_snapshot(dmn_t *d, const void *src, size_t bytes,
@@ -243,7 +249,8 @@ static void fill_done(dmn_copy_t *b, int status)
             if (c->id == fc->f[i].conn_id)
                 c->restored_mark = fc->mark;
     free(fc);
-    dmn__step_try_start(d);
+    if (status == 0)
+        dmn__step_try_start(d);
 }
 
 static int fill_start(dmn_t *d, const dmn_fill_t *f, uint32_t n,

@@ -197,8 +197,9 @@ enum {
 
 /*
  * A copy of trainer state on libuv's pool (copy.c): work() runs there,
- * done() on the loop (status ST_EABORTED: cancelled at shutdown, work()
- * never ran), and frees the struct it is embedded in.
+ * done() on the loop (status ST_EABORTED: the daemon is being destroyed,
+ * work() may not have run; touch nothing but d's own fields), and frees
+ * the struct it is embedded in.
  */
 typedef struct dmn_copy dmn_copy_t;
 struct dmn_copy {
