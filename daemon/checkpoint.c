@@ -148,6 +148,7 @@ static void ckpt_copy_done(dmn_copy_t *b, int status)
         free(c);
         return;
     }
+    d->stats.ckpt_copies += c->rc[0] == 0 && c->rc[1] == 0;
     d->stats.ckpt_copy_seconds += (double)b->wall_ns / 1e9;
     d->ckpt_last_copy_ms = (double)b->wall_ns / 1e6;
     d->ckpt_last_copy_work_ms = (double)b->work_ns / 1e6;

@@ -159,6 +159,7 @@ typedef struct {
     /* Where a checkpoint's time goes (metrics.c, the checkpoint log). */
     double ckpt_hold_seconds;     /* completions held for the copies */
     double ckpt_hold_max_seconds;
+    uint64_t ckpt_copies;         /* boundaries whose shards were copied */
     double ckpt_copy_seconds;     /* boundary to both shards copied */
     double ckpt_loop_seconds;     /* the loop in checkpoint/copy code */
     double snapshot_seconds;      /* one-node snapshots, off the loop */

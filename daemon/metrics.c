@@ -213,6 +213,9 @@ static void ckpt_metrics(dmn_t *d, sbuf_t *s)
            st->ckpt_hold_seconds);
     metric(s, "ringd_checkpoint_hold_seconds_max", "gauge",
            "The longest such hold.", st->ckpt_hold_max_seconds);
+    metric(s, "ringd_checkpoint_copies_total", "counter",
+           "Checkpoint boundaries whose two shards were copied.",
+           st->ckpt_copies);
     metric(s, "ringd_checkpoint_copy_seconds_total", "counter",
            "Checkpoint boundaries to both shards copied (off the loop).",
            st->ckpt_copy_seconds);
