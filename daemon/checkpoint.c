@@ -144,6 +144,7 @@ static void ckpt_copy_done(dmn_copy_t *b, int status)
 {
     ckpt_copy_t *c = (ckpt_copy_t *)b;
     dmn_t *d = b->d;
+    d->ckpt_submitting = 0;
     if (status != 0) { /* shutting down: the writers finish or not */
         free(c);
         return;
@@ -512,9 +513,11 @@ static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
     uint32_t r = d->view.node_rank % n;
     uint32_t shard[2] = {r, (r + n - 1) % n};
     /* Both files or neither: a writer that took step S while the other
-     * skipped it would report S later, and the pair would never match. */
-    if (d->ckpt_reserving || ckpt_writer_busy(d->ckw[0]) ||
-        ckpt_writer_busy(d->ckw[1])) {
+     * skipped it would report S later, and the pair would never match.
+     * The last boundary's copies may not have reached the writers yet
+     * (steps without a collective are not held for them). */
+    if (d->ckpt_reserving || d->ckpt_submitting ||
+        ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1])) {
         d->stats.ckpt_skipped++;
         RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
                 "is still being written", step);
@@ -546,7 +549,9 @@ static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
         d->ckpt_pending_step = 0;
         d->stats.ckpt_failed++;
         free(c);
+        return;
     }
+    d->ckpt_submitting = 1;
 }
 
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step)

@@ -311,6 +311,7 @@ struct dmn {
     int coll_held_status;
     uint64_t coll_held_ns;       /* since when */
     int ckpt_reserving;          /* the stages grow on the pool */
+    int ckpt_submitting;         /* a boundary's copies are queued */
     double ckpt_last_copy_ms;    /* the last boundary's, queued to done */
     double ckpt_last_copy_work_ms; /* ... of which copying */
     double ckpt_last_hold_ms;    /* the last hold's wait */

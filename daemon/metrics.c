@@ -235,7 +235,8 @@ static void ckpt_metrics(dmn_t *d, sbuf_t *s)
     writer_metrics(s, d);
     metric(s, "ringd_checkpoint_writing", "gauge",
            "1 while a shard is being copied, encoded or written.",
-           ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1]));
+           d->ckpt_submitting || ckpt_writer_busy(d->ckw[0]) ||
+               ckpt_writer_busy(d->ckw[1]));
 }
 
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
+#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/task.h"
@@ -244,5 +245,73 @@ TEST_IMPL(dmn_ckpt_overlap_exact)
         ckpt_manifest_free(m);
     }
     free(steps);
+    return 0;
+}
+
+typedef struct {
+    int port;
+} writers_t;
+
+/* For td_poll: no copy queued and no shard being written. */
+static int writers_idle(void *arg)
+{
+    char *m = td_http_get(((writers_t *)arg)->port, "/metrics");
+    int idle = m != NULL && metric_of(m, "ringd_checkpoint_writing") == 0;
+    free(m);
+    return idle;
+}
+
+/*
+ * A checkpoint every step, of steps without a collective: nothing holds
+ * the next step for the copy, so boundaries follow each other while the
+ * last one's copy is still queued on the pool. Each boundary takes its
+ * checkpoint or skips it, never half of one (a second copy racing the
+ * first for the writers failed both), and the loop copies nothing.
+ */
+TEST_IMPL(dmn_ckpt_empty_steps)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-ckpt-empty");
+    char ckdir[512];
+    snprintf(ckdir, sizeof(ckdir), "%s", td_path(&t, "ck"));
+    const char *flags[] = {"--ckpt-dir", ckdir, "--ckpt-interval", "1",
+                           NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ringd_client_t *c;
+    ASSERT_OK(ringd_connect(&c, t.sock, NULL));
+    size_t bytes = 16u << 20;
+    unsigned char *st = ringd_buffer(c, bytes);
+    ASSERT(st != NULL);
+    for (size_t i = 0; i < bytes; i++)
+        st[i] = (unsigned char)(i * 2654435761u >> 13);
+    ASSERT_OK(ringd_state(c, st, bytes));
+    /* Until a few boundaries took one (the first ones skip while the
+     * writers' stages are faulted in), with a bound. */
+    int steps = 0;
+    for (int copied = 0; copied < 3 && steps < 200000; steps++) {
+        ringd_view_t v;
+        ASSERT_OK(ringd_step_begin(c, &v));
+        ASSERT_OK(ringd_step_end(c));
+        if (steps % 20 == 19) {
+            char *mm = td_http_get(t.metrics_port, "/metrics");
+            copied = (int)metric_of(mm, "ringd_checkpoint_copies_total");
+            free(mm);
+        }
+    }
+    ringd_close(c);
+    writers_t w = {t.metrics_port};
+    ASSERT_OK(td_poll(writers_idle, &w, 60000));
+    char *m = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    double copies = metric_of(m, "ringd_checkpoint_copies_total");
+    double skipped = metric_of(m, "ringd_checkpoints_skipped_total");
+    ASSERT_EQ(metric_of(m, "ringd_checkpoint_failures_total"), 0);
+    ASSERT_GE(copies, 3);
+    /* Boundaries 1..steps, each copied or skipped. */
+    ASSERT_EQ(copies + skipped, steps);
+    ASSERT_EQ(metric_of(m, "ringd_loop_copy_bytes_total"), 0);
+    free(m);
+    ASSERT(!td_file_has(t.log, "not taken"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
