@@ -477,7 +477,9 @@ void dmn__ckpt_prepare(dmn_t *d)
 {
     void *state;
     size_t bytes;
-    if (d->ckw[0] == NULL || d->ckpt_reserving)
+    /* Not while a boundary's copies wait for the writers: they would
+     * race for the slot (the next step start grows the stages). */
+    if (d->ckw[0] == NULL || d->ckpt_reserving || d->ckpt_submitting)
         return;
     uint64_t t0 = rd_now_ns();
     dmn__step_get_state(d, &state, &bytes);
