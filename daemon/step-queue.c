@@ -260,8 +260,9 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
  * Everyone posted: hand the node's buffers to the backend. With one
  * trainer the collective runs in its buffer (zero-copy); with several the
  * backend reduces them into staging and writes the result back, on its
- * own thread; a fused group always goes through staging, gathered and
- * scattered there. Only a broadcast to several trainers copies here.
+ * own thread (the ring backend chunk by chunk, as the ring goes); a fused
+ * group always goes through staging, gathered and scattered there. Only a
+ * broadcast to several trainers copies here.
  */
 static void launch(dmn_t *d)
 {

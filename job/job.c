@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "ring/ring.h"
 
 typedef struct {
     const char *name;   /* the spec is NAME or NAME:ARGS */
@@ -35,9 +36,9 @@ static int fake_create(uv_loop_t *loop, const char *args,
     return job__solo_create(loop, args, cbs, job_p);
 }
 
-static int ring_create(uv_loop_t *loop, const char *args,
-                       const job_config_t *cfg, const job_cbs_t *cbs,
-                       job_t **job_p)
+static int ring_backend_create(uv_loop_t *loop, const char *args,
+                               const job_config_t *cfg,
+                               const job_cbs_t *cbs, job_t **job_p)
 {
     (void)args;
     return job__ring_create(loop, cfg, cbs, job_p);
@@ -46,7 +47,7 @@ static int ring_create(uv_loop_t *loop, const char *args,
 static const backend_entry_t backends[] = {
     {"solo", 0, solo_create},
     {"fake", 1, fake_create},
-    {"ring", 0, ring_create},
+    {"ring", 0, ring_backend_create},
 };
 
 int job_create(uv_loop_t *loop, const job_config_t *cfg,
@@ -71,57 +72,25 @@ int job_create(uv_loop_t *loop, const job_config_t *cfg,
     return ST_ECONFIG;
 }
 
-/* Fused: segment s of every trainer reduced into its place in staging. */
-static void *reduce_fused(const job_reduce_t *r)
+/* The ring's view of the node's buffers: one reduction order for the
+ * staged path here and the ring's pipelined one (ring_allreduce_local). */
+static ring_local_t local_of(const job_reduce_t *r)
 {
-    size_t esz = kern_dtype_size(r->dt), off = 0;
-    uint32_t g = r->nsegs;
-    for (uint32_t s = 0; s < g; s++) {
-        size_t n = r->seg_counts[s];
-        char *dst = (char *)r->staging + off * esz;
-        if (r->nbufs == 2)
-            kern_reduce3(r->dt, r->op, dst, r->bufs[s], r->bufs[g + s], n);
-        else
-            memcpy(dst, r->bufs[s], n * esz);
-        for (uint32_t t = r->nbufs == 2 ? 2 : 1; t < r->nbufs; t++)
-            kern_reduce(r->dt, r->op, dst, r->bufs[t * g + s], n);
-        off += n;
-    }
-    return r->staging;
+    return (ring_local_t){.bufs = r->bufs, .nbufs = r->nbufs,
+                          .nsegs = r->nsegs, .seg_counts = r->seg_counts};
 }
 
 void *job_reduce_local(const job_reduce_t *r)
 {
-    if (r->nsegs > 1)
-        return reduce_fused(r);
-    if (r->nbufs == 1)
+    if (r->nbufs == 1 && r->nsegs <= 1)
         return r->bufs[0];
-    if (r->nbufs == 2) {
-        kern_reduce3(r->dt, r->op, r->staging, r->bufs[0], r->bufs[1],
-                     r->count);
-        return r->staging;
-    }
-    memcpy(r->staging, r->bufs[0], r->count * kern_dtype_size(r->dt));
-    for (uint32_t i = 1; i < r->nbufs; i++)
-        kern_reduce(r->dt, r->op, r->staging, r->bufs[i], r->count);
+    ring_local_t l = local_of(r);
+    ring_local_gather(&l, r->dt, r->op, r->staging, 0, r->count);
     return r->staging;
 }
 
 void job_reduce_copy_back(const job_reduce_t *r, void *buf)
 {
-    if (r->nsegs > 1) {
-        size_t esz = kern_dtype_size(r->dt), off = 0;
-        for (uint32_t s = 0; s < r->nsegs; s++) {
-            size_t n = r->seg_counts[s];
-            for (uint32_t t = 0; t < r->nbufs; t++)
-                memcpy(r->bufs[t * r->nsegs + s], (char *)buf + off * esz,
-                       n * esz);
-            off += n;
-        }
-        return;
-    }
-    size_t bytes = r->count * kern_dtype_size(r->dt);
-    for (uint32_t i = 0; i < r->nbufs; i++)
-        if (r->bufs[i] != buf)
-            memcpy(r->bufs[i], buf, bytes);
+    ring_local_t l = local_of(r);
+    ring_local_scatter(&l, kern_dtype_size(r->dt), buf, 0, r->count);
 }

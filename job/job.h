@@ -126,8 +126,10 @@ typedef enum {
  *  - one buffer: the cross-node allreduce runs in it, nothing is copied
  *    (the ring still validates every receive in its staging before any
  *    byte reaches the buffer, see ring/README.md);
- *  - several: they are reduced into staging, the cross-node allreduce runs
- *    there, and the result is copied back into each.
+ *  - several: the cross-node allreduce runs in staging, which holds their
+ *    reduction (in local-rank order) where it runs and whose result is
+ *    copied back into each (the ring backend: chunk by chunk, pipelined
+ *    with the ring, ring_allreduce_local).
  *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
  *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
  *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count

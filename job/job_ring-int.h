@@ -122,6 +122,12 @@ typedef struct {
                          kept open one generation longer (see rt_rebuild) */
     int abort_flag;   /* guarded by mu: abort the command in flight, also
                          a ring it has not published yet */
+    /* Ring thread only. Several local buffers: 1 sums them all into
+     * staging before the ring and copies back after it (the staged path,
+     * RINGD_LOCAL_PIPE=0, kept for comparison), 0 pipelines the local
+     * reduce with the ring (ring_allreduce_local). local_told: the path
+     * was logged once. */
+    int local_staged, local_told;
     uv_async_t async;
 
     /* Main loop state. cmd.kind != CMD_NONE while a command is out. */

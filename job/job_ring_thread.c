@@ -229,27 +229,61 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
     return rc;
 }
 
+/* The first allreduce of several local buffers says which path they
+ * take (the comparison tests read it). */
+static void rt_tell_local(rb_t *b, ring_t *r, uint64_t pipelined_before,
+                          uint32_t nbufs)
+{
+    ring_stats_t st;
+    ring_stats(r, &st);
+    b->local_told = 1;
+    if (st.local_pipelined > pipelined_before)
+        RD_INFO("ring backend: %u local buffers are reduced chunk by chunk "
+                "into the ring (pipelined)", nbufs);
+    else
+        RD_INFO("ring backend: %u local buffers are reduced into staging "
+                "before the ring and copied back after it (staged%s)",
+                nbufs, b->local_staged ? ", RINGD_LOCAL_PIPE=0" : "");
+}
+
 /*
  * The node's trainers are summed, reduced across nodes and written back
  * here, on the ring thread, so the main loop (and the lease keepalive on
- * it) never waits for tensor bytes; one trainer's buffer is the ring's.
+ * it) never waits for tensor bytes. One trainer's buffer is the ring's;
+ * several are reduced chunk by chunk into staging as the ring needs each
+ * chunk, and each chunk goes back to every buffer as it becomes final,
+ * so the local work overlaps the ring (ring_allreduce_local).
  */
 static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
 {
-    void *buf = job_reduce_local(red);
     ring_wire_t wire = red->wire == JOB_WIRE_BF16  ? RING_WIRE_BF16
                        : red->wire == JOB_WIRE_F16 ? RING_WIRE_F16
                        : red->wire == JOB_WIRE_NONE ? RING_WIRE_NONE
                                                     : b->ring_opts.wire;
     /* The ring divides each chunk as its owner finishes it: no pass of
      * its own over the buffer for an average. */
-    int rc = red->avg_divisor != 0
-                 ? ring_allreduce_wire(r, buf, red->count, red->dt,
-                                       KERN_AVG, red->avg_divisor, wire)
-                 : ring_allreduce_wire(r, buf, red->count, red->dt, red->op,
-                                       0, wire);
-    if (rc == 0)
-        job_reduce_copy_back(red, buf);
+    kern_op_t op = red->avg_divisor != 0 ? KERN_AVG : red->op;
+    uint32_t div = red->avg_divisor;
+    if (red->nbufs == 1 && red->nsegs <= 1)
+        return ring_allreduce_wire(r, red->bufs[0], red->count, red->dt, op,
+                                   div, wire);
+    ring_stats_t st;
+    ring_stats(r, &st);
+    int rc;
+    if (b->local_staged) {
+        void *buf = job_reduce_local(red);
+        rc = ring_allreduce_wire(r, buf, red->count, red->dt, op, div, wire);
+        if (rc == 0)
+            job_reduce_copy_back(red, buf);
+    } else {
+        ring_local_t l = {.bufs = red->bufs, .nbufs = red->nbufs,
+                          .nsegs = red->nsegs,
+                          .seg_counts = red->seg_counts};
+        rc = ring_allreduce_local(r, &l, red->staging, red->count, red->dt,
+                                  op, div, wire);
+    }
+    if (rc == 0 && !b->local_told)
+        rt_tell_local(b, r, st.local_pipelined, red->nbufs);
     return rc;
 }
 
@@ -308,6 +342,8 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
 void *job__ring_thread_main(void *arg)
 {
     rb_t *b = arg;
+    const char *pipe = getenv("RINGD_LOCAL_PIPE");
+    b->local_staged = pipe != NULL && strcmp(pipe, "0") == 0;
     pthread_mutex_lock(&b->mu);
     for (;;) {
         /*

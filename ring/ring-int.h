@@ -58,6 +58,10 @@ typedef struct {
     int wire;            /* f32 sent as 16-bit, in wire_fmt */
     ring_wire_t wire_fmt;
     uint32_t root;       /* COLL_BCAST */
+    /* ring_allreduce_local on the flat ring: the buffer is the region,
+     * filled from and written back to these sources chunk by chunk
+     * (ring_local.c); NULL otherwise. */
+    const ring_local_t *local;
     int err;             /* first error of this collective */
     uint32_t err_rank;   /* its suspect */
 } ring_coll_desc_t;
@@ -103,11 +107,15 @@ typedef struct {
     ring_slot_t *ss;    /* [send_depth] */
     /* Per collective. */
     uint8_t *base;      /* the channel's part of the user buffer */
+    size_t first;       /* its first element's index in the buffer */
     size_t count;       /* elements in it */
     uint32_t nseg, k;   /* segments, chunks per segment */
     uint32_t nsend, nrecv;
     uint32_t next_send, next_post, next_proc, sends_done;
     int64_t last_rx, last_tx; /* last receive applied / send finished */
+    /* coll.local: chunks filled from the sources, in the order of first
+     * use (ring__local_fill), and final chunks written back to them. */
+    uint32_t filled, published;
 } ring_chan_t;
 
 typedef enum {
@@ -185,6 +193,27 @@ void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns);
  * collective in flight (ring->coll) is kept. */
 int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
                    kern_dtype_t dt, kern_op_t op);
+
+/* Geometry of the channel engine (ring.c): chunk j of segment seg of the
+ * channel's region, and where receive m lands and what it does there. */
+void ring__chunk_range(const ring_chan_t *c, uint32_t seg, uint32_t j,
+                       size_t *off_p, size_t *cnt_p);
+void ring__msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
+                    ring_act_t *act_p);
+
+/* The local sources of a flat allreduce (ring_local.c, coll.local set):
+ * fill the chunks of the order of first use below upto; write back the
+ * chunks whose final value has been applied (returns how many); fill one
+ * chunk ahead of the ring's need (1 when it did); the whole allreduce of
+ * one rank (coll.local unset); the staged order, for the grid (gather
+ * all, ring__grid_allreduce, scatter all). */
+void ring__local_fill(ring_chan_t *c, uint32_t upto);
+int ring__local_publish(ring_chan_t *c);
+int ring__local_ahead(ring_t *r);
+void ring__local_one(ring_t *r, const ring_local_t *l, void *region,
+                     size_t count);
+int ring__local_staged(ring_t *r, const ring_local_t *l, void *region,
+                       size_t count);
 
 /* Grid (ring_grid.c): the layout at ring_create (0, or an error), its
  * endpoints' close, and the allreduce: 1 when the grid takes this one. */

@@ -5,7 +5,7 @@
  * Every collective is a stream of messages per channel, numbered m = 0..M-1
  * in both the sender's and the receiver's order. A message's place in the
  * buffer (segment and chunk) and its dependency are pure functions of m, so
- * both sides agree without a header: see msg_send() and msg_recv().
+ * both sides agree without a header: see msg_send() and ring__msg_recv().
  */
 #include "ring/ring-int.h"
 
@@ -77,8 +77,8 @@ void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status)
 /* ---- geometry --------------------------------------------------------- */
 
 /* Element range of chunk j of segment seg of the channel's region. */
-static void chunk_range(const ring_chan_t *c, uint32_t seg, uint32_t j,
-                        size_t *off_p, size_t *cnt_p)
+void ring__chunk_range(const ring_chan_t *c, uint32_t seg, uint32_t j,
+                       size_t *off_p, size_t *cnt_p)
 {
     size_t s0 = c->count * seg / c->nseg;
     size_t s1 = c->count * (seg + 1) / c->nseg;
@@ -115,8 +115,8 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
 }
 
 /* Where receive m lands and what it does there. */
-static void msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
-                     ring_act_t *act_p)
+void ring__msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
+                    ring_act_t *act_p)
 {
     const ring_t *r = c->ring;
     uint32_t n = c->n, s = m / c->k + c->step0;
@@ -240,8 +240,8 @@ static int chan_consume(ring_chan_t *c)
     uint32_t seg = 0;
     ring_act_t act = ACT_COPY;
     size_t off = 0, cnt = 0;
-    msg_recv(c, c->next_proc, &seg, &act);
-    chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
+    ring__msg_recv(c, c->next_proc, &seg, &act);
+    ring__chunk_range(c, seg, c->next_proc % c->k, &off, &cnt);
     size_t want = cnt * r->coll.wire_es;
     RD_DEBUG("chan %u recv m %u seg %u status %d len %zu want %zu", c->id,
              c->next_proc, seg, sl->req.status, sl->req.length, want);
@@ -262,6 +262,10 @@ static int chan_consume(ring_chan_t *c)
         sl->state = SLOT_FREE;
         return 1;
     }
+    /* The accumulate target holds the local sources' sum before the
+     * first received partial sum lands on it. */
+    if (r->coll.local != NULL && act != ACT_COPY)
+        ring__local_fill(c, c->k + c->next_proc + 1);
     apply(c, sl, off, cnt, act);
     /* Validated: its flags count (a send depending on it carries them). */
     r->flags_seen |= (unsigned)(sl->req.tag >> RING_FLAG_SHIFT) &
@@ -279,7 +283,9 @@ static int post_send(ring_chan_t *c, uint32_t m)
     uint32_t seg = 0, dep;
     size_t off = 0, cnt;
     msg_send(c, m, &seg, &dep);
-    chunk_range(c, seg, m % c->k, &off, &cnt);
+    ring__chunk_range(c, seg, m % c->k, &off, &cnt);
+    if (r->coll.local != NULL && m < c->k)
+        ring__local_fill(c, m + 1); /* step 0 sends the own segment */
     const void *src = c->base + off * r->coll.es;
     tp_mem_t *mem = NULL;
     if (r->coll.wire) {
@@ -326,12 +332,10 @@ static int chan_reap_sends(ring_chan_t *c)
 }
 
 /* Post what may be posted, apply what has arrived. Returns work done. */
-static int chan_pump(ring_chan_t *c)
+static int chan_advance(ring_chan_t *c)
 {
     ring_t *r = c->ring;
-    int work = chan_reap_sends(c);
-    if (r->coll.err != 0)
-        return work;
+    int work = 0;
     while (c->next_post < c->nrecv &&
            c->next_post < c->next_proc + r->opts.recv_depth &&
            c->rs[c->next_post % r->opts.recv_depth].state == SLOT_FREE) {
@@ -363,10 +367,27 @@ static int chan_pump(ring_chan_t *c)
     return work;
 }
 
+/*
+ * One turn of a channel. Final chunks go back to the local sources after
+ * the sends that depend on them are posted (the wire is busy meanwhile),
+ * and after an error too: what was applied is validated and final.
+ */
+static int chan_pump(ring_chan_t *c)
+{
+    ring_t *r = c->ring;
+    int work = chan_reap_sends(c);
+    if (r->coll.err == 0)
+        work += chan_advance(c);
+    if (r->coll.local != NULL)
+        work += ring__local_publish(c);
+    return work;
+}
+
 /* Every send has finished, well or not, and every receive is applied. */
 static int chan_done(const ring_chan_t *c)
 {
-    return c->next_proc == c->nrecv && c->sends_done == c->nsend;
+    return c->next_proc == c->nrecv && c->sends_done == c->nsend &&
+           (c->ring->coll.local == NULL || c->published == c->nseg * c->k);
 }
 
 static int chan_recvs_done(const ring_chan_t *c)
@@ -523,6 +544,7 @@ void ring__coll_begin(ring_t *r, unsigned nchan)
     for (unsigned i = 0; i < nchan; i++) {
         ring_chan_t *c = &r->chan[i];
         c->next_send = c->next_post = c->next_proc = c->sends_done = 0;
+        c->filled = c->published = 0;
         c->last_rx = c->last_tx = now;
     }
     /* ring__coll_check cleared them: a grid's phases add up. */
@@ -599,6 +621,12 @@ static int64_t coll_loop(ring_t *r)
         if (coll_turn(r, &work))
             break;
         work += (int)tp_progress(r->tp);
+        /* One local chunk ahead a turn, after what arrived was applied
+         * and forwarded: while UCX moves the chunks in flight, the sums
+         * the next receives land on get ready, so a dependent send never
+         * waits for one (and an idle turn does useful work). */
+        if (r->coll.local != NULL)
+            work += ring__local_ahead(r);
         int64_t now = rd_now_ns();
         if (work) {
             if (coll_deadline(r, now)) /* another channel kept us busy */
@@ -735,6 +763,7 @@ void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
     size_t maxseg = (count + nseg - 1) / nseg;
     size_t k = (maxseg + celems - 1) / celems;
     c->base = buf + first * r->coll.es;
+    c->first = first;
     c->count = count;
     c->nseg = nseg;
     c->k = k ? (uint32_t)k : 1;
@@ -752,37 +781,26 @@ static int coll_setup_check(ring_t *r, size_t count, size_t es)
     return 0;
 }
 
-static int allreduce_run(ring_t *r, void *buf, size_t count,
-                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div,
-                         ring_wire_t wire_fmt)
+/* One rank: the AVG division is all there is to do. */
+static int allreduce_one(ring_t *r, void *buf, size_t count,
+                         const ring_local_t *local)
 {
-    size_t es = kern_dtype_size(dt);
-    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
-        avg_div == 0 || (unsigned)wire_fmt > RING_WIRE_F16) {
-        RD_ERROR("ring_allreduce: bad dtype %d, op %d, divisor %u or wire "
-                 "%d", (int)dt, (int)op, avg_div, (int)wire_fmt);
-        return ST_EINVAL;
+    r->stats.collectives++;
+    r->flags_seen = r->flags_out;
+    r->flags_all = 1;
+    if (local != NULL) {
+        ring__local_one(r, local, buf, count);
+        r->stats.local_pipelined++;
+    } else if (r->coll.op == KERN_AVG && r->coll.avg_div != 1) {
+        kern_avg_finish(r->coll.dt, buf, count, r->coll.avg_div);
     }
-    int rc = ring__coll_check(r);
-    if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)))
-        return rc;
-    if (r->n == 1) {
-        r->stats.collectives++;
-        r->flags_seen = r->flags_out;
-        r->flags_all = 1;
-        if (op == KERN_AVG && avg_div != 1)
-            kern_avg_finish(dt, buf, count, avg_div);
-        return 0;
-    }
-    int wire = wire_fmt != RING_WIRE_NONE && dt == KERN_F32;
-    if (wire && (rc = ring__wire_slots(r)) != 0)
-        return rc;
-    r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
-                                 .avg_div = avg_div, .es = es,
-                                 .wire_es = wire ? 2 : es, .wire = wire,
-                                 .wire_fmt = wire_fmt};
-    if (!wire && ring__grid_wants(r, count, es))
-        return ring__grid_allreduce(r, buf, count);
+    return 0;
+}
+
+static int allreduce_flat(ring_t *r, void *buf, size_t count,
+                          const ring_local_t *local)
+{
+    r->coll.local = local;
     ring__chans_flat(r);
     unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
     size_t half = nchan == 2 ? count / 2 : count;
@@ -794,27 +812,93 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
         c->nsend = c->nrecv = 2 * (r->n - 1) * c->k;
     }
     ring__coll_begin(r, nchan);
-    return coll_run(r);
+    int rc = coll_run(r);
+    if (rc == 0 && local != NULL)
+        r->stats.local_pipelined++;
+    r->coll.local = NULL;
+    return rc;
+}
+
+static int local_check(const ring_local_t *l, size_t count)
+{
+    size_t sum = 0;
+    if (l->bufs == NULL || l->nbufs == 0 ||
+        (l->nsegs > 1 && l->seg_counts == NULL))
+        goto bad;
+    for (uint32_t s = 0; l->nsegs > 1 && s < l->nsegs; s++)
+        sum += l->seg_counts[s];
+    if (l->nsegs > 1 && sum != count)
+        goto bad;
+    return 0;
+bad:
+    RD_ERROR("ring_allreduce_local: %u sources of %u pieces do not make "
+             "%zu elements", l->nbufs, l->nsegs, count);
+    return ST_EINVAL;
+}
+
+/* local: the sources ring_allreduce_local reduces into buf, else NULL. */
+static int allreduce_run(ring_t *r, void *buf, size_t count,
+                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div,
+                         ring_wire_t wire_fmt, const ring_local_t *local)
+{
+    size_t es = kern_dtype_size(dt);
+    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
+        avg_div == 0 || (unsigned)wire_fmt > RING_WIRE_F16) {
+        RD_ERROR("ring_allreduce: bad dtype %d, op %d, divisor %u or wire "
+                 "%d", (int)dt, (int)op, avg_div, (int)wire_fmt);
+        return ST_EINVAL;
+    }
+    int rc = ring__coll_check(r);
+    if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)) ||
+        (local != NULL && (rc = local_check(local, count))))
+        return rc;
+    int wire = wire_fmt != RING_WIRE_NONE && dt == KERN_F32 && r->n > 1;
+    if (wire && (rc = ring__wire_slots(r)) != 0)
+        return rc;
+    r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
+                                 .avg_div = avg_div, .es = es,
+                                 .wire_es = wire ? 2 : es, .wire = wire,
+                                 .wire_fmt = wire_fmt};
+    if (r->n == 1)
+        return allreduce_one(r, buf, count, local);
+    if (!wire && ring__grid_wants(r, count, es))
+        return local != NULL ? ring__local_staged(r, local, buf, count)
+                             : ring__grid_allreduce(r, buf, count);
+    return allreduce_flat(r, buf, count, local);
 }
 
 int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
                    kern_op_t op)
 {
-    return allreduce_run(r, buf, count, dt, op, r->n, r->opts.wire);
+    return allreduce_run(r, buf, count, dt, op, r->n, r->opts.wire, NULL);
 }
 
 int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
                        uint32_t divisor)
 {
     return allreduce_run(r, buf, count, dt, KERN_AVG, divisor,
-                         r->opts.wire);
+                         r->opts.wire, NULL);
 }
 
 int ring_allreduce_wire(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
                         kern_op_t op, uint32_t divisor, ring_wire_t wire)
 {
     return allreduce_run(r, buf, count, dt, op,
-                         op == KERN_AVG && divisor ? divisor : r->n, wire);
+                         op == KERN_AVG && divisor ? divisor : r->n, wire,
+                         NULL);
+}
+
+int ring_allreduce_local(ring_t *r, const ring_local_t *local, void *region,
+                         size_t count, kern_dtype_t dt, kern_op_t op,
+                         uint32_t divisor, ring_wire_t wire)
+{
+    if (local == NULL) {
+        RD_ERROR("ring_allreduce_local: no sources");
+        return ST_EINVAL;
+    }
+    return allreduce_run(r, region, count, dt, op,
+                         op == KERN_AVG && divisor ? divisor : r->n, wire,
+                         local);
 }
 
 int ring_allgather(ring_t *r, void *buf, size_t block_bytes)

@@ -140,6 +140,49 @@ int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
 int ring_allreduce_wire(ring_t *ring, void *buf, size_t count,
                         kern_dtype_t dt, kern_op_t op, uint32_t divisor,
                         ring_wire_t wire);
+/*
+ * The node's local sources of an allreduce (its trainers' buffers), for
+ * ring_allreduce_local. Source i holds the whole region in bufs[i] (nsegs
+ * 0 or 1), or, fused, the region's nsegs consecutive pieces of
+ * seg_counts[s] elements at bufs[i * nsegs + s]. They are reduced in
+ * source order, per element (two: kern_reduce3 of both; otherwise the
+ * first copied, then kern_reduce of each next one), whatever range is
+ * asked for, so a range holds bitwise what the whole region would.
+ */
+typedef struct {
+    void *const *bufs;
+    uint32_t nbufs;           /* >= 1 */
+    uint32_t nsegs;
+    const size_t *seg_counts; /* [nsegs] when nsegs > 1 */
+} ring_local_t;
+
+/* dst[0..count) = the reduction of the sources' elements [first,
+ * first + count) of dt under op (op KERN_AVG sums). */
+void ring_local_gather(const ring_local_t *l, kern_dtype_t dt, kern_op_t op,
+                       void *dst, size_t first, size_t count);
+/* src[0..count), elements of es bytes, into every source at [first,
+ * first + count) (a source that is src itself is skipped). */
+void ring_local_scatter(const ring_local_t *l, size_t es, const void *src,
+                        size_t first, size_t count);
+
+/*
+ * As ring_allreduce_wire, of the node's local sources instead of one
+ * buffer, run in region (count elements, the ring's staging): each chunk
+ * of region is filled with the sources' reduction (ring_local_gather)
+ * just before the ring first uses it, in the order the ring needs them,
+ * and while the ring waits for the network a few chunks ahead; each
+ * chunk is written back into every source as it becomes final (the own
+ * chunks after the last reduce-scatter step, the others as the allgather
+ * delivers them). Every receive is validated in a staging slot before
+ * it touches region. The result is bitwise that of gathering the whole
+ * region first, ring_allreduce_wire on it, and scattering it back. The
+ * grid keeps that staged order (it gathers all, runs, scatters all);
+ * ring_stats' local_pipelined counts the calls that ran pipelined. On
+ * failure the sources and region hold undefined data.
+ */
+int ring_allreduce_local(ring_t *ring, const ring_local_t *local,
+                         void *region, size_t count, kern_dtype_t dt,
+                         kern_op_t op, uint32_t divisor, ring_wire_t wire);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*
@@ -217,6 +260,8 @@ typedef struct {
     uint32_t next_seq;       /* sequence number of the next collective */
     uint64_t grid;           /* allreduces that ran on the grid */
     uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
+    uint64_t local_pipelined; /* ring_allreduce_local calls that reduced
+                                 the sources chunk by chunk in the ring */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

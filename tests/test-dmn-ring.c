@@ -126,6 +126,98 @@ TEST_IMPL(dmn_ring_zero_copy_matches_copy)
 }
 
 /*
+ * A 2-node job of two trainers per node, 60 steps; RINGD_LOCAL_PIPE=pipe
+ * for the daemons, more daemon flags dflags and trainer flags targs
+ * (NULL-ended). Each trainer k logs h<k> and saves p<k>. Returns n0's
+ * ringd_collectives_fused_total.
+ */
+static double pipe_job(cluster_t *c, const char *pipe,
+                     const char *const *dflags, const char *const *targs)
+{
+    setenv("RINGD_LOCAL_PIPE", pipe, 1);
+    rc_flags = dflags;
+    fx_etcd_start(&c->etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(c, i, "2", "2");
+    rc_flags = NULL;
+    unsetenv("RINGD_LOCAL_PIPE");
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            char h[8], p[8], lg[16];
+            snprintf(h, sizeof(h), "h%d", k);
+            snprintf(p, sizeof(p), "p%d", k);
+            snprintf(lg, sizeof(lg), "t%d.log", k);
+            const char *args[16] = {"--steps", "60", "--hash-log",
+                                    td_path(&c->d[i], h), "--save",
+                                    td_path(&c->d[i], p)};
+            for (int a = 0; targs[a] != NULL && a < 8; a++)
+                args[6 + a] = targs[a];
+            c->trainer[i][k] = td_trainer(&c->d[i], args,
+                                          td_path(&c->d[i], lg));
+        }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            expect_exit0(c, i, k, c->trainer[i][k]);
+    double fused = metric_value(c, 0, "ringd_collectives_fused_total");
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
+    return fused;
+}
+
+/* The same job pipelined and staged: every trainer of both ends at the
+ * same bits at every step, and each daemon said which path it took. */
+static void pipe_compare(cluster_t *pl, cluster_t *st,
+                         const char *const *dflags,
+                         const char *const *targs, double fused)
+{
+    ASSERT_GE(pipe_job(pl, "1", dflags, targs), fused);
+    ASSERT_GE(pipe_job(st, "0", dflags, targs), fused);
+    static td_hashes_t hp, hs;
+    for (int i = 0; i < 2; i++) {
+        ASSERT(td_file_has(pl->d[i].log, "(pipelined)"));
+        ASSERT(!td_file_has(pl->d[i].log, "(staged"));
+        ASSERT(td_file_has(st->d[i].log, "(staged, RINGD_LOCAL_PIPE=0)"));
+        ASSERT(!td_file_has(st->d[i].log, "(pipelined)"));
+        for (int k = 0; k < 2; k++) {
+            const char *h = k ? "h1" : "h0", *p = k ? "p1" : "p0";
+            td_read_hashes(td_path(&pl->d[i], h), &hp);
+            td_read_hashes(td_path(&st->d[i], h), &hs);
+            ASSERT_EQ(hp.nsteps, 60);
+            ASSERT_EQ(hp.world[59], 4);
+            ASSERT_EQ(td_same_hashes(&hp, &hs), 60);
+            ASSERT_EQ(td_param_diff(td_path(&pl->d[i], p),
+                                    td_path(&st->d[i], p)), 0);
+            ASSERT_EQ(td_param_diff(td_path(&pl->d[i], p),
+                                    td_path(&pl->d[0], "p0")), 0);
+        }
+    }
+    fx_done(); /* both jobs' etcds: the fixture tracks only four */
+}
+
+/*
+ * Two trainers per node: the daemons reduce them chunk by chunk into the
+ * ring (RINGD_LOCAL_PIPE unset) or into staging first (=0, the staged
+ * path). With 1 KiB chunks (about ten per segment of the 19 KiB
+ * gradient), the two paths give the same bits at every step: averaged
+ * with bf16 on the wire; and fused (three asynchronous allreduces in one
+ * group) on two rings.
+ */
+TEST_IMPL(dmn_ring_local_pipe_matches_staged)
+{
+    cluster_env();
+    const char *wire[] = {"--ring-chunk-kib", "1", "--ring-wire", "bf16",
+                          NULL};
+    const char *plain[] = {NULL};
+    static cluster_t c[4] = {{.n = 2}, {.n = 2}, {.n = 2}, {.n = 2}};
+    pipe_compare(&c[0], &c[1], wire, plain, 0);
+    const char *bidir[] = {"--ring-chunk-kib", "1", "--ring-bidirectional",
+                           NULL};
+    const char *fused[] = {"--async", "3", "--fuse", NULL};
+    pipe_compare(&c[2], &c[3], bidir, fused, 3 * 60);
+    return fx_done();
+}
+
+/*
  * SIGKILL one daemon mid-training: the survivors' collective returns
  * RINGD_ERESHAPE (or their next step start waits for the new view), they
  * go on on a 2-node ring and finish every step, bitwise identical. Then a new node joins: its trainer starts from

@@ -294,6 +294,64 @@ TEST_IMPL(ring_forged_n2)
     return 0;
 }
 
+/*
+ * The pipelined local reduce (ring_allreduce_local): 2 or 3 local sources
+ * per rank, whole or in the fused layout, counts that are no multiple of
+ * the chunk, odd n, two rings, wire compression and AVG by the job's
+ * trainer count: every source ends bitwise as the staged path leaves it,
+ * on every rank; the grid keeps the staged path.
+ */
+TEST_IMPL(ring_local_n1)
+{
+    run_ok(1, "local", "--counts 1,1009,40009 --chunk 8192 --locals 3",
+           "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_local_n3)
+{
+    run_ok(3, "local", "--counts 0,1,2,1009,40009 --chunk 8192 --locals 2",
+           "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_local_n5)
+{
+    run_ok(5, "local", "--counts 4,1009,40009 --chunk 4000 --locals 3",
+           "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_local_fused_bidir_n2)
+{
+    run_ok(2, "local", "--counts 1,7,40009 --chunk 8192 --locals 3 --fused "
+           "--bidir", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_local_wire_n3)
+{
+    run_ok(3, "local", "--counts 3,40009 --chunk 8192 --locals 2 --wire "
+           "bf16", "tcp", 0);
+    run_ok(3, "local", "--counts 40009 --chunk 8192 --locals 3 --fused "
+           "--wire f16 --bidir", "tcp", 0);
+    return 0;
+}
+
+TEST_IMPL(ring_local_grid_n4)
+{
+    run_ok(4, "local", "--counts 5,4099 --chunk 4096 --locals 2 --grid 4 "
+           "--expect-grid", "tcp", 0);
+    return 0;
+}
+
+/* 16 MiB of f32 with the default chunk (rendezvous-sized messages). */
+TEST_IMPL(ring_local_big_n2)
+{
+    run_ok(2, "local", "--counts 4194305 --locals 2 --f32", "tcp", 0);
+    return 0;
+}
+
 /* Wait until every rank has entered its first big collective. */
 static void wait_started(launch_t *l)
 {

@@ -10,8 +10,12 @@ bad arrays, 500 buffers in one step freed when dropped.
 dtype, NotContiguous / NotRingdMemory / UnsupportedDtype, a
 DistributedOptimizer of 200 buckets, buckets split at module boundaries,
 500 tensors in one step freed when
-dropped, allreduce_async_ returning before the peer issued. Exits 0 and
-prints "PASS <part>", or "SKIP ..." when torch cannot be imported.
+dropped, allreduce_async_ returning before the peer issued; the
+DistributedOptimizer staged (staging=True) equal to it bitwise.
+--part fakecuda: the CUDA staging logic (staging.Device) on CPU tensors
+with torch.cuda faked (fake_cuda.py), its calls checked against the
+CUDA protocol (check_cuda_log). Exits 0 and prints "PASS <part>", or
+"SKIP ..." when torch cannot be imported.
 """
 import argparse
 import gc
@@ -319,6 +323,85 @@ def torch_phases(o):
         if rank == 0:
             print("buckets split at the module boundary: %s" % names)
 
+    def staged(c, rank, sync):
+        # The same model twice, its gradients in ringd memory (a) and
+        # staged through copies (b, staging=True: .grad stays autograd's
+        # tensor): the same parameters, bitwise, with 2 passes per step,
+        # 2 steps of Adam and 3 buckets.
+        def make():
+            m = torch.nn.Sequential(torch.nn.Linear(6, 5),
+                                    torch.nn.Linear(5, 3))
+            with torch.no_grad():   # not torch's RNG: the threads share it
+                for i, p in enumerate(m.parameters()):
+                    p.copy_(torch.linspace(-1, 1, p.numel()).view_as(p) *
+                            (i + 1) / 3)
+            return m
+        ma, mb = make(), make()
+        oa = torch.optim.Adam(ma.parameters(), lr=0.05)
+        ob = torch.optim.Adam(mb.parameters(), lr=0.05)
+        cap = 20 * 4 / float(1 << 20)   # 20 floats a bucket
+        da = rt.DistributedOptimizer(oa, named_parameters=ma.named_parameters(),
+                                     backward_passes_per_step=2,
+                                     bucket_cap_mb=cap, client=c)
+        db = rt.DistributedOptimizer(ob, named_parameters=mb.named_parameters(),
+                                     backward_passes_per_step=2,
+                                     bucket_cap_mb=cap, client=c,
+                                     staging=True)
+        assert len(db.buckets) == 3, [b.params for b in db.buckets]
+        assert all(type(b).__name__ == "_StagedBucket" for b in db.buckets)
+        x = torch.linspace(-2, 2, 4 * 6).view(4, 6) * (rank + 1)
+        for step in range(2):
+            for m, d in ((ma, da), (mb, db)):
+                d.zero_grad()
+                for j in range(2):
+                    m(x[2 * j:2 * j + 2] + step).pow(2).sum().backward()
+                d.step()
+        for (n, pa), pb in zip(ma.named_parameters(), mb.parameters()):
+            assert torch.equal(pa, pb), (n, pa, pb)
+            assert torch.equal(pa.grad, pb.grad), n
+            assert c.owns(pa.grad.data_ptr(), 4)
+            assert not c.owns(pb.grad.data_ptr(), 4), n
+        assert not torch.equal(mb[0].weight, make()[0].weight)  # it moved
+        held[("staged", rank)] = torch.cat([p.detach().reshape(-1)
+                                            for p in mb.parameters()])
+        da.close()
+        db.close()
+        # bf16 through staging: the bucket is a bf16 ringd buffer, cast
+        # before the copy; 0.3 and 0.6 are not bf16 numbers.
+        p = torch.nn.Parameter(torch.zeros(8))
+        ps = torch.nn.ParameterList([p])
+        d = rt.DistributedOptimizer(torch.optim.SGD(ps.parameters(), lr=1.0),
+                                    named_parameters=ps.named_parameters(),
+                                    compression=rt.Compression.bf16,
+                                    client=c, staging=True)
+        assert d.buckets[0].host.dtype == torch.bfloat16
+        ((p * (rank + 1) * 0.3).sum()).backward()
+        d.step()
+        err = float((p.detach() + 0.45).abs().max())
+        assert 1e-5 < err < 1e-2, p
+        assert p.grad.dtype == torch.float32
+        d.close()
+        # A device ringd cannot stage: named, before any collective.
+        q = torch.nn.Parameter(torch.zeros(4, device="meta"))
+        qs = torch.nn.ParameterList([q])
+        try:
+            rt.DistributedOptimizer(torch.optim.SGD(qs.parameters(), lr=1.0),
+                                    named_parameters=qs.named_parameters(),
+                                    client=c)
+        except rt.UnsupportedDevice as e:
+            assert "parameter 0 is on meta" in str(e), e
+            msg = str(e)
+        else:
+            raise AssertionError("a meta parameter was accepted")
+        sync()
+        if rank == 0:
+            assert torch.equal(held[("staged", 0)], held[("staged", 1)]), \
+                held
+            print("staged: equal to the in-region path bitwise (k=2, "
+                  "3 buckets), replicas identical; bf16 staged error "
+                  "%.1g; UnsupportedDevice: %s" % (err, msg))
+        sync()
+
     issued = threading.Event()
 
     def really_async(c, rank, sync):
@@ -355,24 +438,216 @@ def torch_phases(o):
     # really_async last: when it fails, no later step waits for the
     # failed trainer.
     return [dtypes, bad, differ, broadcast, many_buckets, compressed,
-            module_buckets] + freeing_phases(
+            module_buckets, staged] + freeing_phases(
         o, lambda c: rt.zeros((2, 3), client=c), reduce_async,
         "500 tensors reduced in one step, then freed") + [really_async]
+
+
+def check_cuda_log(log, hosts):
+    """What staging.Device was asked to do (tests/py/fake_cuda.py's log)
+    is the CUDA protocol: every transfer asynchronous, on the side
+    stream, between equal dtypes (casts on the device); each copy into
+    ringd memory (hosts: (address, bytes) ranges) after the side stream
+    waited for an event of the caller's stream; each allreduce after an
+    event recorded behind its buffer's last copy was waited for; each
+    copy back after the side stream waited for the caller's stream, and
+    the caller's stream waits for an event behind the last one. Returns
+    (copies in, copies back)."""
+    def into(ptr):
+        return any(a <= ptr < a + n for a, n in hosts)
+    on = {}                 # event id -> stream it was recorded on
+    side_wait = None        # the side stream's last wait
+    last_in = {}            # host address -> index of its last copy in
+    n_in = n_out = 0
+    last_out = None
+    for i, e in enumerate(log):
+        if e[0] == "record":
+            on[e[2]] = (e[1], i)
+        elif e[0] in ("wait_event", "wait_stream") and e[1] != "default":
+            side_wait = e
+        elif e[0] == "copy":
+            _, stream, sdt, ddt, ptr, _ = e
+            assert stream != "default", (i, e)
+            assert sdt == ddt, ("a cast in the transfer", i, e)
+            if into(ptr):
+                assert side_wait and side_wait[0] == "wait_event" and \
+                    on[side_wait[2]][0] == "default", (i, e, side_wait)
+                side_wait = None    # one wait per copy in
+                base = max(a for a, _ in hosts if a <= ptr)
+                last_in[base] = i
+                n_in += 1
+            else:
+                assert side_wait == ("wait_stream", stream, "default"), \
+                    (i, e, side_wait)
+                n_out += 1
+                last_out = i
+        elif e[0] == "allreduce" and e[1] in last_in:
+            start = last_in[e[1]]
+            done = [ev for ev, (st, k) in on.items()
+                    if st != "default" and start < k < i]
+            assert any(("synchronize", ev) in log[start:i] or
+                       ("query", ev) in log[start:i] for ev in done), \
+                ("allreduce before its copies were waited for", i)
+    assert last_out is not None
+    tail = log[last_out:]
+    rec = [e[2] for e in tail if e[0] == "record" and e[1] != "default"]
+    assert any(("wait_event", "default", ev) in tail for ev in rec), \
+        "the caller's stream does not wait for the copies back"
+    return n_in, n_out
+
+
+def fakecuda_phases(o):
+    """staging.Device (the CUDA path) on CPU tensors, with torch.cuda
+    faked (tests/py/fake_cuda.py): the DistributedOptimizer's results
+    are the in-region path's, bitwise; its log is the CUDA protocol
+    (check_cuda_log); buckets page-locked once and unlocked when
+    collected; elastic.State's staged tensors go through the region
+    page-locked once."""
+    import mmap
+    import torch
+    import ringd.torch as rt
+    from ringd.torch import elastic, staging
+    import fake_cuda
+    fake_cuda.install()
+
+    def make():
+        m = torch.nn.Sequential(torch.nn.Linear(6, 5),
+                                torch.nn.Linear(5, 3))
+        with torch.no_grad():
+            for i, p in enumerate(m.parameters()):
+                p.copy_(torch.linspace(-1, 1, p.numel()).view_as(p) *
+                        (i + 1) / 3)
+        return m
+
+    def pinned(fake, host):
+        nb = host.numel() * host.element_size()
+        size = fake.registered.get(host.data_ptr())
+        return size is not None and size >= nb and \
+            size % mmap.PAGESIZE == 0
+
+    def dopt(c, rank, sync):
+        fake = fake_cuda.FakeCuda()
+        ma, mb = make(), make()
+        oa = torch.optim.Adam(ma.parameters(), lr=0.05)
+        ob = torch.optim.Adam(mb.parameters(), lr=0.05)
+        cap = 20 * 4 / float(1 << 20)
+        da = rt.DistributedOptimizer(oa, named_parameters=ma.named_parameters(),
+                                     backward_passes_per_step=2,
+                                     bucket_cap_mb=cap, client=c)
+        with fake:
+            db = rt.DistributedOptimizer(
+                ob, named_parameters=mb.named_parameters(),
+                backward_passes_per_step=2, bucket_cap_mb=cap, client=c,
+                staging=True)
+        assert len(db.buckets) == 3
+        assert all(isinstance(b.stager, staging.Device) for b in db.buckets)
+        assert all(pinned(fake, b.host) for b in db.buckets), fake.registered
+        assert len(fake.registered) == 3
+        x = torch.linspace(-2, 2, 4 * 6).view(4, 6) * (rank + 1)
+        for step in range(2):
+            for m, d in ((ma, da), (mb, db)):
+                with (fake if d is db else contextlib_null()):
+                    d.zero_grad()
+                    for j in range(2):
+                        m(x[2 * j:2 * j + 2] + step).pow(2).sum().backward()
+                    d.step()
+        for (n, pa), pb in zip(ma.named_parameters(), mb.parameters()):
+            assert torch.equal(pa, pb), n
+        hosts = [(b.host.data_ptr(), b.host.numel() * 4) for b in db.buckets]
+        n_in, n_out = check_cuda_log(fake.log, hosts)
+        assert (n_in, n_out) == (2 * 4, 2 * 4), (n_in, n_out)
+        assert fake.log.count(("allreduce", db.buckets[0].host.data_ptr())) \
+            == 2
+        # bf16: cast on the "device" before the copy, widened after.
+        fake2 = fake_cuda.FakeCuda()
+        p = torch.nn.Parameter(torch.zeros(8))
+        ps = torch.nn.ParameterList([p])
+        with fake2:
+            d = rt.DistributedOptimizer(
+                torch.optim.SGD(ps.parameters(), lr=1.0),
+                named_parameters=ps.named_parameters(),
+                compression=rt.Compression.bf16, client=c, staging=True)
+            ((p * (rank + 1) * 0.3).sum()).backward()
+            d.step()
+        host = d.buckets[0].host
+        assert host.dtype == torch.bfloat16 and pinned(fake2, host)
+        copies = [e for e in fake2.log if e[0] == "copy"]
+        assert [e[2] for e in copies] == [torch.bfloat16] * 2, copies
+        check_cuda_log(fake2.log, [(host.data_ptr(), 16)])
+        err = float((p.detach() + 0.45).abs().max())
+        assert 1e-5 < err < 1e-2, p
+        for dd in (da, db, d):
+            dd.close()
+        del da, db, d, dd, host
+        gc.collect()
+        assert fake.registered == {} and fake2.registered == {}, \
+            "buckets still page-locked once collected"
+        if rank == 0:
+            print("fake cuda: DistributedOptimizer staged through the side "
+                  "stream (%d copies in, %d back) equals the in-region path "
+                  "bitwise; bf16 cast on the device (error %.1g); buckets "
+                  "unlocked when collected" % (n_in, n_out, err))
+
+    def state(c, rank, sync):
+        fake = fake_cuda.FakeCuda()
+        m = make()
+        opt = torch.optim.Adam(m.parameters(), lr=0.05)
+        with fake:
+            st = elastic.State(model=m, optimizer=opt, client=c,
+                               staging=True)
+        regs = [e for e in fake.log if e[0] == "register"]
+        assert len(regs) == 1 and regs[0][1] == st._pinned.data_ptr(), regs
+        assert regs[0][2] >= st.nbytes and regs[0][2] % mmap.PAGESIZE == 0
+        assert len(st._staged) == 4 + 3 * 4
+        saved = [t.detach().clone() for _, t, _ in st._staged]
+        del fake.log[:]
+        with fake:
+            st.commit()
+        copies = [e for e in fake.log if e[0] == "copy"]
+        assert len(copies) == len(saved) and all(
+            e[1] != "default" for e in copies), copies
+        marks = [e[2] for e in fake.log if e[0] == "record" and
+                 e[1] != "default"]
+        assert ("synchronize", marks[-1]) in fake.log, fake.log
+        with torch.no_grad():
+            for _, t, _ in st._staged:
+                t.add_(1)
+        del fake.log[:]
+        with fake:
+            st.restore()
+        for (_, t, _), want in zip(st._staged, saved):
+            assert torch.equal(t, want)
+        check_cuda_log(fake.log, [(st._pinned.data_ptr(), st.nbytes)])
+        marks = [e[2] for e in fake.log if e[0] == "record" and
+                 e[1] != "default"]
+        assert ("synchronize", marks[-1]) in fake.log, fake.log
+        if rank == 0:
+            print("fake cuda: elastic.State's %d staged tensors through the "
+                  "region page-locked once, copied on the side stream at "
+                  "commit and restore" % len(saved))
+
+    return [dopt, state]
+
+
+def contextlib_null():
+    import contextlib
+    return contextlib.nullcontext()
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
     ap.add_argument("--daemon-pid", type=int, required=True)
-    ap.add_argument("--part", choices=("numpy", "torch"), required=True)
+    ap.add_argument("--part", choices=("numpy", "torch", "fakecuda"),
+                    required=True)
     o = ap.parse_args()
-    if o.part == "torch":
+    if o.part in ("torch", "fakecuda"):
         try:
             import torch  # noqa: F401
         except ImportError as e:
             print("SKIP torch cannot be imported: %s" % e)
             return 0
-        phases = torch_phases(o)
+        phases = (torch_phases if o.part == "torch" else fakecuda_phases)(o)
     else:
         phases = numpy_phases(o)
     run_phases(o.socket, phases)

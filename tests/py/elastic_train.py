@@ -13,6 +13,9 @@ tests/test-client-python.c against a real ringd.
                bucket issued before the last gradient hook, the buckets
                issued in order, and every wait inside step(); logs
                "overlap checked N steps" at the end.
+               --staging: nothing of the model in ringd memory (gradients
+               and state staged through copies); --device cuda: the
+               model on the GPU (staged as well).
 --mode ref     one process, no daemon, the same global batches (world 1,
                batch world*batch*k), plain Adam; saves to --out.
 --compare A B TOL   max |a-b| over two saved state_dicts <= TOL, or exit 1
@@ -41,6 +44,7 @@ def model_and_opt(torch, o):
     torch.manual_seed(1)
     m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
                             torch.nn.Linear(32, 3))
+    m.to(getattr(o, "device", "cpu"))
     if o.opt == "sgd":
         # Unlike Adam's, its update scales with the gradient: a wrong
         # average shows.
@@ -95,21 +99,39 @@ def run_ringd(o, torch):
     import ringd.torch as rt
     from ringd.torch import elastic
     rt.init(o.socket, name="elastic_train")
+    if o.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("--device %s: torch.cuda.is_available() is False" %
+                 o.device)
     x, y = data(torch, o.n)
+    x, y = x.to(o.device), y.to(o.device)
     model, opt = model_and_opt(torch, o)
     sampler = elastic.ElasticSampler(range(o.n), batch_size=o.batch * o.k,
                                      seed=3)
+    staging = True if o.staging else None
     state = elastic.State(model=model, optimizer=opt, sampler=sampler,
-                          epoch=0)
+                          epoch=0, staging=staging)
     comp = {"none": rt.Compression.none, "fp16": rt.Compression.fp16,
             "bf16": rt.Compression.bf16}[o.compression]
     dopt = rt.DistributedOptimizer(opt,
                                    named_parameters=model.named_parameters(),
                                    compression=comp,
                                    backward_passes_per_step=o.k,
-                                   bucket_cap_mb=o.bucket_cap_mb)
+                                   bucket_cap_mb=o.bucket_cap_mb,
+                                   staging=staging)
+    if o.staging or o.device != "cpu":
+        # Nothing of the model is in ringd memory: it is all staged.
+        c = rt.client()
+        for p in model.parameters():
+            assert not c.owns(p.data_ptr(), 4), "a parameter in the region"
+            assert not c.owns(p.grad.data_ptr(), 4), "a .grad in a bucket"
+        log_line = "staged: %d buckets, %d tensors of the state\n" % (
+            len(dopt.buckets), len(state._staged))
+    else:
+        log_line = None
     overlaps = [0]
     log = open(o.log, "a")
+    if log_line:
+        log.write(log_line)
     resets = []
     state.register_reset_callbacks([resets.append])
     first = [True]
@@ -165,7 +187,7 @@ def run_ringd(o, torch):
     log.write("final digest %s step %s resets %s\n" %
               (state.digest(), v.step if v else "-", resets))
     log.close()
-    torch.save(model.state_dict(), o.out)
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, o.out)
     print("final digest", state.digest())
     rt.client().close()
 
@@ -240,6 +262,11 @@ def main():
     ap.add_argument("--pace-ms", type=int, default=0)
     ap.add_argument("--bucket-cap-mb", type=float, default=25)
     ap.add_argument("--check-overlap", action="store_true")
+    ap.add_argument("--staging", action="store_true",
+                    help="stage the gradients and the state through copies "
+                    "(the model's tensors stay outside ringd memory)")
+    ap.add_argument("--device", default="cpu",
+                    help="the model's device (cuda: staged)")
     ap.add_argument("--stop-file")
     ap.add_argument("--save-live", type=int)
     ap.add_argument("--log")

@@ -14,6 +14,10 @@ broadcast_ take only such tensors, contiguous, of a dtype ringd reduces;
 anything else raises NotContiguous, NotRingdMemory or UnsupportedDtype
 (ValueError, ValueError, TypeError) before the daemon sees it. A buffer is
 freed when no tensor over it is left (at the client's next call).
+DistributedOptimizer and elastic.State take tensors outside ringd memory
+too, CUDA ones included, and stage them through copies
+(ringd/torch/staging.py); a device they cannot stage raises
+UnsupportedDevice (ValueError) naming the tensor and its device.
 
 allreduce_async_() issues the reduction and returns at once with a
 Handle; the daemon runs it while the caller goes on (computing the rest
@@ -113,7 +117,9 @@ def check(tensor, client=None):
     if tensor.device.type != "cpu":
         raise NotRingdMemory(
             "tensor on %s: ringd.torch reduces CPU tensors in ringd memory "
-            "(copy it into one from ringd.torch.empty())" % tensor.device)
+            "(copy it into one from ringd.torch.empty(); "
+            "DistributedOptimizer and elastic.State stage such tensors "
+            "themselves)" % tensor.device)
     if not tensor.is_contiguous():
         raise NotContiguous(
             "tensor of shape %s and strides %s is not contiguous: pass "
@@ -200,6 +206,7 @@ def step_end(client=None):
     _pick(client).step_end()
 
 
+from ringd.torch.staging import UnsupportedDevice  # noqa: E402,F401
 from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
     Compression, DistributedOptimizer, broadcast_optimizer_state,
     broadcast_parameters)

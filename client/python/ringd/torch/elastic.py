@@ -25,8 +25,15 @@ before each step end. The region starts with a header and the layout
 (names, shapes, dtypes, offsets), so a checkpoint can be read without the
 program that wrote it, and a restore checks that the layout is its own.
 
-CPU tensors only: the CUDA path (tensors staged through the region when
-the daemon needs them) is not built yet.
+Tensors that cannot be views of the region (on a CUDA device, or CPU ones
+when State(staging=True)) are staged instead (ringd/torch/staging.py):
+each keeps its place in the layout, and commit() copies it there (on CUDA
+from the device, through the region page-locked with cudaHostRegister, on
+a side stream, waited for before commit() returns); restore() copies it
+back. The daemon takes the region at a step's end (a checkpoint due, a
+joiner, a trainer lost) without telling the trainer beforehand, so
+commit() writes staged tensors at every step; digest() writes them first
+too, so it hashes what commit() would leave.
 """
 import array
 import base64
@@ -41,6 +48,7 @@ import torch
 
 import ringd
 import ringd.torch as rt
+from ringd.torch import staging as staging_mod
 
 MAGIC = b"RNGDSTAT"
 VERSION = 1
@@ -217,8 +225,10 @@ class State:
     part and come back as attributes: state.epoch, state.best, ..."""
 
     def __init__(self, model=None, optimizer=None, sampler=None, client=None,
-                 meta_cap=META_CAP, **extras):
+                 meta_cap=META_CAP, staging=None, **extras):
         self.client = rt._pick(client)
+        self._staging = staging
+        self._staged = []           # (region view, tensor, stager)
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
         self._reset_callbacks = []
         self._tensors = []          # (name, live tensor)
@@ -261,12 +271,11 @@ class State:
             object.__setattr__(self, name, value)
 
     def _build(self, meta_cap):
-        layout, off = [], 0
+        layout, off, stagers = [], 0, []
         for name, t in self._tensors:
-            if t.device.type != "cpu":
-                raise rt.NotRingdMemory(
-                    "elastic.State: %s is on %s; only CPU tensors can live "
-                    "in the state region so far" % (name, t.device))
+            st = staging_mod.stager_for(t, "elastic.State: " + name)
+            stagers.append(st if self._staging or t.device.type != "cpu"
+                           else None)
             nbytes = t.numel() * t.element_size()
             layout.append({"name": name, "shape": list(t.shape),
                            "dtype": str(t.dtype).replace("torch.", ""),
@@ -285,16 +294,47 @@ class State:
         self.region[_HDR.size:_HDR.size + len(ljson)] = np.frombuffer(
             ljson, np.uint8)
         self._write_header(0, len(ljson))
-        for ent, (name, t) in zip(layout, self._tensors):
+        # Page-locked once, by the first device's stager (held here: it
+        # is unlocked when collected).
+        self._pinned = torch.frombuffer(mv, dtype=torch.uint8,
+                                        count=self.nbytes)
+        cuda = [st for st in stagers if isinstance(st, staging_mod.Device)]
+        if cuda:
+            cuda[0].register(self._pinned)
+        for ent, (name, t), st in zip(layout, self._tensors, stagers):
             if ent["nbytes"] == 0:
                 continue
             view = torch.frombuffer(mv, dtype=t.dtype,
                                     count=t.numel(),
                                     offset=self._data_off + ent["offset"])
             view = view.view(t.shape)
-            view.copy_(t.detach())
-            t.data = view
+            if st is not None:
+                self._staged.append((view, t, st))
+            else:
+                view.copy_(t.detach())
+                t.data = view
+        self._stage_out()
         self.client.state(self.region)
+
+    def _stagers(self):
+        return {id(st): st for _, _, st in self._staged}.values()
+
+    def _stage_out(self):
+        """Copy the staged tensors into their places in the region and
+        wait until they are there."""
+        for view, t, st in self._staged:
+            st.to_host(view, t.detach())
+        for st in self._stagers():
+            st.wait(st.mark())
+
+    def _stage_in(self):
+        """Copy the region's bytes into the staged tensors, and wait: the
+        region may be overwritten again at the next step_begin."""
+        for view, t, st in self._staged:
+            st.to_device(t.detach(), view)
+        for st in self._stagers():
+            st.device_ready()
+            st.wait(st.mark())
 
     def _write_header(self, meta_len, layout_len=None):
         if layout_len is None:
@@ -331,7 +371,9 @@ class State:
 
     def commit(self):
         """Write what is not a tensor into the region. elastic.run calls
-        it after each step's update, before the step ends."""
+        it after each step's update, before the step ends. Staged
+        tensors are copied into the region first."""
+        self._stage_out()
         meta = json.dumps(self._meta(), separators=(",", ":")).encode()
         if len(meta) > self._meta_cap:
             raise ValueError("elastic.State: %d bytes of non-tensor state "
@@ -344,7 +386,8 @@ class State:
     def restore(self):
         """The region was just overwritten with the job's state (a joiner,
         view.restored): check it is laid out as ours, then load what is
-        not a tensor (the tensors already are the region)."""
+        not a tensor (the tensors already are the region, but staged
+        ones, which are copied out of it)."""
         magic, ver, llen, cap, mlen, doff, total, lhash = _HDR.unpack_from(
             self._mv, 0)
         if magic != MAGIC or ver != VERSION:
@@ -353,6 +396,7 @@ class State:
         if lhash != self._layout_hash or total != self.nbytes:
             raise ValueError("elastic.State: the job's state has another "
                              "layout (a different model or optimizer)")
+        self._stage_in()
         a = self._meta_off
         m = json.loads(bytes(self.region[a:a + mlen]))
         self._plain.update(m["plain"])
@@ -366,7 +410,9 @@ class State:
 
     def digest(self):
         """blake2b-64 of the tensors' bytes in the region (replicas that
-        are bitwise identical have the same)."""
+        are bitwise identical have the same), staged ones copied in
+        first."""
+        self._stage_out()
         return hashlib.blake2b(self.region[self._data_off:].tobytes(),
                                digest_size=8).hexdigest()
 

@@ -17,6 +17,15 @@ requires, because the bucket order is fixed at construction from the
 parameter order alone and a bucket is never issued before the ones
 ahead of it. step() issues what is left, waits for every handle, then
 runs the wrapped optimizer; the hooks never wait.
+
+Parameters that are not on the CPU (CUDA), and CPU ones when staging=True,
+are staged instead (ringd/torch/staging.py): .grad stays the tensor
+autograd made, each bucket is a ringd buffer of the wire dtype, and a
+gradient is copied into it once ready (cast to the wire dtype first, on
+the device). A bucket is issued once all its copies are done; after its
+wait the result is copied back into each .grad. On CUDA the copies run
+on a side stream into the buffer page-locked with cudaHostRegister, and
+the caller's stream waits for the copies back before the wrapped step.
 """
 import zlib
 
@@ -24,6 +33,7 @@ import torch
 
 import ringd
 import ringd.torch as rt
+from ringd.torch import staging as staging_mod
 
 
 # A bucket this full closes at a module boundary (see _make_buckets).
@@ -48,6 +58,8 @@ def _digest(params):
         a = p.detach()
         if a.numel() == 0:
             continue
+        if a.device.type != "cpu":
+            a = a.cpu()
         if not a.is_contiguous():
             a = a.contiguous()
         mv = a.view(-1).view(torch.uint8).numpy()
@@ -106,6 +118,12 @@ class _Bucket:
         self.handle = rt.allreduce_async_(self.wire, op="avg", client=client,
                                           wire=self.wire_name)
 
+    def stage(self, p):
+        pass
+
+    def copied(self):
+        return True
+
     def wait(self, scale):
         h, self.handle = self.handle, None
         h.wait()
@@ -113,6 +131,102 @@ class _Bucket:
             self.flat.copy_(self.wire)
         if scale != 1.0:
             self.flat.mul_(scale)
+
+    def zero(self):
+        self.flat.zero_()
+        self.bind()
+
+    def reset(self):
+        self.ready = 0
+        self.handle = None
+
+
+class _StagedBucket:
+    """A bucket of parameters outside ringd memory: .grad stays where
+    autograd keeps it (on the parameter's device); self.host, a ringd
+    buffer of the wire dtype, receives each gradient once it is ready and
+    gives back the result (see the module's docstring)."""
+
+    def __init__(self, index, params, dtype, wire, client, stager):
+        self.index = index
+        self.params = params
+        self.stager = stager
+        self.numel = sum(p.numel() for p in params)
+        self.wire_name = None
+        self.host = rt.zeros(self.numel, dtype=wire or dtype, client=client)
+        stager.register(self.host)
+        self.views = []
+        off = 0
+        for p in params:
+            self.views.append(self.host[off:off + p.numel()].view(p.shape))
+            off += p.numel()
+        self._slot = {id(p): i for i, p in enumerate(params)}
+        self.ready = 0
+        self.handle = None
+        self._staged = set()    # parameters copied in this step
+        self._mark = None       # the copies in, once all are issued
+        self._back = None       # the copies back of the last wait()
+
+    def bind(self):
+        """Every parameter has a .grad (zeros at first), as in a bucket
+        in ringd memory: backward then accumulates into it the same way
+        on both paths, and the copy back has a place to go."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    def stage(self, p):
+        """p's gradient is complete: issue its copy into the bucket."""
+        v = self.views[self._slot[id(p)]]
+        if p.grad is None:
+            # Written by the CPU: the last copies back must be done.
+            self.stager.wait(self._back)
+            v.zero_()
+        else:
+            self.stager.to_host(v, p.grad.detach())
+        self._staged.add(id(p))
+        self._mark = None
+
+    def copied(self):
+        """Whether every copy into the bucket is done (never blocks)."""
+        if self._mark is None:
+            self._mark = self.stager.mark()
+        return self.stager.done(self._mark)
+
+    def reduce(self, client):
+        for p in self.params:
+            if id(p) not in self._staged:   # fewer passes, or unused
+                self.stage(p)
+        self.copied()
+        # The allreduce reads the buffer: the copies must have landed.
+        self.stager.wait(self._mark)
+        self.handle = rt.allreduce_async_(self.host, op="avg",
+                                          client=client)
+
+    def wait(self, scale):
+        h, self.handle = self.handle, None
+        h.wait()
+        for p, v in zip(self.params, self.views):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            self.stager.to_device(p.grad, v, scale)
+        self._back = self.stager.mark()
+        self.stager.device_ready()
+        self._staged.clear()
+        self._mark = None
+
+    def zero(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.detach().zero_()
+        self.bind()
+
+    def reset(self):
+        """A step starts over (or failed): nothing of it is staged."""
+        self.ready = 0
+        self.handle = None
+        self._staged.clear()
+        self._mark = None
 
 
 class DistributedOptimizer:
@@ -122,11 +236,18 @@ class DistributedOptimizer:
     passes locally and reduces on the k-th; the k gradients are averaged,
     so k passes over batches of b equal one pass over k*b with a mean
     loss. Raises ringd.Reshape from step() (or backward()) when the view
-    changed: redo the step (elastic.run does)."""
+    changed: redo the step (elastic.run does).
+
+    staging: True stages CPU parameters too (their .grad stays autograd's
+    tensor, copied into and out of ringd memory), False or None keeps
+    the gradients of CPU parameters in ringd memory. Parameters on a
+    CUDA device are always staged; any other device raises
+    UnsupportedDevice naming the parameter."""
 
     def __init__(self, optimizer, named_parameters=None,
                  compression=Compression.none, backward_passes_per_step=1,
-                 bucket_cap_mb=25, client=None, check_equal=True):
+                 bucket_cap_mb=25, client=None, check_equal=True,
+                 staging=None):
         self.optimizer = optimizer
         self.client = rt._pick(client)
         self.k = int(backward_passes_per_step)
@@ -145,11 +266,11 @@ class DistributedOptimizer:
         if any(id(p) not in in_opt for p in params):
             raise ValueError("named_parameters holds a parameter the "
                              "optimizer does not update")
+        self._stager = {}
         for n, p in named:
-            if p.device.type != "cpu":
-                raise rt.NotRingdMemory(
-                    "parameter %s is on %s: DistributedOptimizer takes CPU "
-                    "parameters so far" % (n, p.device))
+            st = staging_mod.stager_for(p, "parameter %s" % n)
+            if staging or p.device.type != "cpu":
+                self._stager[id(p)] = st
             if compression is not None and not p.dtype.is_floating_point:
                 raise rt.UnsupportedDtype("parameter %s is %s: compression "
                                           "applies to floating point" %
@@ -204,17 +325,25 @@ class DistributedOptimizer:
         for p in reversed(params):
             nbytes = p.numel() * p.element_size()
             module = self.names[id(p)].rpartition(".")[0]
-            if cur and (cur_bytes + nbytes > cap or cur[0].dtype != p.dtype
+            kind = (p.dtype, p.device, self._stager.get(id(p)))
+            if cur and (cur_bytes + nbytes > cap or cur_kind != kind
                         or (cur_bytes >= split and module != cur_module)):
                 buckets.append(cur)
                 cur, cur_bytes = [], 0
             cur.append(p)
             cur_bytes += nbytes
-            cur_module = module
+            cur_module, cur_kind = module, kind
         if cur:
             buckets.append(cur)
-        return [_Bucket(i, ps, ps[0].dtype, compression, self.client)
+        return [self._bucket(i, ps, compression)
                 for i, ps in enumerate(buckets)]
+
+    def _bucket(self, i, ps, compression):
+        st = self._stager.get(id(ps[0]))
+        if st is None:
+            return _Bucket(i, ps, ps[0].dtype, compression, self.client)
+        wire = compression if compression != ps[0].dtype else None
+        return _StagedBucket(i, ps, ps[0].dtype, wire, self.client, st)
 
     def _hook(self, p):
         def hook(*_):
@@ -223,9 +352,11 @@ class DistributedOptimizer:
                 self.trace.append(("hook", self.names[id(p)]))
             if n == self.k:
                 b = self._bucket_of[id(p)]
+                b.stage(p)
                 b.ready += 1
-                if b.ready == len(b.params):
-                    self._flush(all_buckets=False)
+                # Also when b is not complete: a staged bucket ahead of it
+                # may have been complete but its copies still running.
+                self._flush(all_buckets=False)
         return hook
 
     def _flush(self, all_buckets):
@@ -238,7 +369,8 @@ class DistributedOptimizer:
             self._check_equal()
             while self._next < len(self.buckets):
                 b = self.buckets[self._next]
-                if not all_buckets and b.ready < len(b.params):
+                if not all_buckets and (b.ready < len(b.params) or
+                                        not b.copied()):
                     return
                 self._issue(b)
                 self._next += 1
@@ -321,8 +453,7 @@ class DistributedOptimizer:
 
     def _reset(self):
         for b in self.buckets:
-            b.ready = 0
-            b.handle = None
+            b.reset()
         self._count = {}
         self._next = 0
 
@@ -335,8 +466,7 @@ class DistributedOptimizer:
         """Zero the buckets in place (.grad stays the bucket's view); a
         redone step starts here too, so the counts start over."""
         for b in self.buckets:
-            b.flat.zero_()
-            b.bind()
+            b.zero()
         self._reset()
         self._broken = None
 
