@@ -268,21 +268,29 @@ static int fill_joiners(dmn_t *d)
 {
     if (d->joiner_copying)
         return 1;
-    dmn_fill_t f[16];
+    dmn_fill_t *f = NULL;
     uint32_t n = 0;
-    for (dmn_conn_t *j = d->conns; j != NULL && n < 16; j = j->next) {
+    for (dmn_conn_t *j = d->conns; j != NULL; j = j->next) {
         if (j->cstate != DMN_CONN_WAITING || is_member(j) ||
             !has_state(j) || j->restored_mark == d->stats.steps + 1)
             continue;
-        if (d->snapshot_copying)
+        if (d->snapshot_copying) {
+            free(f);
             return 1; /* the source may be the snapshot being made */
+        }
+        if (f == NULL && (f = calloc(d->nconns, sizeof(*f))) == NULL)
+            break; /* logged below */
         void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
                                  j->state.bytes);
         const void *src = joiner_source(d, j);
         if (src != NULL && dst != NULL)
             f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
     }
-    return n > 0 && dmn__ckpt_fill_joiners(d, f, n) == 0;
+    int queued = n > 0 && dmn__ckpt_fill_joiners(d, f, n) == 0;
+    if (n > 0 && !queued)
+        RD_WARN("joiners start without the job's state: out of memory");
+    free(f);
+    return queued;
 }
 
 /* The joiner's state was filled for this start: 1 when restored. */
@@ -543,11 +551,13 @@ void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
     *bytes_p = c ? (size_t)c->state.bytes : 0;
 }
 
-/* The other local trainers' state regions of p's size, into f[16]. */
+/* The other local trainers' state regions of p's size, into f (room
+ * for d->nconns). */
 static uint32_t other_states(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f)
 {
     uint32_t n = 0;
-    for (dmn_conn_t *c = d->conns; c != NULL && n < 16; c = c->next) {
+    for (dmn_conn_t *c = d->conns; c != NULL && n < d->nconns;
+         c = c->next) {
         if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
             continue;
         void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
@@ -567,13 +577,14 @@ static void propagate_state(dmn_t *d)
     dmn_conn_t *p = state_primary(d, &src);
     if (p == NULL)
         return;
-    dmn_fill_t f[16];
-    uint32_t n = other_states(d, p, f);
+    dmn_fill_t *f = calloc(d->nconns, sizeof(*f));
+    uint32_t n = f != NULL ? other_states(d, p, f) : 0;
     for (uint32_t i = 0; i < n; i++)
         f[i].src = src;
-    if (n > 0 && dmn__copy_propagate(d, f, n) != 0)
+    if (f == NULL || (n > 0 && dmn__copy_propagate(d, f, n) != 0))
         RD_WARN("the restored state was not copied to the node's other "
                 "trainers: out of memory");
+    free(f);
     d->stats.restores++;
 }
 
@@ -594,9 +605,15 @@ static int maybe_restore(dmn_t *d)
     if (p == NULL)
         return 0; /* no state registered yet: look again next time */
     d->flags |= DMN_F_RESTORE_CHECKED;
-    dmn_fill_t f[16];
+    dmn_fill_t *f = calloc(d->nconns, sizeof(*f));
+    if (f == NULL) {
+        RD_WARN("no checkpoint restore: out of memory");
+        return 0;
+    }
     uint32_t n = other_states(d, p, f);
-    return dmn__ckpt_restore_start(d, state, p->state.bytes, f, n) == 0;
+    int started = dmn__ckpt_restore_start(d, state, p->state.bytes, f, n);
+    free(f);
+    return started == 0;
 }
 
 static void on_backend_ready(void *arg, int status)
