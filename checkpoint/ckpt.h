@@ -194,14 +194,15 @@ void ckpt_stage_free(void *p, size_t n);
 /* ---- files ---------------------------------------------------------- */
 
 /*
- * Write data to dir/name atomically: dir/.name.tmp.<pid>, fsync, rename,
- * fsync(dir). On failure nothing named `name` changes and the temp file
+ * Write data to dir/name atomically: a temporary dir/.name.tmp.<pid>.XXXXXX
+ * of this call alone (several writers of one name may run at once), fsync,
+ * rename, fsync(dir). On failure nothing named `name` changes and the temp file
  * is removed. Returns 0 or -errno (-ENOSPC on a full disk).
  */
 int ckpt_write_atomic(const char *dir, const char *name, const void *data,
                       size_t len);
 /*
- * The same, written as it is produced: open creates dir/.name.tmp.<pid>;
+ * The same, written as it is produced: open creates the temporary file;
  * commit fsyncs, renames it to name and fsyncs dir (and frees f, whatever
  * the result: on failure the temp file is removed); abort removes it.
  * All return 0 or -errno.
