@@ -150,6 +150,7 @@ typedef struct {
     uint64_t trainers_joined;
     uint64_t trainers_lost;
     uint64_t trainers_stalled; /* timed out in a step (--step-timeout) */
+    uint64_t stall_wakeups;    /* the step timeout's timer fired */
     uint64_t proto_errors;
     uint64_t ckpt_requests;
     uint64_t ckpt_taken;
@@ -254,7 +255,8 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     uv_timer_t drain_timer;
-    uv_timer_t stall_timer; /* --step-timeout checks */
+    uv_timer_t stall_timer; /* --step-timeout: the earliest deadline */
+    uint64_t stall_due_ms;  /* what stall_timer is armed for; 0: not */
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
@@ -346,8 +348,9 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
-/* --step-timeout: start the periodic check (a no-op when off). */
-void dmn__step_stall_start(dmn_t *d);
+/* --step-timeout: (re)arm the one-shot timer for the earliest deadline of
+ * the ACTIVE trainers, or stop it when none is (a no-op when off). */
+void dmn__step_stall_arm(dmn_t *d);
 /* Unmap a client buffer now, or once the collective in flight (which may
  * be writing into it on the backend's thread) completes. */
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);

@@ -137,7 +137,6 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = dmn__metrics_start(d);
     if (rc != 0)
         goto err_metrics;
-    dmn__step_stall_start(d);
     *d_p = d;
     return 0;
 

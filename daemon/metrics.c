@@ -165,6 +165,10 @@ static void render_node_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_trainers_stalled_total", "counter",
            "Trainers taken out of a step by --step-timeout.",
            st->trainers_stalled);
+    metric(s, "ringd_step_timeout_wakeups_total", "counter",
+           "Times the --step-timeout timer fired (armed for the earliest "
+           "deadline of the trainers in their turn, so about one per "
+           "trainer timed out).", st->stall_wakeups);
 }
 
 /* The writers' copy and encode times, per shard (primary, replica). */

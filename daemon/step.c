@@ -80,9 +80,12 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
              conn_state_name(next));
     if (next == DMN_CONN_CLOSED)
         c->flags &= ~DMN_CONN_F_MEMBER; /* no longer a trainer here */
+    dmn_conn_state_t from = c->cstate;
     if (next == DMN_CONN_ACTIVE)
         c->active_ms = dmn__now_ms(); /* the trainer's turn begins */
     c->cstate = next;
+    if (from == DMN_CONN_ACTIVE || next == DMN_CONN_ACTIVE)
+        dmn__step_stall_arm(c->d);
 }
 
 uint32_t dmn__trainer_count(const dmn_t *d)
@@ -502,28 +505,57 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
     try_start(d);
 }
 
-static void on_stall_check(uv_timer_t *t)
+/* The ACTIVE trainer whose turn began first (NULL: none). */
+static dmn_conn_t *first_active(dmn_t *d)
 {
-    dmn_t *d = t->data;
-    uint64_t now = dmn__now_ms();
-    if (d->state == DMN_STEP_DRAINED)
-        return;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+    dmn_conn_t *first = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (c->cstate == DMN_CONN_ACTIVE &&
-            now - c->active_ms >= d->cfg->step_timeout_ms) {
-            stall(d, c, now - c->active_ms);
-            return; /* the list may have changed: next tick */
-        }
-    }
+            (first == NULL || c->active_ms < first->active_ms))
+            first = c;
+    return first;
 }
 
-void dmn__step_stall_start(dmn_t *d)
+static void on_stall_timer(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    d->stats.stall_wakeups++;
+    d->stall_due_ms = 0; /* one-shot: no longer armed */
+    dmn_conn_t *c = first_active(d);
+    uint64_t now = dmn__now_ms();
+    if (d->state != DMN_STEP_DRAINED && c != NULL &&
+        now - c->active_ms >= d->cfg->step_timeout_ms)
+        stall(d, c, now - c->active_ms); /* its state change re-arms */
+    else
+        dmn__step_stall_arm(d);
+}
+
+/*
+ * One one-shot timer for the earliest deadline of the ACTIVE trainers,
+ * re-armed whenever one enters or leaves ACTIVE: the loop wakes once per
+ * trainer that really overran, never to poll. Deadlines are absolute
+ * times on the daemon's clock (CLOCK_MONOTONIC ms, as libuv's loop time),
+ * so the timer fires at the deadline or after it, never before, and the
+ * callback finds the trainer due.
+ */
+void dmn__step_stall_arm(dmn_t *d)
 {
     uint32_t ms = d->cfg->step_timeout_ms;
-    if (ms == 0)
+    if (ms == 0 || (d->flags & DMN_F_DESTROYING))
         return;
-    uint32_t every = ms / 4 < 50 ? 50 : ms / 4;
-    uv_timer_start(&d->stall_timer, on_stall_check, every, every);
+    dmn_conn_t *c = first_active(d);
+    if (c == NULL || d->state == DMN_STEP_DRAINED) {
+        uv_timer_stop(&d->stall_timer);
+        d->stall_due_ms = 0;
+        return;
+    }
+    uint64_t due = c->active_ms + ms;
+    if (due == d->stall_due_ms)
+        return; /* armed for it already */
+    uint64_t now = uv_now(d->loop);
+    d->stall_due_ms = due;
+    uv_timer_start(&d->stall_timer, on_stall_timer, due > now ? due - now : 0,
+                   0);
 }
 
 /* The first trainer with a state region, members first: the one whose
