@@ -6,7 +6,9 @@
  * ALGO is ring (AllreduceRing), chunked (AllreduceRingChunked) or new
  * (gloo::allreduce with the RING algorithm). Rendezvous is a FileStore in
  * DIR; TCP on 127.0.0.1. For each size: one warm-up, then ITERS f32 sum
- * allreduces; prints "BYTES USEC" with the median of this rank.
+ * allreduces; prints "BYTES USEC CPU": the median of this rank and the
+ * CPU seconds this process (every thread: Gloo's transport loop too)
+ * spent over the timed iterations, as e2e's ring ranks report theirs.
  *
  * Mixing the legacy classes and gloo::allreduce in one context hangs
  * (ENVIRONMENT.md), so e2e launches one set of processes per algorithm.
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,14 @@ static double now_us()
     using namespace std::chrono;
     return duration<double, std::micro>(
                steady_clock::now().time_since_epoch()).count();
+}
+
+static double cpu_s()
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void run_once(const std::string &algo,
@@ -88,14 +99,18 @@ int main(int argc, char **argv)
             return 2;
         }
         std::vector<double> t;
+        double cpu0 = 0;
         for (int i = 0; i <= iters; i++) {
+            if (i == 1)
+                cpu0 = cpu_s();
             double t0 = now_us();
             run_once(algo, ctx, p, count, legacy);
             if (i > 0)
                 t.push_back(now_us() - t0);
         }
         std::sort(t.begin(), t.end());
-        printf("%zu %.1f\n", bytes, t[t.size() / 2]);
+        double cpu = cpu_s() - cpu0;
+        printf("%zu %.1f %.6f\n", bytes, t[t.size() / 2], cpu);
         fflush(stdout);
     }
     return 0;
