@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <ctime>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,37 @@ static void run_once(const std::string &algo,
         return;
     }
     legacy->run();
+}
+
+/*
+ * The legacy classes return before their last sends have left (Gloo's
+ * loop thread writes them), so a rank that exits at once can cut its
+ * successor off its last chunk ("Connection closed by peer"). Each rank
+ * therefore leaves a file in dir and exits only when every rank's is
+ * there: by then every rank has its result.
+ */
+static int done_barrier(const char *dir, int rank, int n)
+{
+    std::string mine = std::string(dir) + "/done." + std::to_string(rank);
+    FILE *f = fopen(mine.c_str(), "w");
+    if (f == nullptr || fclose(f) != 0) {
+        fprintf(stderr, "e2e-gloo: %s: cannot create\n", mine.c_str());
+        return 1;
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int r = 0; r < n; r++) {
+        std::string p = std::string(dir) + "/done." + std::to_string(r);
+        while (access(p.c_str(), F_OK) != 0) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                fprintf(stderr, "e2e-gloo: rank %d never finished\n", r);
+                return 1;
+            }
+            /* Nothing signals a peer's file but the file itself. */
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, nullptr);
+        }
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -113,5 +145,5 @@ int main(int argc, char **argv)
         printf("%zu %.1f %.6f\n", bytes, t[t.size() / 2], cpu);
         fflush(stdout);
     }
-    return 0;
+    return done_barrier(dir, rank, n);
 }

@@ -60,9 +60,9 @@ double e2e__cpu_self(void)
  * the whole step of a trainer timed (step_begin, the allreduce,
  * step_end): the per-step latency. Answers "ok USEC MEAN CPU" (the
  * median, the mean, and the CPU seconds this process spent, every thread,
- * over the timed iterations) or "err TEXT". "quit" ends the process. The coordinator never runs two
- * groups at once, so the idle group sleeps in read() and takes no CPU
- * from the measured one.
+ * over the timed iterations) or "err TEXT". "quit" ends the process.
+ * The coordinator never runs two groups at once, so the idle group sleeps
+ * in read() and takes no CPU from the measured one.
  */
 typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
                            int pieces, double *us);

@@ -109,6 +109,16 @@ void e2e__kill_kids(void)
     nkids = 0;
 }
 
+/* pid has been waited for: at_exit must not kill it (nor a reuse). */
+static void kid_forget(pid_t pid)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] == pid) {
+            kids[i] = kids[--nkids];
+            return;
+        }
+}
+
 static void at_exit(void)
 {
     e2e__kill_kids();
@@ -560,14 +570,15 @@ static void run_gloo_algo(bench_t *b, int n, int algo, int iters,
         us[s] = worst;
         cpu[s] = cpu_per_gb(cpu_s, n, b->sizes[s], iters);
     }
+    /* Only these: --vs-gloo keeps its ring processes up meanwhile. */
     for (int r = 0; r < n; r++) {
         fclose(w[r].to);
         int st;
         if (th_wait(w[r].pid, 30000, &st) != 0)
             th_kill(w[r].pid);
+        kid_forget(w[r].pid);
         close(w[r].from);
     }
-    e2e__kill_kids();
 }
 
 static int gloo_built(void)
@@ -703,7 +714,7 @@ static int run_vs_gloo(bench_t *b)
 
 static void parse(bench_t *b, int argc, char **argv)
 {
-    b->rounds = 3;
+    b->rounds = -1; /* not given */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--full") == 0)
             b->full = 1;
@@ -724,10 +735,8 @@ static void parse(bench_t *b, int argc, char **argv)
                               "[--async-only] [--mem-only] [--vs-gloo] "
                               "[--rounds R]");
     }
-    if (b->vs_gloo && !b->quick && b->rounds == 3)
-        b->rounds = 5;
-    if (b->full && b->rounds == 3)
-        b->rounds = 5;
+    if (b->rounds == -1)
+        b->rounds = b->full || b->vs_gloo ? 5 : 3;
     if (b->quick)
         b->rounds = 1;
     if (b->rounds < 1 || b->rounds > MAXROUNDS)
