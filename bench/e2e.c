@@ -7,6 +7,8 @@
  *   e2e --rounds R   rounds per configuration
  *   e2e --async-only only the asynchronous row (a smoke test of it)
  *   e2e --mem-only   only the memory and checkpoint figures
+ *   e2e --vs-gloo    only the raw ring against Gloo (below; --quick: 64
+ *                    MiB, one round)
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -33,7 +35,26 @@
  *
  * Columns (TSV):
  *   n t bytes e2e_busbw ring_busbw ratio cpu_s_per_GB gloo_busbw gloo_algo
- *   ring_vs_gloo e2e_vs_gloo
+ *   ring_vs_gloo e2e_vs_gloo ring_cpu_s_per_GB gloo_cpu_s_per_GB
+ * The last two are the raw ring's and the best Gloo variant's CPU per GB:
+ * each rank's process CPU time (every thread: UCX's and Gloo's transport
+ * threads too; CLOCK_PROCESS_CPUTIME_ID over the timed iterations, the
+ * warm-up left out), summed, per rank, per GB reduced (bytes * iterations),
+ * as cpu_s_per_GB is for the daemons. On a CPU-bound machine this is the
+ * figure that compares the two implementations; busbw is the machine's.
+ *
+ * --vs-gloo: n = 2 and 4, 16 and 64 MiB, 5 rounds (--rounds R); per round
+ * every size on the raw ring (its processes stay up), then one launch per
+ * Gloo variant. Per size a row
+ *   n bytes ring_busbw ring_cpu_s_per_GB gloo_busbw gloo_cpu_s_per_GB
+ *   gloo_algo ring_vs_gloo ring_cpu_over_gloo
+ * against each round's fastest variant (gloo_algo: the one fastest most
+ * often; the ratios are medians of the per-round ratios, the rest medians
+ * over the rounds), '#' lines with every variant's medians, and last
+ *   e2e: ring_vs_gloo_n2=... ring_vs_gloo_n4=... ring_cpu_over_gloo_n2=...
+ *        ring_cpu_over_gloo_n4=... (64 MiB; busbw ratio above 1 and CPU
+ *        ratio below 1 favour the ring)
+ * The ring runs f32 AVG (the daemon's), Gloo f32 sum.
  * Then, in fresh jobs, the per-step latency of a 4 KiB allreduce (one
  * trainer per node timing step_begin + allreduce + step_end, the slowest
  * trainer's median) at n = 2, 4, 8 ('e2e --step-latency' runs only
