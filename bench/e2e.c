@@ -79,8 +79,13 @@
  *        steps) ar_ckpt_vs_none=...
  *        (64 MiB allreduce time with checkpoints over without)
  *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
- *        checkpoint every 10 steps minus without, per checkpoint, scaled
- *        from the 256 MiB state to 1 GiB) async_vs_one=... (n = 2, one
+ *        checkpoint every 10 steps minus without, times the steps, over
+ *        the checkpoints the daemons copied in them (a boundary that
+ *        finds the writers busy takes none), scaled from the 256 MiB
+ *        state to 1 GiB; a step without a collective is never held for
+ *        the copy) ckpt_stall_coll_ms_per_GiB=... (the same with one
+ *        4 KiB allreduce a step and no compute: the copy's whole hold)
+ *        async_vs_one=... (n = 2, one
  *        trainer per node: the busbw of 64 MiB reduced as 64
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
  *        that of one blocking allreduce of 64 MiB; the median of the
@@ -95,6 +100,7 @@
 #include <errno.h>
 #include <dirent.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -489,10 +495,121 @@ static double cluster_private_bytes(const cluster_t *c)
 #define MEM_STATE (256 * MiB)
 #define MEM_GRADS (64 * MiB)
 
+static double metric_in(const char *m, const char *key);
+
+/* Wait (up to 120 s) until no writer of c's daemons holds a shard; the
+ * seconds waited, negative when they still did. */
+static double wait_writers(const cluster_t *c)
+{
+    uint64_t t0 = rd_now_ns();
+    int busy = 1;
+    while (busy && rd_now_ns() - t0 < 120000000000ull) {
+        busy = 0;
+        for (int i = 0; i < c->n && !busy; i++) {
+            char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+            busy = metric_in(m, "ringd_checkpoint_writing") != 0;
+            free(m);
+        }
+        if (busy)
+            poll(NULL, 0, 50);
+    }
+    double s = (double)(rd_now_ns() - t0) / 1e9;
+    return busy ? -s : s;
+}
+
+/* The largest value of a metric among c's daemons. */
+static double cluster_metric_max(const cluster_t *c, const char *key)
+{
+    double worst = 0;
+    for (int i = 0; i < c->n; i++) {
+        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+        double v = metric_in(m, key);
+        if (v > worst)
+            worst = v;
+        free(m);
+    }
+    return worst;
+}
+
+/*
+ * A checkpoint's stall per GiB of state as the trainer sees it: the
+ * phases' mean step times on minus off, over the checkpoints the on job
+ * copied in the phase per round (a boundary that finds the writers still
+ * busy takes none), scaled from MEM_STATE.
+ */
+static double stall_per_gib(double *son, double *soff,
+                            int rounds, int nsteps, double copies)
+{
+    if (copies <= 0)
+        return NAN; /* printed as "na": no checkpoint to measure */
+    double ms = (e2e__median(son, rounds) - e2e__median(soff, rounds)) *
+                nsteps / (copies / rounds) / 1e3;
+    return ms * (1024.0 * MiB) / MEM_STATE;
+}
+
+/* The value of a /metrics line beginning with key (name and labels). */
+static double metric_in(const char *m, const char *key)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "\n%s ", key);
+    const char *p = m != NULL ? strstr(m, want) : NULL;
+    return p != NULL ? strtod(p + strlen(want), NULL) : 0;
+}
+
+/*
+ * Where the checkpoints of c's daemons spent their time, from their
+ * counters (daemon/README.md, "Checkpoints"): one '#' line per daemon,
+ * so a stall can be told from a held collective, a slow copy (wall
+ * against CPU: waiting for a core; faults: first touch), the encoders
+ * or the main loop.
+ */
+static void print_ckpt_counters(const cluster_t *c)
+{
+    /* The last checkpoint's encoders may still run (at a low priority):
+     * their figures count only once they are done. */
+    double s = wait_writers(c);
+    printf("# the writers finished %.1f s after the last step%s\n",
+           s < 0 ? -s : s, s < 0 ? " (not yet)" : "");
+    static const char *const keys[][2] = {
+        {"ringd_checkpoints_skipped_total", "skipped"},
+        {"ringd_checkpoint_copies_total", "copies"},
+        {"ringd_checkpoint_holds_total", "holds"},
+        {"ringd_checkpoint_hold_seconds_total", "hold_s"},
+        {"ringd_checkpoint_hold_seconds_max", "hold_max_s"},
+        {"ringd_checkpoint_copy_seconds_total", "copy_wall_s"},
+        {"ringd_checkpoint_shard_copy_seconds_total{shard=\"primary\"}",
+         "copy1_s"},
+        {"ringd_checkpoint_shard_copy_cpu_seconds_total{shard=\"primary\"}",
+         "copy1_cpu_s"},
+        {"ringd_checkpoint_shard_copy_page_faults_total{shard=\"primary\"}",
+         "copy1_faults"},
+        {"ringd_checkpoint_encode_seconds_total{shard=\"primary\"}",
+         "enc1_s"},
+        {"ringd_checkpoint_encode_cpu_seconds_total{shard=\"primary\"}",
+         "enc1_cpu_s"},
+        {"ringd_checkpoint_encode_seconds_total{shard=\"replica\"}",
+         "enc2_s"},
+        {"ringd_checkpoint_shards_written_total{shard=\"primary\"}",
+         "written1"},
+        {"ringd_checkpoint_loop_seconds_total", "loop_s"},
+        {"ringd_loop_copy_bytes_total", "loop_copy_B"},
+    };
+    for (int i = 0; i < c->n; i++) {
+        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
+        printf("# ckpt counters n%d:", i);
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            printf(" %s=%.4g", keys[k][1], metric_in(m, keys[k][0]));
+        printf("\n");
+        free(m);
+    }
+}
+
 typedef struct {
     double mem_off, mem_on;  /* private memory / state, ckpt off and on */
     double ar_ratio;         /* allreduce time with checkpoints / without */
     double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
+    double stall_coll_ms_per_gib; /* ... of a step with a 4 KiB collective */
+    double copies, copies_coll;   /* checkpoints copied in those phases */
     double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
     double ctl_lag_ms;            /* the control thread's, same window */
 } mem_t;
@@ -516,14 +633,23 @@ static void run_mem(bench_t *b, mem_t *out)
         toff[r] = e2e__group_run(off.tr, 4, MEM_GRADS, 10);
         ton[r] = e2e__group_run(on.tr, 4, MEM_GRADS, 10);
     }
-    /* Empty steps, 2 * CKPT_INTERVAL of them: the mean holds the two
-     * checkpoint boundaries' stalls as the trainer sees them. */
+    /* Empty steps, 2 * CKPT_INTERVAL of them: the mean holds the
+     * checkpoint boundaries' stalls as the trainer sees them. A step
+     * without a collective is never held for the copy (daemon/README.md,
+     * "Checkpoints"), so the second phase's steps each run one 4 KiB
+     * allreduce and no compute: the worst case, nothing to overlap the
+     * copy with. */
     double soff[MAXROUNDS], son[MAXROUNDS];
+    const char *copies_key = "ringd_checkpoint_copies_total";
     int nsteps = 2 * atoi(CKPT_INTERVAL);
     want_mean = 1;
     (void)cluster_lag_ms(&off); /* the scrape resets the worst lag */
     (void)cluster_lag_ms(&on);
     ctl_lag_ms = 0;
+    /* A boundary while the writers still encode the last checkpoint
+     * takes none: start each phase with them idle. */
+    (void)wait_writers(&on);
+    double c0 = cluster_metric_max(&on, copies_key);
     for (int r = 0; r < b->rounds; r++) {
         soff[r] = e2e__group_run(off.tr, 4, 0, nsteps);
         son[r] = e2e__group_run(on.tr, 4, 0, nsteps);
@@ -531,13 +657,24 @@ static void run_mem(bench_t *b, mem_t *out)
     out->lag_off_ms = cluster_lag_ms(&off);
     out->lag_on_ms = cluster_lag_ms(&on);
     out->ctl_lag_ms = ctl_lag_ms;
+    (void)wait_writers(&on); /* the last boundary's copy counts when done */
+    double c1 = cluster_metric_max(&on, copies_key);
+    out->copies = c1 - c0;
+    out->stall_ms_per_gib = stall_per_gib(son, soff, b->rounds, nsteps,
+                                          out->copies);
+    for (int r = 0; r < b->rounds; r++) {
+        soff[r] = e2e__group_run(off.tr, 4, 4096, nsteps);
+        son[r] = e2e__group_run(on.tr, 4, 4096, nsteps);
+    }
     want_mean = 0;
-    double stall_ms = (e2e__median(son, b->rounds) -
-                       e2e__median(soff, b->rounds)) * nsteps / 2 / 1e3;
-    out->stall_ms_per_gib = stall_ms * (1024.0 * MiB) / MEM_STATE;
+    (void)wait_writers(&on);
+    out->copies_coll = cluster_metric_max(&on, copies_key) - c1;
+    out->stall_coll_ms_per_gib = stall_per_gib(son, soff, b->rounds, nsteps,
+                                               out->copies_coll);
     out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
     out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
     out->ar_ratio = e2e__median(ton, b->rounds) / e2e__median(toff, b->rounds);
+    print_ckpt_counters(&on);
     e2e__cluster_down(&on);
     e2e__cluster_down(&off);
     e2e__kill_kids();
@@ -830,6 +967,19 @@ static void print_table(const bench_t *b, row_t rows[2][2][MAXSIZES],
             }
 }
 
+/* A stall figure: "na" when no checkpoint was copied to measure it. */
+typedef struct { char s[24]; } ms_str_t;
+
+static ms_str_t ms1(double v)
+{
+    ms_str_t r;
+    if (isnan(v))
+        snprintf(r.s, sizeof(r.s), "na");
+    else
+        snprintf(r.s, sizeof(r.s), "%.1f", v);
+    return r;
+}
+
 /* The '#' lines of the rows that are not the table. */
 static void print_notes(const steps_t *st, const mem_t *mem,
                         const async_t *as)
@@ -846,8 +996,11 @@ static void print_notes(const steps_t *st, const mem_t *mem,
     printf("# daemon private memory (RssAnon) per state, n=4, 256 MiB "
            "state: checkpoints off %.2f, on %.2f; allreduce of 64 MiB "
            "with checkpoints / without: %.2f; checkpoint stall of a "
-           "step: %.1f ms per GiB of state\n", mem->mem_off, mem->mem_on,
-           mem->ar_ratio, mem->stall_ms_per_gib);
+           "step: %s ms per GiB of state (%.0f copied), with a 4 KiB "
+           "allreduce a step %s (%.0f copied)\n", mem->mem_off,
+           mem->mem_on, mem->ar_ratio, ms1(mem->stall_ms_per_gib).s,
+           mem->copies, ms1(mem->stall_coll_ms_per_gib).s,
+           mem->copies_coll);
     e2e__print_async(as);
 }
 
@@ -881,9 +1034,15 @@ static int coordinator(bench_t *b)
                "checkpoints off %.1f ms, on %.1f ms; the idle control "
                "thread's %.1f ms\n", mem.lag_off_ms, mem.lag_on_ms,
                mem.ctl_lag_ms);
+        printf("# checkpoints copied: %.0f in the empty steps, %.0f in the "
+               "steps with a 4 KiB allreduce (per job, all rounds)\n",
+               mem.copies, mem.copies_coll);
         printf("e2e: mem_per_state=%.2f mem_per_state_ckpt=%.2f "
-               "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%.1f\n",
-               mem.mem_off, mem.mem_on, mem.ar_ratio, mem.stall_ms_per_gib);
+               "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%s "
+               "ckpt_stall_coll_ms_per_GiB=%s\n",
+               mem.mem_off, mem.mem_on, mem.ar_ratio,
+               ms1(mem.stall_ms_per_gib).s,
+               ms1(mem.stall_coll_ms_per_gib).s);
         fx_done();
         return 0;
     }
@@ -921,15 +1080,17 @@ static int coordinator(bench_t *b)
            "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
-           "ckpt_stall_ms_per_GiB=%.1f loop_lag_max_ms=%.1f "
-           "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
+           "ckpt_stall_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
+           "loop_lag_max_ms=%.1f mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
            "step_us_4k_n8=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
            evg4, as.ratio, as.fused_one_ratio, as.small_ratio,
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
-           mem.stall_ms_per_gib, lag_max_ms, mem.mem_off, mem.mem_on,
+           ms1(mem.stall_ms_per_gib).s, ms1(mem.stall_coll_ms_per_gib).s,
+           lag_max_ms,
+           mem.mem_off, mem.mem_on,
            mem.ar_ratio, step_us[0], step_us[1], step_us[2]);
     fx_done();
     return 0;

@@ -118,7 +118,9 @@ STRICT=${CHAOS_STRICT:-1}
 T=$(mktemp -d /tmp/ringd-chaos.XXXXXX)
 PREFIX="ch$$"
 PREFIX=${PREFIX:0:8}
-MAXSLOT=$(( NODES + FAULTS + 1 ))
+# Every new node is a fresh host: a fault makes at most 4 (kill_adjacent
+# with two nodes added first, then two replacements).
+MAXSLOT=$(( NODES + 4 * FAULTS + 1 ))
 [ "$MAXSLOT" -gt 50 ] && MAXSLOT=50
 PIDS=()
 NETNS=0
@@ -490,6 +492,15 @@ later() {
     HELPER=$!; HELPERS+=($!)
 }
 settle() { wait "$HELPER" 2>/dev/null; }
+# stop_for PID MS: SIGSTOP PID now, SIGCONT it MS after the fault, in a
+# helper (`settle` waits for it); a stray SIGCONT meanwhile is undone and
+# counted in $T/cont (rd_stop_until, cluster.sh).
+stop_for() {
+    rd_stop_until "$1" $(( fms + $2 )) "$T/cont"
+    HELPERS+=("$HELPER")
+}
+# Stray SIGCONTs stop_for has undone so far.
+stray_conts() { [ -f "$T/cont" ] && wc -l <"$T/cont" || echo 0; }
 pick() { # pick R: a live slot from the seeded draw
     REPLY=${LIVE[$(( $1 % ${#LIVE[@]} ))]}
 }
@@ -704,6 +715,26 @@ sd_check() {
         "skipped (the previous one still being written); newest complete checkpoint now" \
         "$(newest_ckpt); generation $g0 -> $g1"
 }
+# grow_first KIND MIN: a kind that needs MIN live nodes finds fewer (the
+# plan's scale_downs and kill_adjacents drift the count down): start
+# nodes until there are MIN, each awaited to its first step, so that no
+# kind of the plan is ever skipped for want of nodes. Not faults; counted
+# per kind in GREW. 1 (a hang) when an added node made no step.
+declare -A GREW
+grow_first() {
+    local kind=$1 min=$2 a0 n
+    while [ ${#LIVE[@]} -lt "$min" ]; do
+        a0=$(now_ms); start_node 1; n=$REPLY
+        log "fault $kind: $(( ${#LIVE[@]} - 1 )) nodes, $min needed: node$n started first"
+        if ! until_step "$n" 0 "$a0"; then
+            HANGS=$((HANGS + 1))
+            log "  $kind: HANG: the added node$n made no step within ${RECOVER_S}s"
+            return 1
+        fi
+        GREW[$kind]=$(( ${GREW[$kind]:-0} + 1 ))
+        log "  node$n joined: step ${REPLY% *}, $(( ${REPLY#* } - a0 )) ms after its start"
+    done
+}
 OTHER_BAD=()
 
 for f in "${PLAN[@]}"; do
@@ -733,15 +764,10 @@ for f in "${PLAN[@]}"; do
             log "fault $kind: skipped (${CKPT_NOTE:-no tmpfs})"; continue
         fi ;;
     scale_down)
-        if [ ${#LIVE[@]} -le 2 ]; then
-            skip "$kind" "2 nodes left"
-            log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
-        fi ;;
+        grow_first "$kind" 3 || break ;;
     kill_adjacent)
-        if [ ${#LIVE[@]} -le 3 ]; then
-            skip "$kind" "3 nodes or fewer left"
-            log "fault $kind: skipped (only ${#LIVE[@]} nodes)"; continue
-        fi ;;
+        # Two of three or fewer killed would leave a ring of one.
+        grow_first "$kind" 4 || break ;;
     daemon_etcd)
         if [ "$ETCD3" = 1 ]; then
             skip "$kind" "3-member etcd"
@@ -807,8 +833,7 @@ for f in "${PLAN[@]}"; do
         # evicted; the job waits. Recovery is the first step after it.
         g0=$(gen_at "$fms")
         log "fault $kind: SIGSTOP node$v's trainer for 12 s (step $pre)"
-        kill -STOP "${TPID[$v]}"
-        later 12000 kill -CONT "${TPID[$v]}"
+        stop_for "${TPID[$v]}" 12000
         settle
         record "$kind" "$fms" "" "$pre"
         g1=$(gen_at "$(now_ms)")
@@ -822,8 +847,7 @@ for f in "${PLAN[@]}"; do
         # others go on; resumed 5 s later, it rejoins.
         ms=$(( STEP_TIMEOUT_MS + 5000 ))
         log "fault $kind: SIGSTOP node$v's trainer for $((ms / 1000)) s (step $pre)"
-        kill -STOP "${TPID[$v]}"
-        later "$ms" kill -CONT "${TPID[$v]}"
+        stop_for "${TPID[$v]}" "$ms"
         drop_live "$v"
         record "$kind" "$fms" "$v" "$pre"
         settle; LIVE+=("$v"); log "  node$v's trainer continued"
@@ -848,8 +872,7 @@ for f in "${PLAN[@]}"; do
         ;;
     hang_daemon)
         log "fault $kind: SIGSTOP node$v's daemon for 3 s (step $pre)"
-        kill -STOP "${DPID[$v]}"
-        later 3000 kill -CONT "${DPID[$v]}"
+        stop_for "${DPID[$v]}" 3000
         drop_live "$v"
         record "$kind" "$fms" "$v" "$pre"
         settle; LIVE+=("$v"); log "  node$v's daemon continued"

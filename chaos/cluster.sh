@@ -5,13 +5,16 @@
 # PREFIX, SUBNET, the array PIDS (everything started, killed by the
 # caller's cleanup) and a die() function.
 
-# A port p with p and p+1 free on this machine (etcd's client and peer).
+# A port p with p and p+1 free on this machine (etcd's client and peer):
+# no socket of any state on either (a connection's local port blocks a
+# bind as much as a listener does). Free now is no promise: rd_start_etcd
+# retries when a port was taken before etcd bound it.
 rd_free_port() {
-    local p
+    local p used
     while :; do
         p=$((20000 + RANDOM % 20000))
-        ss -ltn 2>/dev/null | grep -q ":$p " || ss -ltn 2>/dev/null |
-            grep -q ":$((p + 1)) " || { echo "$p"; return; }
+        used=$(ss -tanH 2>/dev/null | awk '{ print $4 }')
+        grep -qE ":($p|$((p + 1)))\$" <<<"$used" || { echo "$p"; return; }
     done
 }
 
@@ -68,12 +71,14 @@ rd_etcd_auth() {
 
 # Start etcd named $1 on loopback (and the bridge, with namespaces), wait
 # for /health (bounded). Sets EP, ETCD_CMD (the command line, for a
-# restart), ETCD_PID and ETCD_URL (the address the nodes use).
-rd_start_etcd() {
-    local name=$1 listen s
-    rd_etcd_pki
-    s=$ETCD_SCHEME
-    EP=$(rd_free_port)
+# restart), ETCD_PID and ETCD_URL (the address the nodes use). A port
+# found free can be taken before etcd binds it (by another program, or as
+# the local port of some connection: the range overlaps the ephemeral
+# ports): etcd then exits with "address already in use", and it is tried
+# again on other ports, RD_ETCD_TRIES times at most.
+RD_ETCD_TRIES=${RD_ETCD_TRIES:-5}
+rd_etcd_cmd() { # rd_etcd_cmd NAME: ETCD_CMD for a single member on EP
+    local name=$1 s=$ETCD_SCHEME listen
     listen="$s://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && listen="$listen,$s://$SUBNET.1:$EP"
     ETCD_CMD=(etcd --name "$name" --data-dir "$T/etcd" --listen-client-urls "$listen"
@@ -82,23 +87,48 @@ rd_start_etcd() {
         --initial-advertise-peer-urls "http://127.0.0.1:$((EP + 1))"
         --initial-cluster "$name=http://127.0.0.1:$((EP + 1))"
         "${ETCD_TLS_ARGS[@]}" --log-level warn --logger zap)
-    "${ETCD_CMD[@]}" >"$T/etcd.log" 2>&1 &
-    ETCD_PID=$!
-    PIDS+=("$ETCD_PID")
-    rd_wait_etcd 10 || die "etcd did not come up (see $T/etcd.log)"
+}
+rd_start_etcd() {
+    local name=$1 s try
+    rd_etcd_pki
+    s=$ETCD_SCHEME
+    for ((try = 1; ; try++)); do
+        EP=$(rd_free_port)
+        rd_etcd_cmd "$name"
+        rm -rf "$T/etcd"
+        "${ETCD_CMD[@]}" >"$T/etcd.log" 2>&1 &
+        ETCD_PID=$!
+        PIDS+=("$ETCD_PID")
+        rd_wait_etcd 10 "$EP" "$ETCD_PID" && break
+        rd_etcd_port_taken "$T/etcd.log" "$ETCD_PID" && [ "$try" -lt "$RD_ETCD_TRIES" ] ||
+            die "etcd did not come up (see $T/etcd.log)"
+        echo "etcd: ports $EP/$((EP + 1)) were taken (try $try of" \
+             "$RD_ETCD_TRIES): $(grep -m1 -o '[^"]*address already in use' "$T/etcd.log")" >&2
+    done
     rd_etcd_auth "$s://127.0.0.1:$EP"
     ETCD_URL="$s://127.0.0.1:$EP"
     [ "$NETNS" = 1 ] && ETCD_URL="$s://$SUBNET.1:$EP"
     return 0
 }
 
+# 0 when the etcd of pid $2 has exited because a port in its log $1 was in
+# use (then reaped), 1 otherwise (it is left running).
+rd_etcd_port_taken() {
+    kill -0 "$2" 2>/dev/null && return 1
+    wait "$2" 2>/dev/null
+    grep -q 'address already in use' "$1"
+}
+
 # Wait up to $1 seconds for etcd's /health on port $2 (default EP): 0 once
-# healthy (a member of a cluster is healthy once the cluster has a leader).
+# healthy (a member of a cluster is healthy once the cluster has a leader);
+# 1 on the timeout, or at once when the process of pid $3 (if given) has
+# exited.
 rd_wait_etcd() {
     local deadline=$(( $(date +%s%3N) + $1 * 1000 )) port=${2:-$EP}
     while [ "$(date +%s%3N)" -lt "$deadline" ]; do
         "${ETCD_CURL[@]}" -fs -m 1 "$ETCD_SCHEME://127.0.0.1:$port/health" 2>/dev/null |
             grep -q true && return 0
+        [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 1
         sleep 0.05
     done
     return 1
@@ -137,24 +167,40 @@ rd_etcd_member() { # rd_etcd_member NAME I: ETCD_CMD for member I
         --log-level warn --logger zap)
 }
 rd_start_etcd3() {
-    local name=$1 i p j ok
+    local name=$1 i p j ok try taken
     rd_etcd_pki
-    EPS=()
-    while [ ${#EPS[@]} -lt 3 ]; do
-        p=$(rd_free_port); ok=1
-        for j in "${EPS[@]}"; do [ $((p - j)) -ge -1 ] && [ $((p - j)) -le 1 ] && ok=0; done
-        [ $ok = 1 ] && EPS+=("$p")
-    done
-    ETCD_PIDS=()
-    for i in 0 1 2; do
-        rd_etcd_member "$name" "$i"
-        "${ETCD_CMD[@]}" >"$T/etcd-$i.log" 2>&1 &
-        ETCD_PIDS[i]=$!
-        PIDS+=("$!")
-    done
-    for i in 0 1 2; do
-        rd_wait_etcd 20 "${EPS[i]}" ||
+    for ((try = 1; ; try++)); do
+        EPS=()
+        while [ ${#EPS[@]} -lt 3 ]; do
+            p=$(rd_free_port); ok=1
+            for j in "${EPS[@]}"; do [ $((p - j)) -ge -1 ] && [ $((p - j)) -le 1 ] && ok=0; done
+            [ $ok = 1 ] && EPS+=("$p")
+        done
+        ETCD_PIDS=()
+        for i in 0 1 2; do
+            rd_etcd_member "$name" "$i"
+            rm -rf "$T/etcd-$i"
+            "${ETCD_CMD[@]}" >"$T/etcd-$i.log" 2>&1 &
+            ETCD_PIDS[i]=$!
+            PIDS+=("$!")
+        done
+        taken=
+        for i in 0 1 2; do
+            rd_wait_etcd 20 "${EPS[i]}" "${ETCD_PIDS[i]}" && continue
+            rd_etcd_port_taken "$T/etcd-$i.log" "${ETCD_PIDS[i]}" && taken=$i && break
             die "etcd member $i did not come up (see $T/etcd-$i.log)"
+        done
+        [ -z "$taken" ] && break
+        [ "$try" -lt "$RD_ETCD_TRIES" ] ||
+            die "etcd member $taken did not come up (see $T/etcd-$taken.log)"
+        echo "etcd: member $taken's ports ${EPS[taken]}/$((EPS[taken] + 1))" \
+             "were taken (try $try of $RD_ETCD_TRIES): the cluster again on" \
+             "other ports" >&2
+        # The cluster's URLs name every member's ports: all start again.
+        for i in 0 1 2; do
+            [ "$i" = "$taken" ] && continue
+            kill -9 "${ETCD_PIDS[i]}" 2>/dev/null; wait "${ETCD_PIDS[i]}" 2>/dev/null
+        done
     done
     rd_etcd_auth "$ETCD_SCHEME://127.0.0.1:${EPS[0]}"
     ETCD_URL=
@@ -174,6 +220,40 @@ rd_restart_etcd_member() {
     ETCD_PIDS[$2]=$!
     PIDS+=("$!")
     return 0
+}
+
+# rd_stop_until PID END_MS LOG: SIGSTOP PID now and SIGCONT it at END_MS
+# (epoch ms), from a background helper whose pid is left in HELPER.
+# Nothing else may end the stop early: the kernel itself sends SIGHUP and
+# SIGCONT to a process group with a stopped member when the group becomes
+# orphaned (the shell that started a harness in the background exits),
+# and that once turned a hung trainer of chaos.sh into a 12.8 s pause
+# that no step timeout saw. The helper looks every 20 ms and stops it
+# again, appending "PID MS STATE" to LOG each time (and "PID MS" to
+# LOG.seen each time it finds it stopped after running).
+rd_stop_until() {
+    local pid=$1 end=$2 log=$3
+    kill -STOP "$pid"
+    (
+        # kill returns before the stop takes effect: only a process seen
+        # stopped and then running again was continued by someone.
+        local t line st seen=0
+        while t=${EPOCHREALTIME/./}; [ "${t:0:13}" -lt "$end" ]; do
+            read -r line <"/proc/$pid/stat" 2>/dev/null || break
+            st=${line##*) }; st=${st%% *}
+            if [ "$st" = T ] || [ "$st" = t ]; then
+                [ "$seen" = 1 ] || echo "$pid ${t:0:13}" >>"$log.seen"
+                seen=1
+            else
+                kill -STOP "$pid"
+                [ "$seen" = 1 ] && echo "$pid ${t:0:13} $st" >>"$log"
+                seen=0
+            fi
+            sleep 0.02
+        done
+        kill -CONT "$pid"
+    ) &
+    HELPER=$!
 }
 
 # The command prefix that runs a program on host $1, in HOST_CMD. Every

@@ -31,6 +31,13 @@ for m in "${RESTART_LINES[@]}"; do echo "  $m"; done
 [ -n "${INJ[trainer_close]:-}" ] && echo "  trainer_close: ${TC_NEWGEN:-0} with a" \
     "view change (the row: to the first step of the new generation)," \
     "${TC_SAMEGEN:-0} without (to the first step not in flight at the fault)"
+[ "$(stray_conts)" = 0 ] || echo "  stops: $(stray_conts) SIGCONT(s) from" \
+    "elsewhere ended a fault's SIGSTOP early (the kernel's, when the process" \
+    "group that started the harness was orphaned, or anyone's): stopped again"
+for kind in "${!GREW[@]}"; do
+    echo "  $kind: too few nodes for it: ${GREW[$kind]} node(s)" \
+         "started first, each awaited to its first step (not faults)"
+done
 [ -n "${INJ[daemon_etcd]:-}" ] && echo "  daemon_etcd: the row is from etcd's" \
     "return (healthy) to the survivors' first step in a new view"
 [ -n "${INJ[fd_exhaust]:-}" ] && echo "  fd_exhaust: the row is the longest time" \

@@ -95,7 +95,7 @@ for r in "${RESTARTS[@]}"; do
               if (!(k in g) || $5 >= g[k]) { g[k] = $5; h[k] = $11; w[k] = $9 } }
             END { for (s = lo; s <= hi; s++) { o = "O" SUBSEP s; n = "N" SUBSEP s
                     if (!(o in h) || !(n in h)) continue
-                    if (w[o] != w[n] || split) { ow++; split = 1; continue }
+                    if (w[o] != w[n] || sw) { ow++; sw = 1; continue }
                     c++; if (h[o] != h[n]) { b++; if (b <= 3) print "step " s ": " h[o] " before, " h[n] " after" > "/dev/stderr" } }
                   print c + 0, b + 0, ow + 0 }' 2>>"$T/replay.txt")
     REPLAYED=$((REPLAYED + cmp)); REPLAY_BAD=$((REPLAY_BAD + bad)); REPLAY_OTHERW=$((REPLAY_OTHERW + otherw))

@@ -194,14 +194,15 @@ void ckpt_stage_free(void *p, size_t n);
 /* ---- files ---------------------------------------------------------- */
 
 /*
- * Write data to dir/name atomically: dir/.name.tmp.<pid>, fsync, rename,
- * fsync(dir). On failure nothing named `name` changes and the temp file
+ * Write data to dir/name atomically: a temporary dir/.name.tmp.<pid>.XXXXXX
+ * of this call alone (several writers of one name may run at once), fsync,
+ * rename, fsync(dir). On failure nothing named `name` changes and the temp file
  * is removed. Returns 0 or -errno (-ENOSPC on a full disk).
  */
 int ckpt_write_atomic(const char *dir, const char *name, const void *data,
                       size_t len);
 /*
- * The same, written as it is produced: open creates dir/.name.tmp.<pid>;
+ * The same, written as it is produced: open creates the temporary file;
  * commit fsyncs, renames it to name and fsyncs dir (and frees f, whatever
  * the result: on failure the temp file is removed); abort removes it.
  * All return 0 or -errno.
@@ -340,12 +341,14 @@ typedef struct {
     uint32_t full_every;  /* a full shard after this many deltas; 0: never
                              delta */
     int replica;          /* write replica-<i> files instead of shard-<i> */
+    int background;       /* > 0: encode at SCHED_BATCH, this nice */
 } ckpt_writer_opts_t;
 
 /*
  * Called on the worker thread when a shard is written (status 0) or not
- * (status < 0: -ENOSPC, ...). The file was streamed to disk, so file is
- * always NULL; len is the file's length (0 on failure).
+ * (status < 0: -ENOSPC, ...), with ckpt_writer_stats() already counting
+ * it. The file was streamed to disk, so file is always NULL; len is the
+ * file's length (0 on failure).
  */
 typedef void (*ckpt_writer_done_fn)(void *arg, int status,
                                     const ckpt_shard_info_t *info,
@@ -354,11 +357,21 @@ typedef void (*ckpt_writer_done_fn)(void *arg, int status,
 typedef void (*ckpt_writer_copied_fn)(void *arg,
                                       const ckpt_shard_info_t *info);
 
+/*
+ * The copy's and the encoder's times, wall and on-CPU, tell a slow copy
+ * that waited for a core (wall >> cpu) from one that faulted pages in
+ * (minor faults) or ran at memory speed.
+ */
 typedef struct {
     uint64_t submitted, skipped, written, failed;
     uint64_t raw_bytes, file_bytes; /* of written shards */
-    uint64_t last_stall_ns;         /* the last snapshot copy */
-    uint64_t last_write_ns;         /* the last encode + write */
+    uint64_t last_stall_ns;         /* the last snapshot copy, wall */
+    uint64_t last_copy_cpu_ns;      /* ... on its thread's CPU clock */
+    uint64_t last_copy_faults;      /* ... minor page faults during it */
+    uint64_t last_write_ns;         /* the last encode + write, wall */
+    uint64_t last_write_cpu_ns;     /* ... on the worker's CPU clock */
+    uint64_t copy_ns, copy_cpu_ns, copy_faults; /* sums over copies */
+    uint64_t write_ns, write_cpu_ns;            /* sums over shards */
     uint64_t last_step;             /* of the last written shard */
 } ckpt_writer_stats_t;
 
@@ -368,7 +381,9 @@ void ckpt_writer_destroy(ckpt_writer_t *w);
 /*
  * info: step, generation, shard, nshards, offset, raw_size, total_size
  * (flags/base_step/sizes are filled by the writer). bytes: the shard's
- * raw_size bytes, copied before returning. Returns 0 (queued), ST_AGAIN
+ * raw_size bytes, copied on the calling thread before returning (the
+ * writer's lock is not held over the copy: busy() and stats() answer
+ * meanwhile). Returns 0 (queued), ST_AGAIN
  * (skipped: one is in flight) or an error (ST_ENOMEM, ST_EINVAL).
  */
 int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
@@ -386,8 +401,9 @@ int ckpt_writer_submit_live(ckpt_writer_t *w, const ckpt_shard_info_t *info,
 /*
  * Size the staging buffer for shards up to bytes now (allocated and
  * faulted in), so the first snapshot does not pay for page faults: call
- * it when the state size is known, before the first submit. 0 or
- * ST_ENOMEM; with one in flight it waits for it.
+ * it when the state size is known, before the first submit, off any
+ * thread that must stay responsive. 0 or ST_ENOMEM; with one in flight
+ * it waits for it; while it faults the new stage in, busy() is 1.
  */
 int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes);
 /* 1 while a shard is queued or being written (a submit would skip). Only

@@ -40,21 +40,44 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-int ckpt_write_atomic(const char *dir, const char *name, const void *data,
-                      size_t len)
+/*
+ * A temporary file of its own for one write of dir/name: several writers
+ * of one name may run at once (two records of a step's manifest, threads
+ * of one process, nodes sharing a directory), and a name shared by two
+ * of them lets one's O_TRUNC cut the other's file and one rename fail.
+ * mkostemp makes the name unique and the file exclusively ours.
+ */
+static int tmp_open(const char *dir, const char *name, char *tmp,
+                    size_t cap)
 {
-    char tmp[PATH_MAX], dst[PATH_MAX];
-    if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%d", dir, name,
-                 (int)getpid()) >= (int)sizeof(tmp) ||
-        snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
+    if (snprintf(tmp, cap, "%s/.%s.tmp.%d.XXXXXX", dir, name,
+                 (int)getpid()) >= (int)cap)
         return -ENAMETOOLONG;
-
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         int rc = -errno;
         RD_ERROR("checkpoint: cannot create %s: %s", tmp, strerror(-rc));
         return rc;
     }
+    if (fchmod(fd, 0644) < 0) {
+        int rc = -errno;
+        RD_ERROR("checkpoint: chmod of %s: %s", tmp, strerror(-rc));
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    return fd;
+}
+
+int ckpt_write_atomic(const char *dir, const char *name, const void *data,
+                      size_t len)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    if (snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
+        return -ENAMETOOLONG;
+    int fd = tmp_open(dir, name, tmp, sizeof(tmp));
+    if (fd < 0)
+        return fd;
     int rc = write_all(fd, data, len);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
@@ -84,17 +107,14 @@ int ckpt_afile_open(const char *dir, const char *name, ckpt_afile_t **f_p)
     if (f == NULL)
         return ST_ENOMEM;
     if (snprintf(f->dir, sizeof(f->dir), "%s", dir) >= (int)sizeof(f->dir) ||
-        snprintf(f->tmp, sizeof(f->tmp), "%s/.%s.tmp.%d", dir, name,
-                 (int)getpid()) >= (int)sizeof(f->tmp) ||
         snprintf(f->dst, sizeof(f->dst), "%s/%s", dir, name) >=
             (int)sizeof(f->dst)) {
         free(f);
         return -ENAMETOOLONG;
     }
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->fd = tmp_open(dir, name, f->tmp, sizeof(f->tmp));
     if (f->fd < 0) {
-        int rc = -errno;
-        RD_ERROR("checkpoint: cannot create %s: %s", f->tmp, strerror(-rc));
+        int rc = f->fd;
         free(f);
         return rc;
     }

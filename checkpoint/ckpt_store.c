@@ -608,11 +608,20 @@ int ckpt_store_retain(const char *root, unsigned keep_n)
             (complete && rank < keep_n))
             keep[k] = 1;
     }
+    /*
+     * A kept step whose manifest cannot be read (half written by another
+     * node at this moment, or cut) still names its bases in its shards'
+     * own headers: without them its complete base would go.
+     */
     for (size_t k = 0; k < na; k++) {
         ckpt_manifest_t *m;
-        if (keep[k] && ckpt_store_load_manifest(root, all[k], &m) == 0) {
+        if (!keep[k])
+            continue;
+        if (ckpt_store_load_manifest(root, all[k], &m) == 0) {
             mark_bases(root, m, all, na, keep, 0);
             ckpt_manifest_free(m);
+        } else {
+            mark_bases_hdr(root, all[k], all, na, keep, 0);
         }
     }
     int removed = 0;

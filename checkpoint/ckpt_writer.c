@@ -3,25 +3,41 @@
  * thread.
  *
  * States of the single slot (guarded by mu):
- *   IDLE  --submit-->  QUEUED  --worker takes it-->  BUSY  --done-->  IDLE
- * A submit in QUEUED or BUSY is skipped. The delta base (the last full
- * shard written successfully, read back from its file) is only touched by
- * the worker.
+ *   IDLE --submit--> CLAIMED --copied--> QUEUED --worker takes it--> BUSY
+ *   BUSY --done--> IDLE;  IDLE --reserve--> CLAIMED --faulted in--> IDLE
+ * CLAIMED: the submitting (or reserving) thread owns the stage and works
+ * on it without the lock, so busy() and stats() never wait for a copy.
+ * A submit in any state but IDLE is skipped. The delta base (the last
+ * full shard written successfully, read back from its file) is only
+ * touched by the worker.
+ *
+ * With opts.background = N the worker encodes at SCHED_BATCH, nice N:
+ * the encoding of a checkpoint can wait, while the trainers, the ring
+ * thread and the daemon's loop on the same cores cannot, so it does not
+ * preempt them and gets a small share against each busy one (nice 19:
+ * about 1.5%, where SCHED_IDLE gets 0.3%, so a node whose trainers keep
+ * every core busy still finishes its checkpoints, later). An
+ * unprivileged thread cannot raise its priority again, so the copies,
+ * which a collective may be held for, are not made on this thread
+ * (ckpt_writer_submit runs the copy on the caller's).
  */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint/ckpt.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
-typedef enum { SLOT_IDLE, SLOT_QUEUED, SLOT_BUSY } slot_state_t;
+typedef enum { SLOT_IDLE, SLOT_CLAIMED, SLOT_QUEUED, SLOT_BUSY } slot_state_t;
 
 struct ckpt_writer {
     ckpt_writer_opts_t opts;
@@ -97,10 +113,43 @@ static int buf_reserve(void **p, size_t *cap, size_t bytes)
     return 0;
 }
 
-/* Grow the stage to bytes; caller holds mu, slot IDLE. */
+/* Grow the stage to bytes; caller owns the slot (CLAIMED), not mu. */
 static int stage_reserve(ckpt_writer_t *w, size_t bytes)
 {
     return buf_reserve(&w->stage, &w->stage_cap, bytes);
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_minflt(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_minflt;
+}
+
+/* The snapshot copy, timed on the calling thread; caller owns stage. */
+static void copy_timed(ckpt_writer_t *w, const void *src, size_t n)
+{
+    uint64_t t0 = rd_now_ns(), c0 = thread_cpu_ns(), f0 = thread_minflt();
+    memcpy(w->stage, src, n);
+    uint64_t dt = rd_now_ns() - t0, dc = thread_cpu_ns() - c0;
+    uint64_t df = thread_minflt() - f0;
+    pthread_mutex_lock(&w->mu);
+    w->stats.last_stall_ns = dt;
+    w->stats.last_copy_cpu_ns = dc;
+    w->stats.last_copy_faults = df;
+    w->stats.copy_ns += dt;
+    w->stats.copy_cpu_ns += dc;
+    w->stats.copy_faults += df;
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Same shard of the same layout: the delta lines up byte for byte. */
@@ -136,11 +185,8 @@ static void keep_base(ckpt_writer_t *w, const ckpt_shard_info_t *in,
 /* The snapshot of a live submit, on this thread, then the caller told. */
 static void copy_live(ckpt_writer_t *w, const ckpt_shard_info_t *in)
 {
-    uint64_t t0 = rd_now_ns();
-    memcpy(w->stage, w->live, in->raw_size);
-    uint64_t dt = rd_now_ns() - t0;
+    copy_timed(w, w->live, in->raw_size);
     pthread_mutex_lock(&w->mu);
-    w->stats.last_stall_ns = dt;
     w->live = NULL;
     pthread_mutex_unlock(&w->mu);
     if (w->copied)
@@ -205,9 +251,9 @@ static int encode_to_file(ckpt_writer_t *w, ckpt_shard_info_t *in,
 
 static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
 {
-    uint64_t t0 = rd_now_ns();
     if (w->live != NULL)
         copy_live(w, in);
+    uint64_t t0 = rd_now_ns(), c0 = thread_cpu_ns();
     int delta = can_delta(w, in);
     size_t len = 0;
     int rc = encode_to_file(w, in, &delta, &len);
@@ -218,9 +264,7 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
     if (rc != 0)
         RD_ERROR("checkpoint: step %llu shard %u not written: %s",
                  (unsigned long long)in->step, in->shard, st_strerror(rc));
-    if (w->done)
-        w->done(w->done_arg, rc, in, NULL, rc == 0 ? len : 0);
-
+    uint64_t dt = rd_now_ns() - t0, dc = thread_cpu_ns() - c0;
     pthread_mutex_lock(&w->mu);
     if (rc == 0) {
         keep_base(w, in, delta);
@@ -228,18 +272,41 @@ static void write_one(ckpt_writer_t *w, ckpt_shard_info_t *in)
         w->stats.raw_bytes += in->raw_size;
         w->stats.file_bytes += len;
         w->stats.last_step = in->step;
-        w->stats.last_write_ns = rd_now_ns() - t0;
+        w->stats.last_write_ns = dt;
+        w->stats.last_write_cpu_ns = dc;
+        w->stats.write_ns += dt;
+        w->stats.write_cpu_ns += dc;
     } else {
         w->stats.failed++;
     }
+    pthread_mutex_unlock(&w->mu);
+    if (w->done)
+        w->done(w->done_arg, rc, in, NULL, rc == 0 ? len : 0);
+
+    pthread_mutex_lock(&w->mu);
     w->state = SLOT_IDLE;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
+static void lower_priority(int nice)
+{
+    struct sched_param sp = {.sched_priority = 0};
+    int rc = pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+    if (rc != 0)
+        RD_WARN("checkpoint: writer not put at SCHED_BATCH: %s",
+                strerror(rc));
+    /* PRIO_PROCESS with a thread id sets that thread's nice only. */
+    if (setpriority(PRIO_PROCESS, (id_t)gettid(), nice) != 0)
+        RD_WARN("checkpoint: writer not put at nice %d: %s", nice,
+                strerror(errno));
+}
+
 static void *worker_main(void *arg)
 {
     ckpt_writer_t *w = arg;
+    if (w->opts.background > 0)
+        lower_priority(w->opts.background);
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->state != SLOT_QUEUED && !w->stop)
@@ -311,6 +378,8 @@ void ckpt_writer_destroy(ckpt_writer_t *w)
     if (w == NULL)
         return;
     pthread_mutex_lock(&w->mu);
+    while (w->state == SLOT_CLAIMED) /* a submitter is copying */
+        pthread_cond_wait(&w->cv, &w->mu);
     w->stop = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -332,10 +401,18 @@ static int check_geometry(const ckpt_shard_info_t *info)
     return 0;
 }
 
+/* Give a claimed slot back (its stage unchanged). Caller holds mu. */
+static void unclaim(ckpt_writer_t *w)
+{
+    w->state = SLOT_IDLE;
+    pthread_cond_broadcast(&w->cv);
+}
+
 /*
  * Count a submit and take the idle slot with a stage large enough
  * (normally sized in advance by ckpt_writer_reserve(); when not, the
- * allocation is part of the stall). Caller holds mu.
+ * allocation is part of the stall). Takes and returns with mu held;
+ * drops it while the stage grows.
  */
 static int claim(ckpt_writer_t *w, const ckpt_shard_info_t *info)
 {
@@ -344,8 +421,15 @@ static int claim(ckpt_writer_t *w, const ckpt_shard_info_t *info)
         w->stats.skipped++;
         return ST_AGAIN;
     }
-    if (stage_reserve(w, info->raw_size) != 0) {
+    w->state = SLOT_CLAIMED;
+    if (w->stage_cap >= info->raw_size && w->stage != NULL)
+        return 0;
+    pthread_mutex_unlock(&w->mu);
+    int rc = stage_reserve(w, info->raw_size);
+    pthread_mutex_lock(&w->mu);
+    if (rc != 0) {
         w->stats.skipped++;
+        unclaim(w);
         return ST_ENOMEM;
     }
     return 0;
@@ -369,17 +453,13 @@ int ckpt_writer_submit(ckpt_writer_t *w, const ckpt_shard_info_t *info,
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&w->mu);
-    uint64_t t0 = rd_now_ns();
     rc = claim(w, info);
-    if (rc != 0) {
-        pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->mu);
+    if (rc != 0)
         return rc;
-    }
-    /* The snapshot: the one stall on the training path. The slot is IDLE
-     * so the worker does not read stage now; holding the lock over the
-     * copy only delays stats()/flush(), never the worker's writing. */
-    memcpy(w->stage, bytes, info->raw_size);
-    w->stats.last_stall_ns = rd_now_ns() - t0;
+    /* CLAIMED: the worker does not read the stage, nobody else takes it. */
+    copy_timed(w, bytes, info->raw_size);
+    pthread_mutex_lock(&w->mu);
     queue(w, info, done, arg);
     pthread_mutex_unlock(&w->mu);
     return 0;
@@ -418,7 +498,14 @@ int ckpt_writer_reserve(ckpt_writer_t *w, size_t bytes)
     pthread_mutex_lock(&w->mu);
     while (w->state != SLOT_IDLE) /* the worker reads stage until IDLE */
         pthread_cond_wait(&w->cv, &w->mu);
-    int rc = stage_reserve(w, bytes);
+    int rc = 0;
+    if (w->stage_cap < bytes || w->stage == NULL) {
+        w->state = SLOT_CLAIMED; /* fault it in without the lock */
+        pthread_mutex_unlock(&w->mu);
+        rc = stage_reserve(w, bytes);
+        pthread_mutex_lock(&w->mu);
+        unclaim(w);
+    }
     pthread_mutex_unlock(&w->mu);
     return rc;
 }

@@ -10,8 +10,11 @@
  * copy: no bytes cross the network for checkpoints and no collective is
  * needed, at the price of compressing 2/N of the state instead of 1/N.
  *
- * The snapshot copies run on the writers' threads while the next step
- * runs (ckpt_writer_submit_live), never on the main loop. A trainer reads
+ * The snapshot copies run on libuv's thread pool while the next step
+ * runs (copy.c, ckpt_writer_submit there), never on the main loop; the
+ * writers encode at SCHED_BATCH, nice 19, so the compression of a
+ * checkpoint takes mostly CPU time the trainers, the ring and the loop
+ * leave (checkpoint/ckpt_writer.c). A trainer reads
  * its parameters until its optimizer step, which follows its step's
  * collective, so the state stays as it was at the boundary as long as no
  * collective of the next step is answered before both copies are done:
@@ -50,7 +53,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint/ckpt.h"
 #include "common/clock.h"
@@ -87,19 +92,9 @@ static void on_replica(void *arg, int status, const ckpt_shard_info_t *info,
     on_written(arg, 1, status, info);
 }
 
-static void on_copied(void *arg, const ckpt_shard_info_t *info)
-{
-    dmn_t *d = arg;
-    (void)info;
-    pthread_mutex_lock(&d->ckpt_mu);
-    d->ckpt_copied++;
-    pthread_mutex_unlock(&d->ckpt_mu);
-    uv_async_send(&d->ckpt_async);
-}
-
 int dmn__ckpt_hold(dmn_t *d, int status)
 {
-    if (!d->ckpt_copying || status != 0)
+    if (!d->copies_holding || status != 0)
         return 0;
     if (!d->coll_held) {
         d->stats.ckpt_holds++;
@@ -110,26 +105,88 @@ int dmn__ckpt_hold(dmn_t *d, int status)
     return 1;
 }
 
-/* Main loop: both copies of the last boundary are done? */
-static void check_copies(dmn_t *d)
+/* The copies are done: how long the held completion waited for them. */
+void dmn__ckpt_copies_done(dmn_t *d)
 {
-    pthread_mutex_lock(&d->ckpt_mu);
-    uint32_t copied = d->ckpt_copied;
-    pthread_mutex_unlock(&d->ckpt_mu);
-    if (!d->ckpt_copying || copied < 2)
+    double held = 0;
+    if (d->coll_held) {
+        held = (double)(rd_now_ns() - d->coll_held_ns) / 1e9;
+        d->stats.ckpt_hold_seconds += held;
+        if (held > d->stats.ckpt_hold_max_seconds)
+            d->stats.ckpt_hold_max_seconds = held;
+    }
+    d->ckpt_last_hold_ms = held * 1e3;
+}
+
+/* A boundary's two shard copies, run on the pool (copy.c). */
+typedef struct {
+    dmn_copy_t base; /* first: done() gets &base */
+    const char *src; /* the state region */
+    ckpt_shard_info_t in[2];
+    int rc[2];
+    uint64_t step;
+} ckpt_copy_t;
+
+static void ckpt_copy_work(dmn_copy_t *b)
+{
+    ckpt_copy_t *c = (ckpt_copy_t *)b;
+    dmn_t *d = b->d;
+    for (int i = 0; i < 2; i++) {
+        c->rc[i] = ckpt_writer_submit(d->ckw[i], &c->in[i],
+                                      c->src + c->in[i].offset,
+                                      i ? on_replica : on_primary, d);
+        if (c->rc[i] == 0)
+            dmn__state_copied(d, c->in[i].raw_size);
+    }
+}
+
+static void ckpt_copy_done(dmn_copy_t *b, int status)
+{
+    ckpt_copy_t *c = (ckpt_copy_t *)b;
+    dmn_t *d = b->d;
+    d->ckpt_submitting = 0;
+    if (status != 0) { /* shutting down: the writers finish or not */
+        free(c);
         return;
-    d->ckpt_copying = 0;
-    uint64_t now = rd_now_ns();
-    double copy_ms = (double)(now - d->ckpt_copy_start_ns) / 1e6;
-    if (d->coll_held)
-        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; a "
-                "collective waited %.1f ms for it", copy_ms,
-                (double)(now - d->coll_held_ns) / 1e6);
-    else
-        RD_INFO("checkpoint: state copied off the main loop in %.1f ms; "
-                "no collective waited", copy_ms);
-    dmn__held_release(d);
-    dmn__coll_release(d);
+    }
+    d->stats.ckpt_copies += c->rc[0] == 0 && c->rc[1] == 0;
+    d->stats.ckpt_copy_seconds += (double)b->wall_ns / 1e9;
+    d->ckpt_last_copy_ms = (double)b->wall_ns / 1e6;
+    d->ckpt_last_copy_work_ms = (double)b->work_ns / 1e6;
+    if (c->rc[0] != 0 || c->rc[1] != 0) {
+        if (d->ckpt_pending_step == c->step)
+            d->ckpt_pending_step = 0;
+        d->stats.ckpt_failed++;
+        RD_WARN("checkpoint of step %" PRIu64 " not taken: %s", c->step,
+                st_strerror(c->rc[0] ? c->rc[0] : c->rc[1]));
+    }
+    free(c);
+}
+
+static double ms_of(uint64_t ns)
+{
+    return (double)ns / 1e6;
+}
+
+/* Where this checkpoint's time went, once both shards are written. */
+static void log_written(dmn_t *d, uint64_t step)
+{
+    ckpt_writer_stats_t s[2];
+    for (int i = 0; i < 2; i++)
+        ckpt_writer_stats(d->ckw[i], &s[i]);
+    RD_INFO("checkpoint of step %" PRIu64 " written: copies %.1f ms off "
+            "the loop (%.1f ms copying; primary %.1f ms, cpu %.1f, %llu "
+            "faults; replica %.1f ms, cpu %.1f, %llu faults); a collective "
+            "held %.1f ms; encode primary %.1f ms (cpu %.1f), replica %.1f "
+            "ms (cpu %.1f); main loop %.2f ms in checkpoints so far", step,
+            d->ckpt_last_copy_ms, d->ckpt_last_copy_work_ms,
+            ms_of(s[0].last_stall_ns), ms_of(s[0].last_copy_cpu_ns),
+            (unsigned long long)s[0].last_copy_faults,
+            ms_of(s[1].last_stall_ns), ms_of(s[1].last_copy_cpu_ns),
+            (unsigned long long)s[1].last_copy_faults, d->ckpt_last_hold_ms,
+            ms_of(s[0].last_write_ns), ms_of(s[0].last_write_cpu_ns),
+            ms_of(s[1].last_write_ns), ms_of(s[1].last_write_cpu_ns),
+            d->stats.ckpt_loop_seconds * 1e3);
 }
 
 static int file_exists(const char *root, uint64_t step, const char *kind,
@@ -282,10 +339,8 @@ static void on_reported(void *arg, int status)
     }
 }
 
-static void on_ckpt_async(uv_async_t *h)
+static void ckpt_written(dmn_t *d)
 {
-    dmn_t *d = h->data;
-    check_copies(d);
     pthread_mutex_lock(&d->ckpt_mu);
     uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
     int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
@@ -297,6 +352,7 @@ static void on_ckpt_async(uv_async_t *h)
     if (want == 0 || s0 != want || s1 != want)
         return;
     d->ckpt_pending_step = 0;
+    log_written(d, want);
     if (r0 != 0 || r1 != 0) {
         d->stats.ckpt_failed++;
         RD_WARN("checkpoint of step %" PRIu64 " failed (%s); training goes "
@@ -316,6 +372,14 @@ static void on_ckpt_async(uv_async_t *h)
     try_complete(d, want, d->ckpt_pending_n);
 }
 
+static void on_ckpt_async(uv_async_t *h)
+{
+    dmn_t *d = h->data;
+    uint64_t t0 = rd_now_ns();
+    ckpt_written(d);
+    d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
+}
+
 int dmn__ckpt_start(dmn_t *d)
 {
     const dmn_config_t *cfg = d->cfg;
@@ -332,7 +396,8 @@ int dmn__ckpt_start(dmn_t *d)
     for (int i = 0; i < 2; i++) {
         ckpt_writer_opts_t o = {.root = d->ckpt_root,
                                 .codec = {.level = 3, .elem_size = 4},
-                                .full_every = 4, .replica = i};
+                                .full_every = 4, .replica = i,
+                                .background = 19};
         int rc = ckpt_writer_create(&o, &d->ckw[i]);
         if (rc != 0)
             return rc;
@@ -347,11 +412,11 @@ int dmn__ckpt_start(dmn_t *d)
 
 void dmn__ckpt_stop(dmn_t *d)
 {
+    dmn__copy_stop(d); /* nothing submits to the writers any more */
     for (int i = 0; i < 2; i++) {
         ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
         d->ckw[i] = NULL;
     }
-    d->ckpt_copying = 0; /* so the trainers' mappings can go */
     if (d->flags & DMN_F_CKPT_ASYNC_ON) {
         d->flags &= ~DMN_F_CKPT_ASYNC_ON;
         d->open_handles++;
@@ -364,22 +429,131 @@ void dmn__ckpt_stop(dmn_t *d)
     d->ckpt_root = NULL;
 }
 
+/*
+ * Size the writers' stages on the pool: it faults memory in. The node's
+ * two shards of the trainer's state are faulted into the daemon's
+ * mapping of it too, read-only: the first copy from a mapping the daemon
+ * never read took 1024 minor faults per 64 MiB (e2e --mem-only), time a
+ * held collective would wait for.
+ */
+typedef struct {
+    dmn_copy_t base;
+    size_t need;
+    int rc;
+    char *src[2];
+    size_t len[2];
+} reserve_t;
+
+static void prefault(char *p, size_t len)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+    if (len > 0) /* a hint: old kernels say EINVAL */
+        (void)madvise((void *)a, len + ((uintptr_t)p - a),
+                      MADV_POPULATE_READ);
+}
+
+static void reserve_work(dmn_copy_t *b)
+{
+    reserve_t *r = (reserve_t *)b;
+    for (int i = 0; i < 2 && r->rc == 0; i++)
+        r->rc = ckpt_writer_reserve(b->d->ckw[i], r->need);
+    for (int i = 0; i < 2; i++)
+        prefault(r->src[i], r->len[i]);
+}
+
+static void reserve_done(dmn_copy_t *b, int status)
+{
+    reserve_t *r = (reserve_t *)b;
+    if (status == 0 && r->rc == 0 && r->need > b->d->ckpt_reserved)
+        b->d->ckpt_reserved = r->need;
+    /* else the first snapshot allocates, as before */
+    b->d->ckpt_reserving = 0;
+    free(r);
+}
+
 /* Step `step` is about to start and every trainer ended the one before. */
 void dmn__ckpt_prepare(dmn_t *d)
 {
     void *state;
     size_t bytes;
-    if (d->ckw[0] == NULL)
+    /* Not while a boundary's copies wait for the writers: they would
+     * race for the slot (the next step start grows the stages). */
+    if (d->ckw[0] == NULL || d->ckpt_reserving || d->ckpt_submitting)
         return;
+    uint64_t t0 = rd_now_ns();
     dmn__step_get_state(d, &state, &bytes);
     uint32_t n = d->view.node_count ? d->view.node_count : 1;
     size_t need = state == NULL ? 0 : bytes / n + 64; /* aligned ranges */
-    if (need <= d->ckpt_reserved)
+    reserve_t *r = need > d->ckpt_reserved ? calloc(1, sizeof(*r)) : NULL;
+    if (r != NULL) {
+        r->need = need;
+        uint32_t me = d->view.node_rank % n;
+        for (int i = 0; i < 2; i++) {
+            uint64_t off, len;
+            ckpt_shard_range(bytes, n, i ? (me + n - 1) % n : me, 4, &off,
+                             &len);
+            r->src[i] = (char *)state + off;
+            r->len[i] = len;
+        }
+        r->base.work = reserve_work;
+        r->base.done = reserve_done;
+        r->base.no_hold = 1;
+        if (dmn__copy_queue(d, &r->base) == 0)
+            d->ckpt_reserving = 1;
+        else
+            free(r);
+    }
+    d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
+}
+
+/* The two shards of the node at this boundary: submitted on the pool. */
+static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
+                            size_t bytes)
+{
+    uint32_t n = d->view.node_count ? d->view.node_count : 1;
+    uint32_t r = d->view.node_rank % n;
+    uint32_t shard[2] = {r, (r + n - 1) % n};
+    /* Both files or neither: a writer that took step S while the other
+     * skipped it would report S later, and the pair would never match.
+     * The last boundary's copies may not have reached the writers yet
+     * (steps without a collective are not held for them). */
+    if (d->ckpt_reserving || d->ckpt_submitting ||
+        ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1])) {
+        d->stats.ckpt_skipped++;
+        RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
+                "is still being written", step);
         return;
-    for (int i = 0; i < 2; i++)
-        if (ckpt_writer_reserve(d->ckw[i], need) != 0)
-            return; /* the first snapshot allocates, as before */
-    d->ckpt_reserved = need;
+    }
+    ckpt_copy_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        d->stats.ckpt_failed++;
+        RD_WARN("checkpoint of step %" PRIu64 " not taken: out of memory",
+                step);
+        return;
+    }
+    c->src = state;
+    c->step = step;
+    for (int i = 0; i < 2; i++) {
+        c->in[i] = (ckpt_shard_info_t){.step = step,
+                                       .generation = d->view.generation,
+                                       .shard = shard[i], .nshards = n,
+                                       .total_size = bytes};
+        ckpt_shard_range(bytes, n, shard[i], 4, &c->in[i].offset,
+                         &c->in[i].raw_size);
+    }
+    c->base.work = ckpt_copy_work;
+    c->base.done = ckpt_copy_done;
+    /* Before the writers can report: on_ckpt_async matches this step. */
+    d->ckpt_pending_step = step;
+    d->ckpt_pending_n = n;
+    if (dmn__copy_queue(d, &c->base) != 0) {
+        d->ckpt_pending_step = 0;
+        d->stats.ckpt_failed++;
+        free(c);
+        return;
+    }
+    d->ckpt_submitting = 1;
 }
 
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
@@ -388,52 +562,13 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     if (d->ckw[0] == NULL || step == 0 ||
         (step % d->cfg->ckpt_interval != 0 && !d->view.ckpt_requested))
         return;
+    uint64_t t0 = rd_now_ns();
     void *state;
     size_t bytes;
     dmn__step_get_state(d, &state, &bytes);
-    if (state == NULL || bytes == 0)
-        return;
-    uint32_t n = d->view.node_count ? d->view.node_count : 1;
-    uint32_t r = d->view.node_rank % n;
-    uint32_t shard[2] = {r, (r + n - 1) % n};
-    /* Both files or neither: a writer that took step S while the other
-     * skipped it would report S later, and the pair would never match. */
-    if (ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1])) {
-        d->stats.ckpt_skipped++;
-        RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
-                "is still being written", step);
-        return;
-    }
-    int rc[2];
-    pthread_mutex_lock(&d->ckpt_mu);
-    d->ckpt_copied = 0;
-    pthread_mutex_unlock(&d->ckpt_mu);
-    d->ckpt_copying = 1;
-    d->ckpt_copy_start_ns = rd_now_ns();
-    for (int i = 0; i < 2; i++) {
-        ckpt_shard_info_t in = {.step = step,
-                                .generation = d->view.generation,
-                                .shard = shard[i], .nshards = n,
-                                .total_size = bytes};
-        ckpt_shard_range(bytes, n, shard[i], 4, &in.offset, &in.raw_size);
-        rc[i] = ckpt_writer_submit_live(d->ckw[i], &in,
-                                        (char *)state + in.offset, on_copied,
-                                        d, i ? on_replica : on_primary, d);
-    }
-    /* A refused one copies nothing: count it as copied. */
-    pthread_mutex_lock(&d->ckpt_mu);
-    d->ckpt_copied += (rc[0] != 0) + (rc[1] != 0);
-    pthread_mutex_unlock(&d->ckpt_mu);
-    if (rc[0] != 0 && rc[1] != 0)
-        d->ckpt_copying = 0;
-    if (rc[0] == 0 && rc[1] == 0) {
-        d->ckpt_pending_step = step;
-        d->ckpt_pending_n = n;
-    } else { /* both were idle: only a failure (ST_ENOMEM) gets here */
-        d->stats.ckpt_failed++;
-        RD_WARN("checkpoint of step %" PRIu64 " not taken: %s", step,
-                st_strerror(rc[0] ? rc[0] : rc[1]));
-    }
+    if (state != NULL && bytes != 0)
+        boundary_submit(d, step, state, bytes);
+    d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
 }
 
 /*
@@ -456,28 +591,82 @@ void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq)
     dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_OK);
 }
 
-int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p)
-{
-    if (d->ckpt_root == NULL)
-        return -ENOENT;
+/* The restore at a node's first start, on the pool. */
+typedef struct {
+    dmn_copy_t base;
     void *state;
     size_t bytes;
-    dmn__step_get_state(d, &state, &bytes);
-    if (state == NULL || bytes == 0)
-        return -ENOENT;
-    unsigned repaired = 0;
-    int rc = ckpt_store_restore(d->ckpt_root, state, bytes, step_p,
-                                &repaired);
-    if (rc == 0)
+    uint64_t step;
+    unsigned repaired;
+    int rc;
+    uint32_t n;
+    dmn_fill_t f[]; /* the node's other trainers' regions */
+} restore_t;
+
+static void restore_work(dmn_copy_t *b)
+{
+    restore_t *r = (restore_t *)b;
+    r->rc = ckpt_store_restore(b->d->ckpt_root, r->state, r->bytes,
+                               &r->step, &r->repaired);
+    if (r->rc != 0)
+        return;
+    dmn__state_copied(b->d, r->bytes);
+    for (uint32_t i = 0; i < r->n; i++) {
+        memcpy(r->f[i].dst, r->state, r->f[i].bytes);
+        dmn__state_copied(b->d, r->f[i].bytes);
+    }
+}
+
+static void restore_done(dmn_copy_t *b, int status)
+{
+    restore_t *r = (restore_t *)b;
+    dmn_t *d = b->d;
+    int rc = status != 0 ? status : r->rc;
+    d->ckpt_restoring = 0;
+    if (status != 0) {
+        free(r);
+        return;
+    }
+    if (rc == 0) {
         RD_INFO("job state restored from the checkpoint of step %" PRIu64
-                " (%u shard%s from replicas)", *step_p, repaired,
-                repaired == 1 ? "" : "s");
-    else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL)
+                " (%u shard%s from replicas)", r->step, r->repaired,
+                r->repaired == 1 ? "" : "s");
+        d->stats.restores++;
+        d->flags |= DMN_F_RESTORED_PENDING;
+        if (d->be->ops->set_step != NULL)
+            d->be->ops->set_step(d->be, r->step);
+    } else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL) {
         RD_INFO("no checkpoint this node can restore alone under %s: the "
                 "nodes restore one together if their stores hold it",
                 d->ckpt_root);
-    else if (rc != -ENOENT)
+    } else if (rc != -ENOENT) {
         RD_ERROR("no usable checkpoint under %s: starting from the "
                  "trainers' initial state", d->ckpt_root);
-    return rc;
+    }
+    free(r);
+    if (status == 0)
+        dmn__step_try_start(d);
+}
+
+int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
+                            const dmn_fill_t *f, uint32_t n)
+{
+    if (d->ckpt_root == NULL || state == NULL || bytes == 0)
+        return -ENOENT;
+    restore_t *r = calloc(1, sizeof(*r) + n * sizeof(*f));
+    if (r == NULL)
+        return ST_ENOMEM;
+    r->state = state;
+    r->bytes = bytes;
+    r->n = n;
+    memcpy(r->f, f, n * sizeof(*f));
+    r->base.work = restore_work;
+    r->base.done = restore_done;
+    int rc = dmn__copy_queue(d, &r->base);
+    if (rc != 0) {
+        free(r);
+        return rc;
+    }
+    d->ckpt_restoring = 1;
+    return 0;
 }

@@ -88,6 +88,9 @@ typedef struct dmn_conn {
     uint32_t q_head, q_len;
     uint32_t local_rank;
     uint64_t active_ms;   /* when it last entered DMN_CONN_ACTIVE */
+    /* A joiner whose state was filled off the loop: d->stats.steps + 1
+     * when it was (valid until a step completes); 0: not filled. */
+    uint64_t restored_mark;
 } dmn_conn_t;
 
 /* The i-th collective c awaits (i < c->q_len). */
@@ -147,12 +150,25 @@ typedef struct {
     uint64_t trainers_joined;
     uint64_t trainers_lost;
     uint64_t trainers_stalled; /* timed out in a step (--step-timeout) */
+    uint64_t stall_wakeups;    /* the step timeout's timer fired */
     uint64_t proto_errors;
     uint64_t ckpt_requests;
     uint64_t ckpt_taken;
     uint64_t ckpt_failed;
     uint64_t ckpt_skipped;
     uint64_t ckpt_holds; /* collectives answered after a snapshot copy */
+    /* Where a checkpoint's time goes (metrics.c, the checkpoint log). */
+    double ckpt_hold_seconds;     /* completions held for the copies */
+    double ckpt_hold_max_seconds;
+    uint64_t ckpt_copies;         /* boundaries whose shards were copied */
+    double ckpt_copy_seconds;     /* boundary to both shards copied */
+    double ckpt_loop_seconds;     /* the loop in checkpoint/copy code */
+    double snapshot_seconds;      /* one-node snapshots, off the loop */
+    uint64_t snapshots;
+    /* State bytes memcpy'd on the loop's thread: restores that still
+     * copy there (the checkpoint restore at a job's first step and its
+     * copy to the node's other trainers). */
+    uint64_t loop_copy_bytes;
     uint64_t restores;
 } dmn_stats_t;
 
@@ -178,6 +194,27 @@ enum {
     DMN_F_CKPT_ASYNC_ON = 1u << 10,
     DMN_F_CKPT_MU_INIT = 1u << 11,
     DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
+    DMN_F_COPY_SYNC_INIT = 1u << 13,  /* copy_mu, copy_cv (copy.c) */
+};
+
+/*
+ * A copy of trainer state on libuv's pool (copy.c): work() runs there,
+ * done() on the loop (status ST_EABORTED: the daemon is being destroyed,
+ * work() may not have run; touch nothing but d's own fields), and frees
+ * the struct it is embedded in.
+ */
+typedef struct dmn_copy dmn_copy_t;
+struct dmn_copy {
+    uv_work_t req;
+    dmn_t *d;
+    void (*work)(dmn_copy_t *c);
+    void (*done)(dmn_copy_t *c, int status);
+    dmn_copy_t *next;       /* d->copies */
+    int no_hold;            /* copies no state: holds no collective */
+    int ran;                /* guarded by d->copy_mu */
+    uint64_t queued_ns;
+    uint64_t work_ns;       /* work() itself, on the pool thread */
+    uint64_t wall_ns;       /* queued to done() */
 };
 
 struct dmn {
@@ -218,7 +255,8 @@ struct dmn {
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
     uv_timer_t drain_timer;
-    uv_timer_t stall_timer; /* --step-timeout checks */
+    uv_timer_t stall_timer; /* --step-timeout: the earliest deadline */
+    uint64_t stall_due_ms;  /* what stall_timer is armed for; 0: not */
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
@@ -241,11 +279,15 @@ struct dmn {
      * buffers: unmapped when the collective completes. */
     struct dmn_held { void *addr; size_t size; } *held;
     uint32_t nheld, held_cap;
-    /* The job state as of the last completed step (for joiners). */
+    /* The job state as of the last completed step (for joiners); a
+     * snapshot copy in flight owns the buffer (snapshot_step is 0). */
     void *snapshot;
     size_t snapshot_size;  /* allocated */
     uint64_t snapshot_bytes;
     uint64_t snapshot_step;
+    int snapshot_copying;
+    int joiner_copying;    /* state fills in flight: no start */
+    int ckpt_restoring;    /* the checkpoint restore runs: no start */
 
     /* Checkpoints (checkpoint.c). */
     char *ckpt_root;       /* <ckpt-dir>/<job>; NULL: off */
@@ -259,13 +301,23 @@ struct dmn {
     uint32_t ckpt_pending_n;
     uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
     size_t ckpt_reserved;        /* staging bytes the writers hold */
-    /* The writers copy the state while the next step runs; a collective
-     * that completes before both copies are done is answered after. */
-    int ckpt_copying;            /* live copies submitted, not done */
-    uint32_t ckpt_copied;        /* guarded by ckpt_mu: copies done */
+    /* Copies of trainer state run on the pool while the next step runs;
+     * a collective that completes before they are done is answered
+     * after (copy.c). */
+    int ckpt_copying;            /* pool work on mappings (copy.c) */
+    int copies_holding;          /* ... of it, copies a hold waits for */
+    dmn_copy_t *copies;
+    pthread_mutex_t copy_mu;     /* dmn_copy_t.ran, for dmn__copy_stop */
+    pthread_cond_t copy_cv;
     int coll_held;               /* coll_done(coll_held_status) waits */
     int coll_held_status;
-    uint64_t ckpt_copy_start_ns, coll_held_ns; /* since when */
+    uint64_t coll_held_ns;       /* since when */
+    int ckpt_reserving;          /* the stages grow on the pool */
+    int ckpt_submitting;         /* a boundary's copies are queued */
+    double ckpt_last_copy_ms;    /* the last boundary's, queued to done */
+    double ckpt_last_copy_work_ms; /* ... of which copying */
+    double ckpt_last_hold_ms;    /* the last hold's wait */
+    pthread_t loop_thread;       /* dmn__state_copied counts copies here */
 
     dmn_stats_t stats;
 };
@@ -296,8 +348,9 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
-/* --step-timeout: start the periodic check (a no-op when off). */
-void dmn__step_stall_start(dmn_t *d);
+/* --step-timeout: (re)arm the one-shot timer for the earliest deadline of
+ * the ACTIVE trainers, or stop it when none is (a no-op when off). */
+void dmn__step_stall_arm(dmn_t *d);
 /* Unmap a client buffer now, or once the collective in flight (which may
  * be writing into it on the backend's thread) completes. */
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
@@ -308,6 +361,8 @@ void dmn__held_release(dmn_t *d);
 int dmn__ckpt_hold(dmn_t *d, int status);
 void dmn__coll_release(dmn_t *d);
 void dmn__step_on_view(void *arg, const job_view_t *view);
+/* Start a step if the trainers are all there (after an off-loop copy). */
+void dmn__step_try_start(dmn_t *d);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
 /* dmn.c */
@@ -327,9 +382,37 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
 void dmn__ckpt_prepare(dmn_t *d);
 /* A CKPT request from a trainer: replies to it. */
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
-/* Restore the newest usable checkpoint into the state region: 0 and its
- * step, -ENOENT when there is none (or no state yet), or an error. */
-int dmn__ckpt_restore(dmn_t *d, uint64_t *step_p);
+
+/* copy.c */
+int dmn__copy_init(dmn_t *d);
+/* 0, or ST_ENOMEM (nothing queued, done() never called). */
+int dmn__copy_queue(dmn_t *d, dmn_copy_t *c);
+void dmn__copy_stop(dmn_t *d);
+void dmn__copy_fini(dmn_t *d);
+/* Every copy of state bytes says so here: those made on the loop's thread
+ * are counted (ringd_loop_copy_bytes_total), which must stay 0 for the
+ * copies that moved to the pool. Thread-safe. */
+void dmn__state_copied(dmn_t *d, size_t bytes);
+/* The last copy in flight is done (checkpoint.c: the hold's figures). */
+void dmn__ckpt_copies_done(dmn_t *d);
+/* A one-node job's boundary: copy the state (src, bytes) off the loop
+ * for a trainer that joins after every local one died. */
+void dmn__ckpt_snapshot(dmn_t *d, const void *src, size_t bytes,
+                        uint64_t step);
+/* Joiner j's state region gets src's bytes off the loop; try_start
+ * runs again when they are there (j->restored_mark set). */
+typedef struct { uint32_t conn_id; void *dst; const void *src;
+                 size_t bytes; } dmn_fill_t;
+int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+/* The same for the node's other trainers after the job replaced the
+ * primary state; no step starts until it is done. 0 or ST_ENOMEM. */
+int dmn__copy_propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+/* At the node's first start: restore the newest usable checkpoint into
+ * state (bytes) and copy it to f[n] (the other trainers), on the pool;
+ * then the step is set, RESTORED_PENDING too, and try_start runs. 0:
+ * started (d->ckpt_restoring until done), else nothing to do. */
+int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
+                            const dmn_fill_t *f, uint32_t n);
 
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);

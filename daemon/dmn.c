@@ -23,6 +23,7 @@ static void dmn_free(dmn_t *d)
     free(d->seg_counts);
     free(d->staging);
     free(d->snapshot);
+    dmn__copy_fini(d);
     free(d);
 }
 
@@ -100,6 +101,11 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     const char *zc = getenv("RINGD_ZERO_COPY");
     d->zero_copy = zc == NULL || strcmp(zc, "0") != 0;
     d->start_ms = dmn__now_ms();
+    d->loop_thread = pthread_self();
+    if (dmn__copy_init(d) != 0) {
+        free(d);
+        return ST_ENOMEM;
+    }
     if (hooks != NULL)
         d->hooks = *hooks;
     uv_timer_init(loop, &d->drain_timer);
@@ -131,7 +137,6 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = dmn__metrics_start(d);
     if (rc != 0)
         goto err_metrics;
-    dmn__step_stall_start(d);
     *d_p = d;
     return 0;
 

@@ -165,6 +165,82 @@ static void render_node_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_trainers_stalled_total", "counter",
            "Trainers taken out of a step by --step-timeout.",
            st->trainers_stalled);
+    metric(s, "ringd_step_timeout_wakeups_total", "counter",
+           "Times the --step-timeout timer fired (armed for the earliest "
+           "deadline of the trainers in their turn, so about one per "
+           "trainer timed out).", st->stall_wakeups);
+}
+
+/* The writers' copy and encode times, per shard (primary, replica). */
+static void writer_metrics(sbuf_t *s, dmn_t *d)
+{
+    ckpt_writer_stats_t w[2];
+    for (int i = 0; i < 2; i++)
+        ckpt_writer_stats(d->ckw[i], &w[i]);
+    static const struct { const char *name, *help; } m[] = {
+        {"ringd_checkpoint_shard_copy_seconds_total",
+         "Snapshot copies of this node's shards, wall time."},
+        {"ringd_checkpoint_shard_copy_cpu_seconds_total",
+         "The same copies on their thread's CPU clock."},
+        {"ringd_checkpoint_shard_copy_page_faults_total",
+         "Minor page faults during the copies."},
+        {"ringd_checkpoint_encode_seconds_total",
+         "Encoding and writing the shards (nice 19), wall time."},
+        {"ringd_checkpoint_encode_cpu_seconds_total",
+         "The same on the writer's CPU clock."},
+        {"ringd_checkpoint_shards_written_total",
+         "Shards this node's writers wrote."},
+    };
+    for (size_t k = 0; k < sizeof(m) / sizeof(m[0]); k++) {
+        sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n", m[k].name,
+                  m[k].help, m[k].name);
+        for (int i = 0; i < 2; i++) {
+            uint64_t v[] = {w[i].copy_ns, w[i].copy_cpu_ns,
+                            w[i].copy_faults, w[i].write_ns,
+                            w[i].write_cpu_ns, w[i].written};
+            sb_printf(s, "%s{shard=\"%s\"} %.17g\n", m[k].name,
+                      i ? "replica" : "primary",
+                      k == 2 || k == 5 ? (double)v[k] : (double)v[k] / 1e9);
+        }
+    }
+}
+
+/* Where checkpoints and the state copies spend time. */
+static void ckpt_metrics(dmn_t *d, sbuf_t *s)
+{
+    const dmn_stats_t *st = &d->stats;
+    metric(s, "ringd_checkpoint_holds_total", "counter",
+           "Collectives answered only after the snapshot copies.",
+           st->ckpt_holds);
+    metric(s, "ringd_checkpoint_hold_seconds_total", "counter",
+           "Time completed collectives were held for the copies.",
+           st->ckpt_hold_seconds);
+    metric(s, "ringd_checkpoint_hold_seconds_max", "gauge",
+           "The longest such hold.", st->ckpt_hold_max_seconds);
+    metric(s, "ringd_checkpoint_copies_total", "counter",
+           "Checkpoint boundaries whose two shards were copied.",
+           st->ckpt_copies);
+    metric(s, "ringd_checkpoint_copy_seconds_total", "counter",
+           "Checkpoint boundaries to both shards copied (off the loop).",
+           st->ckpt_copy_seconds);
+    metric(s, "ringd_checkpoint_loop_seconds_total", "counter",
+           "Main-loop time in checkpoint and state-copy code.",
+           st->ckpt_loop_seconds);
+    metric(s, "ringd_state_snapshots_total", "counter",
+           "One-node per-step state snapshots, copied off the loop.",
+           st->snapshots);
+    metric(s, "ringd_state_snapshot_seconds_total", "counter",
+           "Time of those copies.", st->snapshot_seconds);
+    metric(s, "ringd_loop_copy_bytes_total", "counter",
+           "State bytes copied on the main loop's thread.",
+           (double)__atomic_load_n(&st->loop_copy_bytes, __ATOMIC_RELAXED));
+    if (d->ckw[0] == NULL || d->ckw[1] == NULL)
+        return;
+    writer_metrics(s, d);
+    metric(s, "ringd_checkpoint_writing", "gauge",
+           "1 while a shard is being copied, encoded or written.",
+           d->ckpt_submitting || ckpt_writer_busy(d->ckw[0]) ||
+               ckpt_writer_busy(d->ckw[1]));
 }
 
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */
@@ -220,6 +296,7 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_checkpoints_skipped_total", "counter",
            "Checkpoints skipped: the previous one was still being written.",
            st->ckpt_skipped);
+    ckpt_metrics(d, s);
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
     hop_histograms(s, d);

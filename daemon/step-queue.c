@@ -102,6 +102,27 @@ void dmn__held_release(dmn_t *d)
 }
 
 /*
+ * The fence of a step by its generation: the collective ran on a view the
+ * backend already knows is over (a newer one came while it finished, too
+ * late for the abort). Its result reaches no trainer, which would apply
+ * it and complete a step of a view the job left: the step is redone on
+ * the new view instead.
+ */
+static int superseded(dmn_t *d)
+{
+    if (d->be->ops->newest_generation == NULL)
+        return 0;
+    uint64_t g = d->be->ops->newest_generation(d->be);
+    if (g <= d->view.generation)
+        return 0;
+    RD_INFO("collective %u of step %llu finished on view %llu after view "
+            "%llu came: its result is dropped, the step redone",
+            d->coll.coll_seq, (unsigned long long)d->step,
+            (unsigned long long)d->view.generation, (unsigned long long)g);
+    return 1;
+}
+
+/*
  * The backend is done. An allreduce's result is already in every
  * trainer's buffer (the backend wrote it back, job_reduce_t); a broadcast
  * is copied out of staging unless it ran in the one trainer's buffer.
@@ -117,6 +138,8 @@ static void coll_done(void *arg, int status)
     dmn__held_release(d);
     if (d->state != DMN_STEP_REDUCING)
         return;
+    if (status == 0 && superseded(d))
+        status = ST_ERESHAPE;
     const proto_coll_req_t *r = &d->coll;
     size_t esz = proto_dtype_size(r->dtype);
     if (status != 0) {

@@ -33,7 +33,7 @@ _Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
 
 static void try_start(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
-static void maybe_restore(dmn_t *d);
+static int maybe_restore(dmn_t *d);
 
 uint64_t dmn__now_ms(void)
 {
@@ -80,9 +80,12 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
              conn_state_name(next));
     if (next == DMN_CONN_CLOSED)
         c->flags &= ~DMN_CONN_F_MEMBER; /* no longer a trainer here */
+    dmn_conn_state_t from = c->cstate;
     if (next == DMN_CONN_ACTIVE)
         c->active_ms = dmn__now_ms(); /* the trainer's turn begins */
     c->cstate = next;
+    if (from == DMN_CONN_ACTIVE || next == DMN_CONN_ACTIVE)
+        dmn__step_stall_arm(c->d);
 }
 
 uint32_t dmn__trainer_count(const dmn_t *d)
@@ -194,7 +197,8 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
  * with other nodes in the view, a node left without trainers steps out,
  * and its next trainer receives the job's state from them over the ring
  * (job/README.md), so the per-step copy of the whole state region (175 ms
- * a step for 1 GiB here, on the main loop) is not paid there.
+ * a step for 1 GiB here) is not paid there. The copy runs on the pool
+ * while the next step runs (copy.c), like a checkpoint's.
  */
 static void snapshot_state(dmn_t *d)
 {
@@ -205,21 +209,8 @@ static void snapshot_state(dmn_t *d)
             continue;
         const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                        c->state.bytes);
-        if (src == NULL)
-            return;
-        if (d->snapshot_size < c->state.bytes) {
-            void *p = realloc(d->snapshot, c->state.bytes);
-            if (p == NULL) {
-                RD_WARN("no memory for a %llu-byte state snapshot",
-                        (unsigned long long)c->state.bytes);
-                return;
-            }
-            d->snapshot = p;
-            d->snapshot_size = c->state.bytes;
-        }
-        memcpy(d->snapshot, src, c->state.bytes);
-        d->snapshot_bytes = c->state.bytes;
-        d->snapshot_step = d->step + 1; /* the step it is the input of */
+        if (src != NULL) /* the step it is the input of: */
+            dmn__ckpt_snapshot(d, src, c->state.bytes, d->step + 1);
         return;
     }
 }
@@ -256,13 +247,9 @@ void dmn__step_maybe_close(dmn_t *d)
         try_start(d);
 }
 
-/* Copy the job's state into a joiner's region; 1 when restored. */
-static int restore_joiner(dmn_t *d, dmn_conn_t *j)
+/* Where a joiner's state comes from: a member's, or the snapshot. */
+static const void *joiner_source(dmn_t *d, const dmn_conn_t *j)
 {
-    if (!has_state(j))
-        return 0;
-    void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
-                             j->state.bytes);
     const void *src = NULL;
     for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
         if (is_member(c) && has_state(c) &&
@@ -272,13 +259,58 @@ static int restore_joiner(dmn_t *d, dmn_conn_t *j)
     if (src == NULL && d->snapshot_bytes == j->state.bytes &&
         d->snapshot_step == d->step)
         src = d->snapshot;
-    if (src == NULL || dst == NULL)
+    return src;
+}
+
+/*
+ * Copy the job's state into the waiting joiners' regions, off the loop
+ * (copy.c). 1: a copy runs (or the snapshot is still being made), and
+ * try_start runs again when it is done; 0: every joiner is ready.
+ */
+static int fill_joiners(dmn_t *d)
+{
+    if (d->joiner_copying)
+        return 1;
+    dmn_fill_t *f = NULL;
+    uint32_t n = 0;
+    for (dmn_conn_t *j = d->conns; j != NULL; j = j->next) {
+        if (j->cstate != DMN_CONN_WAITING || is_member(j) ||
+            !has_state(j) || j->restored_mark == d->stats.steps + 1)
+            continue;
+        if (d->snapshot_copying) {
+            free(f);
+            return 1; /* the source may be the snapshot being made */
+        }
+        if (f == NULL && (f = calloc(d->nconns, sizeof(*f))) == NULL)
+            break; /* logged below */
+        void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
+                                 j->state.bytes);
+        const void *src = joiner_source(d, j);
+        if (src != NULL && dst != NULL)
+            f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
+    }
+    int queued = n > 0 && dmn__ckpt_fill_joiners(d, f, n) == 0;
+    if (n > 0 && !queued)
+        RD_WARN("joiners start without the job's state: out of memory");
+    free(f);
+    return queued;
+}
+
+/* The joiner's state was filled for this start: 1 when restored. */
+static int restore_joiner(dmn_t *d, dmn_conn_t *j)
+{
+    if (!has_state(j) || j->restored_mark != d->stats.steps + 1)
         return 0;
-    memcpy(dst, src, j->state.bytes);
+    j->restored_mark = 0;
     d->stats.restores++;
     RD_INFO("client %u: state restored (%llu bytes, step %llu)", j->id,
             (unsigned long long)j->state.bytes, (unsigned long long)d->step);
     return 1;
+}
+
+void dmn__step_try_start(dmn_t *d)
+{
+    try_start(d);
 }
 
 /* Start a step if every member and at least the gathering quorum wait. */
@@ -299,7 +331,8 @@ static void try_start(dmn_t *d)
     if (waiting == 0 || (members == 0 && waiting < d->cfg->trainers))
         return;
 
-    maybe_restore(d);
+    if (maybe_restore(d) || fill_joiners(d))
+        return; /* the copy's end calls try_start again */
     d->be->ops->set_local_trainers(d->be, waiting);
     if (d->be->ops->ready != NULL) {
         int r = d->be->ops->ready(d->be, on_backend_ready, d);
@@ -472,28 +505,57 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
     try_start(d);
 }
 
-static void on_stall_check(uv_timer_t *t)
+/* The ACTIVE trainer whose turn began first (NULL: none). */
+static dmn_conn_t *first_active(dmn_t *d)
 {
-    dmn_t *d = t->data;
-    uint64_t now = dmn__now_ms();
-    if (d->state == DMN_STEP_DRAINED)
-        return;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+    dmn_conn_t *first = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (c->cstate == DMN_CONN_ACTIVE &&
-            now - c->active_ms >= d->cfg->step_timeout_ms) {
-            stall(d, c, now - c->active_ms);
-            return; /* the list may have changed: next tick */
-        }
-    }
+            (first == NULL || c->active_ms < first->active_ms))
+            first = c;
+    return first;
 }
 
-void dmn__step_stall_start(dmn_t *d)
+static void on_stall_timer(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    d->stats.stall_wakeups++;
+    d->stall_due_ms = 0; /* one-shot: no longer armed */
+    dmn_conn_t *c = first_active(d);
+    uint64_t now = dmn__now_ms();
+    if (d->state != DMN_STEP_DRAINED && c != NULL &&
+        now - c->active_ms >= d->cfg->step_timeout_ms)
+        stall(d, c, now - c->active_ms); /* its state change re-arms */
+    else
+        dmn__step_stall_arm(d);
+}
+
+/*
+ * One one-shot timer for the earliest deadline of the ACTIVE trainers,
+ * re-armed whenever one enters or leaves ACTIVE: the loop wakes once per
+ * trainer that really overran, never to poll. Deadlines are absolute
+ * times on the daemon's clock (CLOCK_MONOTONIC ms, as libuv's loop time),
+ * so the timer fires at the deadline or after it, never before, and the
+ * callback finds the trainer due.
+ */
+void dmn__step_stall_arm(dmn_t *d)
 {
     uint32_t ms = d->cfg->step_timeout_ms;
-    if (ms == 0)
+    if (ms == 0 || (d->flags & DMN_F_DESTROYING))
         return;
-    uint32_t every = ms / 4 < 50 ? 50 : ms / 4;
-    uv_timer_start(&d->stall_timer, on_stall_check, every, every);
+    dmn_conn_t *c = first_active(d);
+    if (c == NULL || d->state == DMN_STEP_DRAINED) {
+        uv_timer_stop(&d->stall_timer);
+        d->stall_due_ms = 0;
+        return;
+    }
+    uint64_t due = c->active_ms + ms;
+    if (due == d->stall_due_ms)
+        return; /* armed for it already */
+    uint64_t now = uv_now(d->loop);
+    d->stall_due_ms = due;
+    uv_timer_start(&d->stall_timer, on_stall_timer, due > now ? due - now : 0,
+                   0);
 }
 
 /* The first trainer with a state region, members first: the one whose
@@ -521,46 +583,69 @@ void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
     *bytes_p = c ? (size_t)c->state.bytes : 0;
 }
 
+/* The other local trainers' state regions of p's size, into f (room
+ * for d->nconns). */
+static uint32_t other_states(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f)
+{
+    uint32_t n = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL && n < d->nconns;
+         c = c->next) {
+        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
+            continue;
+        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                 c->state.bytes);
+        if (dst != NULL)
+            f[n++] = (dmn_fill_t){c->id, dst, NULL, c->state.bytes};
+    }
+    return n;
+}
+
 /* The backend replaced the primary state: give every local trainer the
- * same bytes, so the node's replicas stay identical. */
+ * same bytes, so the node's replicas stay identical (off the loop; no
+ * step starts before they are there). */
 static void propagate_state(dmn_t *d)
 {
     void *src = NULL;
     dmn_conn_t *p = state_primary(d, &src);
     if (p == NULL)
         return;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
-            continue;
-        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                                 c->state.bytes);
-        if (dst != NULL)
-            memcpy(dst, src, p->state.bytes);
-    }
+    dmn_fill_t *f = calloc(d->nconns, sizeof(*f));
+    uint32_t n = f != NULL ? other_states(d, p, f) : 0;
+    for (uint32_t i = 0; i < n; i++)
+        f[i].src = src;
+    if (f == NULL || (n > 0 && dmn__copy_propagate(d, f, n) != 0))
+        RD_WARN("the restored state was not copied to the node's other "
+                "trainers: out of memory");
+    free(f);
     d->stats.restores++;
 }
 
 /*
  * A node's first step start, once its trainers registered their state:
- * the newest usable checkpoint, if any, becomes the state and the step.
+ * the newest usable checkpoint, if any, becomes the state and the step,
+ * decoded and copied on the pool. 1 while that runs (try_start runs
+ * again when it is done).
  */
-static void maybe_restore(dmn_t *d)
+static int maybe_restore(dmn_t *d)
 {
-    void *state;
-    size_t bytes;
+    void *state = NULL;
+    if (d->ckpt_restoring)
+        return 1;
     if ((d->flags & DMN_F_RESTORE_CHECKED) || d->ckpt_root == NULL)
-        return;
-    dmn__step_get_state(d, &state, &bytes);
-    if (state == NULL)
-        return; /* no state registered yet: look again next time */
+        return 0;
+    dmn_conn_t *p = state_primary(d, &state);
+    if (p == NULL)
+        return 0; /* no state registered yet: look again next time */
     d->flags |= DMN_F_RESTORE_CHECKED;
-    uint64_t step;
-    if (dmn__ckpt_restore(d, &step) != 0)
-        return;
-    propagate_state(d);
-    d->flags |= DMN_F_RESTORED_PENDING;
-    if (d->be->ops->set_step != NULL)
-        d->be->ops->set_step(d->be, step);
+    dmn_fill_t *f = calloc(d->nconns, sizeof(*f));
+    if (f == NULL) {
+        RD_WARN("no checkpoint restore: out of memory");
+        return 0;
+    }
+    uint32_t n = other_states(d, p, f);
+    int started = dmn__ckpt_restore_start(d, state, p->state.bytes, f, n);
+    free(f);
+    return started == 0;
 }
 
 static void on_backend_ready(void *arg, int status)

@@ -246,6 +246,17 @@ typedef struct {
     void (*destroy)(job_t *be);
     /* May be NULL (no ring): the per-step waits on the predecessor. */
     void (*hop_stats)(job_t *be, job_hops_t *hops_p);
+    /*
+     * May be NULL (the view never changes under a collective). The newest
+     * view generation the backend was given, installed or waiting for the
+     * next step start. A collective that completes once this is above the
+     * generation of its step ran on a superseded view, which any newer
+     * view ends (a ring backend aborts it, but it may have finished just
+     * before): the daemon hands its result to no trainer and the step is
+     * redone on the new view, so no step of a view known to be over
+     * completes here.
+     */
+    uint64_t (*newest_generation)(job_t *be);
 } job_ops_t;
 
 /* Every backend struct starts with this. */

@@ -546,6 +546,12 @@ static void rb_set_step(job_t *be, uint64_t step)
     b->dview.step = step;
 }
 
+static uint64_t rb_newest_generation(job_t *be)
+{
+    const rb_t *b = (const rb_t *)be;
+    return b->pending != NULL ? b->pending->generation : b->dview.generation;
+}
+
 static void rb_get_view(job_t *be, job_view_t *view_p)
 {
     const rb_t *b = (const rb_t *)be;
@@ -742,6 +748,7 @@ static const job_ops_t rb_ops = {
     .leave = rb_leave,
     .destroy = rb_destroy,
     .hop_stats = job__hops_get,
+    .newest_generation = rb_newest_generation,
 };
 
 /*

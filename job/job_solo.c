@@ -9,6 +9,10 @@
  * collective of step 3 and of step 7 fail with ST_ERESHAPE and bumps the
  * generation, exactly what the ring backend does when a member dies
  * mid-collective; tests use it to check that trainers redo the step.
+ * "fake:late_view=5" makes the first collective of step 5 complete with
+ * its result while a newer generation has arrived (newest_generation):
+ * the ring backend's view that comes after the ring finished, before its
+ * abort could stop it.
  */
 #include "job/job.h"
 
@@ -31,6 +35,7 @@ typedef struct {
     job_reduce_t red;      /* the in-flight allreduce (nbufs 0: none) */
     uint64_t reshape_at[SOLO_MAX_RESHAPES];
     int nreshape;
+    int late_view;         /* reshape_at: complete, newer view known */
     int ckpt_req;          /* a checkpoint was asked for */
     int ckpt_in_step;      /* ... and the current step's view says so */
 } solo_t;
@@ -96,8 +101,9 @@ static int solo_take_reshape(solo_t *s)
             s->reshape_at[i] = UINT64_MAX; /* once */
             s->view.generation++;
             RD_INFO("fake backend: view change at step %llu (generation "
-                    "%llu)", (unsigned long long)s->view.step,
-                    (unsigned long long)s->view.generation);
+                    "%llu)%s", (unsigned long long)s->view.step,
+                    (unsigned long long)s->view.generation,
+                    s->late_view ? ", after the collective finished" : "");
             return 1;
         }
     }
@@ -112,7 +118,8 @@ static int solo_start(solo_t *s, job_done_cb cb, void *arg)
     }
     s->done_cb = cb;
     s->done_arg = arg;
-    s->done_status = solo_take_reshape(s) ? ST_ERESHAPE : 0;
+    s->done_status = solo_take_reshape(s) && !s->late_view ? ST_ERESHAPE
+                                                            : 0;
     return uv_timer_start(&s->timer, solo_fire, 0, 0);
 }
 
@@ -174,6 +181,11 @@ static const job_ops_t solo_ops = {
     .destroy = solo_destroy,
 };
 
+static uint64_t fake_newest_generation(job_t *be)
+{
+    return ((solo_t *)be)->view.generation;
+}
+
 static const job_ops_t fake_ops = {
     .name = "fake",
     .set_local_trainers = solo_set_local_trainers,
@@ -185,15 +197,22 @@ static const job_ops_t fake_ops = {
     .request_ckpt = solo_request_ckpt,
     .leave = solo_leave,
     .destroy = solo_destroy,
+    .newest_generation = fake_newest_generation,
 };
 
-/* "reshape=3,7" -> reshape_at = {3, 7}. */
+/* "reshape=3,7" -> reshape_at = {3, 7}; "late_view=5" the same with
+ * late_view set. */
 static int fake_parse(solo_t *s, const char *args)
 {
     const char *p = args;
-    if (strncmp(p, "reshape=", 8) != 0)
+    if (strncmp(p, "late_view=", 10) == 0) {
+        s->late_view = 1;
+        p += 10;
+    } else if (strncmp(p, "reshape=", 8) == 0) {
+        p += 8;
+    } else {
         goto bad;
-    p += 8;
+    }
     while (*p != '\0') {
         char *end;
         unsigned long long v = strtoull(p, &end, 10);
@@ -208,8 +227,8 @@ static int fake_parse(solo_t *s, const char *args)
     }
     return 0;
 bad:
-    RD_ERROR("backend: bad fake spec '%s' (want reshape=STEP[,STEP...])",
-             args);
+    RD_ERROR("backend: bad fake spec '%s' (want reshape=STEP[,STEP...] "
+             "or late_view=STEP[,STEP...])", args);
     return ST_ECONFIG;
 }
 

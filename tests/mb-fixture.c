@@ -1,5 +1,6 @@
 #include "tests/mb-fixture.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,9 +67,25 @@ static void make_certs(fx_etcd_t *et)
                et->dir);
 }
 
+/* 1 when etcd's log says a port of its was in use. */
+static int port_was_taken(fx_etcd_t *et)
+{
+    FILE *f = fopen(fx_path(et, "etcd.log"), "r");
+    if (f == NULL)
+        return 0;
+    char line[4096];
+    int taken = 0;
+    while (!taken && fgets(line, sizeof(line), f) != NULL)
+        taken = strstr(line, "address already in use") != NULL;
+    fclose(f);
+    return taken;
+}
+
 /* Poll /health until it says true: etcd is a separate process, so the
- * only signal of readiness is asking it. Bounded by 15 s. */
-static void wait_healthy(fx_etcd_t *et)
+ * only signal of readiness is asking it. Bounded by 15 s. 0 once
+ * healthy; -EADDRINUSE when etcd exited because a port was taken (then
+ * reaped); any other exit fails the test. */
+static int wait_healthy(fx_etcd_t *et)
 {
     char url[256];
     snprintf(url, sizeof(url), "%s/health", et->url);
@@ -93,17 +110,21 @@ static void wait_healthy(fx_etcd_t *et)
         fclose(f);
         curl_easy_cleanup(c);
         if (cc == CURLE_OK && strstr(buf, "\"health\":\"true\"") != NULL)
-            return;
+            return 0;
         int st;
-        ASSERT_MSG(waitpid(et->pid, &st, WNOHANG) == 0,
-                   "etcd exited, see %s/etcd.log", et->dir);
+        pid_t w = waitpid(et->pid, &st, WNOHANG);
+        if (w == et->pid && port_was_taken(et)) {
+            et->pid = 0;
+            return -EADDRINUSE;
+        }
+        ASSERT_MSG(w == 0, "etcd exited, see %s/etcd.log", et->dir);
         ASSERT_MSG(th_now_ms() < deadline, "etcd not healthy in 15 s");
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
 }
 
-static void spawn(fx_etcd_t *et)
+static int spawn(fx_etcd_t *et)
 {
     const char *scheme = et->tls ? "https" : "http";
     char curl_[128], purl[128], cluster[160], data[512];
@@ -138,10 +159,13 @@ static void spawn(fx_etcd_t *et)
     argv[n] = NULL;
     et->pid = th_spawn(argv, fx_path(et, "etcd.log"));
     ASSERT(et->pid > 0);
-    wait_healthy(et);
+    return wait_healthy(et);
 }
 
-void fx_etcd_start(fx_etcd_t *et, int tls)
+/* Tries of a start whose ports were taken before etcd bound them. */
+#define FX_ETCD_TRIES 5
+
+void fx_etcd_start_on(fx_etcd_t *et, int tls, int cport, int pport)
 {
     static int registered;
     if (!registered) {
@@ -158,18 +182,39 @@ void fx_etcd_start(fx_etcd_t *et, int tls)
     ASSERT(et->dir != NULL);
     started[i] = et;
     et->tls = tls;
-    et->cport = th_free_port();
-    et->pport = th_free_port();
-    ASSERT(et->cport > 0 && et->pport > 0 && et->cport != et->pport);
     if (tls)
         make_certs(et);
-    spawn(et);
+    /* A port free when probed can be taken before etcd binds it (the
+     * probes hand out ephemeral ports, which any connection may take as
+     * its local port): then etcd exits, and it starts again on others. */
+    for (int try = 1;; try++) {
+        et->cport = cport;
+        et->pport = pport;
+        ASSERT(et->cport > 0 && et->pport > 0 && et->cport != et->pport);
+        unlink(fx_path(et, "etcd.log"));
+        if (spawn(et) == 0)
+            return;
+        ASSERT_MSG(try < FX_ETCD_TRIES, "etcd's ports were taken %d times, "
+                   "see %s/etcd.log", try, et->dir);
+        fprintf(stderr, "# etcd's port %d or %d was taken: trying others\n",
+                cport, pport);
+        cport = th_free_port();
+        pport = th_free_port();
+    }
+}
+
+void fx_etcd_start(fx_etcd_t *et, int tls)
+{
+    int cport = th_free_port();
+    fx_etcd_start_on(et, tls, cport, th_free_port());
 }
 
 void fx_etcd_restart(fx_etcd_t *et)
 {
     ASSERT(et->pid == 0);
-    spawn(et);
+    /* The clients know these ports: taken now, the test cannot go on. */
+    ASSERT_MSG(spawn(et) == 0, "etcd's ports %d/%d were taken on its "
+               "restart", et->cport, et->pport);
 }
 
 void fx_etcd_kill(fx_etcd_t *et)

@@ -29,8 +29,11 @@ typedef struct {
 #define FX_TLS_SERVER 2
 
 /* Start etcd (tls: make certs with openssl first). Fails the test on
- * error. */
+ * error. A port taken before etcd bound it (etcd exits: "address
+ * already in use") is no error: it starts again on other free ports. */
 void fx_etcd_start(fx_etcd_t *et, int tls);
+/* The same, trying client port cport and peer port pport first. */
+void fx_etcd_start_on(fx_etcd_t *et, int tls, int cport, int pport);
 /* Start again on the same ports and data dir (after fx_etcd_kill). */
 void fx_etcd_restart(fx_etcd_t *et);
 /* SIGKILL and reap. */

@@ -443,6 +443,52 @@ TEST_IMPL(ckpt_retention)
 }
 
 /*
+ * The newest step's manifest is being rewritten (another node of a shared
+ * directory, or another record of the same daemon, has it open and
+ * empty): retention must still keep the step its shards are a delta on,
+ * read from the shards' own headers, so the step restores once its
+ * manifest is whole again.
+ */
+TEST_IMPL(ckpt_retention_unreadable_manifest)
+{
+    char *root = th_mkdtemp("ringd-ckpt");
+    size_t n = 1000, size = n * 4;
+    float *a = malloc(size), *b = malloc(size);
+    fill_weights(a, n);
+    memcpy(b, a, size);
+    perturb(b, n);
+    write_ckpt(root, 1, a, size, 2, NULL, 0);
+    write_ckpt(root, 3, a, size, 2, NULL, 0);      /* full */
+    write_ckpt(root, 4, b, size, 2, a, 3);         /* delta on 3 */
+    char dir[512], mpath[600], saved[600];
+    ckpt_store_step_dir(root, 4, dir, sizeof(dir));
+    snprintf(mpath, sizeof(mpath), "%s/MANIFEST.json", dir);
+    snprintf(saved, sizeof(saved), "%s/manifest.saved", root);
+    ASSERT_EQ(rename(mpath, saved), 0);
+    FILE *f = fopen(mpath, "w");   /* present, empty: mid-write */
+    ASSERT(f != NULL);
+    ASSERT_EQ(fclose(f), 0);
+
+    /* Keep 1: only step 1 may go; 3 is step 4's base. */
+    ASSERT_EQ(ckpt_store_retain(root, 1), 1);
+    ckpt_store_step_dir(root, 3, dir, sizeof(dir));
+    ASSERT_MSG(access(dir, F_OK) == 0, "%s: the base of step 4 was removed",
+               dir);
+    ASSERT_EQ(rename(saved, mpath), 0);
+    float *out = malloc(size);
+    uint64_t step;
+    ASSERT_OK(ckpt_store_restore(root, out, size, &step, NULL));
+    ASSERT_EQ(step, 4);
+    ASSERT(memcmp(out, b, size) == 0);
+    th_rmtree(root);
+    free(root);
+    free(a);
+    free(b);
+    free(out);
+    return 0;
+}
+
+/*
  * A delta whose base checkpoint never completed (a node skipped that step
  * under back pressure, so no manifest names it): the restore decodes the
  * base from its files alone, and retention keeps the whole chain.

@@ -257,7 +257,8 @@ TEST_IMPL(dmn_ring_kill_three)
  * 2-node job instead of waiting. Resumed, the trainer's collective answers
  * RINGD_ERESHAPE, its step_begin brings n0 back as a joiner with the job's
  * state, and the three end identical in a 3-node view. n0 logs no step
- * from 200 until it joined (its step 200 never counted).
+ * from 200 until it joined (its step 200 never counted). Its timer woke
+ * once, and the idle time it logged is at least the timeout.
  */
 TEST_IMPL(dmn_ring_step_timeout)
 {
@@ -312,7 +313,17 @@ TEST_IMPL(dmn_ring_step_timeout)
     ASSERT(m != NULL);
     ASSERT_MSG(strstr(m, "ringd_trainers_stalled_total 1\n") != NULL,
                "n0's /metrics does not count one stalled trainer");
+    /* Its timer is armed for the earliest deadline only: one wakeup for
+     * the one stuck trainer, no periodic checks in the 3000 steps. */
+    ASSERT_MSG(strstr(m, "ringd_step_timeout_wakeups_total 1\n") != NULL,
+               "n0's step timeout did not fire exactly once");
     free(m);
+    char *l = td_read(c.d[0].log, NULL);
+    ASSERT(l != NULL);
+    const char *idle = strstr(l, named);
+    ASSERT(idle != NULL);
+    ASSERT_GE(strtol(idle + strlen(named), NULL, 10), 1500);
+    free(l);
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();

@@ -12,6 +12,16 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
+/* A metric's value in a /metrics body (name with its labels); -1 if
+ * absent. */
+static double metric_of(const char *m, const char *key)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "\n%s ", key);
+    const char *p = m != NULL ? strstr(m, want) : NULL;
+    return p != NULL ? strtod(p + strlen(want), NULL) : -1;
+}
+
 static void run_reference(td_daemon_t *t, const char *steps, const char *out)
 {
     const char *ref[] = {"--no-daemon", "--steps", steps, "--save", out,
@@ -145,7 +155,9 @@ TEST_IMPL(dmn_killed_trainer)
 }
 
 /* The only trainer dies: a new one resumes from the daemon's snapshot of
- * the last completed step, bitwise where a lone process would be. */
+ * the last completed step, bitwise where a lone process would be. The
+ * per-step snapshots and the joiner's copy are made off the main loop:
+ * the loop's thread copied no state byte. */
 TEST_IMPL(dmn_restore_from_snapshot)
 {
     td_daemon_t t;
@@ -177,6 +189,8 @@ TEST_IMPL(dmn_restore_from_snapshot)
     ASSERT(!hb.have[0]); /* it did not start over */
     char *m = td_http_get(t.metrics_port, "/metrics");
     ASSERT(m != NULL && strstr(m, "\nringd_state_restores_total 1\n"));
+    ASSERT_GE(metric_of(m, "ringd_state_snapshots_total"), 20);
+    ASSERT_EQ(metric_of(m, "ringd_loop_copy_bytes_total"), 0);
     free(m);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;

@@ -2,11 +2,15 @@
  * test-etcd.c - the etcd client against a real etcd (and, in
  * test-etcd-fake.c, against a server that misbehaves).
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "membership/etcd.h"
 #include "tests/helpers.h"
@@ -345,6 +349,37 @@ TEST_IMPL(etcd_failover)
 
     etcd_config_t bad = {.endpoints = "ftp://x"};
     ASSERT_EQ(etcd_create(NULL, &bad, &e), ST_ECONFIG);
+    return fx_done();
+}
+
+/*
+ * The fixture against a port taken between its probe and etcd's bind:
+ * the test listens on a port and hands it to the fixture as the client
+ * port. etcd exits ("address already in use"); the fixture starts it on
+ * other ports, and it serves there.
+ */
+TEST_IMPL(etcd_fixture_port_taken)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof(a)));
+    ASSERT_OK(listen(fd, 1));
+    ASSERT_OK(getsockname(fd, (struct sockaddr *)&a, &len));
+    int busy = ntohs(a.sin_port);
+    fx_etcd_t et = {0};
+    fx_etcd_start_on(&et, 0, busy, th_free_port());
+    close(fd);
+    ASSERT(et.cport != busy);
+    etcd_t *e = connect_to(&et);
+    reply_t r = CALL(e, etcd_put(e, "/p", "1", 1, 0, on_reply, rp_));
+    ASSERT_OK(r.status);
+    r = CALL(e, etcd_get(e, "/p", 0, on_reply, rp_));
+    ASSERT_OK(r.status);
+    ASSERT_STR_EQ(r.value, "1");
+    etcd_destroy(e);
     return fx_done();
 }
 
