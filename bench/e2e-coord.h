@@ -20,6 +20,7 @@ typedef struct {
 
 typedef struct {
     int full, quick, rounds, step_latency_only, async_only, mem_only;
+    int vs_gloo;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench/e2e.h"
@@ -37,6 +38,14 @@ double e2e__median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double e2e__cpu_self(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* ---- the worker side: one command per line on stdin ------------------- */
 
 /*
@@ -49,10 +58,11 @@ double e2e__median(double *v, int n)
  * BYTES 0: a trainer's steps hold no collective and the whole step
  * (step_begin + step_end) is timed. "step BYTES ITERS": the same, with
  * the whole step of a trainer timed (step_begin, the allreduce,
- * step_end): the per-step latency. Answers "ok USEC MEAN" (the median,
- * the mean) or "err TEXT". "quit" ends the process. The coordinator never runs two
- * groups at once, so the idle group sleeps in read() and takes no CPU
- * from the measured one.
+ * step_end): the per-step latency. Answers "ok USEC MEAN CPU" (the
+ * median, the mean, and the CPU seconds this process spent, every thread,
+ * over the timed iterations) or "err TEXT". "quit" ends the process.
+ * The coordinator never runs two groups at once, so the idle group sleeps
+ * in read() and takes no CPU from the measured one.
  */
 typedef int (*worker_op_t)(void *arg, void *buf, size_t bytes, int ms,
                            int pieces, double *us);
@@ -79,17 +89,22 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
             fflush(stdout);
             continue;
         }
-        double t[4097];
+        double t[4097], cpu0 = 0;
         int rc = 0;
-        for (int i = 0; i <= iters && rc == 0; i++)
+        for (int i = 0; i <= iters && rc == 0; i++) {
+            if (i == 1)
+                cpu0 = e2e__cpu_self();
             rc = op(arg, buf, bytes, ms, pieces, &t[i]);
+        }
+        double cpu = e2e__cpu_self() - cpu0;
         double mean = 0;
         for (int i = 1; i <= iters; i++)
             mean += t[i] / iters;
         if (rc != 0)
             printf("err %s\n", st_strerror(rc));
         else
-            printf("ok %.1f %.1f\n", e2e__median(t + 1, iters), mean);
+            printf("ok %.1f %.1f %.6f\n", e2e__median(t + 1, iters), mean,
+                   cpu);
         fflush(stdout);
     }
 }

@@ -7,6 +7,8 @@
  *   e2e --rounds R   rounds per configuration
  *   e2e --async-only only the asynchronous row (a smoke test of it)
  *   e2e --mem-only   only the memory and checkpoint figures
+ *   e2e --vs-gloo    only the raw ring against Gloo (below; --quick: 64
+ *                    MiB, one round)
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -33,7 +35,26 @@
  *
  * Columns (TSV):
  *   n t bytes e2e_busbw ring_busbw ratio cpu_s_per_GB gloo_busbw gloo_algo
- *   ring_vs_gloo e2e_vs_gloo
+ *   ring_vs_gloo e2e_vs_gloo ring_cpu_s_per_GB gloo_cpu_s_per_GB
+ * The last two are the raw ring's and the best Gloo variant's CPU per GB:
+ * each rank's process CPU time (every thread: UCX's and Gloo's transport
+ * threads too; CLOCK_PROCESS_CPUTIME_ID over the timed iterations, the
+ * warm-up left out), summed, per rank, per GB reduced (bytes * iterations),
+ * as cpu_s_per_GB is for the daemons. On a CPU-bound machine this is the
+ * figure that compares the two implementations; busbw is the machine's.
+ *
+ * --vs-gloo: n = 2 and 4, 16 and 64 MiB, 5 rounds (--rounds R); per round
+ * every size on the raw ring (its processes stay up), then one launch per
+ * Gloo variant. Per size a row
+ *   n bytes ring_busbw ring_cpu_s_per_GB gloo_busbw gloo_cpu_s_per_GB
+ *   gloo_algo ring_vs_gloo ring_cpu_over_gloo
+ * against each round's fastest variant (gloo_algo: the one fastest most
+ * often; the ratios are medians of the per-round ratios, the rest medians
+ * over the rounds), '#' lines with every variant's medians, and last
+ *   e2e: ring_vs_gloo_n2=... ring_vs_gloo_n4=... ring_cpu_over_gloo_n2=...
+ *        ring_cpu_over_gloo_n4=... (64 MiB; busbw ratio above 1 and CPU
+ *        ratio below 1 favour the ring)
+ * The ring runs f32 AVG (the daemon's), Gloo f32 sum.
  * Then, in fresh jobs, the per-step latency of a 4 KiB allreduce (one
  * trainer per node timing step_begin + allreduce + step_end, the slowest
  * trainer's median) at n = 2, 4, 8 ('e2e --step-latency' runs only
@@ -115,6 +136,16 @@ void e2e__kill_kids(void)
     nkids = 0;
 }
 
+/* pid has been waited for: at_exit must not kill it (nor a reuse). */
+static void kid_forget(pid_t pid)
+{
+    for (int i = 0; i < nkids; i++)
+        if (kids[i] == pid) {
+            kids[i] = kids[--nkids];
+            return;
+        }
+}
+
 static void at_exit(void)
 {
     e2e__kill_kids();
@@ -173,6 +204,7 @@ void e2e__worker_line(worker_t *w, char *line, size_t cap)
 }
 
 static int want_mean; /* group_run answers the slowest mean instead */
+static double group_cpu_s; /* the last group run's CPU, all workers */
 
 /* Send "run" to every worker of a group; the slowest median, in us. */
 double e2e__group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
@@ -183,12 +215,14 @@ double e2e__group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
         fflush(w[i].to);
     }
     double worst = 0;
+    group_cpu_s = 0;
     for (int i = 0; i < nw; i++) {
         char line[256];
-        double us, mean;
+        double us, mean, cpu;
         e2e__worker_line(&w[i], line, sizeof(line));
-        if (sscanf(line, "ok %lf %lf", &us, &mean) != 2)
+        if (sscanf(line, "ok %lf %lf %lf", &us, &mean, &cpu) != 3)
             e2e__die("worker run", line);
+        group_cpu_s += cpu;
         if (want_mean)
             us = mean;
         if (us > worst)
@@ -244,7 +278,15 @@ static double cpu_seconds(pid_t pid)
 
 typedef struct {
     double e2e_us, ring_us, ratio, cpu_per_gb;
+    double ring_cpu_per_gb; /* the ring processes', timed iterations */
 } row_t;
+
+/* CPU seconds of nw processes over a run of iters x bytes, per process,
+ * per GB that process reduced. */
+static double cpu_per_gb(double cpu_s, int nw, size_t bytes, int iters)
+{
+    return cpu_s / nw / ((double)bytes * iters / 1e9);
+}
 
 double e2e__cluster_cpu(const cluster_t *c)
 {
@@ -358,20 +400,16 @@ void e2e__cluster_down(cluster_t *c)
             fprintf(stderr, "e2e: daemon n%d did not drain cleanly\n", i);
 }
 
-/* n daemons, n*t trainers, n ring processes; every size, every round. */
-static void run_config(bench_t *b, int n, int t, row_t *rows)
+/* n raw ring processes (tp + ring, no daemon) for buffers up to max,
+ * their addresses exchanged in a directory named for job. */
+static void ring_group_up(bench_t *b, const char *job, int n, size_t max,
+                          worker_t *rg)
 {
-    cluster_t cl;
-    worker_t rg[MAXN], *tr = cl.tr;
-    td_daemon_t *d = cl.d;
-    char job[32], nstr[8], ring_dir[512], maxb[32];
-    size_t max = b->sizes[b->nsizes - 1];
-    snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
+    char nstr[8], ring_dir[512], maxb[32];
     snprintf(nstr, sizeof(nstr), "%d", n);
     snprintf(maxb, sizeof(maxb), "%zu", max);
     snprintf(ring_dir, sizeof(ring_dir), "%s/%s-ring", b->tmp, job);
     mkdir(ring_dir, 0700);
-    e2e__cluster_up(b, &cl, job, n, t, max, 0);
     for (int i = 0; i < n; i++) {
         char rk[8], lg[600];
         snprintf(rk, sizeof(rk), "%d", i);
@@ -380,8 +418,22 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
                         NULL};
         worker_spawn(&rg[i], argv, lg);
     }
+}
+
+/* n daemons, n*t trainers, n ring processes; every size, every round. */
+static void run_config(bench_t *b, int n, int t, row_t *rows)
+{
+    cluster_t cl;
+    worker_t rg[MAXN], *tr = cl.tr;
+    td_daemon_t *d = cl.d;
+    char job[32];
+    size_t max = b->sizes[b->nsizes - 1];
+    snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
+    e2e__cluster_up(b, &cl, job, n, t, max, 0);
+    ring_group_up(b, job, n, max, rg);
     double e2e[MAXSIZES][MAXROUNDS], ring[MAXSIZES][MAXROUNDS];
     double ratio[MAXSIZES][MAXROUNDS], cpu[MAXSIZES][MAXROUNDS];
+    double rcpu[MAXSIZES][MAXROUNDS];
     /* The job is formed after one collective; a scrape then starts the
      * daemons' lag window, so start-up is not counted. */
     e2e__group_run(tr, n * t, b->sizes[0], 1);
@@ -398,6 +450,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
             for (int i = 0; i < n; i++)
                 c1 += cpu_seconds(d[i].pid);
             ring[s][r] = e2e__group_run(rg, n, bytes, it);
+            rcpu[s][r] = cpu_per_gb(group_cpu_s, n, bytes, it);
             ratio[s][r] = ring[s][r] / e2e[s][r];
             cpu[s][r] = (c1 - c0) / n / ((double)bytes * (it + 1) / 1e9);
         }
@@ -406,6 +459,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
         rows[s].ring_us = e2e__median(ring[s], b->rounds);
         rows[s].ratio = e2e__median(ratio[s], b->rounds);
         rows[s].cpu_per_gb = e2e__median(cpu[s], b->rounds);
+        rows[s].ring_cpu_per_gb = e2e__median(rcpu[s], b->rounds);
     }
     double lag = cluster_lag_ms(&cl);
     if (lag > lag_max_ms)
@@ -627,73 +681,198 @@ static void run_mem(bench_t *b, mem_t *out)
 }
 
 static const char *const gloo_algos[] = {"ring", "chunked", "new"};
+#define NGLOO ((int)(sizeof(gloo_algos) / sizeof(*gloo_algos)))
 
-/* Best Gloo ring variant per size at n; 0 where Gloo is not built. */
-static void run_gloo(bench_t *b, int n, double *us, const char **algo)
+/* One launch of n Gloo processes running algo over every size, iters
+ * each: the slowest rank's median per size in us[], its CPU per GB in
+ * cpu[] (every rank's CPU over the timed iterations, as the ring's). */
+static void run_gloo_algo(bench_t *b, int n, int algo, int iters,
+                          double *us, double *cpu)
+{
+    static int launch;
+    char bin[4200], dir[512], nstr[8], its[8];
+    snprintf(bin, sizeof(bin), "%s/bench/e2e-gloo", th_bindir());
+    snprintf(dir, sizeof(dir), "%s/gloo-n%d-%s-%d", b->tmp, n,
+             gloo_algos[algo], launch++);
+    mkdir(dir, 0700);
+    snprintf(nstr, sizeof(nstr), "%d", n);
+    snprintf(its, sizeof(its), "%d", iters);
+    worker_t w[MAXN];
+    char sz[MAXSIZES][24];
+    for (int s = 0; s < b->nsizes; s++)
+        snprintf(sz[s], sizeof(sz[s]), "%zu", b->sizes[s]);
+    for (int r = 0; r < n; r++) {
+        char rk[8], lg[600];
+        snprintf(rk, sizeof(rk), "%d", r);
+        snprintf(lg, sizeof(lg), "%s/log%d", dir, r);
+        char *argv[8 + MAXSIZES] = {bin, (char *)gloo_algos[algo], rk,
+                                    nstr, dir, its};
+        for (int s = 0; s < b->nsizes; s++)
+            argv[6 + s] = sz[s];
+        argv[6 + b->nsizes] = NULL;
+        worker_spawn(&w[r], argv, lg);
+    }
+    for (int s = 0; s < b->nsizes; s++) {
+        double worst = 0, cpu_s = 0;
+        for (int r = 0; r < n; r++) {
+            char line[128];
+            size_t bytes;
+            double t, c;
+            e2e__worker_line(&w[r], line, sizeof(line));
+            if (sscanf(line, "%zu %lf %lf", &bytes, &t, &c) != 3)
+                e2e__die("gloo", line);
+            if (t > worst)
+                worst = t;
+            cpu_s += c;
+        }
+        us[s] = worst;
+        cpu[s] = cpu_per_gb(cpu_s, n, b->sizes[s], iters);
+    }
+    /* Only these: --vs-gloo keeps its ring processes up meanwhile. */
+    for (int r = 0; r < n; r++) {
+        fclose(w[r].to);
+        int st;
+        if (th_wait(w[r].pid, 30000, &st) != 0)
+            th_kill(w[r].pid);
+        kid_forget(w[r].pid);
+        close(w[r].from);
+    }
+}
+
+static int gloo_built(void)
 {
     char bin[4200];
     snprintf(bin, sizeof(bin), "%s/bench/e2e-gloo", th_bindir());
-    for (int s = 0; s < b->nsizes; s++) {
-        us[s] = 0;
-        algo[s] = "-";
-    }
-    if (access(bin, X_OK) != 0)
+    return access(bin, X_OK) == 0;
+}
+
+typedef struct {
+    double us[MAXSIZES], cpu[MAXSIZES]; /* 0: Gloo not built */
+    const char *algo[MAXSIZES];
+    double var_us[NGLOO][MAXSIZES], var_cpu[NGLOO][MAXSIZES];
+} gloo_t;
+
+/* Every Gloo ring variant at n; per size the best (the fastest, its CPU
+ * per GB beside it). */
+static void run_gloo(bench_t *b, int n, int iters, gloo_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    for (int s = 0; s < b->nsizes; s++)
+        g->algo[s] = "-";
+    if (!gloo_built())
         return;
-    for (size_t a = 0; a < sizeof(gloo_algos) / sizeof(*gloo_algos); a++) {
-        char dir[512], nstr[8], its[8];
-        snprintf(dir, sizeof(dir), "%s/gloo-n%d-%s", b->tmp, n,
-                 gloo_algos[a]);
-        mkdir(dir, 0700);
-        snprintf(nstr, sizeof(nstr), "%d", n);
-        /* Gloo gets as many iterations as the largest size's rounds. */
-        snprintf(its, sizeof(its), "%d",
-                 iters_for(b->sizes[b->nsizes - 1]) * b->rounds);
-        worker_t w[MAXN];
-        char sz[MAXSIZES][24];
+    for (int a = 0; a < NGLOO; a++) {
+        run_gloo_algo(b, n, a, iters, g->var_us[a], g->var_cpu[a]);
         for (int s = 0; s < b->nsizes; s++)
-            snprintf(sz[s], sizeof(sz[s]), "%zu", b->sizes[s]);
-        for (int r = 0; r < n; r++) {
-            char rk[8], lg[600];
-            snprintf(rk, sizeof(rk), "%d", r);
-            snprintf(lg, sizeof(lg), "%s/log%d", dir, r);
-            char *argv[8 + MAXSIZES] = {bin, (char *)gloo_algos[a], rk,
-                                        nstr, dir, its};
-            for (int s = 0; s < b->nsizes; s++)
-                argv[6 + s] = sz[s];
-            argv[6 + b->nsizes] = NULL;
-            worker_spawn(&w[r], argv, lg);
-        }
-        for (int s = 0; s < b->nsizes; s++) {
-            double worst = 0;
-            for (int r = 0; r < n; r++) {
-                char line[128];
-                size_t bytes;
-                double t;
-                e2e__worker_line(&w[r], line, sizeof(line));
-                if (sscanf(line, "%zu %lf", &bytes, &t) != 2)
-                    e2e__die("gloo", line);
-                if (t > worst)
-                    worst = t;
+            if (g->us[s] == 0 || g->var_us[a][s] < g->us[s]) {
+                g->us[s] = g->var_us[a][s];
+                g->cpu[s] = g->var_cpu[a][s];
+                g->algo[s] = gloo_algos[a];
             }
-            if (us[s] == 0 || worst < us[s]) {
-                us[s] = worst;
-                algo[s] = gloo_algos[a];
-            }
-        }
-        for (int r = 0; r < n; r++) {
-            fclose(w[r].to);
-            int st;
-            if (th_wait(w[r].pid, 30000, &st) != 0)
-                th_kill(w[r].pid);
-            close(w[r].from);
-        }
-        e2e__kill_kids();
     }
+}
+
+/* One size at one n in --vs-gloo: per round, the ring's and each Gloo
+ * variant's time and CPU per GB. */
+typedef struct {
+    double ring_us[MAXROUNDS], ring_cpu[MAXROUNDS];
+    double var_us[NGLOO][MAXROUNDS], var_cpu[NGLOO][MAXROUNDS];
+} vs_cell_t;
+
+/* The per-round ratios against that round's fastest Gloo variant. */
+static void vs_print(const bench_t *b, int n, size_t bytes, vs_cell_t *c,
+                     double *bw_ratio_p, double *cpu_ratio_p)
+{
+    double g_us[MAXROUNDS], g_cpu[MAXROUNDS], bw[MAXROUNDS], cpu[MAXROUNDS];
+    int wins[NGLOO] = {0}, best = 0;
+    for (int r = 0; r < b->rounds; r++) {
+        int a = 0;
+        for (int k = 1; k < NGLOO; k++)
+            if (c->var_us[k][r] < c->var_us[a][r])
+                a = k;
+        wins[a]++;
+        g_us[r] = c->var_us[a][r];
+        g_cpu[r] = c->var_cpu[a][r];
+        bw[r] = g_us[r] / c->ring_us[r];
+        cpu[r] = c->ring_cpu[r] / g_cpu[r];
+    }
+    for (int k = 1; k < NGLOO; k++)
+        if (wins[k] > wins[best])
+            best = k;
+    *bw_ratio_p = e2e__median(bw, b->rounds);
+    *cpu_ratio_p = e2e__median(cpu, b->rounds);
+    printf("%d\t%zu\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\n", n, bytes,
+           busbw(bytes, e2e__median(c->ring_us, b->rounds), n),
+           e2e__median(c->ring_cpu, b->rounds),
+           busbw(bytes, e2e__median(g_us, b->rounds), n),
+           e2e__median(g_cpu, b->rounds), gloo_algos[best], *bw_ratio_p,
+           *cpu_ratio_p);
+    for (int k = 0; k < NGLOO; k++)
+        printf("# gloo %s n=%d bytes=%zu: busbw %.3f GB/s, %.3f CPU s/GB "
+               "(medians of %d rounds)\n", gloo_algos[k], n, bytes,
+               busbw(bytes, e2e__median(c->var_us[k], b->rounds), n),
+               e2e__median(c->var_cpu[k], b->rounds), b->rounds);
+}
+
+/*
+ * --vs-gloo: the raw ring against every Gloo ring variant at n = 2 and 4,
+ * interleaved round by round (the ring's processes stay up; Gloo's are
+ * launched per variant per round, as Gloo needs), nothing else.
+ */
+static int run_vs_gloo(bench_t *b)
+{
+    if (!gloo_built())
+        e2e__die("--vs-gloo", "bench/e2e-gloo was not built (libgloo-dev)");
+    printf("n\tbytes\tring_busbw\tring_cpu_s_per_GB\tgloo_busbw"
+           "\tgloo_cpu_s_per_GB\tgloo_algo\tring_vs_gloo"
+           "\tring_cpu_over_gloo\n");
+    double bw64[2] = {0, 0}, cpu64[2] = {0, 0};
+    for (int ni = 0; ni < 2; ni++) {
+        int n = ni ? 4 : 2;
+        char job[32];
+        worker_t rg[MAXN];
+        static vs_cell_t cell[MAXSIZES];
+        snprintf(job, sizeof(job), "vs-gloo-n%d", n);
+        ring_group_up(b, job, n, b->sizes[b->nsizes - 1], rg);
+        for (int r = 0; r < b->rounds; r++) {
+            for (int s = 0; s < b->nsizes; s++) {
+                int it = iters_for(b->sizes[s]);
+                cell[s].ring_us[r] = e2e__group_run(rg, n, b->sizes[s], it);
+                cell[s].ring_cpu[r] = cpu_per_gb(group_cpu_s, n, b->sizes[s],
+                                                 it);
+            }
+            for (int a = 0; a < NGLOO; a++) {
+                double us[MAXSIZES], cpu[MAXSIZES];
+                /* Gloo's iterations: the ring's count at the largest
+                 * size, as its launch runs every size. */
+                run_gloo_algo(b, n, a, iters_for(b->sizes[b->nsizes - 1]),
+                              us, cpu);
+                for (int s = 0; s < b->nsizes; s++) {
+                    cell[s].var_us[a][r] = us[s];
+                    cell[s].var_cpu[a][r] = cpu[s];
+                }
+            }
+        }
+        group_quit(rg, n);
+        e2e__kill_kids();
+        for (int s = 0; s < b->nsizes; s++) {
+            double bw, cpu;
+            vs_print(b, n, b->sizes[s], &cell[s], &bw, &cpu);
+            if (b->sizes[s] == 64 * MiB) {
+                bw64[ni] = bw;
+                cpu64[ni] = cpu;
+            }
+        }
+    }
+    printf("e2e: ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f "
+           "ring_cpu_over_gloo_n2=%.3f ring_cpu_over_gloo_n4=%.3f\n",
+           bw64[0], bw64[1], cpu64[0], cpu64[1]);
+    return 0;
 }
 
 static void parse(bench_t *b, int argc, char **argv)
 {
-    b->rounds = 3;
+    b->rounds = -1; /* not given */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--full") == 0)
             b->full = 1;
@@ -707,12 +886,15 @@ static void parse(bench_t *b, int argc, char **argv)
             b->async_only = 1;
         else if (strcmp(argv[i], "--mem-only") == 0)
             b->mem_only = 1;
+        else if (strcmp(argv[i], "--vs-gloo") == 0)
+            b->vs_gloo = 1;
         else
             e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
-                              "[--async-only] [--mem-only] [--rounds R]");
+                              "[--async-only] [--mem-only] [--vs-gloo] "
+                              "[--rounds R]");
     }
-    if (b->full && b->rounds == 3)
-        b->rounds = 5;
+    if (b->rounds == -1)
+        b->rounds = b->full || b->vs_gloo ? 5 : 3;
     if (b->quick)
         b->rounds = 1;
     if (b->rounds < 1 || b->rounds > MAXROUNDS)
@@ -721,6 +903,11 @@ static void parse(bench_t *b, int argc, char **argv)
     static const size_t dflt[] = {1, 16, 64};
     const size_t *s = b->full ? full : dflt;
     b->nsizes = b->full ? 5 : b->quick ? 2 : 3;
+    if (b->vs_gloo) {
+        static const size_t vs[] = {16, 64};
+        s = b->quick ? vs + 1 : vs;
+        b->nsizes = b->quick ? 1 : 2;
+    }
     for (int i = 0; i < b->nsizes; i++)
         b->sizes[i] = s[i] * MiB;
 }
@@ -752,25 +939,26 @@ static double min_ratio(row_t rows[2][2][MAXSIZES], const bench_t *b, int t)
  * per node, n = 2 and 4; *evg4_p: the product path over Gloo there, n = 4.
  */
 static void print_table(const bench_t *b, row_t rows[2][2][MAXSIZES],
-                        double gloo[2][MAXSIZES],
-                        const char *galgo[2][MAXSIZES], double rvg[2],
-                        double *evg4_p)
+                        const gloo_t gloo[2], double rvg[2], double *evg4_p)
 {
     printf("n\tt\tbytes\te2e_busbw\tring_busbw\tratio\tcpu_s_per_GB"
-           "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo\n");
+           "\tgloo_busbw\tgloo_algo\tring_vs_gloo\te2e_vs_gloo"
+           "\tring_cpu_s_per_GB\tgloo_cpu_s_per_GB\n");
     for (int ni = 0; ni < 2; ni++)
         for (int t = 0; t < 2; t++)
             for (int s = 0; s < b->nsizes; s++) {
                 int n = ni ? 4 : 2;
                 row_t *r = &rows[ni][t][s];
                 size_t by = b->sizes[s];
-                double gb = gloo[ni][s] > 0 ? busbw(by, gloo[ni][s], n) : 0;
+                const gloo_t *g = &gloo[ni];
+                double gb = g->us[s] > 0 ? busbw(by, g->us[s], n) : 0;
                 double rb = busbw(by, r->ring_us, n);
                 double eb = busbw(by, r->e2e_us, n);
                 printf("%d\t%d\t%zu\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s"
-                       "\t%.3f\t%.3f\n", n, t + 1, by, eb, rb, r->ratio,
-                       r->cpu_per_gb, gb, galgo[ni][s],
-                       gb > 0 ? rb / gb : 0, gb > 0 ? eb / gb : 0);
+                       "\t%.3f\t%.3f\t%.3f\t%.3f\n", n, t + 1, by, eb, rb,
+                       r->ratio, r->cpu_per_gb, gb, g->algo[s],
+                       gb > 0 ? rb / gb : 0, gb > 0 ? eb / gb : 0,
+                       r->ring_cpu_per_gb, g->cpu[s]);
                 if (by == 64 * MiB && t == 0 && gb > 0) {
                     rvg[ni] = rb / gb;
                     if (ni == 1)
@@ -819,11 +1007,12 @@ static void print_notes(const steps_t *st, const mem_t *mem,
 static int coordinator(bench_t *b)
 {
     row_t rows[2][2][MAXSIZES];
-    double gloo[2][MAXSIZES];
-    const char *galgo[2][MAXSIZES];
+    static gloo_t gloo[2];
     b->tmp = tmp_dir = th_mkdtemp("ringd-e2e");
     if (b->tmp == NULL)
         e2e__die("temp dir", strerror(errno));
+    if (b->vs_gloo)
+        return run_vs_gloo(b);
     fx_etcd_start(&b->etcd, 0);
     async_t as;
     if (b->async_only) {
@@ -871,7 +1060,9 @@ static int coordinator(bench_t *b)
     for (int ni = 0; ni < 2; ni++) {
         int n = ni ? 4 : 2;
         run_config(b, n, 1, rows[ni][0]);
-        run_gloo(b, n, gloo[ni], galgo[ni]);
+        /* Gloo gets as many iterations as the largest size's rounds. */
+        run_gloo(b, n, iters_for(b->sizes[b->nsizes - 1]) * b->rounds,
+                 &gloo[ni]);
         run_config(b, n, 2, rows[ni][1]);
     }
     steps_t st;
@@ -880,7 +1071,7 @@ static int coordinator(bench_t *b)
     run_mem(b, &mem);
     e2e__run_async(b, &as);
     double rvg[2] = {0, 0}, evg4 = 0;
-    print_table(b, rows, gloo, galgo, rvg, &evg4);
+    print_table(b, rows, gloo, rvg, &evg4);
     print_notes(&st, &mem, &as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "

@@ -18,6 +18,8 @@
 /* Print "e2e: what: detail" and exit 1. */
 void e2e__die(const char *what, const char *detail)
     __attribute__((noreturn));
+/* This process's CPU time, every thread, in seconds. */
+double e2e__cpu_self(void);
 /* The median of v[0..n) (sorts v). */
 double e2e__median(double *v, int n);
 

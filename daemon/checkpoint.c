@@ -176,9 +176,10 @@ static void log_written(dmn_t *d, uint64_t step)
         ckpt_writer_stats(d->ckw[i], &s[i]);
     RD_INFO("checkpoint of step %" PRIu64 " written: copies %.1f ms off "
             "the loop (%.1f ms copying; primary %.1f ms, cpu %.1f, %llu "
-            "faults; replica %.1f ms, cpu %.1f, %llu faults); a collective "
-            "held %.1f ms; encode primary %.1f ms (cpu %.1f), replica %.1f "
-            "ms (cpu %.1f); main loop %.2f ms in checkpoints so far", step,
+            "faults; replica %.1f ms, cpu %.1f, %llu faults); the last "
+            "held collective waited %.1f ms; encode primary %.1f ms "
+            "(cpu %.1f), replica %.1f ms (cpu %.1f); main loop %.2f ms in "
+            "checkpoints so far", step,
             d->ckpt_last_copy_ms, d->ckpt_last_copy_work_ms,
             ms_of(s[0].last_stall_ns), ms_of(s[0].last_copy_cpu_ns),
             (unsigned long long)s[0].last_copy_faults,

@@ -2,8 +2,10 @@
  * job_solo.c - the one-node backend (--standalone) and its test twin.
  *
  * solo: the node is the job. Every collective is complete once the local
- * reduction is done, so allreduce does that and broadcast nothing, both in
- * a deferred callback (backends never call back re-entrantly).
+ * reduction is done, so allreduce does that and broadcast nothing, both
+ * deferred (backends never call back re-entrantly). The reduction runs on
+ * libuv's thread pool: the loop keeps answering the trainers and /metrics
+ * meanwhile, and copies or sums no tensor byte itself.
  *
  * fake: solo plus scripted view changes. "fake:reshape=3,7" makes the first
  * collective of step 3 and of step 7 fail with ST_ERESHAPE and bumps the
@@ -16,6 +18,7 @@
  */
 #include "job/job.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +29,15 @@
 
 typedef struct {
     job_t base;
+    uv_loop_t *loop;
     uv_timer_t timer;      /* defers completions */
+    uv_work_t work;        /* the local reduction, on the pool */
+    int working;           /* work queued, its after-callback not run */
+    int closed;            /* destroyed: the last of timer/work frees */
+    int timer_closed;
+    pthread_mutex_t mu;    /* reduced, for a destroy that must wait */
+    pthread_cond_t cv;
+    int reduced;           /* the pool thread is done with the buffers */
     job_cbs_t cbs;
     job_view_t view;
     job_done_cb done_cb;   /* the in-flight collective, or NULL */
@@ -70,27 +81,72 @@ static void solo_request_ckpt(job_t *be)
     ((solo_t *)be)->ckpt_req = 1;
 }
 
-static void solo_fire(uv_timer_t *t)
+static void solo_finish(solo_t *s, int status)
 {
-    solo_t *s = t->data;
     job_done_cb cb = s->done_cb;
     s->done_cb = NULL;
+    s->red.nbufs = 0;
     if (cb == NULL)
         return;
-    int status = s->done_status;
-    /* The node is the job: the local reduction is the whole allreduce,
-     * done here rather than inside the op (no re-entrant completion). */
-    if (status == 0 && s->red.nbufs > 0) {
-        void *buf = job_reduce_local(&s->red);
-        if (s->red.avg_divisor != 0)
-            (void)kern_avg_finish(s->red.dt, buf, s->red.count,
-                                  s->red.avg_divisor);
-        job_reduce_copy_back(&s->red, buf);
-    }
-    s->red.nbufs = 0;
     cb(s->done_arg, status);
     if (status == ST_ERESHAPE && s->cbs.on_view != NULL)
         s->cbs.on_view(s->cbs.arg, &s->view);
+}
+
+/* The node is the job: the local reduction is the whole allreduce. */
+static void solo_reduce(uv_work_t *w)
+{
+    solo_t *s = w->data;
+    void *buf = job_reduce_local(&s->red);
+    if (s->red.avg_divisor != 0)
+        (void)kern_avg_finish(s->red.dt, buf, s->red.count,
+                              s->red.avg_divisor);
+    job_reduce_copy_back(&s->red, buf);
+    pthread_mutex_lock(&s->mu);
+    s->reduced = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void solo_free(solo_t *s)
+{
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void solo_reduced(uv_work_t *w, int status)
+{
+    solo_t *s = w->data;
+    s->working = 0;
+    if (s->closed) {
+        if (s->timer_closed)
+            solo_free(s);
+        return;
+    }
+    solo_finish(s, status == 0 ? 0 : ST_EABORTED);
+}
+
+static void solo_fire(uv_timer_t *t)
+{
+    solo_t *s = t->data;
+    if (s->done_cb == NULL)
+        return;
+    if (s->done_status == 0 && s->red.nbufs > 0) {
+        s->work.data = s;
+        s->reduced = 0;
+        int rc = uv_queue_work(s->loop, &s->work, solo_reduce,
+                               solo_reduced);
+        if (rc == 0) {
+            s->working = 1;
+            return;
+        }
+        RD_WARN("backend: local reduction not queued: %s",
+                uv_strerror(rc));
+        solo_finish(s, ST_EABORTED);
+        return;
+    }
+    solo_finish(s, s->done_status);
 }
 
 /* The scripted fault: is this the first collective of a listed step? */
@@ -158,13 +214,28 @@ static int solo_leave(job_t *be, job_done_cb cb, void *arg)
 
 static void solo_closed(uv_handle_t *h)
 {
-    free(h->data);
+    solo_t *s = h->data;
+    s->timer_closed = 1;
+    if (!s->working)
+        solo_free(s);
 }
 
+/*
+ * The daemon unmaps the trainers' buffers once its handles are closed, so
+ * a reduction still running on the pool is waited for here (a bounded
+ * sum); one not started is cancelled. Its after-callback frees s.
+ */
 static void solo_destroy(job_t *be)
 {
     solo_t *s = (solo_t *)be;
     s->done_cb = NULL;
+    s->closed = 1;
+    if (s->working && uv_cancel((uv_req_t *)&s->work) != 0) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->reduced)
+            pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
     uv_close((uv_handle_t *)&s->timer, solo_closed);
 }
 
@@ -239,6 +310,9 @@ int job__solo_create(uv_loop_t *loop, const char *fake_args,
     if (s == NULL)
         return ST_ENOMEM;
     s->cbs = *cbs;
+    s->loop = loop;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     /* Generation 0: no view yet; the first trainers make generation 1. */
     s->view = (job_view_t){.generation = 0, .node_count = 1};
     s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
@@ -255,6 +329,6 @@ int job__solo_create(uv_loop_t *loop, const char *fake_args,
     return 0;
 
 err_free:
-    free(s);
+    solo_free(s);
     return rc;
 }

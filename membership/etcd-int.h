@@ -108,6 +108,13 @@ struct etcd {
     char *ca, *cert, *key, *user, *password;
     char *token;
     int auth_inflight;
+    /* After a failed authenticate the next waits auth_backoff_ms (doubled
+     * per failure, jittered): each is a bcrypt check and a raft write in
+     * etcd, and every fenced daemon of a job asks at once. */
+    uv_timer_t auth_timer;
+    uint64_t auth_retry_ms;  /* loop time before which none is sent */
+    long auth_backoff_ms;
+    unsigned auth_rnd;
     etcd_req_t *reqs;
     etcd_watch_t *watches;
     etcd_stats_t stats;

@@ -6,7 +6,8 @@
  * timeout or HTTP 5xx moves it to the next endpoint until each was tried
  * once. With auth configured, requests wait until a token was obtained
  * from /v3/auth/authenticate, and a reply saying the token is invalid
- * (expired) gets one fresh token and one retry.
+ * (expired) gets one fresh token and one retry. A failed authenticate
+ * backs off (250 ms doubling to 8 s, jittered) before the next.
  */
 #include "membership/etcd-int.h"
 
@@ -491,10 +492,26 @@ int etcd__call(etcd_t *e, etcd_kind_t kind, const char *path, cJSON *body,
 /* ------------------------------------------------------------------ */
 /* Authentication                                                      */
 
+#define AUTH_BACKOFF_MIN_MS 250
+#define AUTH_BACKOFF_MAX_MS 8000
+
+static void on_auth_timer(uv_timer_t *t)
+{
+    auth_start(t->data);
+}
+
 static void auth_start(etcd_t *e)
 {
     if (e->auth_inflight)
         return;
+    uint64_t now = uv_now(e->loop);
+    if (now < e->auth_retry_ms) {
+        /* Requests wait for the token meanwhile; the timer sends it. */
+        if (!uv_is_active((uv_handle_t *)&e->auth_timer))
+            uv_timer_start(&e->auth_timer, on_auth_timer,
+                           e->auth_retry_ms - now, 0);
+        return;
+    }
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "name", e->user);
     cJSON_AddStringToObject(b, "password", e->password ? e->password : "");
@@ -513,6 +530,22 @@ static void auth_start(etcd_t *e)
 static void auth_done(etcd_t *e, int status, const char *token)
 {
     e->auth_inflight = 0;
+    if (status == 0) {
+        e->auth_backoff_ms = 0;
+        e->auth_retry_ms = 0;
+    } else {
+        long b = e->auth_backoff_ms ? 2 * e->auth_backoff_ms
+                                    : AUTH_BACKOFF_MIN_MS;
+        e->auth_backoff_ms = b > AUTH_BACKOFF_MAX_MS ? AUTH_BACKOFF_MAX_MS : b;
+        /* Between half and all of it, so a job's daemons spread out. */
+        long wait = e->auth_backoff_ms / 2 +
+                    (long)(rand_r(&e->auth_rnd) %
+                           (unsigned)(e->auth_backoff_ms / 2 + 1));
+        e->auth_retry_ms = uv_now(e->loop) + (uint64_t)wait;
+        e->stats.auth_backoffs++;
+        RD_WARN("etcd auth: %s; the next attempt in %ld ms or later",
+                st_strerror(status), wait);
+    }
     if (status == 0) {
         free(e->token);
         e->token = strdup(token);
@@ -695,7 +728,10 @@ int etcd_create(uv_loop_t *loop, const etcd_config_t *cfg, etcd_t **etcd_p)
     uv_timer_init(loop, &e->timer);
     uv_timer_init(loop, &e->reap);
     uv_timer_init(loop, &e->run_timer);
+    uv_timer_init(loop, &e->auth_timer);
     e->timer.data = e->reap.data = e->run_timer.data = e;
+    e->auth_timer.data = e;
+    e->auth_rnd = (unsigned)getpid() ^ (unsigned)uv_hrtime();
     *etcd_p = e;
     return 0;
 
@@ -729,7 +765,8 @@ void etcd_destroy(etcd_t *e)
         req_free(e->reqs);
     curl_multi_cleanup(e->multi);
     uv_loop_t *own = e->own_loop ? e->loop : NULL;
-    e->n_closing = 3;
+    e->n_closing = 4;
+    uv_close((uv_handle_t *)&e->auth_timer, etcd_close_cb);
     uv_close((uv_handle_t *)&e->timer, etcd_close_cb);
     uv_close((uv_handle_t *)&e->reap, etcd_close_cb);
     uv_close((uv_handle_t *)&e->run_timer, etcd_close_cb);

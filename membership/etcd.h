@@ -225,6 +225,7 @@ void etcd_watch_stop(etcd_watch_t *watch);
 /* Counters since etcd_create, for tests and metrics. */
 typedef struct {
     uint64_t auth_requests;   /* /v3/auth/authenticate calls sent */
+    uint64_t auth_backoffs;   /* failed ones, each followed by a backoff */
     uint64_t auth_expired;    /* replies saying our token was invalid */
     uint64_t watch_streams;   /* watch streams opened, first or resumed */
     uint64_t watch_compacted; /* streams etcd canceled because their start

@@ -53,8 +53,26 @@ void test_skip_reason(const char *fmt, ...)
             TEST_FAIL_(__VA_ARGS__);                                         \
     } while (0)
 
+/*
+ * ASSERT_EQ and friends compare integers as int64_t, and compare as
+ * double when either side is floating point: truncating one would make a
+ * relative difference of 1e-7 "equal" 0. _Generic picks at compile time
+ * and evaluates nothing; each operand is evaluated once.
+ */
+#define IS_FLOAT_(x) _Generic((x), float: 1, double: 1, long double: 1,     \
+                              default: 0)
+#define TO_DOUBLE_(x) _Generic((x), float: (x), double: (x),                \
+                               long double: (x),                            \
+                               default: (double)(intptr_t)(x))
+
 #define ASSERT_CMP_(a, op, b)                                                \
     do {                                                                     \
+        if (IS_FLOAT_(a) || IS_FLOAT_(b)) {                                  \
+            double a_ = TO_DOUBLE_(a), b_ = TO_DOUBLE_(b);                   \
+            if (!(a_ op b_))                                                 \
+                TEST_FAIL_("%s %s %s (%.9g vs %.9g)", #a, #op, #b, a_, b_);  \
+            break;                                                           \
+        }                                                                    \
         int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                        \
         if (!(a_ op b_))                                                     \
             TEST_FAIL_("%s %s %s (%" PRId64 " vs %" PRId64 ")", #a, #op, #b, \

@@ -322,7 +322,7 @@ TEST_IMPL(dmn_ckpt_empty_steps)
 static pid_t run_trainer_i(td_daemon_t *t, int i, const char *steps,
                            int round)
 {
-    char save[16], lg[16];
+    char save[32], lg[32];
     snprintf(save, sizeof(save), "p%d", i);
     snprintf(lg, sizeof(lg), "t%d.%d.log", i, round);
     const char *args[] = {"--steps", steps, "--save", td_path(t, save),
@@ -371,7 +371,7 @@ TEST_IMPL(dmn_ckpt_restart_two_trainers)
     for (int i = 0; i < 2; i++)
         p[i] = run_trainer_i(&t, i, "60", 2);
     for (int i = 0; i < 2; i++) {
-        char lg[16];
+        char lg[32];
         snprintf(lg, sizeof(lg), "t%d.2.log", i);
         int rc = td_exit_code(p[i], 60000);
         if (rc != 0)

@@ -61,6 +61,10 @@ static int read_request(int fd, char *buf, size_t n)
  * connection handlers in memory shared with the test.
  */
 static int *watch_opens;
+/* Accept times (ms) of the fake server's connections, shared likewise. */
+#define FAKE_MAX_ACCEPTS 256
+static int64_t *accept_ms;
+static int *accepts;
 
 static void serve_one(int fd, const char *mode)
 {
@@ -140,6 +144,15 @@ static pid_t fake_server(const char *mode, int *port_p)
         ASSERT(watch_opens != MAP_FAILED);
     }
     __atomic_store_n(watch_opens, 0, __ATOMIC_SEQ_CST);
+    if (accept_ms == NULL) {
+        accept_ms = mmap(NULL, FAKE_MAX_ACCEPTS * sizeof(*accept_ms) +
+                                   sizeof(*accepts),
+                         PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+        ASSERT(accept_ms != MAP_FAILED);
+        accepts = (int *)(accept_ms + FAKE_MAX_ACCEPTS);
+    }
+    __atomic_store_n(accepts, 0, __ATOMIC_SEQ_CST);
     fflush(stderr);
     pid_t pid = fork();
     ASSERT(pid >= 0);
@@ -149,6 +162,11 @@ static pid_t fake_server(const char *mode, int *port_p)
             int fd = accept(lfd, NULL, NULL);
             if (fd < 0)
                 continue;
+            int k = __atomic_load_n(accepts, __ATOMIC_SEQ_CST);
+            if (k < FAKE_MAX_ACCEPTS) {
+                accept_ms[k] = th_now_ms();
+                __atomic_store_n(accepts, k + 1, __ATOMIC_SEQ_CST);
+            }
             if (fork() == 0) {
                 serve_one(fd, mode);
                 close(fd);
@@ -294,5 +312,65 @@ TEST_IMPL(etcd_fake_compacted)
     etcd_watch_stop(w);
     etcd_destroy(e);
     th_kill(pid);
+    return fx_done();
+}
+
+/* A caller that asks again at once whenever a call fails. */
+typedef struct {
+    etcd_t *e;
+    int calls, done;
+    int64_t until_ms;
+} eager_t;
+
+static void on_eager(int status, const etcd_result_t *r, void *data)
+{
+    eager_t *x = data;
+    (void)r;
+    (void)status;
+    x->calls++;
+    if (th_now_ms() >= x->until_ms || etcd_get(x->e, "/k", 1, on_eager, x))
+        x->done = 1;
+}
+
+/*
+ * etcd with auth that answers nothing (what a saturated etcd looks like
+ * from a fenced daemon): a caller retrying at once must not turn into an
+ * authenticate per request timeout. Every attempt after a failed one
+ * waits at least half its backoff (250 ms doubling): the gaps between the
+ * fake server's connections are bounded below (a loaded machine only
+ * widens them). Without the backoff they were one 100 ms timeout each.
+ */
+TEST_IMPL(etcd_fake_auth_backoff)
+{
+    int port;
+    pid_t pid = fake_server("silent", &port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    etcd_config_t cfg = {.endpoints = url, .request_timeout_ms = 100,
+                         .connect_timeout_ms = 100, .user = "ringd",
+                         .password = "pw"};
+    etcd_t *e;
+    ASSERT_OK(etcd_create(NULL, &cfg, &e));
+    eager_t x = {.e = e, .until_ms = th_now_ms() + 3000};
+    ASSERT_OK(etcd_get(e, "/k", 1, on_eager, &x));
+    ASSERT_OK(etcd_run(e, &x.done, 30000));
+    etcd_stats_t st;
+    etcd_stats(e, &st);
+    etcd_destroy(e);
+    th_kill(pid);
+    int n = __atomic_load_n(accepts, __ATOMIC_SEQ_CST);
+    fprintf(stderr, "auth attempts %d (sent %llu, backoffs %llu), calls %d\n",
+            n, (unsigned long long)st.auth_requests,
+            (unsigned long long)st.auth_backoffs, x.calls);
+    ASSERT_GE(n, 3);
+    ASSERT_EQ((uint64_t)n, st.auth_requests);
+    long backoff = 250;
+    for (int k = 1; k < n; k++) {
+        int64_t gap = accept_ms[k] - accept_ms[k - 1];
+        ASSERT_MSG(gap >= backoff / 2, "attempt %d came %lld ms after the "
+                   "last, under half its backoff of %ld ms", k,
+                   (long long)gap, backoff);
+        backoff = backoff * 2 > 8000 ? 8000 : backoff * 2;
+    }
     return fx_done();
 }

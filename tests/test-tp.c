@@ -13,6 +13,7 @@
 
 #include "tests/helpers.h"
 #include "tests/task.h"
+#include "transport/tp-int.h"
 #include "transport/tp.h"
 
 static void env_setup(void)
@@ -141,6 +142,55 @@ TEST_IMPL(tp_peer_lanes_peer_mode)
     tp_peer_close(p, 1);
     tp_destroy(a);
     tp_destroy(b);
+    return 0;
+}
+
+/* Whether UCX's description of p's endpoint holds want. */
+static int ep_info_has(const tp_peer_t *p, const char *want)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ASSERT_MSG(f != NULL, "open_memstream");
+    ucp_ep_print_info(p->ep, f);
+    fclose(f);
+    int has = strstr(text, want) != NULL;
+    if (!has)
+        fprintf(stderr, "endpoint info without '%s':\n%s", want, text);
+    free(text);
+    return has;
+}
+
+/* tp_create's UCX defaults reach tcp (its 256 KiB send segment makes the
+ * eager-short limit 256 KiB less the 7-byte header, UCX's own 8 KiB one
+ * 8185), and a value set in the environment wins over them. */
+TEST_IMPL(tp_ucx_defaults)
+{
+    env_setup();
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    unsetenv("UCX_TCP_RX_SEG_SIZE");
+    tp_t *a, *b, *c;
+    ASSERT_OK(tp_create(NULL, &a));
+    ASSERT_OK(tp_create(NULL, &b));
+    const void *addr;
+    size_t len;
+    tp_address(b, &addr, &len);
+    tp_peer_t *pa, *pc;
+    ASSERT_OK(tp_peer_connect(a, addr, len, NULL, NULL, &pa));
+    ASSERT_MSG(ep_info_has(pa, "<egr/short>..262137.."),
+               "ringd's TX_SEG_SIZE default did not reach tcp");
+    setenv("UCX_TCP_TX_SEG_SIZE", "8K", 1);
+    int rc = tp_create(NULL, &c);
+    unsetenv("UCX_TCP_TX_SEG_SIZE");
+    ASSERT_OK(rc);
+    ASSERT_OK(tp_peer_connect(c, addr, len, NULL, NULL, &pc));
+    ASSERT_MSG(ep_info_has(pc, "<egr/short>..8185.."),
+               "UCX_TCP_TX_SEG_SIZE=8K from the environment was overridden");
+    tp_peer_close(pa, 1);
+    tp_peer_close(pc, 1);
+    tp_destroy(a);
+    tp_destroy(b);
+    tp_destroy(c);
     return 0;
 }
 

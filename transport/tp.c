@@ -41,6 +41,36 @@ void tp_config_default(tp_config_t *cfg)
         cfg->err_mode_none = 1;
 }
 
+/*
+ * ringd's UCX defaults (transport/README.md, "UCX defaults": what each
+ * measured). ucp_config_modify hands a key it does not know to every
+ * transport that has it, so "TX_SEG_SIZE" reaches tcp's; a value it sets
+ * wins over the environment, hence the environment is asked first.
+ */
+static const struct {
+    const char *env, *key, *value;
+} tp_ucx_defaults[] = {
+    {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "256K"},
+    {"UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "1M"},
+};
+
+static int config_defaults(ucp_config_t *ucfg)
+{
+    size_t n = sizeof(tp_ucx_defaults) / sizeof(*tp_ucx_defaults);
+    for (size_t i = 0; i < n; i++) {
+        if (getenv(tp_ucx_defaults[i].env) != NULL)
+            continue;
+        ucs_status_t s = ucp_config_modify(ucfg, tp_ucx_defaults[i].key,
+                                           tp_ucx_defaults[i].value);
+        if (s != UCS_OK) {
+            RD_ERROR("ucp_config_modify %s=%s: %s", tp_ucx_defaults[i].key,
+                     tp_ucx_defaults[i].value, ucs_status_string(s));
+            return ST_ECONFIG;
+        }
+    }
+    return 0;
+}
+
 static int worker_create(tp_t *tp)
 {
     ucp_worker_params_t wp = {0};
@@ -89,6 +119,10 @@ int tp_create(const tp_config_t *cfg, tp_t **tp_p)
     ucs_status_t s = ucp_config_read(NULL, NULL, &ucfg);
     if (s != UCS_OK) {
         RD_ERROR("ucp_config_read: %s", ucs_status_string(s));
+        goto err_free;
+    }
+    if ((rc = config_defaults(ucfg)) != 0) {
+        ucp_config_release(ucfg);
         goto err_free;
     }
     ucp_params_t p = {0};
