@@ -242,8 +242,8 @@ class Bench:
             out = self.path("%s-%d-%d.json" % (way, rnd, r))
             argv = [sys.executable, os.path.abspath(__file__), "--worker",
                     way.split("-")[0], "--rank", str(r), "--out", out,
-                    "--batch", str(o.batch), "--steps", str(o.steps), "--warmup",
-                    str(o.warmup), "--threads", str(o.threads),
+                    "--batch", str(o.batch), "--steps", str(o.steps),
+                    "--warmup", str(o.warmup), "--threads", str(o.threads),
                     "--procs", str(n)] + extra[r]
             ws.append((self.spawn(argv, out + ".log"), out))
         for p, out in ws:
