@@ -186,10 +186,15 @@ static void coll_done(void *arg, int status)
     if (proto_coll_is_allreduce(r->kind) && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
     dmn__step_set_state(d, DMN_STEP_RUNNING);
-    if (d->flags & DMN_F_BREAK_PENDING)
+    if (d->flags & DMN_F_BREAK_PENDING) {
+        /* A trainer went back to step_begin while this ran: the step is
+         * broken, and closes now if nobody else is still in it (else the
+         * step_begin would wait for an event that never comes). */
         dmn__step_set_state(d, DMN_STEP_BROKEN);
-    else
+        dmn__step_maybe_close(d);
+    } else {
         try_launch(d); /* the next one queued: no round trip between */
+    }
 }
 
 /* The checkpoint copies are done: answer the collective they held. */
