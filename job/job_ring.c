@@ -546,11 +546,6 @@ static void rb_set_step(job_t *be, uint64_t step)
     b->dview.step = step;
 }
 
-static uint64_t rb_newest_generation(job_t *be)
-{
-    const rb_t *b = (const rb_t *)be;
-    return b->pending != NULL ? b->pending->generation : b->dview.generation;
-}
 
 static void rb_get_view(job_t *be, job_view_t *view_p)
 {
@@ -748,7 +743,13 @@ static const job_ops_t rb_ops = {
     .leave = rb_leave,
     .destroy = rb_destroy,
     .hop_stats = job__hops_get,
-    .newest_generation = rb_newest_generation,
+    /* No newest_generation: a pending view always holds this node
+     * (mb delivers only those), and the view change's agreement takes
+     * the state of the member furthest ahead, so a collective finished
+     * just before the abort is a step the job keeps, not a stale one.
+     * Fencing it only made this node skip logging a step its neighbour
+     * logged (dmn_ring_opts_join). A node dropped from the view learns
+     * it by its lease (mb_lease_valid), which fences its steps. */
 };
 
 /*
