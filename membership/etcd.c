@@ -530,7 +530,9 @@ static void auth_start(etcd_t *e)
 static void auth_done(etcd_t *e, int status, const char *token)
 {
     e->auth_inflight = 0;
-    if (status == 0) {
+    if (status == 0 || status == -EACCES) {
+        /* A refusal is an answer, not an outage: its callers fence on it
+         * and come back at their own pace. */
         e->auth_backoff_ms = 0;
         e->auth_retry_ms = 0;
     } else {
