@@ -7,7 +7,7 @@
  * once. With auth configured, requests wait until a token was obtained
  * from /v3/auth/authenticate, and a reply saying the token is invalid
  * (expired) gets one fresh token and one retry. A failed authenticate
- * backs off (250 ms doubling to 8 s, jittered) before the next.
+ * that timed out backs off (250 ms doubling to 8 s, jittered).
  */
 #include "membership/etcd-int.h"
 
