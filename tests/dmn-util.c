@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -92,6 +93,15 @@ int td_poll(int (*pred)(void *), void *arg, int timeout_ms)
     }
 }
 
+/* 1 if t's daemon has exited (it is not reaped: td_exit_code does that). */
+static int daemon_exited(const td_daemon_t *t)
+{
+    siginfo_t si = {0};
+    return t->pid > 0 &&
+           waitid(P_PID, (id_t)t->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           si.si_pid == t->pid;
+}
+
 int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms)
 {
     int64_t deadline = th_now_ms() + timeout_ms;
@@ -100,9 +110,16 @@ int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms)
         int64_t left = deadline - th_now_ms();
         if (left <= 0)
             return -1;
+        /* Checked before the poll, so that a message sent just before the
+         * exit is still read: a daemon that exited (failed to start, say)
+         * is no reason to wait out the whole timeout. */
+        int exited = daemon_exited(t);
         struct pollfd p = {t->notify_fd, POLLIN, 0};
-        if (poll(&p, 1, (int)left) <= 0)
+        if (poll(&p, 1, exited ? 0 : left < 100 ? (int)left : 100) <= 0) {
+            if (exited)
+                return -1;
             continue;
+        }
         ssize_t n = recv(t->notify_fd, buf, sizeof(buf) - 1, 0);
         if (n <= 0)
             continue;
@@ -112,7 +129,48 @@ int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms)
     }
 }
 
+static int start_once(td_daemon_t *t, const char *const *extra);
+
+static off_t log_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : 0;
+}
+
+/* 1 if the daemon that just failed to start exited because its metrics
+ * port was in use (its log, from offset `from`, says so); reaps it. */
+static int port_taken(td_daemon_t *t, off_t from)
+{
+    if (t->pid <= 0 || td_exit_code(t->pid, 2000) < 0)
+        return 0;
+    t->pid = 0;
+    char *s = td_read(t->log, NULL);
+    int taken = s != NULL && (off_t)strlen(s) >= from &&
+                strstr(s + from, "metrics: cannot listen") != NULL &&
+                strstr(s + from, "address already in use") != NULL;
+    free(s);
+    return taken;
+}
+
+/*
+ * Start the daemon and wait for READY=1. A metrics port taken between
+ * th_free_port() and the daemon's bind is the test's bad luck, not the
+ * daemon's failure: start again on another port (at most twice).
+ */
 int td_start(td_daemon_t *t, const char *const *extra)
+{
+    for (int tries = 0;; tries++) {
+        off_t before = log_size(t->log);
+        int rc = start_once(t, extra);
+        if (rc == 0 || tries == 2 || !port_taken(t, before))
+            return rc;
+        fprintf(stderr, "# metrics port %d was taken: starting again\n",
+                t->metrics_port);
+        t->metrics_port = th_free_port();
+    }
+}
+
+static int start_once(td_daemon_t *t, const char *const *extra)
 {
     char port[32];
     snprintf(port, sizeof(port), "127.0.0.1:%d", t->metrics_port);

@@ -54,21 +54,58 @@ void th_rmtree(const char *path)
         nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* One probe: a port the kernel calls free right now. */
-static int probe_port(void)
+/* The first port of the kernel's ephemeral range (connect()s and bind()s
+ * to port 0 take theirs from it); 32768 when it cannot be read. */
+static int ephemeral_low(void)
+{
+    int low = 32768, high;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
+    }
+    return low;
+}
+
+static int try_bind(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return -errno;
     struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
-    int port = -1;
+    int got = -1;
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
+        got = ntohs(a.sin_port);
     close(fd);
-    return port;
+    return got;
+}
+
+/*
+ * One probe: a port the kernel calls free right now, below the ephemeral
+ * range when there is room. A port from the ephemeral range (what bind to
+ * port 0 gives) can be handed to any outgoing connection or UCX listener
+ * between this probe and the daemon's own bind: CI saw a daemon refuse to
+ * start with "cannot listen on 127.0.0.1:52395: address already in use".
+ * Below the range only an explicit bind can take it.
+ */
+static int probe_port(void)
+{
+    static unsigned seed;
+    if (seed == 0)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    int low = ephemeral_low();
+    if (low > 12000)
+        for (int tries = 0; tries < 32; tries++) {
+            int port = 10000 + (int)(rand_r(&seed) % (unsigned)(low - 10000));
+            if (try_bind(port) == port)
+                return port;
+        }
+    return try_bind(0);
 }
 
 /*

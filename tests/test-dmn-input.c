@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -161,6 +162,54 @@ TEST_IMPL(dmn_socket_path_not_ours)
     ASSERT_EQ(td_start(&t, NULL), 0);
     ASSERT(td_file_has(t.log, "removing the stale socket"));
     ASSERT_EQ(td_stop(&t, 10000), 0);
+    return 0;
+}
+
+/* A TCP listener on 127.0.0.1:port (the caller closes it). */
+static int listen_on(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ASSERT_EQ(listen(fd, 1), 0);
+    return fd;
+}
+
+/*
+ * A --metrics port somebody else holds: ringd refuses to start with a line
+ * that names the address, and exits non-zero (it must not run without the
+ * metrics it was asked for). The test harness's td_start() takes that line
+ * as a taken port and starts again on another one, which must work.
+ */
+TEST_IMPL(dmn_metrics_port_taken)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-metricsport");
+    int port = t.metrics_port;
+    int fd = listen_on(port);
+    char bin[512], addr[32];
+    snprintf(bin, sizeof(bin), "%s/ringd", th_bindir());
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    char *argv[] = {bin, "--standalone", "--config", "/dev/null",
+                    "--metrics", addr, "--socket", t.sock, NULL};
+    pid_t pid = th_spawn(argv, t.log);
+    td_track(pid);
+    ASSERT_EQ(td_exit_code(pid, 30000), 1);
+    char want[96];
+    snprintf(want, sizeof(want), "cannot listen on %s: address already in use",
+             addr);
+    ASSERT_MSG(td_file_has(t.log, want), "no '%s' in the log", want);
+
+    ASSERT_EQ(td_start(&t, NULL), 0);
+    ASSERT(t.metrics_port != port);
+    char *body = td_http_get(t.metrics_port, "/metrics");
+    ASSERT(body != NULL && strstr(body, "ringd_") != NULL);
+    free(body);
+    ASSERT_EQ(td_stop(&t, 10000), 0);
+    close(fd);
     return 0;
 }
 
