@@ -14,18 +14,24 @@
  * "fake:late_view=5" makes the first collective of step 5 complete with
  * its result while a newer generation has arrived (newest_generation):
  * the ring backend's view that comes after the ring finished, before its
- * abort could stop it.
+ * abort could stop it. "fake:hold=5@PATH" holds the first collective of
+ * step 5 in flight until a file exists at PATH (looked for every 5 ms, at
+ * most 60 s), so a test can act while a collective is with the backend
+ * (a trainer going back to step_begin, say) instead of racing it.
  */
 #include "job/job.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/status.h"
 
 #define SOLO_MAX_RESHAPES 16
+#define SOLO_HOLD_POLL_MS 5
+#define SOLO_HOLD_MAX_MS 60000
 
 typedef struct {
     job_t base;
@@ -47,6 +53,9 @@ typedef struct {
     uint64_t reshape_at[SOLO_MAX_RESHAPES];
     int nreshape;
     int late_view;         /* reshape_at: complete, newer view known */
+    uint64_t hold_step;    /* hold its first collective (UINT64_MAX: no) */
+    char *hold_path;       /* ... until this file exists */
+    int holding;           /* ms the in-flight collective has been held */
     int ckpt_req;          /* a checkpoint was asked for */
     int ckpt_in_step;      /* ... and the current step's view says so */
 } solo_t;
@@ -110,6 +119,7 @@ static void solo_reduce(uv_work_t *w)
 
 static void solo_free(solo_t *s)
 {
+    free(s->hold_path);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -127,10 +137,32 @@ static void solo_reduced(uv_work_t *w, int status)
     solo_finish(s, status == 0 ? 0 : ST_EABORTED);
 }
 
+static void solo_fire(uv_timer_t *t);
+
+/* The scripted hold: 1 while the in-flight collective must wait (the
+ * timer is re-armed), 0 once it may complete. */
+static int solo_hold(solo_t *s)
+{
+    if (s->holding < 0)
+        return 0;
+    if (s->holding == 0)
+        RD_INFO("fake backend: holding the collective of step %llu until "
+                "%s exists", (unsigned long long)s->view.step, s->hold_path);
+    if (access(s->hold_path, F_OK) == 0 || s->holding >= SOLO_HOLD_MAX_MS) {
+        RD_INFO("fake backend: released the collective of step %llu after "
+                "%d ms", (unsigned long long)s->view.step, s->holding);
+        s->holding = -1;
+        return 0;
+    }
+    s->holding += SOLO_HOLD_POLL_MS;
+    uv_timer_start(&s->timer, solo_fire, SOLO_HOLD_POLL_MS, 0);
+    return 1;
+}
+
 static void solo_fire(uv_timer_t *t)
 {
     solo_t *s = t->data;
-    if (s->done_cb == NULL)
+    if (s->done_cb == NULL || solo_hold(s))
         return;
     if (s->done_status == 0 && s->red.nbufs > 0) {
         s->work.data = s;
@@ -176,6 +208,11 @@ static int solo_start(solo_t *s, job_done_cb cb, void *arg)
     s->done_arg = arg;
     s->done_status = solo_take_reshape(s) && !s->late_view ? ST_ERESHAPE
                                                             : 0;
+    s->holding = -1;
+    if (s->hold_path != NULL && s->hold_step == s->view.step) {
+        s->hold_step = UINT64_MAX; /* once */
+        s->holding = 0;
+    }
     return uv_timer_start(&s->timer, solo_fire, 0, 0);
 }
 
@@ -276,6 +313,14 @@ static const job_ops_t fake_ops = {
 static int fake_parse(solo_t *s, const char *args)
 {
     const char *p = args;
+    if (strncmp(p, "hold=", 5) == 0) {
+        char *end;
+        s->hold_step = strtoull(p + 5, &end, 10);
+        if (end == p + 5 || *end != '@' || end[1] == '\0')
+            goto bad;
+        s->hold_path = strdup(end + 1);
+        return s->hold_path != NULL ? 0 : ST_ENOMEM;
+    }
     if (strncmp(p, "late_view=", 10) == 0) {
         s->late_view = 1;
         p += 10;
@@ -298,8 +343,8 @@ static int fake_parse(solo_t *s, const char *args)
     }
     return 0;
 bad:
-    RD_ERROR("backend: bad fake spec '%s' (want reshape=STEP[,STEP...] "
-             "or late_view=STEP[,STEP...])", args);
+    RD_ERROR("backend: bad fake spec '%s' (want reshape=STEP[,STEP...], "
+             "late_view=STEP[,STEP...] or hold=STEP@PATH)", args);
     return ST_ECONFIG;
 }
 
@@ -315,6 +360,8 @@ int job__solo_create(uv_loop_t *loop, const char *fake_args,
     pthread_cond_init(&s->cv, NULL);
     /* Generation 0: no view yet; the first trainers make generation 1. */
     s->view = (job_view_t){.generation = 0, .node_count = 1};
+    s->hold_step = UINT64_MAX;
+    s->holding = -1;
     s->base.ops = fake_args != NULL ? &fake_ops : &solo_ops;
     int rc = ST_ECONFIG;
     if (fake_args != NULL && fake_parse(s, fake_args) != 0)

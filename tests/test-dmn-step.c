@@ -2,14 +2,18 @@
  * The step timeout (--step-timeout) of a real standalone ringd with a real
  * trainer: its timer is armed only while a trainer has its turn in a step,
  * so a trainer resting between steps wakes the daemon never, and one stuck
- * in a step wakes it once, at or after its deadline.
+ * in a step wakes it once, at or after its deadline. And a trainer that
+ * goes back to step_begin while its collective is with the backend.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
+#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/task.h"
 
@@ -161,6 +165,84 @@ TEST_IMPL(dmn_step_fenced_by_generation)
     ASSERT_EQ(td_exit_code(r, 60000), 0);
     ASSERT_MSG(td_param_diff(td_path(&t, "p0"), td_path(&t, "pref")) == 0,
                "the trainer's parameters differ from one process's");
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+typedef struct {
+    ringd_client_t *c;
+    ringd_view_t v;
+    int rc;
+} begin_arg_t;
+
+static void *begin_thread(void *p)
+{
+    begin_arg_t *a = p;
+    a->rc = ringd_step_begin(a->c, &a->v);
+    return NULL;
+}
+
+/*
+ * A trainer that goes back to step_begin while its collective is still
+ * with the backend: the step is broken, the step_begin is answered once
+ * the collective comes back, and the redone step works. The fake backend
+ * holds step 1's collective until the test has seen the daemon take the
+ * second step_begin (its "restarted step" line), so the order is the one
+ * that once left the step BROKEN with nobody to close it.
+ */
+TEST_IMPL(dmn_step_begin_while_in_flight)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-step-inflight");
+    char spec[600];
+    const char *release = td_path(&t, "release");
+    snprintf(spec, sizeof(spec), "fake:hold=1@%s", release);
+    const char *flags[] = {"--trainers", "1", "--backend", spec, NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ringd_client_t *c;
+    ASSERT_OK(ringd_connect(&c, t.sock, NULL));
+    float *buf = ringd_buffer(c, 4 * sizeof(float));
+    ASSERT(buf != NULL);
+    ringd_view_t v;
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.step, 0);
+    buf[0] = 1.0f;
+    ASSERT_OK(ringd_allreduce(c, buf, 1, RINGD_F32, RINGD_SUM));
+    ASSERT_OK(ringd_step_end(c));
+
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.step, 1);
+    ringd_handle_t h;
+    buf[0] = 2.0f;
+    ASSERT_OK(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, &h));
+    ASSERT_OK(td_wait_file(t.log, "holding the collective of step 1",
+                           20000));
+    begin_arg_t a = {c, {0}, -999};
+    pthread_t th;
+    ASSERT_OK(pthread_create(&th, NULL, begin_thread, &a));
+    ASSERT_OK(td_wait_file(t.log, "restarted step 1 without ending it",
+                           20000));
+    FILE *f = fopen(release, "w");
+    ASSERT(f != NULL);
+    fclose(f);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    ASSERT_MSG(pthread_timedjoin_np(th, NULL, &until) == 0,
+               "step_begin after the held collective was not answered "
+               "within 30 s");
+    ASSERT_EQ(a.rc, 0);
+    ASSERT_EQ(a.v.step, 1);
+    ASSERT_EQ(ringd_wait(c, h), RINGD_EINVAL); /* void with its step */
+
+    buf[0] = 3.0f;
+    ASSERT_OK(ringd_allreduce(c, buf, 1, RINGD_F32, RINGD_SUM));
+    ASSERT(buf[0] == 3.0f);
+    ASSERT_OK(ringd_step_end(c));
+    ASSERT_OK(ringd_step_begin(c, &v));
+    ASSERT_EQ(v.step, 2);
+    ASSERT_OK(ringd_step_end(c));
+    ringd_close(c);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
