@@ -1,6 +1,8 @@
 /*
  * e2e-coord.h - what bench/e2e's coordinator (e2e.c: its processes and
- * clusters, the busbw tables) and its other rows (e2e-rows.c) share.
+ * clusters, the busbw table, the loop lag) and its other rows share:
+ * e2e-rows.c (steps, async, step latency), e2e-mem.c (memory and
+ * checkpoint stalls) and e2e-vs-gloo.c (the Gloo launches, --vs-gloo).
  */
 #ifndef RINGD_BENCH_E2E_COORD_H
 #define RINGD_BENCH_E2E_COORD_H
@@ -39,6 +41,14 @@ static inline double busbw(size_t bytes, double us, int n)
     return (double)bytes / (us * 1000.0) * 2.0 * (n - 1) / n;
 }
 
+/* CPU seconds of nw processes over a run of iters x bytes, per process,
+ * per GB that process reduced. */
+static inline double cpu_per_gb(double cpu_s, int nw, size_t bytes,
+                                int iters)
+{
+    return cpu_s / nw / ((double)bytes * iters / 1e9);
+}
+
 typedef struct {
     td_daemon_t d[MAXN];
     worker_t tr[MAXN * MAXT];
@@ -47,6 +57,11 @@ typedef struct {
 
 /* Kill every process spawned so far. */
 void e2e__kill_kids(void);
+/* pid has been waited for: the exit handler must not kill it (nor a
+ * reuse). */
+void e2e__kid_forget(pid_t pid);
+/* Start argv with w's pipes as its stdin and stdout, stderr to log. */
+void e2e__worker_spawn(worker_t *w, char *const *argv, const char *log);
 /* One line from w within the timeout; exits on EOF or timeout. */
 void e2e__worker_line(worker_t *w, char *line, size_t cap);
 /* Send "run" to every worker of a group; the slowest median, in us; ms:
@@ -54,13 +69,37 @@ void e2e__worker_line(worker_t *w, char *line, size_t cap);
 double e2e__group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
                          int ms);
 double e2e__group_run(worker_t *w, int nw, size_t bytes, int iters);
+/* on: the group runs answer the slowest mean instead of the median. */
+void e2e__group_want_mean(int on);
+/* The last group run's CPU seconds, all its workers. */
+double e2e__group_cpu(void);
+/* Send "quit" to every worker of a group and reap them. */
+void e2e__group_quit(worker_t *w, int nw);
 /* The CPU seconds of c's daemons, every thread. */
 double e2e__cluster_cpu(const cluster_t *c);
 /* n daemons of job `job`, t trainers each with a state of `state` bytes
  * and a buffer of `max`. */
 void e2e__cluster_up(bench_t *b, cluster_t *c, const char *job, int n,
                      int t, size_t max, size_t state);
+/* ckpt_dir non-NULL: checkpoints every CKPT_INTERVAL steps there. */
+#define CKPT_INTERVAL "10"
+void e2e__cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job, int n,
+                          int t, size_t max, size_t state,
+                          const char *ckpt_dir);
 void e2e__cluster_down(cluster_t *c);
+/* n raw ring processes (tp + ring, no daemon) for buffers up to max,
+ * their addresses exchanged in a directory named for job. */
+void e2e__ring_group_up(bench_t *b, const char *job, int n, size_t max,
+                        worker_t *rg);
+
+/* The worst main-loop lag of any daemon of c since it started, in ms;
+ * the scrape starts a new window. */
+double e2e__cluster_lag_ms(const cluster_t *c);
+/* The control thread for that lag (e2e.c): start it once; its worst
+ * lateness since the last reset, in ms. */
+void e2e__ctl_start(void);
+void e2e__ctl_reset(void);
+double e2e__ctl_lag_ms(void);
 
 /* e2e-rows.c */
 #define COMPUTE_MS 20
@@ -85,5 +124,41 @@ void e2e__run_async(bench_t *b, async_t *out);
 void e2e__print_async(const async_t *a);
 /* us[k]: at n = 2, 4, 8; also printed as a '#' line. */
 void e2e__run_step_latency(bench_t *b, double us[3]);
+
+
+/* e2e-mem.c */
+typedef struct {
+    double mem_off, mem_on;  /* private memory / state, ckpt off and on */
+    double ar_ratio;         /* allreduce time with checkpoints / without */
+    double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
+    double stall_coll_ms_per_gib; /* ... of a step with a 4 KiB collective */
+    double copies, copies_coll;   /* checkpoints copied in those phases */
+    double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
+    double ctl_lag_ms;            /* the control thread's, same window */
+} mem_t;
+
+/* A stall figure: "na" when no checkpoint was copied to measure it. */
+typedef struct { char s[24]; } ms_str_t;
+
+ms_str_t e2e__ms1(double v);
+void e2e__run_mem(bench_t *b, mem_t *out);
+/* --mem-only: e2e__run_mem with the control thread, its '#' lines and
+ * its e2e: line. */
+void e2e__run_mem_only(bench_t *b);
+
+/* e2e-vs-gloo.c */
+#define NGLOO 3 /* ring, chunked, new */
+
+typedef struct {
+    double us[MAXSIZES], cpu[MAXSIZES]; /* 0: Gloo not built */
+    const char *algo[MAXSIZES];
+    double var_us[NGLOO][MAXSIZES], var_cpu[NGLOO][MAXSIZES];
+} gloo_t;
+
+/* Every Gloo ring variant at n; per size the best (the fastest, its CPU
+ * per GB beside it). */
+void e2e__run_gloo(bench_t *b, int n, int iters, gloo_t *g);
+/* --vs-gloo: the whole run, its table and its e2e: line. */
+int e2e__run_vs_gloo(bench_t *b);
 
 #endif

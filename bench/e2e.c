@@ -96,11 +96,14 @@
  *        asynchronous ones) fused_small_vs_blocking=... (the same
  *        over the time of the 128 in one fusion group)
  *   with the issue's other keys as "na" until they are measured here.
+ *
+ * This file is the coordinator (its processes and clusters, the busbw
+ * table, the loop lag, the command line); e2e-rows.c, e2e-mem.c and
+ * e2e-vs-gloo.c hold the other rows, e2e-worker.c the measured processes.
  */
 #include <errno.h>
 #include <dirent.h>
 #include <inttypes.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -136,8 +139,7 @@ void e2e__kill_kids(void)
     nkids = 0;
 }
 
-/* pid has been waited for: at_exit must not kill it (nor a reuse). */
-static void kid_forget(pid_t pid)
+void e2e__kid_forget(pid_t pid)
 {
     for (int i = 0; i < nkids; i++)
         if (kids[i] == pid) {
@@ -155,7 +157,7 @@ static void at_exit(void)
     tmp_dir = NULL;
 }
 
-static void worker_spawn(worker_t *w, char *const *argv, const char *log)
+void e2e__worker_spawn(worker_t *w, char *const *argv, const char *log)
 {
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0)
@@ -183,7 +185,6 @@ static void worker_spawn(worker_t *w, char *const *argv, const char *log)
         kids[nkids++] = pid;
 }
 
-/* One line from w within the timeout; exits on EOF or timeout. */
 void e2e__worker_line(worker_t *w, char *line, size_t cap)
 {
     size_t len = 0;
@@ -206,7 +207,16 @@ void e2e__worker_line(worker_t *w, char *line, size_t cap)
 static int want_mean; /* group_run answers the slowest mean instead */
 static double group_cpu_s; /* the last group run's CPU, all workers */
 
-/* Send "run" to every worker of a group; the slowest median, in us. */
+void e2e__group_want_mean(int on)
+{
+    want_mean = on;
+}
+
+double e2e__group_cpu(void)
+{
+    return group_cpu_s;
+}
+
 double e2e__group_run_ms(worker_t *w, int nw, size_t bytes, int iters,
                          int ms)
 {
@@ -236,7 +246,7 @@ double e2e__group_run(worker_t *w, int nw, size_t bytes, int iters)
     return e2e__group_run_ms(w, nw, bytes, iters, 0);
 }
 
-static void group_quit(worker_t *w, int nw)
+void e2e__group_quit(worker_t *w, int nw)
 {
     for (int i = 0; i < nw; i++) {
         fprintf(w[i].to, "quit\n");
@@ -281,13 +291,6 @@ typedef struct {
     double ring_cpu_per_gb; /* the ring processes', timed iterations */
 } row_t;
 
-/* CPU seconds of nw processes over a run of iters x bytes, per process,
- * per GB that process reduced. */
-static double cpu_per_gb(double cpu_s, int nw, size_t bytes, int iters)
-{
-    return cpu_s / nw / ((double)bytes * iters / 1e9);
-}
-
 double e2e__cluster_cpu(const cluster_t *c)
 {
     double s = 0;
@@ -296,24 +299,15 @@ double e2e__cluster_cpu(const cluster_t *c)
     return s;
 }
 
-/* n daemons of job `job`, t trainers each with a state of `state` bytes
- * and a buffer of `max`. */
-static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
-                            int n, int t, size_t max, size_t state,
-                            const char *ckpt_dir);
-
 void e2e__cluster_up(bench_t *b, cluster_t *c, const char *job, int n,
                      int t, size_t max, size_t state)
 {
-    cluster_up_ckpt(b, c, job, n, t, max, state, NULL);
+    e2e__cluster_up_ckpt(b, c, job, n, t, max, state, NULL);
 }
 
-/* ckpt_dir non-NULL: checkpoints every CKPT_INTERVAL steps there. */
-#define CKPT_INTERVAL "10"
-
-static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
-                            int n, int t, size_t max, size_t state,
-                            const char *ckpt_dir)
+void e2e__cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job, int n,
+                          int t, size_t max, size_t state,
+                          const char *ckpt_dir)
 {
     char tstr[8], nstr[8], maxb[32], stb[32];
     c->n = n;
@@ -348,12 +342,12 @@ static void cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job,
                             stb, NULL};
             char lg[16];
             snprintf(lg, sizeof(lg), "t%d.log", k);
-            worker_spawn(&c->tr[i * t + k], argv, td_path(&c->d[i], lg));
+            e2e__worker_spawn(&c->tr[i * t + k], argv,
+                              td_path(&c->d[i], lg));
         }
 }
 
-/* The worst main-loop lag of any daemon of c since it started, in ms. */
-static double cluster_lag_ms(const cluster_t *c)
+double e2e__cluster_lag_ms(const cluster_t *c)
 {
     double worst = 0;
     for (int i = 0; i < c->n; i++) {
@@ -392,18 +386,33 @@ static void *control_main(void *arg)
     return NULL;
 }
 
+void e2e__ctl_start(void)
+{
+    pthread_t ctl;
+    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
+        pthread_detach(ctl);
+}
+
+void e2e__ctl_reset(void)
+{
+    ctl_lag_ms = 0;
+}
+
+double e2e__ctl_lag_ms(void)
+{
+    return ctl_lag_ms;
+}
+
 void e2e__cluster_down(cluster_t *c)
 {
-    group_quit(c->tr, c->n * c->t);
+    e2e__group_quit(c->tr, c->n * c->t);
     for (int i = 0; i < c->n; i++)
         if (td_stop(&c->d[i], 20000) != 0)
             fprintf(stderr, "e2e: daemon n%d did not drain cleanly\n", i);
 }
 
-/* n raw ring processes (tp + ring, no daemon) for buffers up to max,
- * their addresses exchanged in a directory named for job. */
-static void ring_group_up(bench_t *b, const char *job, int n, size_t max,
-                          worker_t *rg)
+void e2e__ring_group_up(bench_t *b, const char *job, int n, size_t max,
+                        worker_t *rg)
 {
     char nstr[8], ring_dir[512], maxb[32];
     snprintf(nstr, sizeof(nstr), "%d", n);
@@ -411,12 +420,12 @@ static void ring_group_up(bench_t *b, const char *job, int n, size_t max,
     snprintf(ring_dir, sizeof(ring_dir), "%s/%s-ring", b->tmp, job);
     mkdir(ring_dir, 0700);
     for (int i = 0; i < n; i++) {
-        char rk[8], lg[600];
+        char rk[12], lg[600];
         snprintf(rk, sizeof(rk), "%d", i);
         snprintf(lg, sizeof(lg), "%s/ring%d.log", ring_dir, i);
         char *argv[] = {(char *)b->self, "--ring", ring_dir, rk, nstr, maxb,
                         NULL};
-        worker_spawn(&rg[i], argv, lg);
+        e2e__worker_spawn(&rg[i], argv, lg);
     }
 }
 
@@ -430,14 +439,14 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     size_t max = b->sizes[b->nsizes - 1];
     snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
     e2e__cluster_up(b, &cl, job, n, t, max, 0);
-    ring_group_up(b, job, n, max, rg);
+    e2e__ring_group_up(b, job, n, max, rg);
     double e2e[MAXSIZES][MAXROUNDS], ring[MAXSIZES][MAXROUNDS];
     double ratio[MAXSIZES][MAXROUNDS], cpu[MAXSIZES][MAXROUNDS];
     double rcpu[MAXSIZES][MAXROUNDS];
     /* The job is formed after one collective; a scrape then starts the
      * daemons' lag window, so start-up is not counted. */
     e2e__group_run(tr, n * t, b->sizes[0], 1);
-    (void)cluster_lag_ms(&cl);
+    (void)e2e__cluster_lag_ms(&cl);
     ctl_lag_ms = 0;
     for (int r = 0; r < b->rounds; r++)
         for (int s = 0; s < b->nsizes; s++) {
@@ -461,414 +470,16 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
         rows[s].cpu_per_gb = e2e__median(cpu[s], b->rounds);
         rows[s].ring_cpu_per_gb = e2e__median(rcpu[s], b->rounds);
     }
-    double lag = cluster_lag_ms(&cl);
+    double lag = e2e__cluster_lag_ms(&cl);
     if (lag > lag_max_ms)
         lag_max_ms = lag;
     if (ctl_lag_ms > ctl_lag_max_ms)
         ctl_lag_max_ms = ctl_lag_ms;
-    group_quit(rg, n);
+    e2e__group_quit(rg, n);
     e2e__cluster_down(&cl);
     e2e__kill_kids();
 }
 
-/* The largest anonymous (private) resident set of c's daemons: their
- * heap, staging, snapshots and checkpoint buffers, not the trainers'
- * shared buffers (those are RssShmem). */
-static double cluster_private_bytes(const cluster_t *c)
-{
-    double worst = 0;
-    for (int i = 0; i < c->n; i++) {
-        char path[64], line[256];
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)c->d[i].pid);
-        FILE *f = fopen(path, "r");
-        unsigned long long kb;
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-            if (sscanf(line, "RssAnon: %llu kB", &kb) == 1 &&
-                kb * 1024.0 > worst)
-                worst = kb * 1024.0;
-        if (f != NULL)
-            fclose(f);
-    }
-    return worst;
-}
-
-#define MEM_STATE (256 * MiB)
-#define MEM_GRADS (64 * MiB)
-
-static double metric_in(const char *m, const char *key);
-
-/* Wait (up to 120 s) until no writer of c's daemons holds a shard; the
- * seconds waited, negative when they still did. */
-static double wait_writers(const cluster_t *c)
-{
-    uint64_t t0 = rd_now_ns();
-    int busy = 1;
-    while (busy && rd_now_ns() - t0 < 120000000000ull) {
-        busy = 0;
-        for (int i = 0; i < c->n && !busy; i++) {
-            char *m = td_http_get(c->d[i].metrics_port, "/metrics");
-            busy = metric_in(m, "ringd_checkpoint_writing") != 0;
-            free(m);
-        }
-        if (busy)
-            poll(NULL, 0, 50);
-    }
-    double s = (double)(rd_now_ns() - t0) / 1e9;
-    return busy ? -s : s;
-}
-
-/* The largest value of a metric among c's daemons. */
-static double cluster_metric_max(const cluster_t *c, const char *key)
-{
-    double worst = 0;
-    for (int i = 0; i < c->n; i++) {
-        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
-        double v = metric_in(m, key);
-        if (v > worst)
-            worst = v;
-        free(m);
-    }
-    return worst;
-}
-
-/*
- * A checkpoint's stall per GiB of state as the trainer sees it: the
- * phases' mean step times on minus off, over the checkpoints the on job
- * copied in the phase per round (a boundary that finds the writers still
- * busy takes none), scaled from MEM_STATE.
- */
-static double stall_per_gib(double *son, double *soff,
-                            int rounds, int nsteps, double copies)
-{
-    if (copies <= 0)
-        return NAN; /* printed as "na": no checkpoint to measure */
-    double ms = (e2e__median(son, rounds) - e2e__median(soff, rounds)) *
-                nsteps / (copies / rounds) / 1e3;
-    return ms * (1024.0 * MiB) / MEM_STATE;
-}
-
-/* The value of a /metrics line beginning with key (name and labels). */
-static double metric_in(const char *m, const char *key)
-{
-    char want[160];
-    snprintf(want, sizeof(want), "\n%s ", key);
-    const char *p = m != NULL ? strstr(m, want) : NULL;
-    return p != NULL ? strtod(p + strlen(want), NULL) : 0;
-}
-
-/*
- * Where the checkpoints of c's daemons spent their time, from their
- * counters (daemon/README.md, "Checkpoints"): one '#' line per daemon,
- * so a stall can be told from a held collective, a slow copy (wall
- * against CPU: waiting for a core; faults: first touch), the encoders
- * or the main loop.
- */
-static void print_ckpt_counters(const cluster_t *c)
-{
-    /* The last checkpoint's encoders may still run (at a low priority):
-     * their figures count only once they are done. */
-    double s = wait_writers(c);
-    printf("# the writers finished %.1f s after the last step%s\n",
-           s < 0 ? -s : s, s < 0 ? " (not yet)" : "");
-    static const char *const keys[][2] = {
-        {"ringd_checkpoints_skipped_total", "skipped"},
-        {"ringd_checkpoint_copies_total", "copies"},
-        {"ringd_checkpoint_holds_total", "holds"},
-        {"ringd_checkpoint_hold_seconds_total", "hold_s"},
-        {"ringd_checkpoint_hold_seconds_max", "hold_max_s"},
-        {"ringd_checkpoint_copy_seconds_total", "copy_wall_s"},
-        {"ringd_checkpoint_shard_copy_seconds_total{shard=\"primary\"}",
-         "copy1_s"},
-        {"ringd_checkpoint_shard_copy_cpu_seconds_total{shard=\"primary\"}",
-         "copy1_cpu_s"},
-        {"ringd_checkpoint_shard_copy_page_faults_total{shard=\"primary\"}",
-         "copy1_faults"},
-        {"ringd_checkpoint_encode_seconds_total{shard=\"primary\"}",
-         "enc1_s"},
-        {"ringd_checkpoint_encode_cpu_seconds_total{shard=\"primary\"}",
-         "enc1_cpu_s"},
-        {"ringd_checkpoint_encode_seconds_total{shard=\"replica\"}",
-         "enc2_s"},
-        {"ringd_checkpoint_shards_written_total{shard=\"primary\"}",
-         "written1"},
-        {"ringd_checkpoint_loop_seconds_total", "loop_s"},
-        {"ringd_loop_copy_bytes_total", "loop_copy_B"},
-    };
-    for (int i = 0; i < c->n; i++) {
-        char *m = td_http_get(c->d[i].metrics_port, "/metrics");
-        printf("# ckpt counters n%d:", i);
-        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
-            printf(" %s=%.4g", keys[k][1], metric_in(m, keys[k][0]));
-        printf("\n");
-        free(m);
-    }
-}
-
-typedef struct {
-    double mem_off, mem_on;  /* private memory / state, ckpt off and on */
-    double ar_ratio;         /* allreduce time with checkpoints / without */
-    double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
-    double stall_coll_ms_per_gib; /* ... of a step with a 4 KiB collective */
-    double copies, copies_coll;   /* checkpoints copied in those phases */
-    double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
-    double ctl_lag_ms;            /* the control thread's, same window */
-} mem_t;
-
-/*
- * n = 4, one trainer each, a 256 MiB state and 64 MiB of gradients:
- * the daemons' private memory as a multiple of the state, checkpoints off
- * and on (every CKPT_INTERVAL steps), and the allreduce time with
- * checkpoints over the time without (medians, the two jobs interleaved).
- */
-static void run_mem(bench_t *b, mem_t *out)
-{
-    static cluster_t off, on;
-    char dir[600];
-    snprintf(dir, sizeof(dir), "%s/ckpt", b->tmp);
-    mkdir(dir, 0700);
-    e2e__cluster_up(b, &off, "e2e-mem-off", 4, 1, MEM_GRADS, MEM_STATE);
-    cluster_up_ckpt(b, &on, "e2e-mem-on", 4, 1, MEM_GRADS, MEM_STATE, dir);
-    double toff[MAXROUNDS], ton[MAXROUNDS];
-    for (int r = 0; r < b->rounds; r++) {
-        toff[r] = e2e__group_run(off.tr, 4, MEM_GRADS, 10);
-        ton[r] = e2e__group_run(on.tr, 4, MEM_GRADS, 10);
-    }
-    /* Empty steps, 2 * CKPT_INTERVAL of them: the mean holds the
-     * checkpoint boundaries' stalls as the trainer sees them. A step
-     * without a collective is never held for the copy (daemon/README.md,
-     * "Checkpoints"), so the second phase's steps each run one 4 KiB
-     * allreduce and no compute: the worst case, nothing to overlap the
-     * copy with. */
-    double soff[MAXROUNDS], son[MAXROUNDS];
-    const char *copies_key = "ringd_checkpoint_copies_total";
-    int nsteps = 2 * atoi(CKPT_INTERVAL);
-    want_mean = 1;
-    (void)cluster_lag_ms(&off); /* the scrape resets the worst lag */
-    (void)cluster_lag_ms(&on);
-    ctl_lag_ms = 0;
-    /* A boundary while the writers still encode the last checkpoint
-     * takes none: start each phase with them idle. */
-    (void)wait_writers(&on);
-    double c0 = cluster_metric_max(&on, copies_key);
-    for (int r = 0; r < b->rounds; r++) {
-        soff[r] = e2e__group_run(off.tr, 4, 0, nsteps);
-        son[r] = e2e__group_run(on.tr, 4, 0, nsteps);
-    }
-    out->lag_off_ms = cluster_lag_ms(&off);
-    out->lag_on_ms = cluster_lag_ms(&on);
-    out->ctl_lag_ms = ctl_lag_ms;
-    (void)wait_writers(&on); /* the last boundary's copy counts when done */
-    double c1 = cluster_metric_max(&on, copies_key);
-    out->copies = c1 - c0;
-    out->stall_ms_per_gib = stall_per_gib(son, soff, b->rounds, nsteps,
-                                          out->copies);
-    for (int r = 0; r < b->rounds; r++) {
-        soff[r] = e2e__group_run(off.tr, 4, 4096, nsteps);
-        son[r] = e2e__group_run(on.tr, 4, 4096, nsteps);
-    }
-    want_mean = 0;
-    (void)wait_writers(&on);
-    out->copies_coll = cluster_metric_max(&on, copies_key) - c1;
-    out->stall_coll_ms_per_gib = stall_per_gib(son, soff, b->rounds, nsteps,
-                                               out->copies_coll);
-    out->mem_off = cluster_private_bytes(&off) / MEM_STATE;
-    out->mem_on = cluster_private_bytes(&on) / MEM_STATE;
-    out->ar_ratio = e2e__median(ton, b->rounds) / e2e__median(toff, b->rounds);
-    print_ckpt_counters(&on);
-    e2e__cluster_down(&on);
-    e2e__cluster_down(&off);
-    e2e__kill_kids();
-}
-
-static const char *const gloo_algos[] = {"ring", "chunked", "new"};
-#define NGLOO ((int)(sizeof(gloo_algos) / sizeof(*gloo_algos)))
-
-/* One launch of n Gloo processes running algo over every size, iters
- * each: the slowest rank's median per size in us[], its CPU per GB in
- * cpu[] (every rank's CPU over the timed iterations, as the ring's). */
-static void run_gloo_algo(bench_t *b, int n, int algo, int iters,
-                          double *us, double *cpu)
-{
-    static int launch;
-    char bin[4200], dir[512], nstr[8], its[8];
-    snprintf(bin, sizeof(bin), "%s/bench/e2e-gloo", th_bindir());
-    snprintf(dir, sizeof(dir), "%s/gloo-n%d-%s-%d", b->tmp, n,
-             gloo_algos[algo], launch++);
-    mkdir(dir, 0700);
-    snprintf(nstr, sizeof(nstr), "%d", n);
-    snprintf(its, sizeof(its), "%d", iters);
-    worker_t w[MAXN];
-    char sz[MAXSIZES][24];
-    for (int s = 0; s < b->nsizes; s++)
-        snprintf(sz[s], sizeof(sz[s]), "%zu", b->sizes[s]);
-    for (int r = 0; r < n; r++) {
-        char rk[8], lg[600];
-        snprintf(rk, sizeof(rk), "%d", r);
-        snprintf(lg, sizeof(lg), "%s/log%d", dir, r);
-        char *argv[8 + MAXSIZES] = {bin, (char *)gloo_algos[algo], rk,
-                                    nstr, dir, its};
-        for (int s = 0; s < b->nsizes; s++)
-            argv[6 + s] = sz[s];
-        argv[6 + b->nsizes] = NULL;
-        worker_spawn(&w[r], argv, lg);
-    }
-    for (int s = 0; s < b->nsizes; s++) {
-        double worst = 0, cpu_s = 0;
-        for (int r = 0; r < n; r++) {
-            char line[128];
-            size_t bytes;
-            double t, c;
-            e2e__worker_line(&w[r], line, sizeof(line));
-            if (sscanf(line, "%zu %lf %lf", &bytes, &t, &c) != 3)
-                e2e__die("gloo", line);
-            if (t > worst)
-                worst = t;
-            cpu_s += c;
-        }
-        us[s] = worst;
-        cpu[s] = cpu_per_gb(cpu_s, n, b->sizes[s], iters);
-    }
-    /* Only these: --vs-gloo keeps its ring processes up meanwhile. */
-    for (int r = 0; r < n; r++) {
-        fclose(w[r].to);
-        int st;
-        if (th_wait(w[r].pid, 30000, &st) != 0)
-            th_kill(w[r].pid);
-        kid_forget(w[r].pid);
-        close(w[r].from);
-    }
-}
-
-static int gloo_built(void)
-{
-    char bin[4200];
-    snprintf(bin, sizeof(bin), "%s/bench/e2e-gloo", th_bindir());
-    return access(bin, X_OK) == 0;
-}
-
-typedef struct {
-    double us[MAXSIZES], cpu[MAXSIZES]; /* 0: Gloo not built */
-    const char *algo[MAXSIZES];
-    double var_us[NGLOO][MAXSIZES], var_cpu[NGLOO][MAXSIZES];
-} gloo_t;
-
-/* Every Gloo ring variant at n; per size the best (the fastest, its CPU
- * per GB beside it). */
-static void run_gloo(bench_t *b, int n, int iters, gloo_t *g)
-{
-    memset(g, 0, sizeof(*g));
-    for (int s = 0; s < b->nsizes; s++)
-        g->algo[s] = "-";
-    if (!gloo_built())
-        return;
-    for (int a = 0; a < NGLOO; a++) {
-        run_gloo_algo(b, n, a, iters, g->var_us[a], g->var_cpu[a]);
-        for (int s = 0; s < b->nsizes; s++)
-            if (g->us[s] == 0 || g->var_us[a][s] < g->us[s]) {
-                g->us[s] = g->var_us[a][s];
-                g->cpu[s] = g->var_cpu[a][s];
-                g->algo[s] = gloo_algos[a];
-            }
-    }
-}
-
-/* One size at one n in --vs-gloo: per round, the ring's and each Gloo
- * variant's time and CPU per GB. */
-typedef struct {
-    double ring_us[MAXROUNDS], ring_cpu[MAXROUNDS];
-    double var_us[NGLOO][MAXROUNDS], var_cpu[NGLOO][MAXROUNDS];
-} vs_cell_t;
-
-/* The per-round ratios against that round's fastest Gloo variant. */
-static void vs_print(const bench_t *b, int n, size_t bytes, vs_cell_t *c,
-                     double *bw_ratio_p, double *cpu_ratio_p)
-{
-    double g_us[MAXROUNDS], g_cpu[MAXROUNDS], bw[MAXROUNDS], cpu[MAXROUNDS];
-    int wins[NGLOO] = {0}, best = 0;
-    for (int r = 0; r < b->rounds; r++) {
-        int a = 0;
-        for (int k = 1; k < NGLOO; k++)
-            if (c->var_us[k][r] < c->var_us[a][r])
-                a = k;
-        wins[a]++;
-        g_us[r] = c->var_us[a][r];
-        g_cpu[r] = c->var_cpu[a][r];
-        bw[r] = g_us[r] / c->ring_us[r];
-        cpu[r] = c->ring_cpu[r] / g_cpu[r];
-    }
-    for (int k = 1; k < NGLOO; k++)
-        if (wins[k] > wins[best])
-            best = k;
-    *bw_ratio_p = e2e__median(bw, b->rounds);
-    *cpu_ratio_p = e2e__median(cpu, b->rounds);
-    printf("%d\t%zu\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\n", n, bytes,
-           busbw(bytes, e2e__median(c->ring_us, b->rounds), n),
-           e2e__median(c->ring_cpu, b->rounds),
-           busbw(bytes, e2e__median(g_us, b->rounds), n),
-           e2e__median(g_cpu, b->rounds), gloo_algos[best], *bw_ratio_p,
-           *cpu_ratio_p);
-    for (int k = 0; k < NGLOO; k++)
-        printf("# gloo %s n=%d bytes=%zu: busbw %.3f GB/s, %.3f CPU s/GB "
-               "(medians of %d rounds)\n", gloo_algos[k], n, bytes,
-               busbw(bytes, e2e__median(c->var_us[k], b->rounds), n),
-               e2e__median(c->var_cpu[k], b->rounds), b->rounds);
-}
-
-/*
- * --vs-gloo: the raw ring against every Gloo ring variant at n = 2 and 4,
- * interleaved round by round (the ring's processes stay up; Gloo's are
- * launched per variant per round, as Gloo needs), nothing else.
- */
-static int run_vs_gloo(bench_t *b)
-{
-    if (!gloo_built())
-        e2e__die("--vs-gloo", "bench/e2e-gloo was not built (libgloo-dev)");
-    printf("n\tbytes\tring_busbw\tring_cpu_s_per_GB\tgloo_busbw"
-           "\tgloo_cpu_s_per_GB\tgloo_algo\tring_vs_gloo"
-           "\tring_cpu_over_gloo\n");
-    double bw64[2] = {0, 0}, cpu64[2] = {0, 0};
-    for (int ni = 0; ni < 2; ni++) {
-        int n = ni ? 4 : 2;
-        char job[32];
-        worker_t rg[MAXN];
-        static vs_cell_t cell[MAXSIZES];
-        snprintf(job, sizeof(job), "vs-gloo-n%d", n);
-        ring_group_up(b, job, n, b->sizes[b->nsizes - 1], rg);
-        for (int r = 0; r < b->rounds; r++) {
-            for (int s = 0; s < b->nsizes; s++) {
-                int it = iters_for(b->sizes[s]);
-                cell[s].ring_us[r] = e2e__group_run(rg, n, b->sizes[s], it);
-                cell[s].ring_cpu[r] = cpu_per_gb(group_cpu_s, n, b->sizes[s],
-                                                 it);
-            }
-            for (int a = 0; a < NGLOO; a++) {
-                double us[MAXSIZES], cpu[MAXSIZES];
-                /* Gloo's iterations: the ring's count at the largest
-                 * size, as its launch runs every size. */
-                run_gloo_algo(b, n, a, iters_for(b->sizes[b->nsizes - 1]),
-                              us, cpu);
-                for (int s = 0; s < b->nsizes; s++) {
-                    cell[s].var_us[a][r] = us[s];
-                    cell[s].var_cpu[a][r] = cpu[s];
-                }
-            }
-        }
-        group_quit(rg, n);
-        e2e__kill_kids();
-        for (int s = 0; s < b->nsizes; s++) {
-            double bw, cpu;
-            vs_print(b, n, b->sizes[s], &cell[s], &bw, &cpu);
-            if (b->sizes[s] == 64 * MiB) {
-                bw64[ni] = bw;
-                cpu64[ni] = cpu;
-            }
-        }
-    }
-    printf("e2e: ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f "
-           "ring_cpu_over_gloo_n2=%.3f ring_cpu_over_gloo_n4=%.3f\n",
-           bw64[0], bw64[1], cpu64[0], cpu64[1]);
-    return 0;
-}
 
 static void parse(bench_t *b, int argc, char **argv)
 {
@@ -967,19 +578,6 @@ static void print_table(const bench_t *b, row_t rows[2][2][MAXSIZES],
             }
 }
 
-/* A stall figure: "na" when no checkpoint was copied to measure it. */
-typedef struct { char s[24]; } ms_str_t;
-
-static ms_str_t ms1(double v)
-{
-    ms_str_t r;
-    if (isnan(v))
-        snprintf(r.s, sizeof(r.s), "na");
-    else
-        snprintf(r.s, sizeof(r.s), "%.1f", v);
-    return r;
-}
-
 /* The '#' lines of the rows that are not the table. */
 static void print_notes(const steps_t *st, const mem_t *mem,
                         const async_t *as)
@@ -998,8 +596,8 @@ static void print_notes(const steps_t *st, const mem_t *mem,
            "with checkpoints / without: %.2f; checkpoint stall of a "
            "step: %s ms per GiB of state (%.0f copied), with a 4 KiB "
            "allreduce a step %s (%.0f copied)\n", mem->mem_off,
-           mem->mem_on, mem->ar_ratio, ms1(mem->stall_ms_per_gib).s,
-           mem->copies, ms1(mem->stall_coll_ms_per_gib).s,
+           mem->mem_on, mem->ar_ratio, e2e__ms1(mem->stall_ms_per_gib).s,
+           mem->copies, e2e__ms1(mem->stall_coll_ms_per_gib).s,
            mem->copies_coll);
     e2e__print_async(as);
 }
@@ -1012,7 +610,7 @@ static int coordinator(bench_t *b)
     if (b->tmp == NULL)
         e2e__die("temp dir", strerror(errno));
     if (b->vs_gloo)
-        return run_vs_gloo(b);
+        return e2e__run_vs_gloo(b);
     fx_etcd_start(&b->etcd, 0);
     async_t as;
     if (b->async_only) {
@@ -1025,24 +623,7 @@ static int coordinator(bench_t *b)
         return 0;
     }
     if (b->mem_only) {
-        pthread_t ctl;
-        if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
-            pthread_detach(ctl);
-        mem_t mem;
-        run_mem(b, &mem);
-        printf("# worst main-loop lag of a daemon in the empty steps: "
-               "checkpoints off %.1f ms, on %.1f ms; the idle control "
-               "thread's %.1f ms\n", mem.lag_off_ms, mem.lag_on_ms,
-               mem.ctl_lag_ms);
-        printf("# checkpoints copied: %.0f in the empty steps, %.0f in the "
-               "steps with a 4 KiB allreduce (per job, all rounds)\n",
-               mem.copies, mem.copies_coll);
-        printf("e2e: mem_per_state=%.2f mem_per_state_ckpt=%.2f "
-               "ar_ckpt_vs_none=%.3f ckpt_stall_ms_per_GiB=%s "
-               "ckpt_stall_coll_ms_per_GiB=%s\n",
-               mem.mem_off, mem.mem_on, mem.ar_ratio,
-               ms1(mem.stall_ms_per_gib).s,
-               ms1(mem.stall_coll_ms_per_gib).s);
+        e2e__run_mem_only(b);
         fx_done();
         return 0;
     }
@@ -1054,21 +635,19 @@ static int coordinator(bench_t *b)
         fx_done();
         return 0;
     }
-    pthread_t ctl;
-    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
-        pthread_detach(ctl);
+    e2e__ctl_start();
     for (int ni = 0; ni < 2; ni++) {
         int n = ni ? 4 : 2;
         run_config(b, n, 1, rows[ni][0]);
         /* Gloo gets as many iterations as the largest size's rounds. */
-        run_gloo(b, n, iters_for(b->sizes[b->nsizes - 1]) * b->rounds,
-                 &gloo[ni]);
+        e2e__run_gloo(b, n, iters_for(b->sizes[b->nsizes - 1]) * b->rounds,
+                      &gloo[ni]);
         run_config(b, n, 2, rows[ni][1]);
     }
     steps_t st;
     e2e__run_steps(b, &st);
     mem_t mem;
-    run_mem(b, &mem);
+    e2e__run_mem(b, &mem);
     e2e__run_async(b, &as);
     double rvg[2] = {0, 0}, evg4 = 0;
     print_table(b, rows, gloo, rvg, &evg4);
@@ -1088,7 +667,8 @@ static int coordinator(bench_t *b)
            evg4, as.ratio, as.fused_one_ratio, as.small_ratio,
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
-           ms1(mem.stall_ms_per_gib).s, ms1(mem.stall_coll_ms_per_gib).s,
+           e2e__ms1(mem.stall_ms_per_gib).s,
+           e2e__ms1(mem.stall_coll_ms_per_gib).s,
            lag_max_ms,
            mem.mem_off, mem.mem_on,
            mem.ar_ratio, step_us[0], step_us[1], step_us[2]);

@@ -3,6 +3,7 @@
 BENCH_BINS += $(BUILD)/bench/e2e
 
 $(BUILD)/bench/e2e: $(BUILD)/bench/e2e.o $(BUILD)/bench/e2e-rows.o \
+    $(BUILD)/bench/e2e-mem.o $(BUILD)/bench/e2e-vs-gloo.o \
     $(BUILD)/bench/e2e-worker.o \
     $(BUILD)/tests/dmn-util.o \
     $(BUILD)/tests/mb-fixture.o $(BUILD)/tests/helpers.o $(CORE_LIB)
