@@ -179,12 +179,12 @@ int ring__wire_slots(ring_t *r);
 /* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
 void ring__fail(ring_t *r, int rc, uint32_t who);
 
-/* The engine for ring_grid.c (ring.c). ring__coll_check: a collective may
- * start; ring__coll_begin/run: run the channels set up (their to, from,
- * pos, n, step0, finish, and ring__chan_setup's region), adding
- * the idle time to *wait_ns; the last run of a collective also fails the
- * ring for the next one when a link failed after it was no longer
- * needed. */
+/* The engine for ring_grid.c (ring.c; ring__coll_stats in ring_wait.c).
+ * ring__coll_check: a collective may start; ring__coll_begin/run: run the
+ * channels set up (their to, from, pos, n, step0, finish, and
+ * ring__chan_setup's region), adding the idle time to *wait_ns; the last
+ * run of a collective also fails the ring for the next one when a link
+ * failed after it was no longer needed. */
 int ring__coll_check(ring_t *r);
 void ring__chans_flat(ring_t *r);
 void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
@@ -198,6 +198,25 @@ void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns);
  * collective in flight (ring->coll) is kept. */
 int ring__flat_own(ring_t *r, ring_coll_t kind, void *buf, size_t count,
                    kern_dtype_t dt, kern_op_t op);
+
+/* The running collective (ring.c) for its wait loop (ring_wait.c): its
+ * first error wins and is logged once; one turn of the engine pumps every
+ * channel, adds the work done to *work_p and returns 1 when the
+ * collective is over. */
+void ring__coll_fail(ring_t *r, int rc, uint32_t who);
+int ring__coll_turn(ring_t *r, int *work_p);
+
+/* Every receive of the channel is applied. */
+static inline int ring__chan_recvs_done(const ring_chan_t *c)
+{
+    return c->next_proc == c->nrecv;
+}
+
+/* How a collective waits (ring_wait.c): turns of the engine until the
+ * collective is over, progressing the worker, busy-polling or sleeping on
+ * its efd when idle, failing it on a link's deadline; returns the idle
+ * time in ns. */
+int64_t ring__coll_loop(ring_t *r);
 
 /* Geometry of the channel engine (ring.c): chunk j of segment seg of the
  * channel's region, and where receive m lands and what it does there. */

@@ -1,6 +1,7 @@
 /*
  * ring.c - the channel engine and the collectives (setup and teardown of
- * a ring are in ring_setup.c).
+ * a ring are in ring_setup.c; how a collective waits for its messages, in
+ * ring_wait.c).
  *
  * Every collective is a stream of messages per channel, numbered m = 0..M-1
  * in both the sender's and the receiver's order. A message's place in the
@@ -19,7 +20,6 @@
 #include "common/status.h"
 
 #define RING_DRAIN_BOUND_NS 1000000000LL
-#define RING_SLEEP_MAX_MS 100
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -46,7 +46,7 @@ void ring__fail(ring_t *r, int rc, uint32_t who)
 }
 
 /* First error of the running collective wins; it is logged once, here. */
-static void coll_fail(ring_t *r, int rc, uint32_t who)
+void ring__coll_fail(ring_t *r, int rc, uint32_t who)
 {
     if (r->coll.err != 0)
         return;
@@ -254,11 +254,11 @@ static int chan_consume(ring_chan_t *c)
         sl->state = SLOT_FREE;
         int rc = post_recv(c, c->next_proc);
         if (rc != 0)
-            coll_fail(r, rc, c->from->rank);
+            ring__coll_fail(r, rc, c->from->rank);
         return 1;
     }
     if (sl->req.status != 0) {
-        coll_fail(r, sl->req.status, c->from->rank);
+        ring__coll_fail(r, sl->req.status, c->from->rank);
         sl->state = SLOT_FREE;
         return 1;
     }
@@ -321,7 +321,7 @@ static int chan_reap_sends(ring_chan_t *c)
         if (sl->state != SLOT_DONE)
             continue;
         if (sl->req.status != 0)
-            coll_fail(r, sl->req.status, c->to->rank);
+            ring__coll_fail(r, sl->req.status, c->to->rank);
         sl->state = SLOT_FREE;
         c->sends_done++;
         work++;
@@ -341,7 +341,7 @@ static int chan_advance(ring_chan_t *c)
            c->rs[c->next_post % r->opts.recv_depth].state == SLOT_FREE) {
         int rc = post_recv(c, c->next_post);
         if (rc != 0) {
-            coll_fail(r, rc, c->from->rank);
+            ring__coll_fail(r, rc, c->from->rank);
             return work;
         }
         c->next_post++;
@@ -358,7 +358,7 @@ static int chan_advance(ring_chan_t *c)
             break;
         int rc = post_send(c, c->next_send);
         if (rc != 0) {
-            coll_fail(r, rc, c->to->rank);
+            ring__coll_fail(r, rc, c->to->rank);
             break;
         }
         c->next_send++;
@@ -390,11 +390,6 @@ static int chan_done(const ring_chan_t *c)
            (c->ring->coll.local == NULL || c->published == c->nseg * c->k);
 }
 
-static int chan_recvs_done(const ring_chan_t *c)
-{
-    return c->next_proc == c->nrecv;
-}
-
 /*
  * A failed neighbour fails the collective only if we still need it: a
  * right neighbour that has all our messages may leave (or die) while we
@@ -403,10 +398,10 @@ static int chan_recvs_done(const ring_chan_t *c)
 static void chan_links_check(ring_chan_t *c)
 {
     ring_t *r = c->ring;
-    if (c->from->fail_rc != 0 && !chan_recvs_done(c))
-        coll_fail(r, c->from->fail_rc, c->from->rank);
+    if (c->from->fail_rc != 0 && !ring__chan_recvs_done(c))
+        ring__coll_fail(r, c->from->fail_rc, c->from->rank);
     else if (c->to->fail_rc != 0 && c->sends_done < c->nsend)
-        coll_fail(r, c->to->fail_rc, c->to->rank);
+        ring__coll_fail(r, c->to->fail_rc, c->to->rank);
 }
 
 static int chan_outstanding(const ring_chan_t *c)
@@ -460,52 +455,6 @@ static void drain_stale(ring_t *r)
 }
 
 /*
- * Per-link deadlines: a receive we wait for, or a send in flight, that has
- * not moved for deadline_ms names that link's neighbour. Timing each link
- * from its own last event (not from any event) makes the hung rank's right
- * neighbour, which starves first, fire first and blame the right rank;
- * the ranks further along only see the cascade. Returns 1 when one fired.
- */
-/* Liveness is not progress: a rank whose daemon is alive only waits for
- * its trainer. The wait goes on (logged once per deadline); a view change
- * that removes the rank aborts the collective instead. */
-static int keep_waiting(ring_t *r, uint32_t rank, int64_t quiet_ns)
-{
-    if (r->opts.on_quiet == NULL ||
-        !r->opts.on_quiet(r->opts.on_quiet_arg, rank))
-        return 0;
-    RD_WARN("ring gen %" PRIu64 " seq %u: rank %u quiet for %lld ms but "
-            "alive: waiting for it", r->generation, r->seq, rank,
-            (long long)(quiet_ns / 1000000));
-    return 1;
-}
-
-static int coll_deadline(ring_t *r, int64_t now)
-{
-    int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
-    for (unsigned i = 0; i < r->nchan; i++) {
-        ring_chan_t *c = &r->chan[i];
-        if (!chan_recvs_done(c) && now - c->last_rx > d) {
-            if (keep_waiting(r, c->from->rank, now - c->last_rx)) {
-                c->last_rx = now;
-                continue;
-            }
-            coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
-            return 1;
-        }
-        if (c->next_send > c->sends_done && now - c->last_tx > d) {
-            if (keep_waiting(r, c->to->rank, now - c->last_tx)) {
-                c->last_tx = now;
-                continue;
-            }
-            coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/*
  * After an error: cancel receives, force-close the endpoints so stuck
  * sends complete, and wait (bounded) until UCX has let go of every buffer.
  */
@@ -554,98 +503,17 @@ void ring__coll_begin(ring_t *r, unsigned nchan)
 }
 
 /*
- * An idle spell of the collective loop: from the first turn without work
- * to the next turn with some.
- */
-typedef struct {
-    int64_t start;   /* 0: not idle */
-    int64_t spun_ns; /* busy-polled before the first sleep */
-    int slept;
-} ring_spell_t;
-
-/*
- * How long this spell may busy-poll. Spinning pays when the next event
- * comes within spin_us: it saves a sleep and a wakeup. When it does not
- * (a late neighbour, or one waiting for a CPU on an oversubscribed
- * machine), every spin_us spent is taken from the processes the ring
- * waits for. So the adaptive policy spins only after RING_SPIN_TRUST
- * spells in a row ended within spin_us (a single short one after a
- * sleep may be luck), and a long spell blocks the next one at once.
- */
-static int64_t spin_budget_ns(const ring_t *r)
-{
-    if (r->opts.spin_adaptive && r->spin_credit < RING_SPIN_TRUST)
-        return 0;
-    return (int64_t)r->opts.spin_us * 1000;
-}
-
-/* A spell ended with work at now: count it and learn from its length. */
-static void spell_end(ring_t *r, ring_spell_t *sp, int64_t now)
-{
-    if (!sp->slept) {
-        r->stats.spin_hits++;
-    } else {
-        r->stats.sleeps++;
-        if (sp->spun_ns >= (int64_t)r->opts.spin_us * 1000 &&
-            r->opts.spin_us > 0) {
-            r->stats.spin_misses++;
-            r->stats.spin_waste_us += (uint64_t)sp->spun_ns / 1000;
-        }
-    }
-    if (now - sp->start <= (int64_t)r->opts.spin_us * 1000) {
-        if (r->spin_credit < RING_SPIN_TRUST)
-            r->spin_credit++;
-    } else {
-        r->spin_credit = 0;
-    }
-    sp->start = 0;
-}
-
-/*
- * Idle: check the deadlines, then, past the spell's spin budget, sleep on
- * the efd (at most RING_SLEEP_MAX_MS, so deadlines are checked at least
- * that often; an abort wakes it through tp_signal). Returns 1 when a
- * deadline fired.
- */
-static int coll_idle(ring_t *r, int64_t now, ring_spell_t *sp,
-                     int64_t *wait_ns)
-{
-    if (coll_deadline(r, now))
-        return 1;
-    if (now - sp->start < spin_budget_ns(r))
-        return 0;
-    if (!sp->slept) {
-        sp->slept = 1;
-        sp->spun_ns = now - sp->start;
-    }
-    int64_t t0 = rd_now_ns();
-    tp_wait(r->tp, RING_SLEEP_MAX_MS);
-    *wait_ns += rd_now_ns() - t0;
-    return 0;
-}
-
-void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
-{
-    uint64_t w = (uint64_t)wait_ns / 1000;
-    r->stats.last_wait_us = w;
-    r->stats.total_wait_us += w;
-    if (w > r->stats.max_wait_us)
-        r->stats.max_wait_us = w;
-    r->stats.last_usec = (uint64_t)(rd_now_ns() - t0) / 1000;
-}
-
-/*
  * One turn of the loop: pump every channel. Returns 1 when the collective
  * is over: all done, or failed with receives still missing. Once every
  * receive is applied our result is complete, so after an error we only
  * wait for the sends to finish (they fail fast on a failed endpoint) and
  * UCX lets go of the buffer.
  */
-static int coll_turn(ring_t *r, int *work_p)
+int ring__coll_turn(ring_t *r, int *work_p)
 {
     int done = 1, recvd = 1, quiet = 1;
     if (atomic_load_explicit(&r->abort_req, memory_order_acquire))
-        coll_fail(r, ST_EABORTED, r->rank);
+        ring__coll_fail(r, ST_EABORTED, r->rank);
     for (unsigned i = 0; i < r->nchan; i++) {
         chan_links_check(&r->chan[i]);
         *work_p += chan_pump(&r->chan[i]);
@@ -653,7 +521,7 @@ static int coll_turn(ring_t *r, int *work_p)
     for (unsigned i = 0; i < r->nchan; i++) {
         const ring_chan_t *c = &r->chan[i];
         done &= chan_done(c);
-        recvd &= chan_recvs_done(c);
+        recvd &= ring__chan_recvs_done(c);
         quiet &= c->next_send == c->sends_done;
     }
     /*
@@ -665,48 +533,6 @@ static int coll_turn(ring_t *r, int *work_p)
     return done || (r->coll.err != 0 && (!recvd || quiet));
 }
 
-/* Progress until the collective is over; returns the idle time in ns. */
-static int64_t coll_loop(ring_t *r)
-{
-    int64_t wait_ns = 0, spin_t = 0;
-    ring_spell_t sp = {0};
-    for (;;) {
-        int work = 0;
-        if (coll_turn(r, &work))
-            break;
-        work += (int)tp_progress(r->tp);
-        /* One local chunk ahead a turn, after what arrived was applied
-         * and forwarded: while UCX moves the chunks in flight, the sums
-         * the next receives land on get ready, so a dependent send never
-         * waits for one (and an idle turn does useful work). */
-        if (r->coll.local != NULL)
-            work += ring__local_ahead(r);
-        int64_t now = rd_now_ns();
-        if (work) {
-            if (coll_deadline(r, now)) /* another channel kept us busy */
-                break;
-            if (spin_t)
-                wait_ns += now - spin_t;
-            spin_t = 0;
-            if (sp.start)
-                spell_end(r, &sp, now);
-            continue;
-        }
-        if (!spin_t)
-            spin_t = now;
-        if (!sp.start)
-            sp = (ring_spell_t){.start = now};
-        int64_t before = wait_ns;
-        if (coll_idle(r, now, &sp, &wait_ns))
-            break;
-        if (wait_ns != before)
-            spin_t = rd_now_ns(); /* slept time is already counted */
-    }
-    if (sp.start) /* the last turn's events ended the collective */
-        spell_end(r, &sp, rd_now_ns());
-    return wait_ns;
-}
-
 /*
  * Drive the current collective (or grid phase) to the end. Complete beats
  * failed: a neighbour that exits (or dies) after its last message arrived
@@ -714,7 +540,7 @@ static int64_t coll_loop(ring_t *r)
  */
 int ring__coll_run(ring_t *r, int64_t *wait_ns, int last)
 {
-    *wait_ns += coll_loop(r);
+    *wait_ns += ring__coll_loop(r);
     r->seq = (r->seq + 1) & TP_TAG_SEQ_MASK;
     r->stats.next_seq = r->seq;
     int complete = 1;

@@ -42,8 +42,12 @@
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
  *          --host-size H (host key r / H) --expect-grid (matrix: every
  *          allreduce ran on the grid) --expect-rows R (matrix: its rows)
- * Exit status 0 is a pass; failures print why on stderr.
+ * Exit status 0 is a pass; failures print why on stderr. MODE local is in
+ * ring-worker-local.c, the data and references all modes check against
+ * in ring-worker-data.c.
  */
+#include "tests/ring-worker.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -61,39 +65,7 @@
 #include "ring/ring.h"
 #include "transport/tp.h"
 
-#define DIE(...)                                                             \
-    do {                                                                     \
-        fprintf(stderr, "rank %u: ", W.rank);                                \
-        fprintf(stderr, __VA_ARGS__);                                        \
-        fprintf(stderr, "\n");                                               \
-        exit(1);                                                             \
-    } while (0)
-
-typedef struct {
-    const char *dir, *mode;
-    uint32_t rank, n;
-    uint64_t gen;
-    ring_opts_t opts;
-    size_t counts[16];
-    int ncounts;
-    size_t count;
-    int iters, expect_fail, expect_grid, keyed;
-    uint32_t locals;
-    int fused, f32_only;
-    uint32_t expect_rows;
-    uint32_t host_size;
-    uint32_t *hosts;
-    tp_t *tp;
-    ring_t *ring;
-    FILE *out;
-    void **addrs;
-    size_t *lens;
-    int onfail_count;
-    uint32_t onfail_rank;
-    atomic_int running;
-} worker_t;
-
-static worker_t W; /* a test binary's own state, not library state */
+worker_t W; /* a test binary's own state, not library state */
 
 static int64_t now_ms(void)
 {
@@ -203,143 +175,7 @@ static void form_ring(void)
     new_ring(W.gen);
 }
 
-/* ---- deterministic data and references --------------------------------- */
-
-static int is_float(kern_dtype_t dt)
-{
-    return dt == KERN_F32 || dt == KERN_F64 || dt == KERN_F16 ||
-           dt == KERN_BF16;
-}
-
-/* Rank r's value at i, before rounding to the dtype. */
-static double gen_val(kern_dtype_t dt, kern_op_t op, uint32_t r, size_t i)
-{
-    uint64_t h = (i * 2654435761u + r * 40503u + 17) % 1000;
-    if (!is_float(dt)) {
-        if (op == KERN_PROD)
-            return (double)(h % 3 + 1);
-        return (double)h - (dt == KERN_U8 ? 0 : 500);
-    }
-    if (op == KERN_PROD)
-        return 1.0 + ((double)h - 500) / 4096.0;
-    return ((double)h - 500) / 64.0;
-}
-
-static void put(kern_dtype_t dt, void *buf, size_t i, double x)
-{
-    switch (dt) {
-    case KERN_F32: ((float *)buf)[i] = (float)x; break;
-    case KERN_F64: ((double *)buf)[i] = x; break;
-    case KERN_F16: ((uint16_t *)buf)[i] = kern_f32_to_f16_one((float)x); break;
-    case KERN_BF16:
-        ((uint16_t *)buf)[i] = kern_f32_to_bf16_one((float)x);
-        break;
-    case KERN_I32: ((int32_t *)buf)[i] = (int32_t)(int64_t)x; break;
-    case KERN_I64: ((int64_t *)buf)[i] = (int64_t)x; break;
-    case KERN_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)x; break;
-    default: break;
-    }
-}
-
-static double get(kern_dtype_t dt, const void *buf, size_t i)
-{
-    switch (dt) {
-    case KERN_F32: return ((const float *)buf)[i];
-    case KERN_F64: return ((const double *)buf)[i];
-    case KERN_F16: return kern_f16_to_f32_one(((const uint16_t *)buf)[i]);
-    case KERN_BF16: return kern_bf16_to_f32_one(((const uint16_t *)buf)[i]);
-    case KERN_I32: return ((const int32_t *)buf)[i];
-    case KERN_I64: return (double)((const int64_t *)buf)[i];
-    case KERN_U8: return ((const uint8_t *)buf)[i];
-    default: return 0;
-    }
-}
-
-/* Wrap an exact integer into the dtype, as two's complement does. */
-static int64_t wrap(kern_dtype_t dt, uint64_t x)
-{
-    if (dt == KERN_U8)
-        return (uint8_t)x;
-    if (dt == KERN_I32)
-        return (int32_t)(uint32_t)x;
-    return (int64_t)x;
-}
-
-static int64_t int_ref(kern_dtype_t dt, kern_op_t op, size_t i)
-{
-    uint64_t acc = 0;
-    for (uint32_t r = 0; r < W.n; r++) {
-        int64_t x = wrap(dt, (uint64_t)(int64_t)gen_val(dt, op, r, i));
-        int64_t a = wrap(dt, acc);
-        if (r == 0)
-            acc = (uint64_t)x;
-        else if (op == KERN_SUM || op == KERN_AVG)
-            acc = (uint64_t)wrap(dt, (uint64_t)a + (uint64_t)x);
-        else if (op == KERN_PROD)
-            acc = (uint64_t)wrap(dt, (uint64_t)a * (uint64_t)x);
-        else if (op == KERN_MIN)
-            acc = (uint64_t)(x < a ? x : a);
-        else
-            acc = (uint64_t)(x > a ? x : a);
-    }
-    int64_t v = wrap(dt, acc);
-    if (op == KERN_AVG)
-        v = v / (int64_t)W.n;
-    return v;
-}
-
-static double tol_for(kern_dtype_t dt, int wire)
-{
-    double t = dt == KERN_F64 ? 1e-12 : dt == KERN_F32 ? 1e-5
-             : dt == KERN_F16 ? 4e-3 : 3e-2;
-    if (wire)
-        t = W.opts.wire == RING_WIRE_BF16 ? 3e-2 : 4e-3;
-    return t * W.n;
-}
-
-static void check_float(kern_dtype_t dt, kern_op_t op, const void *buf,
-                        size_t i, const char *what)
-{
-    double ref = 0, mag = 0;
-    for (uint32_t r = 0; r < W.n; r++) {
-        char one[8];
-        put(dt, one, 0, gen_val(dt, op, r, i));
-        double x = get(dt, one, 0);
-        if (r == 0)
-            ref = x;
-        else if (op == KERN_SUM || op == KERN_AVG)
-            ref += x;
-        else if (op == KERN_PROD)
-            ref *= x;
-        else if (op == KERN_MIN)
-            ref = x < ref ? x : ref;
-        else
-            ref = x > ref ? x : ref;
-        mag += fabs(x);
-    }
-    if (op == KERN_AVG) {
-        ref /= W.n;
-        mag /= W.n;
-    }
-    if (op == KERN_PROD)
-        mag = fabs(ref);
-    double got = get(dt, buf, i);
-    int wire = dt == KERN_F32 && W.opts.wire != RING_WIRE_NONE;
-    int exact = (op == KERN_MIN || op == KERN_MAX) && !wire;
-    double tol = exact ? 0 : tol_for(dt, wire) * (mag + 1e-3);
-    if (!(fabs(got - ref) <= tol))
-        DIE("%s: %s/%s [%zu] = %.9g, want %.9g (tol %.3g)", what,
-            kern_dtype_name(dt), kern_op_name(op), i, got, ref, tol);
-}
-
-static uint64_t fnv(const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
-}
+/* ---- matrix: every dtype x op x count ---------------------------------- */
 
 static void one_allreduce(kern_dtype_t dt, kern_op_t op, size_t count)
 {
@@ -796,149 +632,6 @@ static void mode_late(void)
     if (ring_set_deadline(W.ring, short_ms) != 0)
         DIE("ring_set_deadline");
     one_allreduce(KERN_F32, KERN_SUM, 1000);
-}
-
-/* ---- local sources: the pipelined local reduce ------------------------ */
-
-#define LOCAL_MAX 4
-#define LOCAL_PIECES 3
-
-/* The sources of one call: W.locals buffers, each whole or in
- * LOCAL_PIECES pieces of uneven sizes (the fused layout). */
-typedef struct {
-    void *bufs[LOCAL_MAX * LOCAL_PIECES];
-    size_t seg[LOCAL_PIECES];
-    ring_local_t l;
-} local_set_t;
-
-static void local_make(local_set_t *ls, kern_dtype_t dt, kern_op_t op,
-                       size_t count)
-{
-    size_t es = kern_dtype_size(dt);
-    uint32_t g = W.fused ? LOCAL_PIECES : 1;
-    ls->seg[0] = count / 5;
-    ls->seg[1] = count / 2;
-    ls->seg[2] = count - ls->seg[0] - ls->seg[1];
-    if (g == 1)
-        ls->seg[0] = count;
-    for (uint32_t j = 0; j < W.locals; j++) {
-        size_t at = 0;
-        for (uint32_t s = 0; s < g; s++) {
-            uint8_t *b = malloc(ls->seg[s] * es + 1);
-            for (size_t i = 0; i < ls->seg[s]; i++)
-                put(dt, b, i, gen_val(dt, op, W.rank * W.locals + j, at + i));
-            ls->bufs[j * g + s] = b;
-            at += ls->seg[s];
-        }
-    }
-    ls->l = (ring_local_t){.bufs = ls->bufs, .nbufs = W.locals,
-                           .nsegs = g, .seg_counts = ls->seg};
-}
-
-static void local_free(local_set_t *ls)
-{
-    uint32_t g = W.fused ? LOCAL_PIECES : 1;
-    for (uint32_t i = 0; i < W.locals * g; i++)
-        free(ls->bufs[i]);
-}
-
-/* Every source holds want (count elements of es bytes) bitwise. */
-static void local_expect(const local_set_t *ls, const uint8_t *want,
-                         size_t es, const char *what)
-{
-    uint32_t g = W.fused ? LOCAL_PIECES : 1;
-    for (uint32_t j = 0; j < W.locals; j++) {
-        size_t at = 0;
-        for (uint32_t s = 0; s < g; s++) {
-            if (memcmp(ls->bufs[j * g + s], want + at * es,
-                       ls->seg[s] * es) != 0)
-                DIE("%s: source %u piece %u differs from the staged path",
-                    what, j, s);
-            at += ls->seg[s];
-        }
-    }
-}
-
-/* Integer sums are exact: the staged path's own result, checked. */
-static void local_check_sum(kern_dtype_t dt, kern_op_t op, const void *res,
-                            size_t count)
-{
-    if ((dt != KERN_I32 && dt != KERN_I64) || op != KERN_SUM)
-        return;
-    for (size_t i = 0; i < count; i++) {
-        uint64_t acc = 0;
-        for (uint32_t src = 0; src < W.n * W.locals; src++)
-            acc += (uint64_t)wrap(dt, (uint64_t)(int64_t)gen_val(dt, op,
-                                                                 src, i));
-        if ((int64_t)get(dt, res, i) != wrap(dt, acc))
-            DIE("local %s sum [%zu] = %.0f, want %" PRId64,
-                kern_dtype_name(dt), i, get(dt, res, i), wrap(dt, acc));
-    }
-}
-
-static void one_local(kern_dtype_t dt, kern_op_t op, size_t count)
-{
-    size_t es = kern_dtype_size(dt);
-    uint32_t div = W.n * W.locals; /* a daemon's: the job's trainers */
-    char what[96];
-    snprintf(what, sizeof what, "local %s/%s count %zu",
-             kern_dtype_name(dt), kern_op_name(op), count);
-    local_set_t staged, piped;
-    local_make(&staged, dt, op, count);
-    local_make(&piped, dt, op, count);
-    uint8_t *ref = malloc(count * es + 1), *region = malloc(count * es + 1);
-    ring_local_gather(&staged.l, dt, op, ref, 0, count);
-    int rc = ring_allreduce_wire(W.ring, ref, count, dt, op, div,
-                                 W.opts.wire);
-    if (rc != 0)
-        DIE("%s, staged: %s", what, st_strerror(rc));
-    ring_local_scatter(&staged.l, es, ref, 0, count);
-    rc = ring_allreduce_local(W.ring, &piped.l, region, count, dt, op, div,
-                              W.opts.wire);
-    if (rc != 0)
-        DIE("%s: %s", what, st_strerror(rc));
-    if (count > 0 && memcmp(region, ref, count * es) != 0)
-        DIE("%s: the region differs from the staged path", what);
-    local_expect(&piped, ref, es, what);
-    local_expect(&staged, ref, es, what);
-    local_check_sum(dt, op, ref, count);
-    fprintf(W.out, "local %s %s %zu %016" PRIx64 "\n", kern_dtype_name(dt),
-            kern_op_name(op), count, fnv(ref, count * es));
-    local_free(&staged);
-    local_free(&piped);
-    free(ref);
-    free(region);
-}
-
-static void mode_local(void)
-{
-    if (W.locals < 1 || W.locals > LOCAL_MAX)
-        DIE("--locals wants 1..%d", LOCAL_MAX);
-    uint64_t calls = 0;
-    ring_stats_t before;
-    ring_stats(W.ring, &before);
-    for (int c = 0; c < W.ncounts; c++)
-        for (int dt = 0; dt < KERN_DTYPE_COUNT; dt++)
-            for (int op = 0; op < KERN_OP_COUNT; op++) {
-                if (W.f32_only && (dt != KERN_F32 ||
-                                   (op != KERN_SUM && op != KERN_AVG)))
-                    continue;
-                one_local((kern_dtype_t)dt, (kern_op_t)op, W.counts[c]);
-                calls += W.counts[c] > 0;
-            }
-    ring_stats_t st;
-    ring_stats(W.ring, &st);
-    /* The grid keeps the staged order; the flat ring pipelines. */
-    uint64_t want = W.expect_grid ? 0 : calls;
-    if (st.local_pipelined - before.local_pipelined != want)
-        DIE("stats: %" PRIu64 " pipelined local allreduces, want %" PRIu64,
-            st.local_pipelined - before.local_pipelined, want);
-    if (W.expect_grid && st.grid - before.grid != 2 * calls)
-        DIE("stats: %" PRIu64 " of %" PRIu64 " allreduces on the grid",
-            st.grid - before.grid, 2 * calls);
-    if (st.forged != 0 || st.stale_dropped != 0)
-        DIE("stats: %" PRIu64 " forged, %" PRIu64 " stale", st.forged,
-            st.stale_dropped);
 }
 
 /* ---- main ------------------------------------------------------------- */

@@ -1,0 +1,186 @@
+/*
+ * ring_wait.c - how a collective waits: the loop that turns the channel
+ * engine (ring.c) until the collective is over, its idle spells (busy-poll
+ * within the adaptive spin budget, then sleep on the worker's event fd),
+ * the per-link deadlines checked while idle, and the wait time they add
+ * up to (ring/README.md, "Threading").
+ */
+#include "ring/ring-int.h"
+
+#include <inttypes.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#define RING_SLEEP_MAX_MS 100
+
+/*
+ * Per-link deadlines: a receive we wait for, or a send in flight, that has
+ * not moved for deadline_ms names that link's neighbour. Timing each link
+ * from its own last event (not from any event) makes the hung rank's right
+ * neighbour, which starves first, fire first and blame the right rank;
+ * the ranks further along only see the cascade. Returns 1 when one fired.
+ */
+/* Liveness is not progress: a rank whose daemon is alive only waits for
+ * its trainer. The wait goes on (logged once per deadline); a view change
+ * that removes the rank aborts the collective instead. */
+static int keep_waiting(ring_t *r, uint32_t rank, int64_t quiet_ns)
+{
+    if (r->opts.on_quiet == NULL ||
+        !r->opts.on_quiet(r->opts.on_quiet_arg, rank))
+        return 0;
+    RD_WARN("ring gen %" PRIu64 " seq %u: rank %u quiet for %lld ms but "
+            "alive: waiting for it", r->generation, r->seq, rank,
+            (long long)(quiet_ns / 1000000));
+    return 1;
+}
+
+static int coll_deadline(ring_t *r, int64_t now)
+{
+    int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
+    for (unsigned i = 0; i < r->nchan; i++) {
+        ring_chan_t *c = &r->chan[i];
+        if (!ring__chan_recvs_done(c) && now - c->last_rx > d) {
+            if (keep_waiting(r, c->from->rank, now - c->last_rx)) {
+                c->last_rx = now;
+                continue;
+            }
+            ring__coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
+            return 1;
+        }
+        if (c->next_send > c->sends_done && now - c->last_tx > d) {
+            if (keep_waiting(r, c->to->rank, now - c->last_tx)) {
+                c->last_tx = now;
+                continue;
+            }
+            ring__coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * An idle spell of the collective loop: from the first turn without work
+ * to the next turn with some.
+ */
+typedef struct {
+    int64_t start;   /* 0: not idle */
+    int64_t spun_ns; /* busy-polled before the first sleep */
+    int slept;
+} ring_spell_t;
+
+/*
+ * How long this spell may busy-poll. Spinning pays when the next event
+ * comes within spin_us: it saves a sleep and a wakeup. When it does not
+ * (a late neighbour, or one waiting for a CPU on an oversubscribed
+ * machine), every spin_us spent is taken from the processes the ring
+ * waits for. So the adaptive policy spins only after RING_SPIN_TRUST
+ * spells in a row ended within spin_us (a single short one after a
+ * sleep may be luck), and a long spell blocks the next one at once.
+ */
+static int64_t spin_budget_ns(const ring_t *r)
+{
+    if (r->opts.spin_adaptive && r->spin_credit < RING_SPIN_TRUST)
+        return 0;
+    return (int64_t)r->opts.spin_us * 1000;
+}
+
+/* A spell ended with work at now: count it and learn from its length. */
+static void spell_end(ring_t *r, ring_spell_t *sp, int64_t now)
+{
+    if (!sp->slept) {
+        r->stats.spin_hits++;
+    } else {
+        r->stats.sleeps++;
+        if (sp->spun_ns >= (int64_t)r->opts.spin_us * 1000 &&
+            r->opts.spin_us > 0) {
+            r->stats.spin_misses++;
+            r->stats.spin_waste_us += (uint64_t)sp->spun_ns / 1000;
+        }
+    }
+    if (now - sp->start <= (int64_t)r->opts.spin_us * 1000) {
+        if (r->spin_credit < RING_SPIN_TRUST)
+            r->spin_credit++;
+    } else {
+        r->spin_credit = 0;
+    }
+    sp->start = 0;
+}
+
+/*
+ * Idle: check the deadlines, then, past the spell's spin budget, sleep on
+ * the efd (at most RING_SLEEP_MAX_MS, so deadlines are checked at least
+ * that often; an abort wakes it through tp_signal). Returns 1 when a
+ * deadline fired.
+ */
+static int coll_idle(ring_t *r, int64_t now, ring_spell_t *sp,
+                     int64_t *wait_ns)
+{
+    if (coll_deadline(r, now))
+        return 1;
+    if (now - sp->start < spin_budget_ns(r))
+        return 0;
+    if (!sp->slept) {
+        sp->slept = 1;
+        sp->spun_ns = now - sp->start;
+    }
+    int64_t t0 = rd_now_ns();
+    tp_wait(r->tp, RING_SLEEP_MAX_MS);
+    *wait_ns += rd_now_ns() - t0;
+    return 0;
+}
+
+void ring__coll_stats(ring_t *r, int64_t t0, int64_t wait_ns)
+{
+    uint64_t w = (uint64_t)wait_ns / 1000;
+    r->stats.last_wait_us = w;
+    r->stats.total_wait_us += w;
+    if (w > r->stats.max_wait_us)
+        r->stats.max_wait_us = w;
+    r->stats.last_usec = (uint64_t)(rd_now_ns() - t0) / 1000;
+}
+
+/* Progress until the collective is over; returns the idle time in ns. */
+int64_t ring__coll_loop(ring_t *r)
+{
+    int64_t wait_ns = 0, spin_t = 0;
+    ring_spell_t sp = {0};
+    for (;;) {
+        int work = 0;
+        if (ring__coll_turn(r, &work))
+            break;
+        work += (int)tp_progress(r->tp);
+        /* One local chunk ahead a turn, after what arrived was applied
+         * and forwarded: while UCX moves the chunks in flight, the sums
+         * the next receives land on get ready, so a dependent send never
+         * waits for one (and an idle turn does useful work). */
+        if (r->coll.local != NULL)
+            work += ring__local_ahead(r);
+        int64_t now = rd_now_ns();
+        if (work) {
+            if (coll_deadline(r, now)) /* another channel kept us busy */
+                break;
+            if (spin_t)
+                wait_ns += now - spin_t;
+            spin_t = 0;
+            if (sp.start)
+                spell_end(r, &sp, now);
+            continue;
+        }
+        if (!spin_t)
+            spin_t = now;
+        if (!sp.start)
+            sp = (ring_spell_t){.start = now};
+        int64_t before = wait_ns;
+        if (coll_idle(r, now, &sp, &wait_ns))
+            break;
+        if (wait_ns != before)
+            spin_t = rd_now_ns(); /* slept time is already counted */
+    }
+    if (sp.start) /* the last turn's events ended the collective */
+        spell_end(r, &sp, rd_now_ns());
+    return wait_ns;
+}
+
