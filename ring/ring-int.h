@@ -36,6 +36,7 @@ typedef struct {
     uint8_t *buf;
     ring_slot_state_t state;
     uint32_t m; /* message index it was posted for */
+    int inplace; /* a receive posted straight into the user's buffer */
 } ring_slot_t;
 
 typedef enum {

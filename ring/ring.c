@@ -166,16 +166,51 @@ static void send_cb(tp_req_t *req)
     sl->state = SLOT_DONE;
 }
 
+/*
+ * A receive that only copies (the allgather half, a broadcast) lands
+ * straight in the user's buffer unless the wire is compressed: no staging
+ * copy. Its bytes there are dead until it is applied (the chunk is being
+ * replaced), and it cannot arrive before this rank is done with them: the
+ * data for a chunk comes back only after this rank's own send of that
+ * chunk reached the next rank. So a message rejected after landing (a
+ * wrong size: UCX truncates a longer one, ST_EPEER_FORGED) is simply
+ * received again over it, as with a slot; a collective that fails leaves
+ * the buffer to be redone anyway.
+ */
+static int recv_inplace(const ring_chan_t *c, uint32_t m, void **dst_p,
+                        size_t *cap_p)
+{
+    const ring_t *r = c->ring;
+    uint32_t seg = 0;
+    ring_act_t act = ACT_COPY;
+    ring__msg_recv(c, m, &seg, &act);
+    if (act != ACT_COPY || (r->coll.wire && r->coll.wire_es == 2))
+        return 0;
+    size_t off = 0, cnt = 0;
+    ring__chunk_range(c, seg, m % c->k, &off, &cnt);
+    if (cnt == 0)
+        return 0;
+    *dst_p = c->base + off * r->coll.es;
+    *cap_p = cnt * r->coll.es;
+    return 1;
+}
+
 static int post_recv(ring_chan_t *c, uint32_t m)
 {
     ring_t *r = c->ring;
     ring_slot_t *sl = &c->rs[m % r->opts.recv_depth];
+    void *dst = sl->buf;
+    size_t cap = r->opts.chunk_bytes;
+    tp_mem_t *mem = r->arena_mem;
+    sl->inplace = r->opts.recv_inplace && recv_inplace(c, m, &dst, &cap);
+    if (sl->inplace)
+        mem = NULL; /* the user's memory, as sends from it */
     sl->m = m;
     sl->req.cb = slot_cb;
     sl->req.data = sl;
     sl->state = SLOT_POSTED; /* the callback may run inside tp_recv */
-    int rc = tp_recv(r->tp, sl->buf, r->opts.chunk_bytes, chan_tag(c, m),
-                     RING_RECV_MASK, r->arena_mem, &sl->req);
+    int rc = tp_recv(r->tp, dst, cap, chan_tag(c, m), RING_RECV_MASK, mem,
+                     &sl->req);
     if (rc != 0)
         sl->state = SLOT_FREE;
     return rc;
@@ -205,6 +240,8 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
     ring_t *r = c->ring;
     void *dst = c->base + off * r->coll.es;
     if (act == ACT_COPY) {
+        if (sl->inplace)
+            return; /* it landed there */
         if (r->coll.wire && r->coll.wire_es == 2) {
             if (r->coll.wire_fmt == RING_WIRE_BF16)
                 kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
@@ -267,6 +304,7 @@ static int chan_consume(ring_chan_t *c)
     if (r->coll.local != NULL && act != ACT_COPY)
         ring__local_fill(c, c->k + c->next_proc + 1);
     apply(c, sl, off, cnt, act);
+    r->stats.recv_inplace += sl->inplace != 0;
     /* Validated: its flags count (a send depending on it carries them). */
     r->flags_seen |= (unsigned)(sl->req.tag >> RING_FLAG_SHIFT) &
                      RING_FLAGS_MASK;

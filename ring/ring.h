@@ -70,6 +70,10 @@ typedef struct {
     int spin_adaptive;    /* 1 (default): busy-poll only while the last
                              idle spells were shorter than spin_us */
     int bidirectional;    /* allreduce on two rings, half the data each */
+    int recv_inplace;     /* 1 (default): receives that only copy (the
+                             allgather half, broadcast) land in the
+                             user's buffer, not in a staging slot; a
+                             rank's own choice, nothing on the wire */
     ring_wire_t wire;     /* compression of f32 allreduce */
     ring_fail_cb on_fail; /* called once with the suspect's rank */
     void *on_fail_arg;
@@ -95,7 +99,8 @@ typedef struct {
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
- * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS.
+ * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS, and
+ * RINGD_RING_RECV_INPLACE=0|1 (not on the wire: nodes may differ).
  */
 void ring_opts_default(ring_opts_t *opts);
 
@@ -264,6 +269,8 @@ typedef struct {
     uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
     uint64_t local_pipelined; /* ring_allreduce_local calls that reduced
                                  the sources chunk by chunk in the ring */
+    uint64_t recv_inplace;  /* receives applied that had landed in the
+                               user's buffer (no staging copy) */
     /* Idle spells of collectives (no work from UCX or the channels until
      * the next event): */
     uint64_t spin_hits;     /* ended by an event while busy-polling */

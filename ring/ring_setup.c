@@ -32,6 +32,7 @@ void ring_opts_default(ring_opts_t *o)
     o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
     o->spin_adaptive = (int)env_long("RINGD_RING_SPIN_ADAPT", 1);
     o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
+    o->recv_inplace = (int)env_long("RINGD_RING_RECV_INPLACE", 1);
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
     o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
     o->grid_cols = (uint32_t)env_long("RINGD_RING_GRID_COLS", 0);

@@ -42,6 +42,8 @@
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
  *          --host-size H (host key r / H) --expect-grid (matrix: every
  *          allreduce ran on the grid) --expect-rows R (matrix: its rows)
+ *          --recv-inplace 0|1 (ring_opts_t.recv_inplace) --expect-inplace
+ *          0|1 (matrix: no receive / some receives landed in place)
  * Exit status 0 is a pass; failures print why on stderr. MODE local is in
  * ring-worker-local.c, the data and references all modes check against
  * in ring-worker-data.c.
@@ -230,6 +232,9 @@ static void mode_matrix(void)
             W.expect_rows);
     if (W.n > 1 && calls > 0 && st.total_wait_us < st.last_wait_us)
         DIE("stats: wait totals inconsistent");
+    if (W.expect_inplace >= 0 && (st.recv_inplace > 0) != W.expect_inplace)
+        DIE("stats: %" PRIu64 " receives in place, want %s", st.recv_inplace,
+            W.expect_inplace ? "some" : "none");
 }
 
 /* ---- broadcast, allgather, barrier -------------------------------------- */
@@ -660,6 +665,7 @@ static void parse(int argc, char **argv)
     W.iters = 1;
     W.count = 1 << 20;
     ring_opts_default(&W.opts);
+    W.expect_inplace = -1;
     W.opts.on_fail = on_fail;
     /*
      * Correctness runs share two cores with ASAN and other jobs: a long
@@ -697,6 +703,10 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--host-size"))
             W.host_size = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--expect-grid")) W.expect_grid = 1;
+        else if (!strcmp(a, "--recv-inplace"))
+            W.opts.recv_inplace = atoi(v), i++;
+        else if (!strcmp(a, "--expect-inplace"))
+            W.expect_inplace = atoi(v), i++;
         else if (!strcmp(a, "--expect-rows"))
             W.expect_rows = (uint32_t)atoi(v), i++;
         else if (!strcmp(a, "--iters")) W.iters = atoi(v), i++;

@@ -37,6 +37,7 @@ typedef struct {
     uint32_t locals;
     int fused, f32_only;
     uint32_t expect_rows;
+    int expect_inplace; /* -1: no check; 0: none in place; 1: some */
     uint32_t host_size;
     uint32_t *hosts;
     tp_t *tp;

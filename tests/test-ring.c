@@ -671,3 +671,35 @@ TEST_IMPL(ring_grid_stop_n4)
     launch_cleanup();
     return 0;
 }
+
+/*
+ * Receives that only copy land in the user's buffer (recv_inplace, the
+ * default): the counter says some did, and the results are bitwise those
+ * of the staging path (recv_inplace 0: none in place).
+ */
+TEST_IMPL(ring_recv_inplace_n3)
+{
+    const char *extra = "--counts 1,2,1009,40009 --chunk 8192";
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s --expect-inplace 1", extra);
+    snprintf(b, sizeof b, "%s --recv-inplace 0 --expect-inplace 0", extra);
+    launch_t l;
+    env_setup("tcp", 0);
+    launch(&l, 3, "matrix", a);
+    wait_all_ok(&l, 120000);
+    check_same_outputs(&l);
+    char *inplace = slurp(l.dir, "out", 0);
+    ASSERT(inplace != NULL && inplace[0] != '\0');
+    launch_cleanup();
+    launch(&l, 3, "matrix", b);
+    wait_all_ok(&l, 120000);
+    check_same_outputs(&l);
+    char *staged = slurp(l.dir, "out", 0);
+    ASSERT(staged != NULL);
+    ASSERT_MSG(strcmp(inplace, staged) == 0,
+               "results in place differ from the staged ones");
+    free(inplace);
+    free(staged);
+    launch_cleanup();
+    return 0;
+}
