@@ -264,6 +264,7 @@ void mb__campaign(mb_t *mb);
 void mb__handle_suspects(mb_t *mb);
 /* etcd answered: try the kept suspicions now, not at their backoff. */
 void mb__suspects_kick(mb_t *mb);
+void mb__suspects_recheck(mb_t *mb);
 void mb__schedule_settle(mb_t *mb);
 /* The stored view kv, parsed into v when a leader holding the job secret
  * wrote it (0); otherwise refused, logged, and left for the leader to

@@ -420,6 +420,7 @@ void mb__handle_suspects(mb_t *mb)
  * Not so for mb_suspect_report, whose reporter may be the one at fault.
  */
 static void sus_arm(mb_t *mb);
+static void sus_revoke(mb_t *mb, mb__sus_t *p);
 
 static int view_names(const mb__view_t *v, const char *node, int64_t lease)
 {
@@ -438,7 +439,11 @@ static int sus_moot(mb_t *mb, const mb__sus_t *p)
         return 1;
     if (!view_names(&mb->view, p->node, p->lease))
         return 1; /* a later view dropped that incarnation */
-    return p->revoked || (p->put_ok && !p->revoke);
+    /* A suspicion of ours (mb_suspect) is kept while the view names the
+     * suspect, even once its key is stored: this node may learn only
+     * later that the suspect leads (the leader key comes on its own
+     * watch), and then the revoke is ours (mb__suspects_recheck). */
+    return p->revoked || (p->put_ok && !p->revoke && !p->may_revoke);
 }
 
 static void sus_free(mb__sus_t *p)
@@ -458,6 +463,8 @@ static void on_sus_put(int status, const etcd_result_t *res, void *data)
         mb->sus_retry_ms = MB_RETRY_MIN_MS;
         if (sus_moot(mb, p))
             sus_free(p);
+        else if (p->revoke) /* learnt meanwhile that the suspect leads */
+            sus_revoke(mb, p);
         return;
     }
     p->revoke = p->may_revoke; /* see above: the reporter acts on it */
@@ -566,6 +573,33 @@ static void sus_arm(mb_t *mb)
     uv_timer_start(&mb->sus_timer, on_sus_timer, (uint64_t)ms, 0);
 }
 
+/* A suspected leader cannot act on it: it would keep its lease (and
+ * leadership) until the TTL runs out. Its lease is ours to revoke; its
+ * records go at once and a new leader is elected. */
+static int suspect_leads(mb_t *mb, const char *node, int64_t lease)
+{
+    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
+    return lk != NULL && lk->lease == lease && strcmp(lk->val, node) == 0;
+}
+
+/* The mirror changed: a kept suspicion whose suspect turns out to lead
+ * (its leader key arrived after the suspicion) is revoked by us now, not
+ * after the dead leader's TTL. */
+void mb__suspects_recheck(mb_t *mb)
+{
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
+        mb__sus_t *p = &mb->sus[i];
+        if (p->lease == 0 || !p->may_revoke || p->revoke || p->revoked ||
+            !suspect_leads(mb, p->node, p->lease))
+            continue;
+        RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
+                mb->me.node, p->node, (unsigned long long)p->lease);
+        p->revoke = 1;
+        if (p->inflight == 0)
+            sus_send(mb, p);
+    }
+}
+
 void mb__suspects_kick(mb_t *mb)
 {
     for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
@@ -596,15 +630,6 @@ static mb__sus_t *sus_slot(mb_t *mb, const char *node, int64_t lease)
     snprintf(free_p->node, sizeof(free_p->node), "%s", node);
     free_p->lease = lease;
     return free_p;
-}
-
-/* A suspected leader cannot act on it: it would keep its lease (and
- * leadership) until the TTL runs out. Its lease is ours to revoke; its
- * records go at once and a new leader is elected. */
-static int suspect_leads(mb_t *mb, const char *node, int64_t lease)
-{
-    mb_kv_t *lk = mb__mirror_find(mb, mb->leader_key);
-    return lk != NULL && lk->lease == lease && strcmp(lk->val, node) == 0;
 }
 
 static int suspect_put(mb_t *mb, const char *node, const char *why,

@@ -477,6 +477,8 @@ void mb__reconcile(mb_t *mb)
     }
     if (mb__mirror_find(mb, mb->leader_key) == NULL)
         mb__campaign(mb);
+    else
+        mb__suspects_recheck(mb);
     if (mb__leader_watches(mb, mb__is_leader(mb))) {
         mb__handle_suspects(mb);
         mb__schedule_settle(mb);

@@ -220,6 +220,83 @@ TEST_IMPL(mb_suspect_leader)
     return fx_done();
 }
 
+typedef struct {
+    mb_t *mb;
+    const char *val;
+} leader_is_t;
+
+/* The member's mirror holds the leader key with value a->val. */
+static int mirror_leader_is(void *arg)
+{
+    leader_is_t *a = arg;
+    mb_kv_t *kv = mb__mirror_find(a->mb, a->mb->leader_key);
+    return kv != NULL && kv->val != NULL && strcmp(kv->val, a->val) == 0;
+}
+
+static const char *suspect_node_;
+
+static int suspect_key_stored(void *arg)
+{
+    (void)arg;
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "get /ringd/test/suspect/%s --keys-only | "
+             "grep -q .", suspect_node_);
+    return fx_etcdctl(&etcd_, cmd) == 0;
+}
+
+/*
+ * The reporter learns only after its suspicion that the suspect leads:
+ * the leader key comes on its own watch, so a member can install a view
+ * before it has seen who leads (CI: mb_suspect_leader under ASAN waited
+ * out the dead leader's TTL). Played here by pointing the leader key,
+ * under the dead leader's lease, at another member while the suspicion
+ * is made and stored (nobody acts on it), then back: the reporter must
+ * revoke the suspect's lease then, and the view without it comes long
+ * before the TTL (30 s).
+ */
+TEST_IMPL(mb_suspect_leader_learnt_later)
+{
+    setup();
+    member_t m[3];
+    start_member(&m[0], "n1", "h", 30, 3);
+    start_member(&m[1], "n2", "h", 30, 3);
+    start_member(&m[2], "n3", "h", 30, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    ASSERT(leader >= 0);
+    int reporter = (leader + 1) % 3, other = (leader + 2) % 3;
+    long long lease = (long long)m[leader].mb->lease;
+    char key[MB_KEY_MAX], cmd[MB_KEY_MAX + 128];
+    snprintf(key, sizeof(key), "%s", m[reporter].mb->leader_key);
+    stop_member(&m[leader]); /* dead: it revokes nothing */
+
+    snprintf(cmd, sizeof(cmd), "put --lease=%llx %s %s", lease, key,
+             m[other].name);
+    ASSERT_EQ(fx_etcdctl(&etcd_, cmd), 0);
+    leader_is_t seen = {m[reporter].mb, m[other].name};
+    ASSERT_MSG(fx_run_until_fn(&loop, mirror_leader_is, &seen, 5000),
+               "the reporter never saw the leader key name %s",
+               m[other].name);
+    ASSERT_OK(mb_suspect(m[reporter].mb, m[leader].name, "endpoint reset"));
+    suspect_node_ = m[leader].name;
+    ASSERT(fx_run_until_fn(&loop, suspect_key_stored, NULL, 5000));
+    ASSERT_EQ(last_gen(&m[reporter]), 1); /* nobody acted on it */
+
+    snprintf(cmd, sizeof(cmd), "put --lease=%llx %s %s", lease, key,
+             m[leader].name);
+    ASSERT_EQ(fx_etcdctl(&etcd_, cmd), 0);
+    member_t *rest[] = {&m[reporter], &m[other]};
+    wait_gen(rest, 2, 2, 5000);
+    for (int i = 0; i < 2; i++)
+        ASSERT(strstr(rest[i]->lists[rest[i]->n_views - 1],
+                      m[leader].name) == NULL);
+    int nl = leader_index(m, 3);
+    ASSERT(nl == reporter || nl == other);
+    teardown(m, 3);
+    return fx_done();
+}
+
 static int no_reshape_keys(void *arg)
 {
     (void)arg;
