@@ -202,6 +202,32 @@ static int start_once(td_daemon_t *t, const char *const *extra)
     return 0;
 }
 
+static void *begin_main(void *p)
+{
+    td_begin_t *b = p;
+    b->rc = ringd_step_begin(b->c, &b->v);
+    return NULL;
+}
+
+void td_begin_start(td_begin_t *b, ringd_client_t *c)
+{
+    *b = (td_begin_t){.c = c, .rc = -999};
+    ASSERT_OK(pthread_create(&b->th, NULL, begin_main, b));
+}
+
+int td_begin_join(td_begin_t *b, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    return pthread_timedjoin_np(b->th, NULL, &until) == 0 ? 0 : -1;
+}
+
 int td_exit_code(pid_t pid, int timeout_ms)
 {
     int status;

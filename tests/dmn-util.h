@@ -8,8 +8,11 @@
 #ifndef RINGD_TEST_DMN_UTIL_H
 #define RINGD_TEST_DMN_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+#include "include/ringd.h"
 
 typedef struct {
     char *dir;            /* temp dir: socket, logs, files */
@@ -23,6 +26,21 @@ typedef struct {
     int networked;        /* extra flags name etcd: no --standalone */
     pid_t pid;
 } td_daemon_t;
+
+/* A trainer's ringd_step_begin() on a thread of its own: it returns only
+ * once every trainer of the step has asked, so a test driving several
+ * clients (or acting meanwhile) cannot call it inline. */
+typedef struct {
+    ringd_client_t *c;
+    ringd_view_t v;
+    int rc;
+    pthread_t th;
+} td_begin_t;
+
+void td_begin_start(td_begin_t *b, ringd_client_t *c);
+/* Joins it within timeout_ms: 0 (b->rc and b->v hold its outcome), or
+ * -1 if it has not returned by then (the thread is left running). */
+int td_begin_join(td_begin_t *b, int timeout_ms);
 
 /* Make the temp dir and the notify socket (no daemon yet). */
 void td_init(td_daemon_t *t, const char *name);

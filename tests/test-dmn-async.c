@@ -31,30 +31,16 @@ static void start_daemon(td_daemon_t *t, const char *name,
     ASSERT_OK(td_start(t, flags));
 }
 
-typedef struct {
-    ringd_client_t *c;
-    ringd_view_t v;
-    int rc;
-} begin_arg_t;
-
-static void *begin_thread(void *p)
-{
-    begin_arg_t *a = p;
-    a->rc = ringd_step_begin(a->c, &a->v);
-    return NULL;
-}
-
 /* Both trainers' step_begin, which returns once both asked. */
 static void begin_both(ringd_client_t *c[2], ringd_view_t v[2])
 {
-    begin_arg_t a = {c[1], {0}, -999};
-    pthread_t th;
-    ASSERT_OK(pthread_create(&th, NULL, begin_thread, &a));
+    td_begin_t b;
+    td_begin_start(&b, c[1]);
     int rc = ringd_step_begin(c[0], &v[0]);
-    ASSERT_OK(pthread_join(th, NULL));
+    ASSERT_OK(td_begin_join(&b, 60000));
     ASSERT_EQ(rc, 0);
-    ASSERT_EQ(a.rc, 0);
-    v[1] = a.v;
+    ASSERT_EQ(b.rc, 0);
+    v[1] = b.v;
 }
 
 /* Trainer k's input of tensor i, element j, in step s. */

@@ -263,32 +263,16 @@ TEST_IMPL(mb_view_opts)
 
 /* ---- per-call wire compression ------------------------------------- */
 
-typedef struct {
-    ringd_client_t *c;
-    ringd_view_t v;
-    int rc;
-} begin_arg_t;
-
-static void *begin_thread(void *p)
-{
-    begin_arg_t *a = p;
-    a->rc = ringd_step_begin(a->c, &a->v);
-    return NULL;
-}
-
 /* Every client's step_begin at once: each returns once all have asked. */
 static void begin_all(ringd_client_t **c, int n)
 {
-    begin_arg_t a[MAXN];
-    pthread_t th[MAXN];
+    td_begin_t b[MAXN];
+    for (int k = 0; k < n; k++)
+        td_begin_start(&b[k], c[k]);
     for (int k = 0; k < n; k++) {
-        a[k] = (begin_arg_t){c[k], {0}, -999};
-        ASSERT_OK(pthread_create(&th[k], NULL, begin_thread, &a[k]));
-    }
-    for (int k = 0; k < n; k++) {
-        ASSERT_OK(pthread_join(th[k], NULL));
-        ASSERT_EQ(a[k].rc, 0);
-        ASSERT_EQ(a[k].v.world, (uint32_t)n);
+        ASSERT_OK(td_begin_join(&b[k], 60000));
+        ASSERT_EQ(b[k].rc, 0);
+        ASSERT_EQ(b[k].v.world, (uint32_t)n);
     }
 }
 

@@ -5,15 +5,12 @@
  * in a step wakes it once, at or after its deadline. And a trainer that
  * goes back to step_begin while its collective is with the backend.
  */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 
-#include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/task.h"
 
@@ -169,19 +166,6 @@ TEST_IMPL(dmn_step_fenced_by_generation)
     return 0;
 }
 
-typedef struct {
-    ringd_client_t *c;
-    ringd_view_t v;
-    int rc;
-} begin_arg_t;
-
-static void *begin_thread(void *p)
-{
-    begin_arg_t *a = p;
-    a->rc = ringd_step_begin(a->c, &a->v);
-    return NULL;
-}
-
 /*
  * A trainer that goes back to step_begin while its collective is still
  * with the backend: the step is broken, the step_begin is answered once
@@ -217,22 +201,18 @@ TEST_IMPL(dmn_step_begin_while_in_flight)
     ASSERT_OK(ringd_allreduce_async(c, buf, 1, RINGD_F32, RINGD_SUM, &h));
     ASSERT_OK(td_wait_file(t.log, "holding the collective of step 1",
                            20000));
-    begin_arg_t a = {c, {0}, -999};
-    pthread_t th;
-    ASSERT_OK(pthread_create(&th, NULL, begin_thread, &a));
+    td_begin_t b;
+    td_begin_start(&b, c);
     ASSERT_OK(td_wait_file(t.log, "restarted step 1 without ending it",
                            20000));
     FILE *f = fopen(release, "w");
     ASSERT(f != NULL);
     fclose(f);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 30;
-    ASSERT_MSG(pthread_timedjoin_np(th, NULL, &until) == 0,
+    ASSERT_MSG(td_begin_join(&b, 30000) == 0,
                "step_begin after the held collective was not answered "
                "within 30 s");
-    ASSERT_EQ(a.rc, 0);
-    ASSERT_EQ(a.v.step, 1);
+    ASSERT_EQ(b.rc, 0);
+    ASSERT_EQ(b.v.step, 1);
     ASSERT_EQ(ringd_wait(c, h), RINGD_EINVAL); /* void with its step */
 
     buf[0] = 3.0f;
