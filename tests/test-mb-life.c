@@ -157,6 +157,22 @@ static int report_kept(void *arg)
     return uv_is_active((uv_handle_t *)&mb->sus_timer);
 }
 
+/* setup() and members n1..n3 (TTL 30 s: longer than any wait here, so
+ * only a revoke evicts one) in their first view; returns the leader's
+ * index. */
+static int start_three(member_t m[3])
+{
+    setup();
+    start_member(&m[0], "n1", "h", 30, 3);
+    start_member(&m[1], "n2", "h", 30, 3);
+    start_member(&m[2], "n3", "h", 30, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    ASSERT(leader >= 0);
+    return leader;
+}
+
 /*
  * A suspicion made while etcd is down: a member dies (destroyed, as a
  * crash) together with etcd, and its neighbour suspects it before etcd
@@ -167,14 +183,8 @@ static int report_kept(void *arg)
  */
 TEST_IMPL(mb_suspect_outage)
 {
-    setup();
     member_t m[3];
-    start_member(&m[0], "n1", "h", 30, 3);
-    start_member(&m[1], "n2", "h", 30, 3);
-    start_member(&m[2], "n3", "h", 30, 3);
-    member_t *all[] = {&m[0], &m[1], &m[2]};
-    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
-    int leader = leader_index(m, 3);
+    int leader = start_three(m);
     int victim = (leader + 1) % 3, reporter = (leader + 2) % 3;
     fx_etcd_kill(&etcd_);
     stop_member(&m[victim]);
@@ -198,15 +208,8 @@ TEST_IMPL(mb_suspect_outage)
  * (30 s here, longer than the wait) and another member leads. */
 TEST_IMPL(mb_suspect_leader)
 {
-    setup();
     member_t m[3];
-    start_member(&m[0], "n1", "h", 30, 3);
-    start_member(&m[1], "n2", "h", 30, 3);
-    start_member(&m[2], "n3", "h", 30, 3);
-    member_t *all[] = {&m[0], &m[1], &m[2]};
-    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
-    int leader = leader_index(m, 3);
-    ASSERT(leader >= 0);
+    int leader = start_three(m);
     int reporter = (leader + 1) % 3, other = (leader + 2) % 3;
     member_t *rest[] = {&m[reporter], &m[other]};
     stop_member(&m[leader]); /* dead: it revokes nothing */
@@ -233,14 +236,12 @@ static int mirror_leader_is(void *arg)
     return kv != NULL && kv->val != NULL && strcmp(kv->val, a->val) == 0;
 }
 
-static const char *suspect_node_;
-
+/* arg: the suspect's name. */
 static int suspect_key_stored(void *arg)
 {
-    (void)arg;
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "get /ringd/test/suspect/%s --keys-only | "
-             "grep -q .", suspect_node_);
+             "grep -q .", (const char *)arg);
     return fx_etcdctl(&etcd_, cmd) == 0;
 }
 
@@ -256,15 +257,8 @@ static int suspect_key_stored(void *arg)
  */
 TEST_IMPL(mb_suspect_leader_learnt_later)
 {
-    setup();
     member_t m[3];
-    start_member(&m[0], "n1", "h", 30, 3);
-    start_member(&m[1], "n2", "h", 30, 3);
-    start_member(&m[2], "n3", "h", 30, 3);
-    member_t *all[] = {&m[0], &m[1], &m[2]};
-    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
-    int leader = leader_index(m, 3);
-    ASSERT(leader >= 0);
+    int leader = start_three(m);
     int reporter = (leader + 1) % 3, other = (leader + 2) % 3;
     long long lease = (long long)m[leader].mb->lease;
     char key[MB_KEY_MAX], cmd[MB_KEY_MAX + 128];
@@ -279,8 +273,7 @@ TEST_IMPL(mb_suspect_leader_learnt_later)
                "the reporter never saw the leader key name %s",
                m[other].name);
     ASSERT_OK(mb_suspect(m[reporter].mb, m[leader].name, "endpoint reset"));
-    suspect_node_ = m[leader].name;
-    ASSERT(fx_run_until_fn(&loop, suspect_key_stored, NULL, 5000));
+    ASSERT(fx_run_until_fn(&loop, suspect_key_stored, m[leader].name, 5000));
     ASSERT_EQ(last_gen(&m[reporter]), 1); /* nobody acted on it */
 
     snprintf(cmd, sizeof(cmd), "put --lease=%llx %s %s", lease, key,
