@@ -4,7 +4,7 @@ LIB_SRCS += checkpoint/ckpt_codec.c checkpoint/ckpt_file.c \
             checkpoint/ckpt_manifest.c checkpoint/ckpt_store.c \
             checkpoint/ckpt_writer.c
 TEST_SRCS += tests/test-ckpt.c tests/test-ckpt-codec.c tests/test-ckpt-file.c \
-             tests/test-ckpt-writer.c
+             tests/test-ckpt-writer.c tests/ckpt-data.c
 PKGS += libzstd libxxhash libcjson
 BENCH_BINS += $(BUILD)/bench/ckpt
 

@@ -15,37 +15,9 @@
 #include <unistd.h>
 
 #include "checkpoint/ckpt.h"
+#include "tests/ckpt-data.h"
 #include "tests/helpers.h"
 #include "tests/task.h"
-
-static uint64_t rs = 88172645463325252ull;
-static uint32_t rnd32(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (uint32_t)rs;
-}
-
-/* Weights-like floats: roughly normal, scale 0.05. */
-static void fill_weights(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        float s = 0;
-        for (int k = 0; k < 4; k++)
-            s += (float)(rnd32() % 10000) / 10000.0f - 0.5f;
-        w[i] = s * 0.05f;
-    }
-}
-
-/* A few SGD-like steps: small changes to every weight. */
-static void perturb(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        w[i] -= 1e-4f * ((float)(rnd32() % 2000) / 1000.0f - 1.0f);
-}
-
-static const ckpt_codec_t codec = {.level = 3, .threads = 0, .elem_size = 4};
 
 typedef struct {
     const char *root;
@@ -106,9 +78,9 @@ TEST_IMPL(ckpt_writer_delta_chain)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 50000, size = n * 4;
     float *w = malloc(size), *out = malloc(size);
-    fill_weights(w, n);
+    tc_fill_weights(w, n);
     ckpt_writer_t *wr;
-    ckpt_writer_opts_t o = {.root = root, .codec = codec, .full_every = 2};
+    ckpt_writer_opts_t o = {.root = root, .codec = tc_codec, .full_every = 2};
     ASSERT_OK(ckpt_writer_create(&o, &wr));
     wctx_t c = {.root = root, .block_fd = -1};
     /* full, delta, delta, full, delta */
@@ -116,7 +88,7 @@ TEST_IMPL(ckpt_writer_delta_chain)
                                           CKPT_F_DELTA};
     uint64_t full = 0; /* every delta is against the last full shard */
     for (uint64_t step = 1; step <= 5; step++) {
-        perturb(w, n);
+        tc_perturb(w, n);
         ckpt_shard_info_t info = {.step = step, .nshards = 1,
                                   .raw_size = size, .total_size = size};
         ASSERT_OK(ckpt_writer_submit(wr, &info, w, on_written, &c));
@@ -154,7 +126,7 @@ TEST_IMPL(ckpt_writer_backpressure)
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);
     ckpt_writer_t *wr;
-    ckpt_writer_opts_t o = {.root = root, .codec = codec};
+    ckpt_writer_opts_t o = {.root = root, .codec = tc_codec};
     ASSERT_OK(ckpt_writer_create(&o, &wr));
     wctx_t c = {.root = root, .block_fd = fds[0]};
     ckpt_shard_info_t info = {.step = 1, .nshards = 1, .raw_size = size,
@@ -214,11 +186,11 @@ TEST_IMPL(ckpt_writer_live_pieces)
     size_t n = 2 * (size_t)CKPT_PIECE_BYTES + 4 * 1001 + 3;
     unsigned char *src = malloc(n), *keep = malloc(n), *out = malloc(n);
     ASSERT(src != NULL && keep != NULL && out != NULL);
-    fill_weights((float *)src, n / 4);
+    tc_fill_weights((float *)src, n / 4);
     for (size_t i = n - n % 4; i < n; i++)
         src[i] = (unsigned char)(i * 7);
     ckpt_writer_t *wr;
-    ckpt_writer_opts_t o = {.root = root, .codec = codec, .full_every = 2};
+    ckpt_writer_opts_t o = {.root = root, .codec = tc_codec, .full_every = 2};
     ASSERT_OK(ckpt_writer_create(&o, &wr));
     ASSERT_OK(ckpt_writer_reserve(wr, n));
     wctx_t c = {.root = root, .block_fd = -1};
@@ -226,7 +198,7 @@ TEST_IMPL(ckpt_writer_live_pieces)
     for (uint64_t step = 1; step <= 2; step++) {
         if (step == 2) { /* the state after the scribble, changed a bit */
             memcpy(src, keep, n);
-            perturb((float *)src, n / 4);
+            tc_perturb((float *)src, n / 4);
         }
         memcpy(keep, src, n);
         ckpt_shard_info_t info = {.step = step, .nshards = 1,
@@ -278,9 +250,9 @@ TEST_IMPL(ckpt_writer_base_damaged)
     size_t n = (size_t)CKPT_PIECE_BYTES + 4 * 333;
     float *w = malloc(n), *out = malloc(n);
     ASSERT(w != NULL && out != NULL);
-    fill_weights(w, n / 4);
+    tc_fill_weights(w, n / 4);
     ckpt_writer_t *wr;
-    ckpt_writer_opts_t o = {.root = root, .codec = codec, .full_every = 4};
+    ckpt_writer_opts_t o = {.root = root, .codec = tc_codec, .full_every = 4};
     ASSERT_OK(ckpt_writer_create(&o, &wr));
     wctx_t c = {.root = root, .block_fd = -1};
     ckpt_shard_info_t info = {.step = 1, .nshards = 1, .raw_size = n,
@@ -304,7 +276,7 @@ TEST_IMPL(ckpt_writer_base_damaged)
     ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
     close(fd);
 
-    perturb(w, n / 4);
+    tc_perturb(w, n / 4);
     info.step = 2;
     ASSERT_OK(ckpt_writer_submit(wr, &info, w, on_written, &c));
     ckpt_writer_flush(wr);

@@ -19,37 +19,9 @@
 
 #include "checkpoint/ckpt.h"
 #include "common/log.h"
+#include "tests/ckpt-data.h"
 #include "tests/helpers.h"
 #include "tests/task.h"
-
-static uint64_t rs = 88172645463325252ull;
-static uint32_t rnd32(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (uint32_t)rs;
-}
-
-/* Weights-like floats: roughly normal, scale 0.05. */
-static void fill_weights(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        float s = 0;
-        for (int k = 0; k < 4; k++)
-            s += (float)(rnd32() % 10000) / 10000.0f - 0.5f;
-        w[i] = s * 0.05f;
-    }
-}
-
-/* A few SGD-like steps: small changes to every weight. */
-static void perturb(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        w[i] -= 1e-4f * ((float)(rnd32() % 2000) / 1000.0f - 1.0f);
-}
-
-static const ckpt_codec_t codec = {.level = 3, .threads = 0, .elem_size = 4};
 
 /* Write a complete checkpoint of state (all shards + replicas + manifest),
  * as delta against base_step's state when base != NULL. */
@@ -74,7 +46,7 @@ static void write_ckpt(const char *root, uint64_t step, const void *state,
         }
         void *file;
         size_t len;
-        ASSERT_OK(ckpt_shard_encode(&codec, &info,
+        ASSERT_OK(ckpt_shard_encode(&tc_codec, &info,
                                     (const char *)state + info.offset,
                                     base ? (const char *)base + info.offset
                                          : NULL,
@@ -127,7 +99,7 @@ TEST_IMPL(ckpt_shuffle_xor)
     static const uint32_t elems[] = {1, 2, 4, 8};
     unsigned char a[1001], b[1001], c[1001], d[1001];
     for (size_t i = 0; i < sizeof(a); i++)
-        a[i] = (unsigned char)rnd32(), b[i] = (unsigned char)rnd32();
+        a[i] = (unsigned char)tc_rnd32(), b[i] = (unsigned char)tc_rnd32();
     for (size_t s = 0; s < 7; s++)
         for (size_t e = 0; e < 4; e++) {
             ckpt_shuffle(c, a, sizes[s], elems[e]);
@@ -162,9 +134,9 @@ TEST_IMPL(ckpt_shard_roundtrip)
     size_t n = 300007;
     float *w0 = malloc(n * 4), *w1 = malloc(n * 4), *out = malloc(n * 4);
     ASSERT(w0 && w1 && out);
-    fill_weights(w0, n);
+    tc_fill_weights(w0, n);
     memcpy(w1, w0, n * 4);
-    perturb(w1, n);
+    tc_perturb(w1, n);
     for (int delta = 0; delta < 2; delta++) {
         ckpt_shard_info_t info = {.step = 20, .generation = 3, .shard = 0,
                                   .nshards = 1, .raw_size = n * 4,
@@ -175,7 +147,7 @@ TEST_IMPL(ckpt_shard_roundtrip)
         }
         void *file;
         size_t len;
-        ASSERT_OK(ckpt_shard_encode(&codec, &info, w1, delta ? w0 : NULL,
+        ASSERT_OK(ckpt_shard_encode(&tc_codec, &info, w1, delta ? w0 : NULL,
                                     &file, &len));
         ASSERT_LT(len, n * 4); /* it compressed at all */
         ckpt_shard_info_t got;
@@ -234,12 +206,12 @@ TEST_IMPL(ckpt_shard_corruption)
 {
     size_t n = 4096;
     float *w = malloc(n * 4), *out = malloc(n * 4);
-    fill_weights(w, n);
+    tc_fill_weights(w, n);
     ckpt_shard_info_t info = {.step = 5, .shard = 0, .nshards = 1,
                               .raw_size = n * 4, .total_size = n * 4};
     unsigned char *file;
     size_t len;
-    ASSERT_OK(ckpt_shard_encode(&codec, &info, w, NULL, (void **)&file,
+    ASSERT_OK(ckpt_shard_encode(&tc_codec, &info, w, NULL, (void **)&file,
                                 &len));
     const size_t hdr = len - info.comp_size;
     ASSERT_EQ(hdr, 128);
@@ -339,9 +311,9 @@ TEST_IMPL(ckpt_restore_repair)
     ASSERT(root != NULL);
     size_t n = 100003, size = n * 4;
     float *s10 = malloc(size), *s20 = malloc(size), *out = malloc(size);
-    fill_weights(s10, n);
+    tc_fill_weights(s10, n);
     memcpy(s20, s10, size);
-    perturb(s20, n);
+    tc_perturb(s20, n);
     write_ckpt(root, 10, s10, size, 4, NULL, 0);
     write_ckpt(root, 20, s20, size, 4, s10, 10); /* delta on step 10 */
 
@@ -399,9 +371,9 @@ TEST_IMPL(ckpt_retention)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 1000, size = n * 4;
     float *a = malloc(size), *b = malloc(size);
-    fill_weights(a, n);
+    tc_fill_weights(a, n);
     memcpy(b, a, size);
-    perturb(b, n);
+    tc_perturb(b, n);
     write_ckpt(root, 1, a, size, 2, NULL, 0);
     write_ckpt(root, 2, a, size, 2, NULL, 0);
     write_ckpt(root, 3, a, size, 2, NULL, 0);      /* full */
@@ -411,7 +383,7 @@ TEST_IMPL(ckpt_retention)
     size_t len;
     ckpt_shard_info_t info = {.step = 9, .nshards = 1, .raw_size = 4,
                               .total_size = 4};
-    ASSERT_OK(ckpt_shard_encode(&codec, &info, a, NULL, &file, &len));
+    ASSERT_OK(ckpt_shard_encode(&tc_codec, &info, a, NULL, &file, &len));
     ASSERT_OK(ckpt_store_put(root, 0, 0, 0, file, len));
     ASSERT_OK(ckpt_store_put(root, 9, 0, 0, file, len));
     free(file);
@@ -453,9 +425,9 @@ TEST_IMPL(ckpt_retention_unreadable_manifest)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 1000, size = n * 4;
     float *a = malloc(size), *b = malloc(size);
-    fill_weights(a, n);
+    tc_fill_weights(a, n);
     memcpy(b, a, size);
-    perturb(b, n);
+    tc_perturb(b, n);
     write_ckpt(root, 1, a, size, 2, NULL, 0);
     write_ckpt(root, 3, a, size, 2, NULL, 0);      /* full */
     write_ckpt(root, 4, b, size, 2, a, 3);         /* delta on 3 */
@@ -497,11 +469,11 @@ TEST_IMPL(ckpt_incomplete_base)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 3000, size = n * 4;
     float *s1 = malloc(size), *s2 = malloc(size), *s3 = malloc(size);
-    fill_weights(s1, n);
+    tc_fill_weights(s1, n);
     memcpy(s2, s1, size);
-    perturb(s2, n);
+    tc_perturb(s2, n);
     memcpy(s3, s2, size);
-    perturb(s3, n);
+    tc_perturb(s3, n);
     write_ckpt(root, 10, s1, size, 3, NULL, 0);
     write_ckpt(root, 20, s2, size, 3, s1, 10);
     char m[600], dir[512];
@@ -552,7 +524,7 @@ static void rewrite_copy(const char *root, uint64_t step, uint32_t i,
     }
     void *file;
     size_t len;
-    ASSERT_OK(ckpt_shard_encode(&codec, &info,
+    ASSERT_OK(ckpt_shard_encode(&tc_codec, &info,
                                 (const char *)state + info.offset,
                                 base ? (const char *)base + info.offset
                                      : NULL,
@@ -576,11 +548,11 @@ TEST_IMPL(ckpt_replica_own_base)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 3000, size = n * 4;
     float *s1 = malloc(size), *s2 = malloc(size), *s3 = malloc(size);
-    fill_weights(s1, n);
+    tc_fill_weights(s1, n);
     memcpy(s2, s1, size);
-    perturb(s2, n);
+    tc_perturb(s2, n);
     memcpy(s3, s2, size);
-    perturb(s3, n);
+    tc_perturb(s3, n);
     write_ckpt(root, 10, s1, size, 3, NULL, 0);
     write_ckpt(root, 20, s2, size, 3, s1, 10);
     write_ckpt(root, 30, s3, size, 3, s2, 20);
@@ -625,12 +597,12 @@ TEST_IMPL(ckpt_killed_writer)
     char *root = th_mkdtemp("ringd-ckpt");
     size_t n = 1u << 20, size = n * 4;
     float *w = malloc(size), *out = malloc(size);
-    fill_weights(w, n);
+    tc_fill_weights(w, n);
     ckpt_shard_info_t info = {.step = 1, .nshards = 1, .raw_size = size,
                               .total_size = size};
     void *file;
     size_t len;
-    ASSERT_OK(ckpt_shard_encode(&codec, &info, w, NULL, &file, &len));
+    ASSERT_OK(ckpt_shard_encode(&tc_codec, &info, w, NULL, &file, &len));
     for (int round = 0; round < 6; round++) {
         int fds[2];
         ASSERT_EQ(pipe(fds), 0);
@@ -690,11 +662,11 @@ TEST_IMPL(ckpt_full_disk)
     }
     size_t n = 1u << 16, size = n * 4; /* 256 KiB of state */
     float *a = malloc(size), *b = malloc(size), *out = malloc(size);
-    fill_weights(a, n);
+    tc_fill_weights(a, n);
     write_ckpt(root, 1, a, size, 2, NULL, 0);
     /* Incompressible state, written until the disk is full. */
     for (size_t i = 0; i < n; i++) {
-        uint32_t r = rnd32();
+        uint32_t r = tc_rnd32();
         memcpy(&b[i], &r, 4);
     }
     int rc = 0;
@@ -704,7 +676,7 @@ TEST_IMPL(ckpt_full_disk)
                                   .offset = (uint64_t)k * size};
         void *file;
         size_t len;
-        ASSERT_OK(ckpt_shard_encode(&codec, &info, b, NULL, &file, &len));
+        ASSERT_OK(ckpt_shard_encode(&tc_codec, &info, b, NULL, &file, &len));
         rc = ckpt_store_put(root, 2, k, 0, file, len);
         free(file);
     }
@@ -768,9 +740,9 @@ TEST_IMPL(ckpt_ringctl_verify)
     size_t size = 1 << 18;
     float *a = malloc(size), *b = malloc(size);
     ASSERT(a != NULL && b != NULL);
-    fill_weights(a, size / 4);
+    tc_fill_weights(a, size / 4);
     memcpy(b, a, size);
-    perturb(b, size / 4);
+    tc_perturb(b, size / 4);
     write_ckpt(root, 10, a, size, 2, NULL, 0);
     write_ckpt(root, 20, b, size, 2, a, 10);
 
