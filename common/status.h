@@ -43,6 +43,7 @@ enum {
     ST_EPEER = -4200,        /* peer endpoint failed (crash, reset) */
     ST_EPEER_TIMEOUT = -4201, /* peer missed an operation deadline (hang) */
     ST_EPEER_FORGED = -4202, /* peer sent a message that fails validation */
+    ST_EPEER_SILENT = -4203, /* peer sent no heartbeat or data (stopped) */
     ST_LAST_PEER_FAILURE = -4299,
 
     /* Ring failures: the current view is dead, re-form on the next one. */
@@ -96,6 +97,7 @@ static inline const char *st_strerror(int rc)
     case ST_EPEER: return "peer failed";
     case ST_EPEER_TIMEOUT: return "peer missed its deadline";
     case ST_EPEER_FORGED: return "peer sent an invalid message";
+    case ST_EPEER_SILENT: return "peer stopped answering (no heartbeat)";
     case ST_EABORTED: return "operation aborted";
     case ST_ERESHAPE: return "view changed, redo the step";
     case ST_ESTALE: return "stale generation";

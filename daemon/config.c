@@ -65,6 +65,12 @@ static const cfg_key_t keys[] = {
     {"ring-deadline-ms", K_U32, F(ring_deadline_ms), 100, 3600000, "MS",
      "a ring collective that makes no progress this long fails; membership "
      "(the lease) normally notices a dead node first (default 10000)"},
+    {"liveness-ms", K_U32, F(liveness_ms), 0, 600000, "MS",
+     "a ring neighbour that sends neither heartbeats (its daemon sends "
+     "them every 100 ms whatever its trainer does) nor data this long is "
+     "suspected at once: a stopped or cut-off daemon leaves the job in "
+     "about this time, not its lease TTL; a slow trainer never looks like "
+     "that. 0: off (default 1000)"},
     {"ring-chunk-kib", K_U32, F(ring_chunk_kib), 1, 1048576, "KIB",
      "pipeline chunk of the ring's messages, in KiB; a job option (the "
      "job's first view fixes it, every node follows; default 1024)"},
@@ -159,6 +165,7 @@ void dmn_config_init(dmn_config_t *cfg)
     set_str(&cfg->host, host);
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
+    cfg->liveness_ms = 1000;
     cfg->ring_grid_min_nodes = 16;
     cfg->ring_chunk_kib = 1024;
     set_str(&cfg->ring_wire, "none");
@@ -485,6 +492,11 @@ static int validate(dmn_config_t *cfg, FILE *err)
         strcmp(cfg->ring_wire, "f16") != 0) {
         fprintf(err, "ringd: bad ring-wire '%s' (want none, bf16 or f16)\n",
                 cfg->ring_wire);
+        return ST_ECONFIG;
+    }
+    if (cfg->liveness_ms != 0 && cfg->liveness_ms < 300) {
+        fprintf(err, "ringd: liveness-ms %u is below 300 (heartbeats come "
+                "every 100 ms; 0 turns liveness off)\n", cfg->liveness_ms);
         return ST_ECONFIG;
     }
     if (cfg->standalone && cfg->backend == NULL)

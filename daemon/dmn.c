@@ -76,6 +76,7 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
         .min_nodes = cfg->min_nodes,
         .lease_ttl = cfg->lease_ttl,
         .ring_deadline_ms = cfg->ring_deadline_ms,
+        .ring_live_ms = cfg->liveness_ms,
         .ring_grid_min_nodes = cfg->ring_grid_min_nodes,
         .ring_grid_max_bytes = (uint64_t)cfg->ring_grid_max_kib * 1024,
         .ring_grid_cols = cfg->ring_grid_cols,

@@ -32,6 +32,7 @@ typedef struct dmn_config {
     char *host;             /* ring grouping; default: hostname */
     uint32_t min_nodes;     /* the first view waits for this many */
     uint32_t ring_deadline_ms; /* a ring collective with no progress */
+    uint32_t liveness_ms;      /* a neighbour silent this long is dead */
     uint32_t ring_grid_min_nodes; /* two-level allreduce from N nodes; 0 */
     uint32_t ring_grid_max_kib;   /* ... for messages up to this; 0: any */
     uint32_t ring_grid_cols;      /* ... its row width; 0: by host */

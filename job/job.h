@@ -297,6 +297,9 @@ typedef struct {
     uint32_t lease_ttl;        /* ring: seconds */
     uint32_t ring_deadline_ms; /* ring: no progress this long fails a
                                   collective; 0: the ring's default */
+    uint32_t ring_live_ms;     /* ring: a neighbour silent this long (no
+                                  heartbeat, no data) is suspected; 0:
+                                  off, its lease alone */
     /* ring: the options every node of a job must share (ring_opts_t's
      * fields of the same names). The job's first view carries those of
      * the node that wrote it, and every node runs with the view's

@@ -293,6 +293,12 @@ static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
         mb_suspect(b->mb, node, "ring endpoint failed");
         return;
     }
+    if (status == ST_EPEER_SILENT) {
+        RD_WARN("ring backend: %s stopped answering (no heartbeat for "
+                "%d ms); suspecting it", node, b->ring_opts.live_ms);
+        mb_suspect(b->mb, node, "no heartbeat");
+        return;
+    }
     if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
         b->quiet_node = strdup(node);
         b->quiet_lease = b->cur->members[rank].lease;
@@ -801,6 +807,7 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     ring_opts_default(&b->my_opts);
     if (cfg->ring_deadline_ms > 0)
         b->my_opts.deadline_ms = (int)cfg->ring_deadline_ms;
+    b->my_opts.live_ms = (int)cfg->ring_live_ms;
     job__opts_from_config(cfg, &b->my_opts);
     b->my_opts.on_quiet = rt_member_alive;
     b->my_opts.on_quiet_arg = b;

@@ -103,6 +103,9 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
+    /* Liveness from the end of the REBUILD (rt_rebuild): a member may be
+     * busy between its collectives until then (a restore decodes). */
+    first.live_ms = 0;
     if (rc == 0)
         rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
     free(addrs);
@@ -226,6 +229,8 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
         rc = rt_agree_step(b, r, c, &a);
     if (rc == 0)
         rc = rt_resync_state(b, r, c, &a);
+    if (rc == 0)
+        ring_set_liveness(r, b->ring_opts.live_ms);
     return rc;
 }
 
@@ -368,6 +373,11 @@ void *job__ring_thread_main(void *arg)
             pthread_mutex_unlock(&b->mu);
             while (tp_progress(b->tp) != 0)
                 ;
+            /* Heartbeats: neighbours waiting in a collective (for our
+             * trainer, say) must see this daemon alive. The older ring
+             * too: a neighbour may not have seen the new view yet. */
+            ring_service(b->ring);
+            ring_service(b->older);
             pthread_mutex_lock(&b->mu);
         }
         if (b->quit)

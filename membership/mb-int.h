@@ -81,6 +81,9 @@ typedef struct {
     int put_ok;              /* the suspect key is stored */
     int revoked;             /* its lease is gone: done */
     int inflight;            /* requests of this slot unanswered */
+    uint64_t failed_ms;      /* when etcd last failed this slot's put */
+    uint64_t gen;            /* the view's generation when suspected */
+    int64_t my_lease;        /* and this node's incarnation then */
 } mb__sus_t;
 
 typedef struct {
@@ -164,6 +167,8 @@ struct mb {
     int ride_outage;         /* mb_config_t.ride_outage */
     int etcd_unreach;        /* since the last renewal a keepalive found
                                 etcd unreachable before the deadline */
+    uint64_t etcd_ok_ms;     /* etcd last answered for this node: a
+                                renewal, or its old lease revoked alive */
     uint64_t outage_since_ms; /* riding out an outage since; 0: not */
     uint64_t ring_ok_ms;     /* the caller's last collective of the view */
     int auth_probe;          /* etcd auth on: check it at each keepalive */
@@ -265,6 +270,10 @@ void mb__handle_suspects(mb_t *mb);
 /* etcd answered: try the kept suspicions now, not at their backoff. */
 void mb__suspects_kick(mb_t *mb);
 void mb__suspects_recheck(mb_t *mb);
+/* This node's incarnation lease turned out to have expired while etcd
+ * ran (it was cut off): drop what it suspected under that lease and has
+ * not stored, so a partitioned node does not evict healthy ones. */
+void mb__suspects_forget(mb_t *mb, int64_t lease);
 void mb__schedule_settle(mb_t *mb);
 /* The stored view kv, parsed into v when a leader holding the job secret
  * wrote it (0); otherwise refused, logged, and left for the leader to

@@ -439,6 +439,14 @@ static int sus_moot(mb_t *mb, const mb__sus_t *p)
         return 1;
     if (!view_names(&mb->view, p->node, p->lease))
         return 1; /* a later view dropped that incarnation */
+    /* A later view left out this node's incarnation of the suspicion:
+     * the others went on without us, so it was us who were cut off (a
+     * link down), and a suspect we lost sight of meanwhile is no news.
+     * Revoking it when the link comes back would evict a healthy node.
+     * After an etcd outage no view was written: the suspicion holds. */
+    if (mb->view.generation > p->gen &&
+        !view_names(&mb->view, mb->me.node, p->my_lease))
+        return 1;
     /* A suspicion of ours (mb_suspect) is kept while the view names the
      * suspect, even once its key is stored: this node may learn only
      * later that the suspect leads (the leader key comes on its own
@@ -468,6 +476,8 @@ static void on_sus_put(int status, const etcd_result_t *res, void *data)
         return;
     }
     p->revoke = p->may_revoke; /* see above: the reporter acts on it */
+    uv_update_time(mb->loop);
+    p->failed_ms = uv_now(mb->loop);
     sus_arm(mb);
 }
 
@@ -534,14 +544,40 @@ static int named_in_view(mb_t *mb)
            view_names(&mb->view, mb->me.node, mb->lease);
 }
 
+/*
+ * Whether a revoke of ours may go out now. A request sent while this
+ * node cannot reach etcd is not lost for sure: it may arrive when the
+ * path comes back (a relay, a connection that resumes), and if it was
+ * this node that was cut off, it would evict a healthy member then. So
+ * once etcd failed this suspicion, its revoke waits until etcd has
+ * answered this node again: a renewal of the lease it holds (etcd was
+ * out, not us), or, fenced, the verdict on its old lease: alive (etcd
+ * restarted) or gone, and then mb__suspects_forget has dropped it.
+ */
+static int revoke_ok(const mb_t *mb, const mb__sus_t *p)
+{
+    if ((mb->state == MB_FENCED || mb->state == MB_REGISTERING) &&
+        mb->old_lease != 0)
+        return 0;
+    return p->failed_ms == 0 || mb->etcd_ok_ms > p->failed_ms;
+}
+
 /* Send what a slot still needs: the key while the leader would take it
- * from us, else the revoke, ours to do then. */
+ * from us, else the revoke, ours to do then (when etcd answers us). */
 static void sus_send(mb_t *mb, mb__sus_t *p)
 {
-    if (!p->put_ok && (!named_in_view(mb) || sus_put(mb, p) != 0))
+    if (!p->put_ok && !named_in_view(mb)) {
         p->revoke = p->may_revoke;
-    if (p->revoke)
+    } else if (!p->put_ok && sus_put(mb, p) != 0) {
+        p->revoke = p->may_revoke;
+        p->failed_ms = uv_now(mb->loop);
+    }
+    if (!p->revoke)
+        return;
+    if (revoke_ok(mb, p))
         sus_revoke(mb, p);
+    else
+        sus_arm(mb); /* a kick when etcd answers, else the backoff */
 }
 
 static void on_sus_timer(uv_timer_t *t)
@@ -597,6 +633,21 @@ void mb__suspects_recheck(mb_t *mb)
         p->revoke = 1;
         if (p->inflight == 0)
             sus_send(mb, p);
+    }
+}
+
+void mb__suspects_forget(mb_t *mb, int64_t lease)
+{
+    for (int i = 0; lease != 0 && i < MB_SUSPECTS_MAX; i++) {
+        mb__sus_t *p = &mb->sus[i];
+        if (p->lease == 0 || p->my_lease != lease || p->put_ok)
+            continue;
+        RD_INFO("mb %s: dropping the suspicion of %s: this node's lease "
+                "expired while it was cut off, the job went on without it",
+                mb->me.node, p->node);
+        p->revoke = p->may_revoke = 0;
+        p->put_ok = 1; /* nothing left to send: moot */
+        sus_free(p);
     }
 }
 
@@ -656,6 +707,8 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
     }
     snprintf(p->why, sizeof(p->why), "%s", why ? why : "");
     p->may_revoke |= may_revoke;
+    p->gen = mb->view.generation;
+    p->my_lease = mb->lease;
     RD_INFO("mb %s: suspects %s: %s%s", mb->me.node, node, p->why,
             kept ? " (kept until etcd takes this node back)" : "");
     if (may_revoke && (kept || suspect_leads(mb, node, lease))) {

@@ -150,6 +150,7 @@ static void keepalive_renewed(mb_t *mb)
                 (unsigned long long)mb->delivered_gen);
     mb->outage_since_ms = 0;
     mb->etcd_unreach = 0;
+    mb->etcd_ok_ms = uv_now(mb->loop);
 }
 
 /* The lease is good until sent + ttl as etcd counts from the arrival of
@@ -298,6 +299,13 @@ static void on_old_revoked(int status, const etcd_result_t *res, void *data)
     (void)res;
     if (mb->state != MB_REGISTERING)
         return;
+    /* Already gone: it expired (or the leader revoked it) while etcd
+     * still ran, so the job went on without us; an outage would have
+     * kept it alive. What we suspected under it is no news. */
+    if (status == -ENOENT)
+        mb__suspects_forget(mb, mb->old_lease);
+    else if (status == 0)
+        mb->etcd_ok_ms = uv_now(mb->loop); /* it lived: etcd was out */
     if (status == 0 || status == -ENOENT)
         mb->old_lease = 0;
     if (status != 0 && status != -ENOENT) {

@@ -70,6 +70,14 @@ typedef struct {
 /* What a received message does to the user's buffer. */
 typedef enum { ACT_REDUCE, ACT_REDUCE_FINAL, ACT_COPY } ring_act_t;
 
+/* Heartbeats (ring_hb.c): channel 3 (ring_hello.c's, another sequence),
+ * sent every RING_HB_PERIOD_MS on every link. */
+#define RING_HB_CHAN 3
+#define RING_HB_SEQ (TP_TAG_SEQ_MASK - 1)
+#define RING_HB_LEN 16
+#define RING_HB_PERIOD_MS 100
+typedef struct ring_hb ring_hb_t;
+
 /* One neighbour: the endpoint and who it is, for failure reports. */
 typedef struct {
     ring_t *ring;
@@ -77,6 +85,7 @@ typedef struct {
     uint32_t rank;
     int fail_rc; /* the endpoint's failure, 0 while healthy */
     uint32_t fail_order; /* 1 for the ring's first failed link, 2... */
+    ring_hb_t *hb;       /* its heartbeats, made at the first tick */
 } ring_link_t;
 
 /* The grid: rows of consecutive ranks, balanced (widths differ by at
@@ -158,6 +167,8 @@ struct ring {
     /* Idle spells in a row shorter than spin_us, up to RING_SPIN_TRUST:
      * the adaptive policy busy-polls only at RING_SPIN_TRUST. */
     int spin_credit;
+    int64_t hb_next; /* when the next heartbeats are due */
+    int hb_closed;   /* ring_destroy: none any more */
     ring_stats_t stats;
 };
 
@@ -176,6 +187,14 @@ void ring__on_peer_fail(void *arg, tp_peer_t *peer, int status);
 /* The send slots a compressed allreduce converts into (ring_setup.c):
  * 0, or ST_ENOMEM and the like, logged. */
 int ring__wire_slots(ring_t *r);
+
+/* Heartbeats (ring_hb.c): send those due at now and post the receives;
+ * when rank was last heard from (ns, 0: never); 1 when it was heard on
+ * this ring and is silent past opts.live_ms; the teardown. */
+void ring__hb_tick(ring_t *r, int64_t now);
+int64_t ring__heard(const ring_t *r, uint32_t rank);
+int ring__silent(const ring_t *r, uint32_t rank, int64_t now);
+void ring__hb_close(ring_t *r);
 
 /* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
 void ring__fail(ring_t *r, int rc, uint32_t who);

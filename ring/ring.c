@@ -474,9 +474,15 @@ static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
 static int is_stale(void *arg, uint64_t tag)
 {
     ring_t *r = arg;
+    uint32_t g = tp_tag_gen(tag);
+    /* A heartbeat of another ring (one destroyed, or that never came to
+     * be here): nobody will take it. A newer ring's, when the generation
+     * is keyed: lost, the next one comes a period later. */
+    if (tp_tag_chan(tag) == RING_HB_CHAN &&
+        tp_tag_seq(tag) == RING_HB_SEQ && g != r->gen)
+        return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
     if (tp_tag_chan(tag) >= RING_MAX_CHAN)
         return 0; /* not ring data: someone else's to take */
-    uint32_t g = tp_tag_gen(tag);
     if (g != r->gen)
         return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
     return serial_lt(tp_tag_seq(tag), r->seq, TP_TAG_SEQ_BITS);
@@ -496,17 +502,43 @@ static void drain_stale(ring_t *r)
  * After an error: cancel receives, force-close the endpoints so stuck
  * sends complete, and wait (bounded) until UCX has let go of every buffer.
  */
+/*
+ * A silent neighbour's endpoint only: the others lead to live daemons,
+ * and a force-closed endpoint shows its peer a failure naming us, which
+ * it would report (a healthy node suspected). Our sends to them finish
+ * as they take them or leave the ring; ring_destroy closes the rest.
+ */
+static void close_silent(ring_t *r, uint32_t rank)
+{
+    tp_peer_t *p = NULL;
+    if (r->left.rank == rank || r->right.rank == rank) {
+        p = r->left.rank == rank ? r->left.peer : r->right.peer;
+        if (r->left.peer == p)
+            r->left.peer = NULL;
+        if (r->right.peer == p)
+            r->right.peer = NULL;
+    } else if (r->grid != NULL && r->grid->links != NULL && rank < r->n) {
+        p = r->grid->links[rank].peer;
+        r->grid->links[rank].peer = NULL;
+    }
+    tp_peer_close(p, 1);
+}
+
 static void coll_unwind(ring_t *r)
 {
     for (unsigned i = 0; i < r->nchan; i++)
         for (unsigned j = 0; j < r->opts.recv_depth; j++)
             if (r->chan[i].rs[j].state == SLOT_POSTED)
                 tp_cancel(r->tp, &r->chan[i].rs[j].req);
-    tp_peer_close(r->left.peer, 1);
-    if (r->right.peer != r->left.peer)
-        tp_peer_close(r->right.peer, 1);
-    r->left.peer = r->right.peer = NULL;
-    ring__grid_close(r, 1);
+    if (r->coll.err == ST_EPEER_SILENT) {
+        close_silent(r, r->coll.err_rank);
+    } else {
+        tp_peer_close(r->left.peer, 1);
+        if (r->right.peer != r->left.peer)
+            tp_peer_close(r->right.peer, 1);
+        r->left.peer = r->right.peer = NULL;
+        ring__grid_close(r, 1);
+    }
     int64_t deadline = rd_now_ns() + RING_DRAIN_BOUND_NS;
     for (;;) {
         int busy = 0;

@@ -14,6 +14,9 @@
  * Errors: collectives return 0 or a negative ST_ code, logged once:
  *   ST_EPEER          a neighbour's endpoint failed (ring_suspect names it)
  *   ST_EPEER_TIMEOUT  no progress for deadline_ms (ring_suspect names it)
+ *   ST_EPEER_SILENT   a neighbour heard from on this ring sent neither
+ *                     data nor heartbeats for live_ms (ring_suspect names
+ *                     it): its daemon stopped, or the link is cut
  *   ST_EABORTED       ring_abort() was called, or the ring already failed
  *   ST_EINVAL         bad arguments (the ring stays usable)
  * The user's buffer is only ever written with validated data: receives
@@ -82,6 +85,13 @@ typedef struct {
      * trainer, not a failure, and the collective waits on. NULL: fail. */
     int (*on_quiet)(void *arg, uint32_t rank);
     void *on_quiet_arg;
+    /* Liveness apart from progress (ring/README.md, "Liveness"): every
+     * rank heartbeats its neighbours whatever its trainer does; a
+     * neighbour heard from on this ring that then sends neither data nor
+     * heartbeats for live_ms while a collective waits on it fails the
+     * collective with ST_EPEER_SILENT. 0 (default): off, the deadline and
+     * on_quiet alone. A rank's own choice, nothing on the wire. */
+    int live_ms;
     /* The two-level (grid) allreduce, when nranks >= grid_min_nodes (0:
      * never) and the message is at most grid_max_bytes (0: any size).
      * Every rank of a view must use the same three values. Not with wire
@@ -100,7 +110,8 @@ typedef struct {
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
  * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS, and
- * RINGD_RING_RECV_INPLACE=0|1 (not on the wire: nodes may differ).
+ * RINGD_RING_RECV_INPLACE=0|1 and RINGD_RING_LIVE_MS (not on the wire:
+ * nodes may differ).
  */
 void ring_opts_default(ring_opts_t *opts);
 
@@ -228,6 +239,20 @@ void ring_abort(ring_t *ring);
  * for deadline_ms < 1.
  */
 int ring_set_deadline(ring_t *ring, int deadline_ms);
+/*
+ * Owner thread, between collectives: live_ms of the next ones (0: off).
+ * An owner whose ranks may be busy between the first collectives of a
+ * ring (a restore) creates it with 0 and sets it once they are past.
+ * ST_EINVAL for live_ms < 0.
+ */
+int ring_set_liveness(ring_t *ring, int live_ms);
+/*
+ * Owner thread: send the heartbeats due and take those that came. The
+ * collectives do it themselves; between them the owner calls it at least
+ * every RING_SERVICE_MS, or its neighbours find it silent. Accepts NULL.
+ */
+#define RING_SERVICE_MS 50
+void ring_service(ring_t *ring);
 
 /*
  * Flags piggybacked on the collectives' messages, for the owner's control
@@ -277,6 +302,10 @@ typedef struct {
     uint64_t sleeps;        /* slept on the efd at least once */
     uint64_t spin_misses;   /* of those, busy-polled spin_us first */
     uint64_t spin_waste_us; /* busy-polled in the misses, for nothing */
+    /* Heartbeats (liveness, ring_hb.c): */
+    uint64_t hb_sent;
+    uint64_t hb_recv;       /* valid ones taken */
+    uint64_t hb_forged;     /* a heartbeat's tag, not its payload */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

@@ -89,6 +89,7 @@ static int hello_wait(ring_t *r, hello_t *h, uint32_t *who)
             *who = bad->rank;
             return bad->fail_rc;
         }
+        ring__hb_tick(r, rd_now_ns());
         if (tp_progress(r->tp) != 0)
             continue;
         if (rd_now_ns() > end) {

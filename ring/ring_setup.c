@@ -33,6 +33,7 @@ void ring_opts_default(ring_opts_t *o)
     o->spin_adaptive = (int)env_long("RINGD_RING_SPIN_ADAPT", 1);
     o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
     o->recv_inplace = (int)env_long("RINGD_RING_RECV_INPLACE", 1);
+    o->live_ms = (int)env_long("RINGD_RING_LIVE_MS", 0);
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
     o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
     o->grid_cols = (uint32_t)env_long("RINGD_RING_GRID_COLS", 0);
@@ -90,7 +91,7 @@ void ring_stats(const ring_t *r, ring_stats_t *stats_p)
 static int opts_check(const ring_opts_t *o)
 {
     if (o->chunk_bytes < 64 || o->recv_depth < 1 || o->send_depth < 1 ||
-        o->deadline_ms < 1 || o->spin_us < 0) {
+        o->deadline_ms < 1 || o->spin_us < 0 || o->live_ms < 0) {
         RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u)",
                  o->chunk_bytes, o->recv_depth, o->send_depth);
         return ST_EINVAL;
@@ -305,6 +306,7 @@ void ring_destroy(ring_t *r)
                 r->generation, st->collectives, st->spin_hits, st->sleeps,
                 st->spin_misses, r->opts.spin_us, st->spin_waste_us);
     links_close(r, force);
+    ring__hb_close(r);
     /*
      * Requests UCX never completed still point at the slots (their
      * callbacks write there) and at the staging arena: leak both.

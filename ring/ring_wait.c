@@ -36,26 +36,58 @@ static int keep_waiting(ring_t *r, uint32_t rank, int64_t quiet_ns)
     return 1;
 }
 
+/* A channel quiet past live_ms whose neighbour is silent too (heard from
+ * on this ring, then neither heartbeats nor data for live_ms): its daemon
+ * stopped or the link is cut. Named at once, not at the deadline. */
+static int chan_silent(ring_t *r, uint32_t rank, int64_t quiet_ns,
+                       int64_t now)
+{
+    if (r->opts.live_ms <= 0 ||
+        quiet_ns <= (int64_t)r->opts.live_ms * 1000000 ||
+        !ring__silent(r, rank, now))
+        return 0;
+    RD_WARN("ring gen %" PRIu64 " seq %u: rank %u sent no data for %lld ms "
+            "and no heartbeat for %lld ms: it stopped answering",
+            r->generation, r->seq, rank, (long long)(quiet_ns / 1000000),
+            (long long)((now - ring__heard(r, rank)) / 1000000));
+    ring__coll_fail(r, ST_EPEER_SILENT, rank);
+    return 1;
+}
+
+/* One side of a channel that waits on rank, quiet for quiet_ns: 1 when
+ * the collective failed, else 0 (with *reset when the wait goes on). */
+static int side_check(ring_t *r, uint32_t rank, int64_t quiet_ns,
+                      int64_t now, int *reset)
+{
+    *reset = 0;
+    if (chan_silent(r, rank, quiet_ns, now))
+        return 1;
+    if (quiet_ns <= (int64_t)r->opts.deadline_ms * 1000000)
+        return 0;
+    if (keep_waiting(r, rank, quiet_ns)) {
+        *reset = 1;
+        return 0;
+    }
+    ring__coll_fail(r, ST_EPEER_TIMEOUT, rank);
+    return 1;
+}
+
 static int coll_deadline(ring_t *r, int64_t now)
 {
-    int64_t d = (int64_t)r->opts.deadline_ms * 1000000;
+    int reset;
     for (unsigned i = 0; i < r->nchan; i++) {
         ring_chan_t *c = &r->chan[i];
-        if (!ring__chan_recvs_done(c) && now - c->last_rx > d) {
-            if (keep_waiting(r, c->from->rank, now - c->last_rx)) {
+        if (!ring__chan_recvs_done(c)) {
+            if (side_check(r, c->from->rank, now - c->last_rx, now, &reset))
+                return 1;
+            if (reset)
                 c->last_rx = now;
-                continue;
-            }
-            ring__coll_fail(r, ST_EPEER_TIMEOUT, c->from->rank);
-            return 1;
         }
-        if (c->next_send > c->sends_done && now - c->last_tx > d) {
-            if (keep_waiting(r, c->to->rank, now - c->last_tx)) {
+        if (c->next_send > c->sends_done) {
+            if (side_check(r, c->to->rank, now - c->last_tx, now, &reset))
+                return 1;
+            if (reset)
                 c->last_tx = now;
-                continue;
-            }
-            ring__coll_fail(r, ST_EPEER_TIMEOUT, c->to->rank);
-            return 1;
         }
     }
     return 0;
@@ -159,6 +191,7 @@ int64_t ring__coll_loop(ring_t *r)
         if (r->coll.local != NULL)
             work += ring__local_ahead(r);
         int64_t now = rd_now_ns();
+        ring__hb_tick(r, now);
         if (work) {
             if (coll_deadline(r, now)) /* another channel kept us busy */
                 break;

@@ -37,6 +37,8 @@
  *          --keyed (keyed tag generations, as with a job secret, and the
  *          ring_hello each such ring needs before its first collective)
  *          --deadline-of R:MS (rank R only; wins over --deadline)
+ *          --live-of R:MS (rank R's live_ms; big mode: every rank has
+ *          heard both neighbours' heartbeats before started.R appears)
  *          --counts LIST --count N --iters K --expect-fail
  *          --spin-adapt 0|1 (ring_opts_t.spin_adaptive)
  *          --grid MIN_NODES --grid-max BYTES --grid-cols C (ring_opts_t)
@@ -393,6 +395,28 @@ static void *abort_thread(void *arg)
     return NULL;
 }
 
+/* Heartbeats taken from both neighbours (one when n == 2), bounded: a
+ * fault injected after started.R then lands on a rank already heard. */
+static void heard_wait(void)
+{
+    if (ring_barrier(W.ring) != 0)
+        DIE("warm-up barrier failed");
+    uint64_t want = W.n > 2 ? 4 : 2; /* two periods */
+    int64_t deadline = now_ms() + 10000;
+    for (;;) {
+        ring_stats_t st;
+        ring_stats(W.ring, &st);
+        if (st.hb_recv >= want)
+            return;
+        if (now_ms() > deadline)
+            DIE("no heartbeats from the neighbours within 10 s");
+        ring_service(W.ring);
+        tp_progress(W.tp);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void mode_big(int abort_it)
 {
     float *buf = malloc(W.count * sizeof(float));
@@ -410,6 +434,8 @@ static void mode_big(int abort_it)
     if (W.opts.grid_min_nodes > 0 &&
         ring_allreduce(W.ring, warm, 1024, KERN_F32, KERN_SUM) != 0)
         DIE("warm-up allreduce failed");
+    if (W.live_test)
+        heard_wait();
     abort_it = abort_it && W.rank == 0;
     if (abort_it && pthread_create(&th, NULL, abort_thread, NULL) != 0)
         DIE("pthread_create");
@@ -691,6 +717,16 @@ static void parse(int argc, char **argv)
                 DIE("--deadline-of wants RANK:MS, not %s", v);
             if (r == W.rank)
                 own_ms = ms;
+            i++;
+        }
+        else if (!strcmp(a, "--live-of")) {
+            unsigned r;
+            int ms;
+            if (sscanf(v, "%u:%d", &r, &ms) != 2 || ms < 0)
+                DIE("--live-of wants RANK:MS, not %s", v);
+            if (r == W.rank)
+                W.opts.live_ms = ms;
+            W.live_test = 1;
             i++;
         }
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;

@@ -33,7 +33,7 @@ typedef struct {
     size_t counts[16];
     int ncounts;
     size_t count;
-    int iters, expect_fail, expect_grid, keyed;
+    int iters, expect_fail, expect_grid, keyed, live_test;
     uint32_t locals;
     int fused, f32_only;
     uint32_t expect_rows;

@@ -107,6 +107,55 @@ TEST_IMPL(dmn_ring_fence_stopped)
     return fx_done();
 }
 
+/*
+ * Liveness apart from the lease: a daemon SIGSTOPped while its trainer
+ * trains is found by its neighbours' heartbeats (--liveness-ms 1000, the
+ * default), not by its lease, which here runs 30 s. They suspect it at
+ * once ("stopped answering"), the leader revokes its lease, and the other
+ * two go on as a 2-node job long before the TTL could have run out: the
+ * test waits 15 s for that view, so without heartbeats it fails. After
+ * SIGCONT n2 finds itself fenced, registers again and joins; all three
+ * end identical.
+ */
+TEST_IMPL(dmn_ring_liveness_stopped)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    rc_lease_ttl = "30";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    rc_lease_ttl = "2";
+    const char *steps = "3000";
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, steps);
+    ASSERT_OK(td_wait_file(td_path(&c.d[2], "h0"), "step 300 ", 60000));
+    ASSERT_OK(kill(c.d[2].pid, SIGSTOP));
+    ASSERT_MSG(td_poll(td_all_stopped, &c.d[2].pid, 10000) == 0,
+               "n2's daemon did not stop");
+    ASSERT_MSG(td_wait_file(c.d[0].log, ": 2 members, me #", 15000) == 0,
+               "no view without the stopped n2 within 15 s (its lease "
+               "runs 30 s)");
+    ASSERT(td_file_has(c.d[0].log, "stopped answering") ||
+           td_file_has(c.d[1].log, "stopped answering"));
+    ASSERT_OK(kill(c.d[2].pid, SIGCONT));
+    ASSERT_OK(td_wait_file(c.d[2].log, "FENCED -> REGISTERING", 30000));
+    ASSERT_OK(td_wait_file(c.d[2].log, ": 3 members, me #", 30000));
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h0"), &h1);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(h0.world[2999], 3);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
 /* The worlds n's trainer logged steps in: bit w set for world w. */
 static unsigned worlds_seen(const td_hashes_t *h)
 {

@@ -508,6 +508,43 @@ static void stop_one(int n, int victim)
 TEST_IMPL(ring_stop_n3) { stop_one(3, 0); return 0; }
 TEST_IMPL(ring_stop_n4) { stop_one(4, 2); return 0; }
 
+/*
+ * Liveness (heartbeats, ring/README.md): with live_ms 500 (--live-of) the
+ * stopped rank's right neighbour names it with ST_EPEER_SILENT once it
+ * sent neither data nor heartbeats for 500 ms, not at its 8 s deadline
+ * (ST_EPEER_TIMEOUT, what it got without heartbeats). The other ranks
+ * keep liveness off, so the right neighbour's verdict is its own.
+ */
+TEST_IMPL(ring_live_stop_n3)
+{
+    launch_t l;
+    env_setup("tcp", 0);
+    const int n = 3, victim = 1, right = 2;
+    char extra[256];
+    snprintf(extra, sizeof extra, "--count 67108864 --iters 1000 "
+             "--expect-fail --deadline 8000 --live-of %d:500", right);
+    launch(&l, n, "big", extra);
+    wait_started(&l);
+    int64_t t = th_now_ms();
+    kill(l.pid[victim], SIGSTOP);
+    check_survivors(&l, victim, t, 15000, 1);
+    char *rc = slurp(l.dir, "rc", right);
+    ASSERT(rc != NULL);
+    int code = 0, count = 0;
+    unsigned who = 0, cb_rank = 0;
+    ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank), 4);
+    free(rc);
+    ASSERT_MSG(code == ST_EPEER_SILENT, "right neighbour %d: %s", right,
+               st_strerror(code));
+    ASSERT_EQ(who, (unsigned)victim);
+    ASSERT_EQ(cb_rank, victim);
+    kill(l.pid[victim], SIGCONT);
+    th_kill(l.pid[victim]);
+    l.pid[victim] = 0;
+    launch_cleanup();
+    return 0;
+}
+
 /* ring_abort() from a second thread of rank 0 ends everyone's collective. */
 TEST_IMPL(ring_abort_thread_n2)
 {

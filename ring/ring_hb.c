@@ -1,0 +1,252 @@
+/*
+ * ring_hb.c - liveness apart from progress: every rank of a ring sends a
+ * small heartbeat to each neighbour it has an endpoint to every
+ * RING_HB_PERIOD_MS, from its collectives' loops and, between them, from
+ * ring_service() (the owner's idle loop), whatever its trainer does. A
+ * neighbour heard from on this ring and then silent for live_ms (no
+ * heartbeat and no data) has stopped: its daemon is stopped or wedged,
+ * or the link is cut. A slow trainer never looks like that: its daemon
+ * keeps beating while it waits. ring/README.md, "Liveness".
+ *
+ * A heartbeat is the tag (generation field: the ring's, keyed with a job
+ * secret; channel 3; sequence RING_HB_SEQ; index: the sender's rank) and
+ * RING_HB_LEN bytes: magic, the sender's rank, the ring's generation.
+ * Receives match the whole tag; the payload is checked before it counts.
+ */
+#include "ring/ring-int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#define HB_MAGIC 0x52444842u /* "RDHB" */
+#define HB_UNWIND_NS (1000 * 1000000LL)
+
+struct ring_hb {
+    ring_t *ring;
+    tp_req_t rreq, sreq;
+    uint8_t rbuf[RING_HB_LEN], sbuf[RING_HB_LEN];
+    int rposted, sbusy;
+    int64_t heard; /* last valid heartbeat (ns); 0: never */
+};
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void hb_encode(uint8_t *p, uint32_t rank, uint64_t generation)
+{
+    put_u32(p, HB_MAGIC);
+    put_u32(p + 4, rank);
+    put_u32(p + 8, (uint32_t)generation);
+    put_u32(p + 12, (uint32_t)(generation >> 32));
+}
+
+static uint64_t hb_tag(const ring_t *r, uint32_t sender)
+{
+    return tp_tag_make(r->gen, RING_HB_CHAN, RING_HB_SEQ, sender);
+}
+
+static void on_hb_recv(tp_req_t *req)
+{
+    ring_hb_t *h = req->data;
+    ring_t *r = h->ring;
+    h->rposted = 0;
+    if (req->status == ST_EABORTED || r == NULL)
+        return;
+    uint8_t want[RING_HB_LEN];
+    uint32_t sender = tp_tag_idx(req->tag);
+    hb_encode(want, sender, r->generation);
+    if (req->status != 0 || req->length != RING_HB_LEN ||
+        memcmp(h->rbuf, want, RING_HB_LEN) != 0) {
+        r->stats.hb_forged++;
+        return;
+    }
+    h->heard = rd_now_ns();
+    r->stats.hb_recv++;
+}
+
+static void on_hb_sent(tp_req_t *req)
+{
+    ring_hb_t *h = req->data; /* never the ring: it may be gone */
+    h->sbusy = 0;
+}
+
+/* The links a rank sends heartbeats on: the flat neighbours (one when
+ * n == 2) and the grid's, once made; NULL past the last. */
+static ring_link_t *link_at(ring_t *r, uint32_t i)
+{
+    if (i == 0)
+        return &r->right;
+    if (i == 1)
+        return r->left.peer != r->right.peer ? &r->left : NULL;
+    ring_grid_t *g = r->grid;
+    if (g == NULL || g->links == NULL || i - 2 >= r->n)
+        return NULL;
+    return &g->links[i - 2];
+}
+
+static uint32_t nlinks(const ring_t *r)
+{
+    return 2 + (r->grid != NULL && r->grid->links != NULL ? r->n : 0);
+}
+
+static ring_hb_t *hb_of(ring_t *r, ring_link_t *l)
+{
+    if (l->hb == NULL) {
+        l->hb = calloc(1, sizeof(*l->hb));
+        if (l->hb == NULL)
+            return NULL;
+        l->hb->ring = r;
+        hb_encode(l->hb->sbuf, r->rank, r->generation);
+        if (l == &r->right && r->n == 2)
+            r->left.hb = l->hb; /* two ranks: one endpoint both ways */
+    }
+    return l->hb;
+}
+
+static void hb_link(ring_t *r, ring_link_t *l, int send)
+{
+    if (l->peer == NULL || l->fail_rc != 0 || l->rank == r->rank)
+        return;
+    ring_hb_t *h = hb_of(r, l);
+    if (h == NULL)
+        return;
+    if (!h->rposted) {
+        h->rreq.cb = on_hb_recv;
+        h->rreq.data = h;
+        h->rposted = 1;
+        if (tp_recv(r->tp, h->rbuf, RING_HB_LEN, hb_tag(r, l->rank),
+                    UINT64_MAX, NULL, &h->rreq) != 0)
+            h->rposted = 0;
+    }
+    if (send && !h->sbusy) {
+        h->sreq.cb = on_hb_sent;
+        h->sreq.data = h;
+        h->sbusy = 1;
+        if (tp_send(l->peer, h->sbuf, RING_HB_LEN, hb_tag(r, r->rank), NULL,
+                    &h->sreq) != 0)
+            h->sbusy = 0;
+        else
+            r->stats.hb_sent++;
+    }
+}
+
+void ring__hb_tick(ring_t *r, int64_t now)
+{
+    if (r->n < 2 || r->hb_closed)
+        return;
+    int send = now >= r->hb_next;
+    if (send)
+        r->hb_next = now + RING_HB_PERIOD_MS * 1000000LL;
+    for (uint32_t i = 0, n = nlinks(r); i < n; i++) {
+        ring_link_t *l = link_at(r, i);
+        if (l != NULL)
+            hb_link(r, l, send);
+    }
+}
+
+void ring_service(ring_t *r)
+{
+    if (r != NULL)
+        ring__hb_tick(r, rd_now_ns());
+}
+
+int64_t ring__heard(const ring_t *r, uint32_t rank)
+{
+    const ring_link_t *l = NULL;
+    if (rank == r->right.rank)
+        l = &r->right;
+    else if (rank == r->left.rank)
+        l = &r->left;
+    else if (r->grid != NULL && r->grid->links != NULL && rank < r->n)
+        l = &r->grid->links[rank];
+    return l != NULL && l->hb != NULL ? l->hb->heard : 0;
+}
+
+int ring__silent(const ring_t *r, uint32_t rank, int64_t now)
+{
+    if (r->opts.live_ms <= 0)
+        return 0;
+    int64_t h = ring__heard(r, rank);
+    return h != 0 && now - h > (int64_t)r->opts.live_ms * 1000000;
+}
+
+int ring_set_liveness(ring_t *r, int live_ms)
+{
+    if (live_ms < 0) {
+        RD_ERROR("ring_set_liveness: %d ms", live_ms);
+        return ST_EINVAL;
+    }
+    r->opts.live_ms = live_ms;
+    return 0;
+}
+
+/* Every heartbeat state of the ring, each once (the flat neighbours'
+ * is one when n == 2), whatever became of the endpoints: NULL past the
+ * last. */
+static ring_hb_t **hb_at(ring_t *r, uint32_t i)
+{
+    if (i == 0)
+        return &r->right.hb;
+    if (i == 1)
+        return r->left.hb != r->right.hb ? &r->left.hb : NULL;
+    ring_grid_t *g = r->grid;
+    if (g == NULL || g->links == NULL || i - 2 >= r->n)
+        return NULL;
+    return &g->links[i - 2].hb;
+}
+
+static int hb_busy(const ring_hb_t *h)
+{
+    return h != NULL && (h->rposted || h->sbusy);
+}
+
+/*
+ * At ring_destroy, after the endpoints were closed (their sends complete
+ * then): cancel the receives and wait, bounded, until UCX let go of every
+ * heartbeat buffer; what it still holds is leaked, not freed under it,
+ * and its callbacks no longer touch the ring.
+ */
+void ring__hb_close(ring_t *r)
+{
+    r->hb_closed = 1;
+    uint32_t n = nlinks(r);
+    for (uint32_t i = 0; i < n; i++) {
+        ring_hb_t **h = hb_at(r, i);
+        if (h != NULL && *h != NULL && (*h)->rposted)
+            tp_cancel(r->tp, &(*h)->rreq);
+    }
+    int64_t deadline = rd_now_ns() + HB_UNWIND_NS;
+    for (;;) {
+        int busy = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            ring_hb_t **h = hb_at(r, i);
+            busy |= h != NULL && hb_busy(*h);
+        }
+        if (!busy || rd_now_ns() > deadline)
+            break;
+        tp_progress(r->tp);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ring_hb_t **h = hb_at(r, i);
+        if (h == NULL || *h == NULL)
+            continue;
+        if (hb_busy(*h)) {
+            RD_ERROR("ring gen %" PRIu64 ": a heartbeat request outlived "
+                     "the close; leaking it", r->generation);
+            (*h)->ring = NULL; /* its callback must not touch the ring */
+        } else {
+            free(*h);
+        }
+        if (i == 0 && r->left.hb == *h)
+            r->left.hb = NULL;
+        *h = NULL;
+    }
+}
