@@ -169,6 +169,7 @@ struct ring {
     int spin_credit;
     int64_t hb_next; /* when the next heartbeats are due */
     int hb_closed;   /* ring_destroy: none any more */
+    int hb_repost;   /* a heartbeat came: its receive is to post again */
     ring_stats_t stats;
 };
 

@@ -60,6 +60,7 @@ static void on_hb_recv(tp_req_t *req)
     h->rposted = 0;
     if (req->status == ST_EABORTED || r == NULL)
         return;
+    r->hb_repost = 1; /* the next tick posts it again */
     uint8_t want[RING_HB_LEN];
     uint32_t sender = tp_tag_idx(req->tag);
     hb_encode(want, sender, r->generation);
@@ -143,6 +144,9 @@ void ring__hb_tick(ring_t *r, int64_t now)
     if (r->n < 2 || r->hb_closed)
         return;
     int send = now >= r->hb_next;
+    if (!send && !r->hb_repost)
+        return; /* the loops call this every turn: nothing to walk */
+    r->hb_repost = 0;
     if (send)
         r->hb_next = now + RING_HB_PERIOD_MS * 1000000LL;
     for (uint32_t i = 0, n = nlinks(r); i < n; i++) {
