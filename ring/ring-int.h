@@ -197,6 +197,9 @@ int64_t ring__heard(const ring_t *r, uint32_t rank);
 int ring__silent(const ring_t *r, uint32_t rank, int64_t now);
 void ring__hb_close(ring_t *r);
 
+/* Drop the unexpected messages no receive will take (ring_stale.c). */
+void ring__drain_stale(ring_t *r);
+
 /* Enter FAILED with rc naming rank who (ring.c), for ring_hello.c. */
 void ring__fail(ring_t *r, int rc, uint32_t who);
 

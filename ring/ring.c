@@ -456,52 +456,6 @@ static int chan_outstanding(const ring_chan_t *c)
 
 /* ---- running a collective ---------------------------------------------- */
 
-static int serial_lt(uint32_t a, uint32_t b, unsigned bits)
-{
-    uint32_t half = 1u << (bits - 1), mask = (1u << bits) - 1;
-    return a != b && ((b - a) & mask) < half;
-}
-
-/*
- * Messages of older generations, or older collectives of this one. A
- * keyed generation field has no order: ring data of any other value is
- * an older ring's or nobody's, never a newer ring's: keyed tags come
- * with the owner's handshake (job/job_ring_auth.c), and a rank sends a
- * new ring's data only to neighbours it has passed it with (so they are
- * on that ring already), or to grid links made by an exchange every rank
- * of that ring takes part in.
- */
-static int is_stale(void *arg, uint64_t tag)
-{
-    ring_t *r = arg;
-    uint32_t g = tp_tag_gen(tag);
-    /* A heartbeat of another ring (one destroyed, or that never came to
-     * be here): nobody will take it. A newer ring's, when the generation
-     * is keyed: lost, the next one comes a period later. */
-    if (tp_tag_chan(tag) == RING_HB_CHAN &&
-        tp_tag_seq(tag) == RING_HB_SEQ && g != r->gen)
-        return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
-    if (tp_tag_chan(tag) >= RING_MAX_CHAN)
-        return 0; /* not ring data: someone else's to take */
-    if (g != r->gen)
-        return r->tag_keyed || serial_lt(g, r->gen, TP_TAG_GEN_BITS);
-    return serial_lt(tp_tag_seq(tag), r->seq, TP_TAG_SEQ_BITS);
-}
-
-static void drain_stale(ring_t *r)
-{
-    int n = tp_drain(r->tp, is_stale, r);
-    if (n > 0) {
-        r->stats.stale_dropped += (uint64_t)n;
-        RD_WARN("ring gen %" PRIu64 ": dropped %d stale message(s)",
-                r->generation, n);
-    }
-}
-
-/*
- * After an error: cancel receives, force-close the endpoints so stuck
- * sends complete, and wait (bounded) until UCX has let go of every buffer.
- */
 /*
  * A silent neighbour's endpoint only: the others lead to live daemons,
  * and a force-closed endpoint shows its peer a failure naming us, which
@@ -524,6 +478,11 @@ static void close_silent(ring_t *r, uint32_t rank)
     tp_peer_close(p, 1);
 }
 
+/*
+ * After an error: cancel receives, force-close the endpoints (a silent
+ * neighbour's only) so stuck sends complete, and wait (bounded) until UCX
+ * has let go of every buffer.
+ */
 static void coll_unwind(ring_t *r)
 {
     for (unsigned i = 0; i < r->nchan; i++)
@@ -569,7 +528,7 @@ void ring__coll_begin(ring_t *r, unsigned nchan)
     /* ring__coll_check cleared them: a grid's phases add up. */
     r->flags_seen |= r->flags_out;
     ring_set_state(r, RING_RUNNING, 0, 0);
-    drain_stale(r);
+    ring__drain_stale(r);
 }
 
 /*
@@ -622,7 +581,7 @@ int ring__coll_run(ring_t *r, int64_t *wait_ns, int last)
         ring_set_state(r, RING_FAILED, rc, r->coll.err_rank);
         return rc;
     }
-    drain_stale(r);
+    ring__drain_stale(r);
     r->flags_all = r->coll.kind != COLL_BCAST;
     /* Only at the end: a grid's later phase fails on a link it needs
      * (chan_links_check), not on one of a row that has finished. */
