@@ -576,16 +576,13 @@ TEST_IMPL(mb_leader_sigkill)
 }
 
 
-/* One member's path to etcd hangs (its relay is SIGSTOPped: no resets,
- * just silence) for longer than its TTL: it fences itself, the others
- * install a view without it, and it rejoins as a new member once the
- * path works again. */
-TEST_IMPL(mb_partition_fence)
+/* n1 and n2 (one of them leads), then n3, whose path to etcd is the
+ * relay it returns; back once all three are in view 1. */
+static pid_t start_behind_relay(member_t m[3])
 {
     setup();
     int port = th_free_port();
     pid_t relay = fx_proxy_start(&etcd_, port);
-    member_t m[3];
     start_member(&m[0], "n1", "h", 2, 3);
     start_member(&m[1], "n2", "h", 2, 3);
     ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
@@ -594,6 +591,18 @@ TEST_IMPL(mb_partition_fence)
     start_member_at(&m[2], "n3", "h", 2, 3, url);
     member_t *all[] = {&m[0], &m[1], &m[2]};
     wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    return relay;
+}
+
+/* One member's path to etcd hangs (its relay is SIGSTOPped: no resets,
+ * just silence) for longer than its TTL: it fences itself, the others
+ * install a view without it, and it rejoins as a new member once the
+ * path works again. */
+TEST_IMPL(mb_partition_fence)
+{
+    member_t m[3];
+    pid_t relay = start_behind_relay(m);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
     int64_t lease = mb_lease(m[2].mb);
 
     int64_t t0 = th_now_ms();
@@ -626,18 +635,9 @@ TEST_IMPL(mb_partition_fence)
  */
 TEST_IMPL(mb_partition_no_stale_suspicion)
 {
-    setup();
-    int port = th_free_port();
-    pid_t relay = fx_proxy_start(&etcd_, port);
     member_t m[3];
-    start_member(&m[0], "n1", "h", 2, 3);
-    start_member(&m[1], "n2", "h", 2, 3);
-    ASSERT(fx_run_until_fn(&loop, n1_or_n2_leads, m, 10000));
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
-    start_member_at(&m[2], "n3", "h", 2, 3, url);
+    pid_t relay = start_behind_relay(m);
     member_t *all[] = {&m[0], &m[1], &m[2]};
-    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
     int s = leader_index(m, 2) == 0 ? 1 : 0;
     int64_t lease = mb_lease(m[s].mb);
 

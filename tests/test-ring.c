@@ -471,8 +471,13 @@ TEST_IMPL(ring_kill_shm_n3) { kill_one("sm,self", 1, 3, 2); return 0; }
  * fire first (see check_survivors), so the right neighbour alone gets the
  * product's 2 s and everyone else 8 s: the others then end only through
  * the cascade of force-closed endpoints, and the naming is deterministic.
+ *
+ * With live (ring/README.md, "Liveness") only the right neighbour has
+ * live_ms 500 and everyone the 8 s deadline: it names the stopped rank
+ * with ST_EPEER_SILENT once that sent neither data nor heartbeats for
+ * 500 ms, not ST_EPEER_TIMEOUT at 8 s (what it got without heartbeats).
  */
-static void stop_one(int n, int victim)
+static void stop_one(int n, int victim, int live)
 {
     launch_t l;
     env_setup("tcp", 0);
@@ -480,7 +485,8 @@ static void stop_one(int n, int victim)
     char extra[256];
     snprintf(extra, sizeof extra,
              "--count 67108864 --iters 1000 --expect-fail --deadline 8000 "
-             "--deadline-of %d:2000", right);
+             "--%s-of %d:%d", live ? "live" : "deadline", right,
+             live ? 500 : 2000);
     launch(&l, n, "big", extra);
     wait_started(&l);
     int64_t t = th_now_ms();
@@ -492,7 +498,8 @@ static void stop_one(int n, int victim)
     unsigned who = 0, cb_rank = 0;
     ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank), 4);
     free(rc);
-    ASSERT_MSG(code == ST_EPEER_TIMEOUT, "right neighbour %d: %s", right,
+    int want = live ? ST_EPEER_SILENT : ST_EPEER_TIMEOUT;
+    ASSERT_MSG(code == want, "right neighbour %d: %s", right,
                st_strerror(code));
     ASSERT_MSG(who == (unsigned)victim,
                "right neighbour %d suspects %u, not the stopped rank %d",
@@ -505,45 +512,9 @@ static void stop_one(int n, int victim)
     launch_cleanup();
 }
 
-TEST_IMPL(ring_stop_n3) { stop_one(3, 0); return 0; }
-TEST_IMPL(ring_stop_n4) { stop_one(4, 2); return 0; }
-
-/*
- * Liveness (heartbeats, ring/README.md): with live_ms 500 (--live-of) the
- * stopped rank's right neighbour names it with ST_EPEER_SILENT once it
- * sent neither data nor heartbeats for 500 ms, not at its 8 s deadline
- * (ST_EPEER_TIMEOUT, what it got without heartbeats). The other ranks
- * keep liveness off, so the right neighbour's verdict is its own.
- */
-TEST_IMPL(ring_live_stop_n3)
-{
-    launch_t l;
-    env_setup("tcp", 0);
-    const int n = 3, victim = 1, right = 2;
-    char extra[256];
-    snprintf(extra, sizeof extra, "--count 67108864 --iters 1000 "
-             "--expect-fail --deadline 8000 --live-of %d:500", right);
-    launch(&l, n, "big", extra);
-    wait_started(&l);
-    int64_t t = th_now_ms();
-    kill(l.pid[victim], SIGSTOP);
-    check_survivors(&l, victim, t, 15000, 1);
-    char *rc = slurp(l.dir, "rc", right);
-    ASSERT(rc != NULL);
-    int code = 0, count = 0;
-    unsigned who = 0, cb_rank = 0;
-    ASSERT_EQ(sscanf(rc, "%d %u %d %u", &code, &who, &count, &cb_rank), 4);
-    free(rc);
-    ASSERT_MSG(code == ST_EPEER_SILENT, "right neighbour %d: %s", right,
-               st_strerror(code));
-    ASSERT_EQ(who, (unsigned)victim);
-    ASSERT_EQ(cb_rank, victim);
-    kill(l.pid[victim], SIGCONT);
-    th_kill(l.pid[victim]);
-    l.pid[victim] = 0;
-    launch_cleanup();
-    return 0;
-}
+TEST_IMPL(ring_stop_n3) { stop_one(3, 0, 0); return 0; }
+TEST_IMPL(ring_stop_n4) { stop_one(4, 2, 0); return 0; }
+TEST_IMPL(ring_live_stop_n3) { stop_one(3, 1, 1); return 0; }
 
 /* ring_abort() from a second thread of rank 0 ends everyone's collective. */
 TEST_IMPL(ring_abort_thread_n2)
