@@ -47,6 +47,27 @@ typedef struct {
     uint64_t want[4];
 } events_pred_t;
 
+/*
+ * Every member's watches have read their keys and the leader key has
+ * reached each mirror. The leader key comes on its own watch stream, in
+ * no fixed order with the view's: a member can install view 1 before
+ * its leader watch delivers that PUT, which would then be counted as an
+ * event after the baseline.
+ */
+static int watches_settled(void *p)
+{
+    events_pred_t *ep = p;
+    for (int i = 0; i < 4; i++) {
+        mb_t *mb = ep->m[i].mb;
+        if (mb__mirror_find(mb, mb->leader_key) == NULL)
+            return 0;
+        for (int w = 0; w < MB_W_N; w++)
+            if (mb->mirrors[w].watch != NULL && !mb->mirrors[w].synced)
+                return 0;
+    }
+    return 1;
+}
+
 static int events_reached(void *p)
 {
     events_pred_t *ep = p;
@@ -102,6 +123,7 @@ TEST_IMPL(mb_watch_narrow)
     etcd_t *e;
     ASSERT_OK(etcd_create(&loop, &ecfg, &e));
     events_pred_t ep = {m, {0}};
+    ASSERT(fx_run_until_fn(&loop, watches_settled, &ep, 10000));
     for (int i = 0; i < 4; i++)
         ep.want[i] = m[i].mb->events + 1;
     char key[MB_KEY_MAX];
