@@ -22,7 +22,9 @@
 # --etcd3 (or CHAOS_ETCD3=1): a 3-member etcd cluster, etcd_kill kills one.
 #
 # Environment: BUILD (default build), CHAOS_NETNS=0 to force loopback,
-# CHAOS_KINDS (as --kinds; the option wins), CHAOS_STRICT=0 to report
+# CHAOS_KINDS (as --kinds; the option wins), CHAOS_STEPS_PER_FAULT (the
+# job's steps per fault), CHAOS_STEP_DELAY_MS (a floor on each step's
+# time, for fast machines), CHAOS_STRICT=0 to report
 # stale replica steps and older checkpoints that do not restore as
 # warnings instead of failing the run on them.
 set -uo pipefail
@@ -95,6 +97,15 @@ echo "chaos: seed=$SEED faults=$FAULTS nodes=$NODES quick=$QUICK" \
 PER=${CHAOS_STEPS_PER_FAULT:-4000}
 [ "$QUICK" = 1 ] && PER=${CHAOS_STEPS_PER_FAULT:-2500}
 STEPS=$(( FAULTS * PER + 2000 ))
+# A floor on each step's time (the trainers' --step-delay-ms): faults are
+# paced by time and the job by steps, so on a fast machine a job of small
+# steps can near its end before its faults are played (a skip, which
+# fails the run). 0: as fast as the machine goes.
+STEP_DELAY_MS=${CHAOS_STEP_DELAY_MS:-0}
+[[ "$STEP_DELAY_MS" =~ ^[0-9]+$ ]] ||
+    { echo "chaos: CHAOS_STEP_DELAY_MS must be a number of ms" >&2; exit 2; }
+STEP_DELAY_ARG=
+[ "$STEP_DELAY_MS" -gt 0 ] && STEP_DELAY_ARG="--step-delay-ms $STEP_DELAY_MS"
 SETTLE_MS=1500        # quiet time after a recovery before the next fault
 RECOVER_S=60          # no step within this long after a fault: a hang
 STEP_TIMEOUT_MS=20000 # the daemons' --step-timeout (hung_trainer)
@@ -345,7 +356,7 @@ start_trainer() {
     local k=$1
     rd_host_cmd "${HOSTOF[$k]}"
     "${HOST_CMD[@]}" "$B/examples/trainer" --socket "$T/node$k.sock" --cpu \
-        --steps "$STEPS" --log-every $((STEPS / 4)) \
+        --steps "$STEPS" --log-every $((STEPS / 4)) $STEP_DELAY_ARG \
         --hash-log "$T/hash-$k.log" >>"$T/trainer-$k.log" 2>&1 &
     TPID[$k]=$!; PIDS+=($!); ROLE[$!]="trainer node$k"; EXPECT[$!]=ok
 }

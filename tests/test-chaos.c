@@ -268,8 +268,11 @@ TEST_IMPL(chaos_kill_adjacent_adds_node)
     setenv("CHAOS_NETNS", "0", 1);
     setenv("CHAOS_CKPT_INTERVAL", "0", 1);
     setenv("ETCD_SECURE", "0", 1);
-    /* Loopback steps are fast: enough of them for both faults. */
+    /* Loopback steps are fast: enough of them for both faults, each at
+     * least 1 ms, so that a fast machine cannot run the job to its end
+     * while the faults (paced by time) are still to come. */
     setenv("CHAOS_STEPS_PER_FAULT", "10000", 1);
+    setenv("CHAOS_STEP_DELAY_MS", "1", 1);
     char *argv[] = {"/usr/bin/timeout", "-k", "10", "150", script, "-s", "3",
                     "-n", "2", "-f", "2", "--quick", "--kinds",
                     "scale_down,kill_adjacent", NULL};

@@ -13,6 +13,11 @@
 #include "tests/task.h"
 
 
+/* A floor on each step's time: the outage must outlast the lease TTL
+ * with 100 steps still to run, and a fast machine ran all 4000 steps of
+ * a bare job in under 3 s. */
+#define STEP_FLOOR_MS "2"
+
 /* The highest step a hash log holds; -1 when it holds none. */
 static int last_logged(const char *path)
 {
@@ -40,6 +45,7 @@ TEST_IMPL(dmn_ring_etcd_outage)
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
     const int steps = 4000;
+    rc_step_delay = STEP_FLOOR_MS;
     for (int i = 0; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "4000");
     char h[3][300], want[32];
@@ -110,6 +116,7 @@ TEST_IMPL(dmn_ring_etcd_hang)
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
     const int steps = 4000;
+    rc_step_delay = STEP_FLOOR_MS;
     for (int i = 0; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "4000");
     char h[3][300];
