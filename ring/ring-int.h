@@ -170,6 +170,14 @@ struct ring {
     int64_t hb_next; /* when the next heartbeats are due */
     int hb_closed;   /* ring_destroy: none any more */
     int hb_repost;   /* a heartbeat came: its receive is to post again */
+    /* Fault injection for tests (RINGD_TEST_CUT_RIGHT, ring_setup.c):
+     * from the allgather half of collective cut_seq on, nothing more is
+     * sent to the right neighbour, heartbeats included: a link that
+     * stops carrying one direction, at a chosen point of a collective
+     * (iptables makes the same cut, but not at a chosen point). */
+    int cut_armed;
+    uint32_t cut_seq;
+    int cut_right;
     ring_stats_t stats;
 };
 
@@ -196,6 +204,10 @@ void ring__hb_tick(ring_t *r, int64_t now);
 int64_t ring__heard(const ring_t *r, uint32_t rank);
 int ring__silent(const ring_t *r, uint32_t rank, int64_t now);
 void ring__hb_close(ring_t *r);
+
+/* The test cut (above): 1 when this send to the right is not to go
+ * out (ring_setup.c); a send it withholds is complete at once. */
+int ring__cut(ring_t *r, const ring_link_t *to, int allgather_half);
 
 /* Drop the unexpected messages no receive will take (ring_stale.c). */
 void ring__drain_stale(ring_t *r);

@@ -339,6 +339,12 @@ static int post_send(ring_chan_t *c, uint32_t m)
     sl->req.data = sl;
     RD_DEBUG("chan %u send m %u seg %u off %zu cnt %zu", c->id, m, seg, off,
              cnt);
+    if (ring__cut(r, c->to, r->coll.kind == COLL_ALLREDUCE &&
+                               m / c->k + c->step0 >= c->n - 1)) {
+        sl->req.status = 0;
+        sl->state = SLOT_DONE; /* withheld: gone, as far as we know */
+        return 0;
+    }
     sl->state = SLOT_POSTED; /* the callback may run inside tp_send */
     uint64_t tag = chan_tag(c, m) |
                    ((uint64_t)r->flags_seen << RING_FLAG_SHIFT);

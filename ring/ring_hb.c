@@ -127,7 +127,7 @@ static void hb_link(ring_t *r, ring_link_t *l, int send)
                     UINT64_MAX, NULL, &h->rreq) != 0)
             h->rposted = 0;
     }
-    if (send && !h->sbusy) {
+    if (send && !h->sbusy && !ring__cut(r, l, 0)) {
         h->sreq.cb = on_hb_sent;
         h->sreq.data = h;
         h->sbusy = 1;

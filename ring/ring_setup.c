@@ -6,6 +6,7 @@
 #include "ring/ring-int.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,6 +239,40 @@ static void links_close(ring_t *r, int force)
     ring__grid_close(r, force);
 }
 
+/*
+ * RINGD_TEST_CUT_RIGHT=GEN:SEQ, for tests only: in the ring of generation
+ * GEN, from the allgather half of its first allreduce numbered SEQ or
+ * later (the ring's own collectives count too), this rank sends nothing
+ * more to its right neighbour (data, heartbeats, later collectives). It completes that collective (its receives come from the
+ * left) while its right neighbour cannot: the asymmetric end a one-way
+ * link failure leaves, at a point no timing-based fault can pick.
+ */
+static void cut_setup(ring_t *r)
+{
+    const char *e = getenv("RINGD_TEST_CUT_RIGHT");
+    unsigned long long gen;
+    unsigned seq;
+    if (e == NULL || sscanf(e, "%llu:%u", &gen, &seq) != 2 ||
+        gen != r->generation || r->n < 3)
+        return;
+    r->cut_armed = 1;
+    r->cut_seq = seq & TP_TAG_SEQ_MASK;
+}
+
+int ring__cut(ring_t *r, const ring_link_t *to, int allgather_half)
+{
+    if (to != &r->right || r->n < 3)
+        return 0;
+    if (!r->cut_right && r->cut_armed && allgather_half &&
+        r->seq >= r->cut_seq) {
+        r->cut_right = 1;
+        RD_WARN("ring gen %" PRIu64 " seq %u: RINGD_TEST_CUT_RIGHT: "
+                "nothing more goes to rank %u", r->generation, r->seq,
+                to->rank);
+    }
+    return r->cut_right;
+}
+
 int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
                 ring_t **ring_p, uint32_t *unreachable_p)
 {
@@ -274,6 +309,7 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
     if (r->n > 1 && (rc = ring__grid_create(r, view)) != 0)
         goto err_links;
     ring__chans_flat(r);
+    cut_setup(r);
     r->stats.left_rank = r->left.rank;
     *ring_p = r;
     return 0;
