@@ -92,6 +92,12 @@ static const cfg_key_t keys[] = {
     {"ring-grid-cols", K_U32, F(ring_grid_cols), 0, 1000000, "N",
      "row width of the two-level ring; 0 = a row per host when the hosts "
      "are alike, else about sqrt(nodes); a job option (default 0)"},
+    {"step-commit", K_BOOL, F(step_commit), 0, 0, NULL,
+     "a trainer's step_end returns once every node finished the step (one "
+     "byte a node around the ring), so a node dropped from the job just "
+     "then cannot count a step the others redo without it; false saves "
+     "that round trip a step and allows such stale steps; a job option "
+     "(default true)"},
     {"step-timeout", K_U32, F(step_timeout_ms), 0, 86400000, "MS",
      "a trainer that began a step (or got a collective's result) and then "
      "sends nothing for MS milliseconds makes this node step out of the "
@@ -166,6 +172,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
     cfg->liveness_ms = 1000;
+    cfg->step_commit = 1;
     cfg->ring_grid_min_nodes = 16;
     cfg->ring_chunk_kib = 1024;
     set_str(&cfg->ring_wire, "none");

@@ -51,6 +51,8 @@ enum {
     DMN_CONN_F_REDO = 1u << 4,      /* left the step to redo it: the
                                        collectives it still sends in that
                                        step answer RINGD_ERESHAPE */
+    DMN_CONN_F_END_HELD = 1u << 5,  /* its STEP_END (end_seq) is answered
+                                       when the step's commit is known */
 };
 
 /* A collective a connection sent and that awaits its reply. */
@@ -80,6 +82,7 @@ typedef struct dmn_conn {
 
     /* Step bookkeeping (step.c). */
     uint32_t begin_seq;   /* WAITING: the STEP_BEGIN to answer */
+    uint32_t end_seq;     /* DMN_CONN_F_END_HELD: the STEP_END to answer */
     /* POSTED: its collectives in the order sent, a ring of q_len from
      * q_head. Every in-step connection's i-th entry is the same collective
      * of the step (the heads complete together), the head the one being
@@ -121,6 +124,8 @@ typedef enum {
     DMN_STEP_RUNNING,      /* step begun: collecting collectives */
     DMN_STEP_REDUCING,     /* a collective is with the backend */
     DMN_STEP_BROKEN,       /* aborted: waiting for everyone to leave it */
+    DMN_STEP_COMMITTING,   /* every trainer ended it: the backend's commit
+                              decides whether it counts (job.h) */
     DMN_STEP_DRAINED,      /* shutting down: no more steps */
 } dmn_step_state_t;
 
@@ -142,6 +147,7 @@ typedef struct {
     uint64_t view_changes;
     uint64_t aborted_steps;
     uint64_t steps;
+    uint64_t uncommitted_steps; /* ended here, dropped by the commit */
     uint64_t recoveries;
     double recovery_seconds_sum;
     /* Recoveries per histogram bucket of metrics.c (not cumulative). */

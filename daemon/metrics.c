@@ -251,6 +251,10 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
            st->steps);
     metric(s, "ringd_aborted_steps_total", "counter",
            "Steps aborted and redone.", st->aborted_steps);
+    metric(s, "ringd_uncommitted_steps_total", "counter",
+           "Steps every trainer here ended that the job did not commit "
+           "(this node was dropped first): redone.",
+           st->uncommitted_steps);
     metric(s, "ringd_collectives_total", "counter",
            "Collectives completed.", st->collectives);
     metric(s, "ringd_collectives_zero_copy_total", "counter",

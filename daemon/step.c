@@ -42,8 +42,9 @@ uint64_t dmn__now_ms(void)
 
 const char *dmn__step_state_name(dmn_step_state_t s)
 {
-    static const char *const names[] = {"idle", "running", "reducing",
-                                        "broken", "drained"};
+    static const char *const names[] = {"idle",   "running",
+                                        "reducing", "broken",
+                                        "committing", "drained"};
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
 
@@ -78,8 +79,8 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
     }
     RD_DEBUG("client %u: %s -> %s", c->id, conn_state_name(c->cstate),
              conn_state_name(next));
-    if (next == DMN_CONN_CLOSED)
-        c->flags &= ~DMN_CONN_F_MEMBER; /* no longer a trainer here */
+    if (next == DMN_CONN_CLOSED) /* no longer a trainer here */
+        c->flags &= ~(DMN_CONN_F_MEMBER | DMN_CONN_F_END_HELD);
     dmn_conn_state_t from = c->cstate;
     if (next == DMN_CONN_ACTIVE)
         c->active_ms = dmn__now_ms(); /* the trainer's turn begins */
@@ -215,6 +216,65 @@ static void snapshot_state(dmn_t *d)
     }
 }
 
+/* Whether the backend must commit a step before its step_ends are
+ * answered: a job of several nodes (job.h, commit). */
+static int commit_needed(const dmn_t *d)
+{
+    return d->be->ops->commit != NULL && d->view.node_count > 1 &&
+           d->view.commit;
+}
+
+/* The step counts: the boundary's bookkeeping and checkpoint. */
+static void step_counted(dmn_t *d)
+{
+    d->stats.steps++;
+    snapshot_state(d);
+    if (d->break_ms != 0) {
+        double s = (double)(dmn__now_ms() - d->break_ms) / 1e3;
+        d->stats.recoveries++;
+        d->stats.recovery_seconds_sum += s;
+        d->stats.last_recovery_seconds = s;
+        dmn__metrics_observe_recovery(d, s);
+        d->break_ms = 0;
+    }
+    d->step++;
+    dmn__ckpt_boundary(d, d->step);
+}
+
+/* Answer the held step_ends with rc, then on to the next step. */
+static void step_closed(dmn_t *d, int rc)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!(c->flags & DMN_CONN_F_END_HELD))
+            continue;
+        c->flags &= ~DMN_CONN_F_END_HELD;
+        dmn__reply_status(c, PROTO_T_STEP_END, c->end_seq, rc);
+    }
+    dmn__step_set_state(d, DMN_STEP_IDLE);
+    if (d->flags & DMN_F_DRAIN_REQUESTED)
+        dmn__step_set_state(d, DMN_STEP_DRAINED);
+    else
+        try_start(d);
+}
+
+static void on_committed(void *arg, int status)
+{
+    dmn_t *d = arg;
+    if (d->state != DMN_STEP_COMMITTING)
+        return; /* shutting down */
+    if (status != 0) {
+        d->stats.uncommitted_steps++;
+        RD_WARN("step %llu ended here but is not committed (%s): the "
+                "trainers redo it with the job's state",
+                (unsigned long long)d->step, st_strerror(status));
+        step_closed(d, status == ST_EFENCED ? RINGD_EFENCED
+                                            : RINGD_ERESHAPE);
+        return;
+    }
+    step_counted(d);
+    step_closed(d, 0);
+}
+
 /* Close the step once every trainer has left it. */
 void dmn__step_maybe_close(dmn_t *d)
 {
@@ -226,25 +286,18 @@ void dmn__step_maybe_close(dmn_t *d)
     /* Completed only if someone finished it: a step that every trainer
      * abandoned (left, or went back to redo it) is not a step. */
     if (!(d->flags & DMN_F_ANY_REDO) && d->ended > 0) {
-        d->stats.steps++;
         d->be->ops->step_end(d->be, d->step);
-        snapshot_state(d);
-        if (d->break_ms != 0) {
-            double s = (double)(dmn__now_ms() - d->break_ms) / 1e3;
-            d->stats.recoveries++;
-            d->stats.recovery_seconds_sum += s;
-            d->stats.last_recovery_seconds = s;
-            dmn__metrics_observe_recovery(d, s);
-            d->break_ms = 0;
+        if (commit_needed(d)) {
+            dmn__step_set_state(d, DMN_STEP_COMMITTING);
+            int rc = d->be->ops->commit(d->be, on_committed, d);
+            if (rc == 0)
+                return; /* on_committed goes on */
+            on_committed(d, rc);
+            return;
         }
-        d->step++;
-        dmn__ckpt_boundary(d, d->step);
+        step_counted(d);
     }
-    dmn__step_set_state(d, DMN_STEP_IDLE);
-    if (d->flags & DMN_F_DRAIN_REQUESTED)
-        dmn__step_set_state(d, DMN_STEP_DRAINED);
-    else
-        try_start(d);
+    step_closed(d, 0);
 }
 
 /* Where a joiner's state comes from: a member's, or the snapshot. */
@@ -434,7 +487,13 @@ void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq)
     }
     dmn__conn_set_state(c, DMN_CONN_IDLE);
     d->ended++;
-    dmn__reply_status(c, PROTO_T_STEP_END, seq, 0);
+    if (commit_needed(d)) {
+        /* Answered once the step's fate is known (step_closed). */
+        c->flags |= DMN_CONN_F_END_HELD;
+        c->end_seq = seq;
+    } else {
+        dmn__reply_status(c, PROTO_T_STEP_END, seq, 0);
+    }
     dmn__step_maybe_close(d);
 }
 

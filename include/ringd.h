@@ -354,9 +354,16 @@ int ringd_allgather(ringd_client_t *c, void *ptr, size_t bytes);
 int ringd_barrier_async(ringd_client_t *c, ringd_handle_t *h_p);
 int ringd_barrier(ringd_client_t *c);
 
-/* End the step: the update has been applied. Errors: RINGD_ESTATE (no
- * step begun, or a handle of the step not yet waited for),
- * RINGD_EDISCONNECTED. */
+/* End the step: the update has been applied. In a job of several nodes
+ * it returns once every node finished the step (the commit round: one
+ * small message around the ring), so a step it answers RINGD_OK for is
+ * a step of the job on every node. Errors: RINGD_ERESHAPE or
+ * RINGD_EFENCED: the step did not count (this node was dropped from the
+ * job before every node finished it, or the trainer was timed out of
+ * it); call ringd_step_begin() again, which restores the job's state
+ * into the state region (restored = 1) before the step is redone.
+ * RINGD_ESTATE (no step begun, or a handle of the step not yet waited
+ * for), RINGD_EDISCONNECTED. */
 int ringd_step_end(ringd_client_t *c);
 
 /*

@@ -57,6 +57,9 @@ typedef struct {
     uint32_t ckpt_requested;  /* some node of the job asked for a
                                  checkpoint (ringd_checkpoint): every node
                                  takes one at the end of this step */
+    uint32_t commit;          /* the backend commits each step before
+                                 its step_ends are answered (job_ops_t
+                                 commit; the ring's job option) */
     uint64_t agreements;      /* a counter: step starts at which the nodes
                                  agreed the trainer counts (the ring
                                  backend's AGREE; a view's REBUILD agrees
@@ -217,6 +220,19 @@ typedef struct {
      * joins and drains take effect. */
     void (*step_end)(job_t *be, uint64_t step);
     /*
+     * May be NULL (nothing to commit: one node). Called after step_end:
+     * cb(0) once every node of the view has finished the step too (a
+     * round of the ring), or once a later view holds this node as a
+     * member (it survived whatever stopped the round, and the view
+     * change's agreement carries the step it finished); cb(ST_EFENCED)
+     * or cb(ST_ERESHAPE) when this node was dropped before that: the
+     * others may redo the step without it, so its trainers must not take
+     * it as done. The daemon answers its trainers' step_end only then.
+     * No collective is in flight when it is called; at most one cb is
+     * pending.
+     */
+    int (*commit)(job_t *be, job_done_cb cb, void *arg);
+    /*
      * Leave the job at this step boundary (SIGTERM drain): deregister and
      * call cb when gone. No collective is in flight when it is called.
      */
@@ -310,6 +326,8 @@ typedef struct {
     uint32_t ring_grid_min_nodes; /* 0: never */
     uint64_t ring_grid_max_bytes; /* 0: any size */
     uint32_t ring_grid_cols;      /* 0: rows by host, else sqrt */
+    uint32_t step_commit_off;     /* no commit round at step end (a job
+                                     option; stale steps possible) */
     const char *ckpt_dir;      /* ring: checkpoint directory (the job's
                                   store is ckpt_dir/job); NULL: off */
 } job_config_t;

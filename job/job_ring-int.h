@@ -51,6 +51,7 @@ typedef enum {
     CMD_AGREE,
     CMD_ALLREDUCE,
     CMD_BROADCAST,
+    CMD_COMMIT,   /* the step's commit round (job_ring_commit.c) */
 } cmd_kind_t;
 
 #define RB_MAX_NODES 4096
@@ -103,6 +104,8 @@ typedef struct {
                               loop, read by the ring thread in commands */
     ring_opts_t my_opts;   /* this node's config */
     char *my_opts_json;    /* the same for a first view (b->mc) */
+    int commit, my_commit; /* the step's commit round: the job's (from
+                              the view, as ring_opts), this node's */
     char *opts_seen;       /* the view options last logged */
     int ttl_s;
     mb_t *mb;
@@ -151,6 +154,13 @@ typedef struct {
     uint64_t agreements;  /* AGREE commands run (a counter) */
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
+    /* The step's commit (job_ring_commit.c): the daemon's callback, and
+     * whether it waits for a verdict (a view or the fence) rather than
+     * for the round on the ring thread. */
+    job_done_cb commit_cb;
+    void *commit_arg;
+    int commit_waits;
+    uint8_t commit_tokens[RB_MAX_NODES]; /* the round's bytes, one a rank */
     int op_status;        /* a deferred completion */
     mb_config_t mc;       /* to register again after a standby */
     mb_callbacks_t mcb;
@@ -178,6 +188,25 @@ void job__ring_set_state(rb_t *b, job_state_t next, const char *why);
 void job__ring_abort_running(rb_t *b);
 /* Start whatever the state and the pending view allow now. */
 void job__ring_advance(rb_t *b);
+
+/* A command is out to the ring thread. */
+static inline int job__ring_busy(const rb_t *b)
+{
+    return b->cmd.kind != CMD_NONE;
+}
+/* Hand b->cmd to the ring thread. */
+void job__ring_post(rb_t *b);
+/* Complete the daemon's callback on the next loop turn. */
+void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
+                              int status);
+/* A command failed because of a peer: tell membership. */
+void job__ring_peer_failure(rb_t *b, int status, uint32_t rank);
+
+/* job_ring_commit.c: the step's commit round. The backend op; a round
+ * came back; a view or a fence may have decided a waiting commit. */
+int job__ring_commit(job_t *be, job_done_cb cb, void *arg);
+void job__commit_done(rb_t *b, const rb_cmd_t *c);
+void job__commit_check(rb_t *b);
 
 /* job_ring_mb.c: membership's callbacks, stepping out and rejoining. */
 /* Membership on this node's transport address (kept in b->mc). */
@@ -239,7 +268,7 @@ const char *job__wire_name(ring_wire_t w);
 void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);
 /* The shared fields as the view's "opts" object (caller frees; NULL: no
  * memory). */
-char *job__opts_json(const ring_opts_t *o);
+char *job__opts_json(const ring_opts_t *o, int commit);
 /* b->ring_opts become view v's (main loop, no command out). */
 void job__opts_install(rb_t *b, const mb_view_t *v);
 

@@ -58,7 +58,7 @@ static const unsigned job_next_ok[] = {
 
 static int busy(const rb_t *b)
 {
-    return b->cmd.kind != CMD_NONE;
+    return job__ring_busy(b);
 }
 
 
@@ -103,6 +103,7 @@ void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
     default:
         break;
     }
+    job__commit_check(b); /* fenced or out of the job: its verdict */
 }
 
 static void post_cmd(rb_t *b)
@@ -112,6 +113,11 @@ static void post_cmd(rb_t *b)
     b->posted = 1;
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
+}
+
+void job__ring_post(rb_t *b)
+{
+    post_cmd(b);
 }
 
 /* Thread-safe abort of the collective the ring thread is running. */
@@ -139,7 +145,8 @@ static void fill_dview(rb_t *b)
                             .node_rank = (uint32_t)v->my_index,
                             .node_count = (uint32_t)v->n_members,
                             .global_trainers = total,
-                            .rank_offset = offset};
+                            .rank_offset = offset,
+                            .commit = (uint32_t)b->commit};
 }
 
 static void post_rebuild(rb_t *b);
@@ -219,6 +226,12 @@ static void complete_later(rb_t *b, job_done_cb cb, void *arg, int status)
     uv_timer_start(&b->defer, on_defer, 0, 0);
 }
 
+void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
+                              int status)
+{
+    complete_later(b, cb, arg, status);
+}
+
 static void ready_fire(rb_t *b, int status)
 {
     job_done_cb cb = b->ready_cb;
@@ -273,7 +286,7 @@ static int view_has(const mb_view_t *v, const char *node, int64_t lease)
  * peer: with two nodes dead at once, the first view removes one, and only
  * this report removes the other before its lease runs out.
  */
-static void handle_peer_failure(rb_t *b, int status, uint32_t rank)
+void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
 {
     if (b->cur == NULL || rank >= b->cur->n_members ||
         (int)rank == b->cur->my_index)
@@ -331,8 +344,8 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         RD_WARN("ring backend: generation %llu could not resync: %s",
                 (unsigned long long)c->view->generation,
                 st_strerror(c->status));
-        handle_peer_failure(b, c->status, c->suspect);
-        handle_peer_failure(b, ST_EPEER, c->suspect2);
+        job__ring_peer_failure(b, c->status, c->suspect);
+        job__ring_peer_failure(b, ST_EPEER, c->suspect2);
         /* A neighbour whose endpoint cannot be made, try after try, is
          * most likely dead (a view written before every death was
          * reported): suspected, it leaves the next view instead of
@@ -340,7 +353,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
          * failure: a link just back up may refuse briefly. */
         if (c->status == ST_ELINK && c->unreachable != UINT32_MAX &&
             c->view == b->cur && b->retries + 1 >= RB_UNREACHABLE_TRIES)
-            handle_peer_failure(b, ST_EPEER, c->unreachable);
+            job__ring_peer_failure(b, ST_EPEER, c->unreachable);
         if (b->state == JOB_SYNCING)
             job__ring_set_state(b, JOB_WAITING, "resync failed");
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
@@ -490,8 +503,8 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
     }
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
-        handle_peer_failure(b, status, c->suspect);
-        handle_peer_failure(b, ST_EPEER, c->suspect2);
+        job__ring_peer_failure(b, status, c->suspect);
+        job__ring_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job__ring_set_state(b, JOB_WAITING, "collective failed");
         status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
@@ -503,8 +516,8 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
 static void on_agreed(rb_t *b, rb_cmd_t *c)
 {
     if (c->status != 0) {
-        handle_peer_failure(b, c->status, c->suspect);
-        handle_peer_failure(b, ST_EPEER, c->suspect2);
+        job__ring_peer_failure(b, c->status, c->suspect);
+        job__ring_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job__ring_set_state(b, JOB_WAITING, "agreement failed");
         return;
@@ -533,6 +546,8 @@ static void on_async(uv_async_t *h)
         on_rebuilt(b, &c);
     else if (c.kind == CMD_AGREE)
         on_agreed(b, &c);
+    else if (c.kind == CMD_COMMIT)
+        job__commit_done(b, &c);
     else
         on_collective_done(b, &c);
     job__ring_advance(b);
@@ -744,6 +759,7 @@ static const job_ops_t rb_ops = {
     .allreduce = rb_allreduce,
     .broadcast = rb_broadcast,
     .step_end = rb_step_end,
+    .commit = job__ring_commit,
     .request_ckpt = rb_request_ckpt,
     .ckpt_report = rb_ckpt_report,
     .leave = rb_leave,
@@ -816,7 +832,9 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
 
     b->job_name = cfg->job;
     int rc = ST_ENOMEM;
-    if ((b->my_opts_json = job__opts_json(&b->my_opts)) == NULL)
+    b->my_commit = b->commit = !cfg->step_commit_off;
+    if ((b->my_opts_json = job__opts_json(&b->my_opts, b->my_commit)) ==
+        NULL)
         goto err_sync;
     rc = 0;
     if (cfg->job_secret_file != NULL &&

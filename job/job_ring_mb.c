@@ -41,6 +41,7 @@ static void mb_on_view(const mb_view_t *mv, void *data)
         job__ring_abort_running(b); /* its failure brings WAITING */
     else if (b->state == JOB_READY || b->state == JOB_FENCED)
         job__ring_set_state(b, JOB_WAITING, "a new view");
+    job__commit_check(b); /* a step waiting for its verdict has it */
     job__ring_advance(b);
 }
 

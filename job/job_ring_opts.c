@@ -1,6 +1,7 @@
 /*
  * job_ring_opts.c - the ring options every node of a job must share
- * (chunk size, the second ring, the default wire compression, the grid),
+ * (chunk size, the second ring, the default wire compression, the grid,
+ * the step's commit round),
  * as the job's views carry them: the leader that writes the first view
  * puts its own in it as "opts", later views copy them (membership), and
  * every node runs its rings with the view's, whatever its own config says.
@@ -52,14 +53,15 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
     o->grid_cols = cfg->ring_grid_cols;
 }
 
-char *job__opts_json(const ring_opts_t *o)
+char *job__opts_json(const ring_opts_t *o, int commit)
 {
     char *s = NULL;
     if (asprintf(&s, "{\"chunk\":%zu,\"bidir\":%d,\"wire\":\"%s\","
-                 "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u}",
+                 "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u,"
+                 "\"commit\":%d}",
                  o->chunk_bytes, o->bidirectional ? 1 : 0,
                  job__wire_name(o->wire), o->grid_min_nodes,
-                 o->grid_max_bytes, o->grid_cols) < 0)
+                 o->grid_max_bytes, o->grid_cols, commit ? 1 : 0) < 0)
         return NULL;
     return s;
 }
@@ -91,11 +93,13 @@ static int take_wire(const cJSON *o, ring_wire_t *w)
     return ST_EPROTO;
 }
 
-/* The fields of json over *o; a field the view lacks keeps o's value. */
-static int parse_opts(const char *json, ring_opts_t *o)
+/* The fields of json over *o and *commit; a field the view lacks keeps
+ * the value given. */
+static int parse_opts(const char *json, ring_opts_t *o, int *commit)
 {
     cJSON *j = cJSON_Parse(json);
     uint64_t chunk = o->chunk_bytes, bidir = (uint64_t)o->bidirectional;
+    uint64_t com = (uint64_t)*commit;
     uint64_t gmin = o->grid_min_nodes, gmax = o->grid_max_bytes;
     uint64_t gcols = o->grid_cols;
     ring_wire_t wire = o->wire;
@@ -111,10 +115,13 @@ static int parse_opts(const char *json, ring_opts_t *o)
     if (rc == 0)
         rc = take_num(j, "grid_cols", 0, UINT32_MAX, &gcols);
     if (rc == 0)
+        rc = take_num(j, "commit", 0, 1, &com);
+    if (rc == 0)
         rc = take_wire(j, &wire);
     cJSON_Delete(j);
     if (rc != 0)
         return rc;
+    *commit = (int)com;
     o->chunk_bytes = (size_t)chunk;
     o->bidirectional = (int)bidir;
     o->grid_min_nodes = (uint32_t)gmin;
@@ -126,7 +133,7 @@ static int parse_opts(const char *json, ring_opts_t *o)
 
 /* "name mine (job's theirs)" for each field that differs, into buf. */
 static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
-                          char *buf, size_t n)
+                          int my_commit, int commit, char *buf, size_t n)
 {
     size_t at = 0;
     buf[0] = '\0';
@@ -155,6 +162,8 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
          job->grid_max_bytes);
     DIFF(mine->grid_cols != job->grid_cols, "grid-cols %u (job's %u)",
          mine->grid_cols, job->grid_cols);
+    DIFF(my_commit != commit, "step-commit %d (job's %d)", my_commit,
+         commit);
 #undef DIFF
 }
 
@@ -169,8 +178,9 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
 void job__opts_install(rb_t *b, const mb_view_t *v)
 {
     ring_opts_t o = b->my_opts;
+    int commit = b->my_commit;
     const char *text = v->opts != NULL ? v->opts : "";
-    if (v->opts != NULL && parse_opts(v->opts, &o) != 0) {
+    if (v->opts != NULL && parse_opts(v->opts, &o, &commit) != 0) {
         RD_ERROR("ring backend: view %llu has ring options this node "
                  "cannot use (%.200s): keeping chunk %zu B, wire %s",
                  (unsigned long long)v->generation, v->opts,
@@ -181,17 +191,21 @@ void job__opts_install(rb_t *b, const mb_view_t *v)
     o.on_quiet = b->ring_opts.on_quiet;
     o.on_quiet_arg = b->ring_opts.on_quiet_arg;
     b->ring_opts = o;
+    b->commit = commit;
     if (b->opts_seen != NULL && strcmp(b->opts_seen, text) == 0)
         return;
     free(b->opts_seen);
     b->opts_seen = strdup(text);
     RD_INFO("ring backend: the job's ring options: chunk %zu B, wire %s, "
-            "bidirectional %d, grid from %u nodes (max %zu B, %u cols)%s",
+            "bidirectional %d, grid from %u nodes (max %zu B, %u cols), "
+            "step commit %s%s",
             o.chunk_bytes, job__wire_name(o.wire), o.bidirectional,
             o.grid_min_nodes, o.grid_max_bytes, o.grid_cols,
+            commit ? "on" : "off",
             v->opts != NULL ? "" : " (the view has none: this node's)");
     char diff[512];
-    describe_diff(&b->my_opts, &o, diff, sizeof(diff));
+    describe_diff(&b->my_opts, &o, b->my_commit, commit, diff,
+                  sizeof(diff));
     if (diff[0] != '\0')
         RD_WARN("ring backend: this node's config differs from the job's "
                 "ring options: %s; following the job's", diff);

@@ -323,10 +323,17 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
     case CMD_BROADCAST:
         c->status = rt_collective(b, c);
         break;
+    case CMD_COMMIT:
+        /* One byte a rank around the ring: every member finished. */
+        c->status = b->ring ? ring_allgather(b->ring, b->commit_tokens, 1)
+                            : ST_EABORTED;
+        break;
     default:
         c->status = ST_EINVAL;
     }
-    if (c->status == 0 && c->kind != CMD_REBUILD && b->ring != NULL) {
+    /* The round's wait is the slowest node's step, not a hop's. */
+    if (c->status == 0 && c->kind != CMD_REBUILD && c->kind != CMD_COMMIT &&
+        b->ring != NULL) {
         ring_stats_t st;
         ring_stats(b->ring, &st);
         c->wait_us = st.last_wait_us;

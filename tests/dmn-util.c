@@ -215,6 +215,19 @@ void td_begin_start(td_begin_t *b, ringd_client_t *c)
     ASSERT_OK(pthread_create(&b->th, NULL, begin_main, b));
 }
 
+static void *end_main(void *p)
+{
+    td_begin_t *b = p;
+    b->rc = ringd_step_end(b->c);
+    return NULL;
+}
+
+void td_end_start(td_begin_t *b, ringd_client_t *c)
+{
+    *b = (td_begin_t){.c = c, .rc = -999};
+    ASSERT_OK(pthread_create(&b->th, NULL, end_main, b));
+}
+
 int td_begin_join(td_begin_t *b, int timeout_ms)
 {
     struct timespec until;
@@ -359,7 +372,7 @@ void td_read_hashes(const char *path, td_hashes_t *h)
         h->hash[step] = hash;
         h->gen[step] = gen;
         h->world[step] = world;
-        h->have[step] = 1;
+        h->have[step]++;
         if (step + 1 > h->nsteps)
             h->nsteps = (int)step + 1;
     }

@@ -38,6 +38,10 @@ typedef struct {
 } td_begin_t;
 
 void td_begin_start(td_begin_t *b, ringd_client_t *c);
+/* The same for ringd_step_end(), which in a job of several nodes returns
+ * only once every node ended the step (the commit round); b->rc holds
+ * its outcome after td_begin_join. */
+void td_end_start(td_begin_t *b, ringd_client_t *c);
 /* Joins it within timeout_ms: 0 (b->rc and b->v hold its outcome), or
  * -1 if it has not returned by then (the thread is left running). */
 int td_begin_join(td_begin_t *b, int timeout_ms);
@@ -73,7 +77,9 @@ char *td_read(const char *path, size_t *len_p);
 void td_dump(const char *path);
 /* Remember a pid to kill at exit. */
 void td_track(pid_t pid);
-/* A trainer's --hash-log, parsed: the last line of each step wins. */
+/* A trainer's --hash-log, parsed: the last line of each step wins;
+ * have counts its lines (a step logged twice was redone after it was
+ * taken as done). */
 #define TD_MAX_STEPS 4096
 typedef struct {
     unsigned long long hash[TD_MAX_STEPS];

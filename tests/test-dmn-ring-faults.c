@@ -444,3 +444,70 @@ TEST_IMPL(dmn_ring_slow_trainer)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * No stale step. n1 stops sending to its right neighbour n2 from the
+ * allgather half of an allreduce of generation 1 on (RINGD_TEST_CUT_RIGHT,
+ * a one-way link failure at a chosen point): n1 receives every chunk and
+ * finishes the step, n2 never gets n1's chunks, finds n1 silent and has
+ * it evicted (lease TTL 30 s: only the suspicion can), and n0 and n2 redo
+ * the step in the next generation (n1, registered again at once, joins
+ * it with the job's state). Without the commit round n1's trainer logged
+ * that step in generation 1, which the job abandoned for it: a stale
+ * step. Now n1's step_end answers that the step did not count, every
+ * step is logged in one generation with one hash, and all three end
+ * bitwise identical.
+ */
+TEST_IMPL(dmn_ring_no_stale_step)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    rc_lease_ttl = "30";
+    for (int i = 0; i < 3; i++) {
+        if (i == 1)
+            setenv("RINGD_TEST_CUT_RIGHT", "1:60", 1);
+        node_init(&c, i, "1", "3");
+        unsetenv("RINGD_TEST_CUT_RIGHT");
+    }
+    rc_lease_ttl = "2";
+    const int steps = 1500;
+    for (int i = 0; i < 3; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "1500");
+    ASSERT_MSG(td_wait_file(c.d[1].log, "RINGD_TEST_CUT_RIGHT: nothing more "
+                            "goes to rank", 30000) == 0,
+               "n1's cut never came");
+    ASSERT_MSG(td_wait_file(c.d[1].log, "FENCED -> REGISTERING", 15000)
+                   == 0, "n1 was not evicted within 15 s (its lease runs "
+               "30 s)");
+    for (int i = 0; i < 3; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    static td_hashes_t h[3];
+    for (int i = 0; i < 3; i++)
+        td_read_hashes(td_path(&c.d[i], "h0"), &h[i]);
+    for (int s = 0; s < steps; s++)
+        for (int i = 0; i < 3; i++)
+            ASSERT_MSG(h[i].have[s] <= 1, "n%d logged step %d %d times: "
+                       "it took as done a step the job redid (stale)", i,
+                       s, h[i].have[s]);
+    for (int s = 0; s < steps; s++)
+        for (int i = 0; i < 3; i++)
+            for (int j = i + 1; j < 3; j++)
+                ASSERT_MSG(!h[i].have[s] || !h[j].have[s] ||
+                               (h[i].gen[s] == h[j].gen[s] &&
+                                h[i].hash[s] == h[j].hash[s]),
+                           "step %d: n%d logged it in generation %llu "
+                           "(world %u), n%d in generation %llu (world %u), "
+                           "hashes %s (a stale step)", s, i, h[i].gen[s],
+                           h[i].world[s], j, h[j].gen[s], h[j].world[s],
+                           h[i].hash[s] == h[j].hash[s] ? "equal"
+                                                        : "differ");
+    ASSERT_EQ(h[0].world[steps - 1], 3);
+    char p0[300];
+    snprintf(p0, sizeof(p0), "%s", td_path(&c.d[0], "p0"));
+    for (int i = 1; i < 3; i++)
+        ASSERT_EQ(td_param_diff(td_path(&c.d[i], "p0"), p0), 0);
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}

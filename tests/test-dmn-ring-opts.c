@@ -276,6 +276,19 @@ static void begin_all(ringd_client_t **c, int n)
     }
 }
 
+/* Every client's step_end at once: each returns once all nodes ended
+ * the step. */
+static void end_all(ringd_client_t **c, int n)
+{
+    td_begin_t b[MAXN];
+    for (int k = 0; k < n; k++)
+        td_end_start(&b[k], c[k]);
+    for (int k = 0; k < n; k++) {
+        ASSERT_OK(td_begin_join(&b[k], 60000));
+        ASSERT_EQ(b[k].rc, 0);
+    }
+}
+
 /* Trainer k's element i: 1..145, spread over the exponents. */
 static float wire_input(int k, int i)
 {
@@ -378,8 +391,8 @@ TEST_IMPL(dmn_ring_wire_per_call)
         ASSERT_EQ(ringd_allreduce_wire(cl[k], b[k], WL, RINGD_F32,
                                        RINGD_SUM, (ringd_wire_t)7),
                   RINGD_EINVAL);
-        ASSERT_OK(ringd_step_end(cl[k]));
     }
+    end_all(cl, WN);
     /* The next step runs as usual. */
     begin_all(cl, WN);
     for (int k = 0; k < WN; k++)
@@ -389,10 +402,9 @@ TEST_IMPL(dmn_ring_wire_per_call)
         ASSERT_OK(ringd_allreduce_wire_async(cl[k], b[k], WL, RINGD_F32,
                                              RINGD_SUM, RINGD_WIRE_F16,
                                              &h[k][0]));
-    for (int k = 0; k < WN; k++) {
+    for (int k = 0; k < WN; k++)
         ASSERT_EQ(ringd_wait(cl[k], h[k][0]), 0);
-        ASSERT_OK(ringd_step_end(cl[k]));
-    }
+    end_all(cl, WN);
     ASSERT_GT(check_tensor(b, 0, f16_tol, f32, "f16, next step"), 0);
     for (int k = 0; k < WN; k++) {
         ringd_close(cl[k]);
@@ -459,8 +471,8 @@ TEST_IMPL(dmn_ring_free_outstanding)
     for (int k = 0; k < 2; k++) {
         ASSERT_EQ(ringd_wait(cl[k], h[k]), 0);
         expect_sum(b[k], k ? "trainer 1, step 0" : "trainer 0, step 0");
-        ASSERT_OK(ringd_step_end(cl[k]));
     }
+    end_all(cl, 2);
 
     /* Unmapped while outstanding: an error for trainer 0 only. */
     begin_all(cl, 2);
@@ -476,8 +488,7 @@ TEST_IMPL(dmn_ring_free_outstanding)
     ASSERT_EQ(ringd_wait(cl[0], h[0]), RINGD_EINVAL);
     ASSERT_MSG(strstr(ringd_last_error(cl[0]), "was unmapped") != NULL,
                "error: %s", ringd_last_error(cl[0]));
-    for (int k = 0; k < 2; k++)
-        ASSERT_OK(ringd_step_end(cl[k]));
+    end_all(cl, 2);
     ASSERT_OK(ringd_buffer_free(cl[0], b[0]));
 
     /* The job goes on. */
@@ -492,9 +503,10 @@ TEST_IMPL(dmn_ring_free_outstanding)
     for (int k = 0; k < 2; k++) {
         ASSERT_EQ(ringd_wait(cl[k], h[k]), 0);
         expect_sum(b[k], k ? "trainer 1, step 2" : "trainer 0, step 2");
-        ASSERT_OK(ringd_step_end(cl[k]));
-        ringd_close(cl[k]);
     }
+    end_all(cl, 2);
+    for (int k = 0; k < 2; k++)
+        ringd_close(cl[k]);
     /* Both still in the first view: nobody was evicted. (A node that
      * stops leaves the view, so stop them only after looking.) */
     for (int k = 0; k < 2; k++) {
