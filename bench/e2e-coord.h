@@ -53,6 +53,7 @@ typedef struct {
     td_daemon_t d[MAXN];
     worker_t tr[MAXN * MAXT];
     int n, t;
+    const char *flag; /* one more daemon flag, set before cluster_up */
 } cluster_t;
 
 /* Kill every process spawned so far. */
@@ -123,7 +124,7 @@ void e2e__run_steps(bench_t *b, steps_t *out);
 void e2e__run_async(bench_t *b, async_t *out);
 void e2e__print_async(const async_t *a);
 /* us[k]: at n = 2, 4, 8; also printed as a '#' line. */
-void e2e__run_step_latency(bench_t *b, double us[3]);
+void e2e__run_step_latency(bench_t *b, double us[3], double off_us[3]);
 
 
 /* e2e-mem.c */

@@ -139,46 +139,65 @@ void e2e__print_async(const async_t *a)
 
 #define STEP_LAT_BYTES 4096
 
+/* One round of STEP_LAT steps on cl: the slowest trainer's median. */
+static double step_round(cluster_t *cl, int n, int iters)
+{
+    for (int w = 0; w < n; w++) {
+        fprintf(cl->tr[w].to, "step %d %d\n", STEP_LAT_BYTES, iters);
+        fflush(cl->tr[w].to);
+    }
+    double worst = 0;
+    for (int w = 0; w < n; w++) {
+        char line[256];
+        double med, mean;
+        e2e__worker_line(&cl->tr[w], line, sizeof(line));
+        if (sscanf(line, "ok %lf %lf", &med, &mean) != 2)
+            e2e__die("worker step", line);
+        if (med > worst)
+            worst = med;
+    }
+    return worst;
+}
+
 /*
  * The per-step latency of a 4 KiB allreduce at n = 2, 4, 8 nodes, one
  * trainer each: the slowest trainer's median over 200 steps (50 with
- * --quick) of step_begin + allreduce + step_end, in us.
+ * --quick) of step_begin + allreduce + step_end, in us. Two jobs side by
+ * side, rounds interleaved: the default (step_end waits for the commit
+ * round) in us[], and one with --step-commit=false in off_us[].
  */
-void e2e__run_step_latency(bench_t *b, double us[3])
+void e2e__run_step_latency(bench_t *b, double us[3], double off_us[3])
 {
     static const int ns[3] = {2, 4, 8};
     int iters = b->quick ? 50 : 200;
     for (int k = 0; k < 3; k++) {
-        static cluster_t cl;
-        char job[32];
+        static cluster_t cl, off;
+        char job[32], job_off[40];
         snprintf(job, sizeof(job), "e2e-steplat-n%d", ns[k]);
+        snprintf(job_off, sizeof(job_off), "e2e-steplat-nocommit-n%d",
+                 ns[k]);
+        cl.flag = NULL;
+        off.flag = "--step-commit=false";
         e2e__cluster_up(b, &cl, job, ns[k], 1, STEP_LAT_BYTES, 0);
+        e2e__cluster_up(b, &off, job_off, ns[k], 1, STEP_LAT_BYTES, 0);
         e2e__group_run(cl.tr, ns[k], STEP_LAT_BYTES, 1); /* the job forms */
-        double r[MAXROUNDS];
+        e2e__group_run(off.tr, ns[k], STEP_LAT_BYTES, 1);
+        double r[MAXROUNDS], r_off[MAXROUNDS];
         for (int i = 0; i < b->rounds; i++) {
-            for (int w = 0; w < ns[k]; w++) {
-                fprintf(cl.tr[w].to, "step %d %d\n", STEP_LAT_BYTES, iters);
-                fflush(cl.tr[w].to);
-            }
-            double worst = 0;
-            for (int w = 0; w < ns[k]; w++) {
-                char line[256];
-                double med, mean;
-                e2e__worker_line(&cl.tr[w], line, sizeof(line));
-                if (sscanf(line, "ok %lf %lf", &med, &mean) != 2)
-                    e2e__die("worker step", line);
-                if (med > worst)
-                    worst = med;
-            }
-            r[i] = worst;
+            r[i] = step_round(&cl, ns[k], iters);
+            r_off[i] = step_round(&off, ns[k], iters);
         }
         us[k] = e2e__median(r, b->rounds);
+        off_us[k] = e2e__median(r_off, b->rounds);
         e2e__cluster_down(&cl);
+        e2e__cluster_down(&off);
         e2e__kill_kids();
     }
     printf("# per-step latency of a %d-byte allreduce (step_begin + "
            "allreduce + step_end, one trainer per node): n=2 %.0f us, "
-           "n=4 %.0f us, n=8 %.0f us\n", STEP_LAT_BYTES, us[0], us[1],
-           us[2]);
+           "n=4 %.0f us, n=8 %.0f us; without the commit round "
+           "(--step-commit=false, interleaved): %.0f, %.0f, %.0f us\n",
+           STEP_LAT_BYTES, us[0], us[1], us[2], off_us[0], off_us[1],
+           off_us[2]);
     fflush(stdout);
 }

@@ -59,7 +59,9 @@
  * trainer per node timing step_begin + allreduce + step_end, the slowest
  * trainer's median) at n = 2, 4, 8 ('e2e --step-latency' runs only
  * that: the trainer counts travel only when they change, so it no longer
- * pays an allgather of N-1 hops per step), the per-step cost of a 1 GiB
+ * pays an allgather of N-1 hops per step; it does pay the commit round's
+ * N-1 hops, and a second job with --step-commit=false runs interleaved
+ * for what they cost: step_us_4k_nN_nocommit), the per-step cost of a 1 GiB
  * state region (a trainer doing only step_begin/step_end, with and
  * without the state, at n = 2 and in a one-node job) and the daemons'
  * CPU per step while their trainers compute (sleep 20 ms, then a 1 MiB
@@ -326,13 +328,15 @@ void e2e__cluster_up_ckpt(bench_t *b, cluster_t *c, const char *job, int n,
         const char *flags[] = {"--etcd", b->etcd.url, "--job", job,
                                "--node-id", ids[i], "--trainers", tstr,
                                "--min-nodes", nstr, NULL, NULL, NULL, NULL,
-                               NULL};
+                               NULL, NULL};
+        int k = 10;
         if (ckpt_dir != NULL) {
-            flags[10] = "--ckpt-dir";
-            flags[11] = ckpt_dir;
-            flags[12] = "--ckpt-interval";
-            flags[13] = CKPT_INTERVAL;
+            flags[k++] = "--ckpt-dir";
+            flags[k++] = ckpt_dir;
+            flags[k++] = "--ckpt-interval";
+            flags[k++] = CKPT_INTERVAL;
         }
+        flags[k] = c->flag;
         if (td_start(&c->d[i], flags) != 0)
             e2e__die("daemon", "did not start (log above)");
     }
@@ -438,6 +442,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
     char job[32];
     size_t max = b->sizes[b->nsizes - 1];
     snprintf(job, sizeof(job), "e2e-n%d-t%d", n, t);
+    cl.flag = NULL;
     e2e__cluster_up(b, &cl, job, n, t, max, 0);
     e2e__ring_group_up(b, job, n, max, rg);
     double e2e[MAXSIZES][MAXROUNDS], ring[MAXSIZES][MAXROUNDS];
@@ -627,11 +632,14 @@ static int coordinator(bench_t *b)
         fx_done();
         return 0;
     }
-    double step_us[3];
-    e2e__run_step_latency(b, step_us);
+    double step_us[3], off_us[3];
+    e2e__run_step_latency(b, step_us, off_us);
     if (b->step_latency_only) {
         printf("e2e: step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
-               "step_us_4k_n8=%.0f\n", step_us[0], step_us[1], step_us[2]);
+               "step_us_4k_n8=%.0f step_us_4k_n2_nocommit=%.0f "
+               "step_us_4k_n4_nocommit=%.0f step_us_4k_n8_nocommit=%.0f\n",
+               step_us[0], step_us[1], step_us[2], off_us[0], off_us[1],
+               off_us[2]);
         fx_done();
         return 0;
     }
@@ -662,7 +670,7 @@ static int coordinator(bench_t *b)
            "ckpt_stall_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
            "loop_lag_max_ms=%.1f mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
-           "step_us_4k_n8=%.0f\n",
+           "step_us_4k_n8=%.0f step_us_4k_n8_nocommit=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
            evg4, as.ratio, as.fused_one_ratio, as.small_ratio,
            as.fused_ratio,
@@ -671,7 +679,7 @@ static int coordinator(bench_t *b)
            e2e__ms1(mem.stall_coll_ms_per_gib).s,
            lag_max_ms,
            mem.mem_off, mem.mem_on,
-           mem.ar_ratio, step_us[0], step_us[1], step_us[2]);
+           mem.ar_ratio, step_us[0], step_us[1], step_us[2], off_us[2]);
     fx_done();
     return 0;
 }

@@ -160,7 +160,6 @@ typedef struct {
     job_done_cb commit_cb;
     void *commit_arg;
     int commit_waits;
-    uint8_t commit_tokens[RB_MAX_NODES]; /* the round's bytes, one a rank */
     int op_status;        /* a deferred completion */
     mb_config_t mc;       /* to register again after a standby */
     mb_callbacks_t mcb;

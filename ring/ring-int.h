@@ -175,6 +175,7 @@ struct ring {
      * sent to the right neighbour, heartbeats included: a link that
      * stops carrying one direction, at a chosen point of a collective
      * (iptables makes the same cut, but not at a chosen point). */
+    uint8_t *barrier_bytes; /* ring_barrier's allgather: n bytes */
     int cut_armed;
     uint32_t cut_seq;
     int cut_right;

@@ -208,7 +208,9 @@ int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
  * block r is its contribution, on return every block is filled.
  */
 int ring_allgather(ring_t *ring, void *buf, size_t block_bytes);
-/* Returns once every rank has entered the barrier. */
+/* Returns once every rank has entered the barrier: an allgather of one
+ * byte a rank on the flat ring (n - 1 hops), a one-byte allreduce on the
+ * grid. */
 int ring_barrier(ring_t *ring);
 
 /*
@@ -265,7 +267,7 @@ void ring_service(ring_t *ring);
 void ring_set_flags(ring_t *ring, unsigned flags);
 /*
  * After a collective returned 0: 1 when it reached every rank's flags, with
- * *flags_p their OR (the same on every rank), else 0. Allreduce (barrier)
+ * *flags_p their OR (the same on every rank), else 0. Allreduce, barrier
  * and allgather of a non-zero size reach them (every rank's last receive
  * descends, hop by hop, from a send of each other rank); broadcast (the
  * flags of ranks downstream of the root never travel back) and zero

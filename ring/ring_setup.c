@@ -350,5 +350,6 @@ void ring_destroy(ring_t *r)
     if (!r->leaked)
         arena_free(r);
     ring__grid_free(r);
+    free(r->barrier_bytes);
     free(r);
 }
