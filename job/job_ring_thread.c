@@ -103,9 +103,10 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     ring_opts_t first = b->ring_opts;
     if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
         first.deadline_ms = RB_REBUILD_DEADLINE_MS;
-    /* Liveness from the end of the REBUILD (rt_rebuild): a member may be
-     * busy between its collectives until then (a restore decodes). */
-    first.live_ms = 0;
+    /* Liveness from the start: nothing keeps a member from its ring's
+     * loops until the restore (rt_resync_state turns it off for that),
+     * and a member stuck in a REBUILD (a lossy link) must be named, not
+     * waited for. The checkpoint scan runs before the ring exists. */
     if (rc == 0)
         rc = ring_create(b->tp, &rv, &first, r_p, unreachable_p);
     free(addrs);
@@ -146,18 +147,15 @@ typedef struct {
  * in 42 bits.
  */
 static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
-                         rt_agreed_t *a)
+                         uint64_t newest, rt_agreed_t *a)
 {
     const mb_view_t *v = c->view;
     int member = !v->members[v->my_index].joiner;
     int64_t key = (int64_t)(((uint64_t)member << 62) |
                             ((c->my_step & ((1ull << 42) - 1)) << 20) |
                             (0xfffffu - (uint32_t)v->my_index));
-    /* [4]: the newest complete checkpoint this node holds + 1, for a job
-     * that starts again with its state in per-node stores. */
-    uint64_t newest = c->my_step == 0 ? job__newest_local(c->ckpt_root,
-                                                         UINT64_MAX)
-                                      : 0;
+    /* [4]: newest, the newest complete checkpoint this node holds + 1,
+     * for a job that starts again with its state in per-node stores. */
     int64_t agree[5] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
                         -(int64_t)c->state_bytes, (int64_t)newest};
     int rc = ring_allreduce(r, agree, 5, KERN_I64, KERN_MAX);
@@ -193,6 +191,9 @@ static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
     c->state_replaced = 0;
     int restored = 0;
     if (a->max_step == 0 && a->newest_ckpt > 0 && a->state_bytes > 0) {
+        /* Every member restores (the values are agreed), decoding shards
+         * between collectives: none is silent to the others then. */
+        ring_set_liveness(r, 0);
         uint64_t step;
         int rc = job__ring_restore(r, v, c->ckpt_root, c->state,
                                    c->state_bytes, a->newest_ckpt, &step);
@@ -224,9 +225,14 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 {
     ring_t *r = NULL;
     rt_agreed_t a;
+    /* Before the ring: a scan of a slow disk must not make this member
+     * look silent to neighbours that heard it on the new ring. */
+    uint64_t newest = c->my_step == 0 ? job__newest_local(c->ckpt_root,
+                                                         UINT64_MAX)
+                                      : 0;
     int rc = rt_replace_ring(b, c->view, &r, &c->suspect, &c->unreachable);
     if (rc == 0)
-        rc = rt_agree_step(b, r, c, &a);
+        rc = rt_agree_step(b, r, c, newest, &a);
     if (rc == 0)
         rc = rt_resync_state(b, r, c, &a);
     if (rc == 0)

@@ -126,7 +126,13 @@ TEST_IMPL(dmn_ring_opts_join)
     for (int i = 0; i < 3; i++)
         td_read_hashes(td_path(&c.d[i], "h0"), &h[i]);
     ASSERT_EQ(h[0].world[STEPS - 1], 3); /* n2 took part */
-    ASSERT_EQ(td_same_hashes(&h[0], &h[1]), STEPS);
+    /* The join's view change may abort the step in flight on one member
+     * after the other finished it: that one logs it, the other gets its
+     * state in the REBUILD and never logs it (job/README.md). So: no
+     * step lost, the steps both logged the same, at most that one not. */
+    for (int s = 0; s < STEPS; s++)
+        ASSERT_MSG(h[0].have[s] || h[1].have[s], "step %d lost", s);
+    ASSERT_GE(td_same_hashes(&h[0], &h[1]), STEPS - 1);
     ASSERT_GT(td_same_hashes(&h[0], &h[2]), 0);
     for (int i = 1; i < 3; i++) {
         ASSERT_EQ(h[0].hash[STEPS - 1], h[i].hash[STEPS - 1]);
