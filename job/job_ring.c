@@ -742,6 +742,7 @@ static void release(rb_t *b)
 static void rb_destroy(job_t *be)
 {
     rb_t *b = (rb_t *)be;
+    b->commit_cb = NULL; /* callbacks are dropped (job.h) */
     stop_thread(b);
     mb_view_free(b->cur);
     mb_view_free(b->pending);
