@@ -539,6 +539,11 @@ class Client:
         tensor.copy_(torch.from_numpy(buf.reshape(host.shape)))
 
     def step_end(self):
+        """End the step: the update has been applied. In a job of several
+        nodes it returns once every node finished the step. Raises
+        Reshape or Fenced when the step did not count (this node was
+        dropped from the job first): call step_begin again, which
+        restores the job's state."""
         self._check(_lib.ringd_step_end(self._c), "ringd_step_end")
 
     def checkpoint(self):
