@@ -99,8 +99,9 @@ static const cfg_key_t keys[] = {
      "that round trip a step and allows such stale steps; a job option "
      "(default true)"},
     {"step-timeout", K_U32, F(step_timeout_ms), 0, 86400000, "MS",
-     "a trainer that began a step (or got a collective's result) and then "
-     "sends nothing for MS milliseconds makes this node step out of the "
+     "a trainer that began a step (or got a collective's result, or had "
+     "its step_end answered) and then sends nothing for MS milliseconds "
+     "makes this node step out of the "
      "job until it comes back or another trainer connects; 0 = off "
      "(default 0: the job waits for a slow trainer)"},
     {"ucx-opt", K_UCX, 0, 0, 0, "KEY=VAL",

@@ -81,12 +81,10 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
              conn_state_name(next));
     if (next == DMN_CONN_CLOSED) /* no longer a trainer here */
         c->flags &= ~(DMN_CONN_F_MEMBER | DMN_CONN_F_END_HELD);
-    dmn_conn_state_t from = c->cstate;
-    if (next == DMN_CONN_ACTIVE)
-        c->active_ms = dmn__now_ms(); /* the trainer's turn begins */
+    if (next == DMN_CONN_ACTIVE || next == DMN_CONN_IDLE)
+        c->active_ms = dmn__now_ms(); /* the trainer's turn may begin */
     c->cstate = next;
-    if (from == DMN_CONN_ACTIVE || next == DMN_CONN_ACTIVE)
-        dmn__step_stall_arm(c->d);
+    dmn__step_stall_arm(c->d);
 }
 
 uint32_t dmn__trainer_count(const dmn_t *d)
@@ -248,9 +246,11 @@ static void step_closed(dmn_t *d, int rc)
         if (!(c->flags & DMN_CONN_F_END_HELD))
             continue;
         c->flags &= ~DMN_CONN_F_END_HELD;
+        c->active_ms = dmn__now_ms(); /* its turn: the next step_begin */
         dmn__reply_status(c, PROTO_T_STEP_END, c->end_seq, rc);
     }
     dmn__step_set_state(d, DMN_STEP_IDLE);
+    dmn__step_stall_arm(d);
     if (d->flags & DMN_F_DRAIN_REQUESTED)
         dmn__step_set_state(d, DMN_STEP_DRAINED);
     else
@@ -534,9 +534,10 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
 }
 
 /*
- * --step-timeout: a trainer whose turn it is (ACTIVE: it began the step or
- * got a collective's result) and that sent nothing for that long holds up
- * the whole job. It leaves the step as if lost, but its connection stays:
+ * --step-timeout: a trainer whose turn it is (its_turn: inside a step, or
+ * between steps once its step_end was answered) and that sent nothing for
+ * that long holds up the whole job. It leaves the step as if lost (or,
+ * between steps, stops being a member), but its connection stays:
  * the node breaks the step, the backend is told (no trainer left: the
  * node steps out of the job, so the others go on), and the trainer's next
  * call finds RINGD_ERESHAPE and comes back through step_begin as a joiner.
@@ -549,27 +550,46 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
             "its next call", c->id, (int)c->pid,
             (unsigned long long)idle_ms, (unsigned long long)d->step,
             d->cfg->step_timeout_ms);
+    int in_step = dmn__conn_in_step(c);
     c->flags |= DMN_CONN_F_STALLED;
     c->flags &= ~DMN_CONN_F_MEMBER;
-    dmn__step_leave_to_redo(d, c);
+    if (in_step)
+        dmn__step_leave_to_redo(d, c);
     if (d->state == DMN_STEP_RUNNING)
         dmn__step_set_state(d, DMN_STEP_BROKEN);
     if (d->be->ops->trainer_lost != NULL) {
         uint32_t remaining = 0;
         for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
             remaining += dmn__conn_counted(o);
-        d->be->ops->trainer_lost(d->be, 1, remaining);
+        d->be->ops->trainer_lost(d->be, in_step, remaining);
     }
     dmn__step_maybe_close(d);
     try_start(d);
 }
 
-/* The ACTIVE trainer whose turn began first (NULL: none). */
+/*
+ * Whether it is c's turn: it began the step or got a collective's result
+ * (ACTIVE), or, between steps of a job of several nodes, the node waits
+ * for this member's next step_begin and its step_end has been answered:
+ * the other nodes wait in their next collective for it, so a trainer
+ * stopped there holds up the job as much as one stopped inside a step
+ * (and the commit round makes step_end wait, so a stop lands there
+ * often). Alone, a trainer resting between steps holds up nobody.
+ */
+static int its_turn(const dmn_t *d, const dmn_conn_t *c)
+{
+    return c->cstate == DMN_CONN_ACTIVE ||
+           (c->cstate == DMN_CONN_IDLE && d->state == DMN_STEP_IDLE &&
+            d->view.node_count > 1 && (c->flags & DMN_CONN_F_MEMBER) &&
+            !(c->flags & (DMN_CONN_F_END_HELD | DMN_CONN_F_STALLED)));
+}
+
+/* The trainer whose turn began first (NULL: none). */
 static dmn_conn_t *first_active(dmn_t *d)
 {
     dmn_conn_t *first = NULL;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        if (c->cstate == DMN_CONN_ACTIVE &&
+        if (its_turn(d, c) &&
             (first == NULL || c->active_ms < first->active_ms))
             first = c;
     return first;

@@ -300,16 +300,18 @@ TEST_IMPL(dmn_ring_kill_three)
 
 /*
  * --step-timeout: n0's trainer stops itself in step 200, after step_begin
- * and before its collective, while n1's and n2's wait for it there. After
+ * and before its collective (between: after step 200, its step_end
+ * answered), while n1's and n2's wait for it there (in step 201). After
  * the timeout n0's daemon names that trainer (its pid), takes it out of
- * the step and steps out of the job, so n1 and n2 redo step 200 as a
- * 2-node job instead of waiting. Resumed, the trainer's collective answers
- * RINGD_ERESHAPE, its step_begin brings n0 back as a joiner with the job's
- * state, and the three end identical in a 3-node view. n0 logs no step
- * from 200 until it joined (its step 200 never counted). Its timer woke
- * once, and the idle time it logged is at least the timeout.
+ * the step (out of the node's members) and steps out of the job, so n1
+ * and n2 go on as a 2-node job instead of waiting. Resumed, the trainer's
+ * next call answers RINGD_ERESHAPE, its step_begin brings n0 back as a
+ * joiner with the job's state, and the three end identical in a 3-node
+ * view. n0 logs no step from the one it was stopped in until it joined
+ * (that step never counted). Its timer woke once, and the idle time it
+ * logged is at least the timeout.
  */
-TEST_IMPL(dmn_ring_step_timeout)
+static int step_timeout_case(int between)
 {
     cluster_env();
     cluster_t c = {.n = 3};
@@ -318,13 +320,17 @@ TEST_IMPL(dmn_ring_step_timeout)
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
     rc_step_timeout = NULL;
-    rc_stop_in = "200";
+    if (between)
+        rc_stop_after = "200";
+    else
+        rc_stop_in = "200";
     c.trainer[0][0] = trainer(&c, 0, 0, "3000");
-    rc_stop_in = NULL;
+    rc_stop_in = rc_stop_after = NULL;
+    int out = between ? 201 : 200; /* the first step n0 does not log */
     for (int i = 1; i < 3; i++)
         c.trainer[i][0] = trainer(&c, i, 0, "3000");
     ASSERT_MSG(td_poll(trainer_stopped, &c.trainer[0][0], 60000) == 0,
-               "n0's trainer never stopped in step 200");
+               "n0's trainer never stopped at step 200");
     char named[64];
     snprintf(named, sizeof(named), "(pid %d) sent nothing for ",
              (int)c.trainer[0][0]);
@@ -343,19 +349,19 @@ TEST_IMPL(dmn_ring_step_timeout)
     td_read_hashes(td_path(&c.d[2], "h0"), &h2);
     int64_t joined = logged_step(td_path(&c.d[0], "t0.log"),
                                  "joined at step ");
-    ASSERT_GT(joined, 200);
-    ASSERT(h0.have[199]);
-    for (int s = 200; s < joined; s++)
+    ASSERT_GT(joined, out);
+    ASSERT(h0.have[out - 1]);
+    for (int s = out; s < joined; s++)
         ASSERT_MSG(!h0.have[s], "n0 logged step %d while out", s);
     /* n1 and n2 went on as a 2-node job and took n0 back. One of them
      * may have received a step in the state rather than computed it (it
      * was one step behind at a view change): it need not log it. */
     ASSERT_EQ(worlds_seen(&h1), (1u << 3) | (1u << 2));
-    ASSERT_EQ(h1.world[199], 3);
+    ASSERT_EQ(h1.world[out - 1], 3);
     for (int s = 0; s < 3000; s++)
         ASSERT_MSG(h1.have[s] || h2.have[s], "step %d ran nowhere", s);
     ASSERT_GE(td_same_hashes(&h1, &h2), 2990);
-    ASSERT_GT(td_same_hashes(&h0, &h1), 200);
+    ASSERT_GT(td_same_hashes(&h0, &h1), out);
     ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
     ASSERT_EQ(h1.world[2999], 3);
     char *m = td_http_get(c.d[0].metrics_port, "/metrics");
@@ -376,6 +382,19 @@ TEST_IMPL(dmn_ring_step_timeout)
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
+}
+
+TEST_IMPL(dmn_ring_step_timeout)
+{
+    return step_timeout_case(0);
+}
+
+/* Stopped between steps: the other nodes wait in the next step's
+ * collective, which the commit round made the usual place for a stop to
+ * land (chaos: a hung_trainer there was a 60 s hang). */
+TEST_IMPL(dmn_ring_step_timeout_between)
+{
+    return step_timeout_case(1);
 }
 
 /* For td_poll: the daemon log at path shows three deadlines waited out. */
