@@ -42,9 +42,9 @@ uint64_t dmn__now_ms(void)
 
 const char *dmn__step_state_name(dmn_step_state_t s)
 {
-    static const char *const names[] = {"idle",   "running",
-                                        "reducing", "broken",
-                                        "committing", "drained"};
+    static const char *const names[] = {"idle", "running", "reducing",
+                                        "broken", "committing",
+                                        "drained"};
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
 

@@ -56,11 +56,6 @@ static const unsigned job_next_ok[] = {
 
 /* ---- main loop side ---------------------------------------------------- */
 
-static int busy(const rb_t *b)
-{
-    return job__ring_busy(b);
-}
-
 
 /* The one transition function: refuses a move the table does not allow
  * (loudly: it is a bug), then runs the exit and entry actions. */
@@ -79,7 +74,7 @@ void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
     b->state = next;
     /* Exit: the ring of the old view can no longer be used. */
     if ((prev == JOB_READY || prev == JOB_SYNCING) && next != JOB_READY &&
-        next != JOB_LEAVING && busy(b))
+        next != JOB_LEAVING && job__ring_busy(b))
         job__ring_abort_running(b);
     switch (next) {
     case JOB_READY:
@@ -106,18 +101,13 @@ void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
     job__commit_check(b); /* fenced or out of the job: its verdict */
 }
 
-static void post_cmd(rb_t *b)
+void job__ring_post(rb_t *b)
 {
     pthread_mutex_lock(&b->mu);
     b->abort_flag = 0;
     b->posted = 1;
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
-}
-
-void job__ring_post(rb_t *b)
-{
-    post_cmd(b);
 }
 
 /* Thread-safe abort of the collective the ring thread is running. */
@@ -183,7 +173,7 @@ static void post_rebuild(rb_t *b)
     if (b->cbs.get_state != NULL)
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
     job__ring_set_state(b, JOB_SYNCING, "a view to install");
-    post_cmd(b);
+    job__ring_post(b);
 }
 
 /*
@@ -194,7 +184,8 @@ static void post_rebuild(rb_t *b)
  */
 void job__ring_advance(rb_t *b)
 {
-    if (busy(b) || b->ready_cb == NULL || b->state >= JOB_STEPPING_OUT)
+    if (job__ring_busy(b) || b->ready_cb == NULL ||
+        b->state >= JOB_STEPPING_OUT)
         return;
     if (b->pending != NULL) {
         install_pending(b);
@@ -203,7 +194,7 @@ void job__ring_advance(rb_t *b)
                             .counts = b->counts,
                             .my_trainers = b->local_trainers,
                             .ckpt_req = b->ckpt_req};
-        post_cmd(b);
+        job__ring_post(b);
     }
     /* else WAITING: the next view brings us back here */
 }
@@ -218,18 +209,13 @@ static void on_defer(uv_timer_t *t)
 }
 
 /* Complete the daemon's collective on the next loop turn. */
-static void complete_later(rb_t *b, job_done_cb cb, void *arg, int status)
+void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
+                              int status)
 {
     b->op_cb = cb;
     b->op_arg = arg;
     b->op_status = status;
     uv_timer_start(&b->defer, on_defer, 0, 0);
-}
-
-void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
-                              int status)
-{
-    complete_later(b, cb, arg, status);
 }
 
 static void ready_fire(rb_t *b, int status)
@@ -329,7 +315,7 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
 static void on_retry(uv_timer_t *t)
 {
     rb_t *b = t->data;
-    if (b->state != JOB_WAITING || busy(b) || b->pending != NULL ||
+    if (b->state != JOB_WAITING || job__ring_busy(b) || b->pending != NULL ||
         b->cur == NULL || b->ready_cb == NULL)
         return;
     RD_INFO("ring backend: building generation %llu again (try %d)",
@@ -533,7 +519,7 @@ static void on_async(uv_async_t *h)
 {
     rb_t *b = h->data;
     pthread_mutex_lock(&b->mu);
-    int done = busy(b) && !b->posted;
+    int done = job__ring_busy(b) && !b->posted;
     pthread_mutex_unlock(&b->mu);
     if (!done)
         return;
@@ -578,7 +564,7 @@ static void rb_get_view(job_t *be, job_view_t *view_p)
 static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
-    if (b->state == JOB_READY && !busy(b) && b->pending == NULL &&
+    if (b->state == JOB_READY && !job__ring_busy(b) && b->pending == NULL &&
         !b->agree_due && attempt_begin(b))
         return 1;
     if (b->state >= JOB_LEAVING)
@@ -595,12 +581,12 @@ static int rb_ready(job_t *be, job_done_cb cb, void *arg)
 
 static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
 {
-    if (b->op_cb != NULL || busy(b)) {
+    if (b->op_cb != NULL || job__ring_busy(b)) {
         RD_ERROR("ring backend: a collective is already in flight");
         return ST_EINVAL;
     }
     if (b->state != JOB_READY) {
-        complete_later(b, cb, arg,
+        job__ring_complete_later(b, cb, arg,
                        b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE);
         return 0;
     }
@@ -608,7 +594,7 @@ static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
     b->op_arg = arg;
     b->cmd = *c;
     b->cmd.flags = b->my_flags;
-    post_cmd(b);
+    job__ring_post(b);
     return 0;
 }
 

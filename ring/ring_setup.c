@@ -243,9 +243,10 @@ static void links_close(ring_t *r, int force)
  * RINGD_TEST_CUT_RIGHT=GEN:SEQ, for tests only: in the ring of generation
  * GEN, from the allgather half of its first allreduce numbered SEQ or
  * later (the ring's own collectives count too), this rank sends nothing
- * more to its right neighbour (data, heartbeats, later collectives). It completes that collective (its receives come from the
- * left) while its right neighbour cannot: the asymmetric end a one-way
- * link failure leaves, at a point no timing-based fault can pick.
+ * more to its right neighbour (data, heartbeats, later collectives). It
+ * completes that collective (its receives come from the left) while its
+ * right neighbour cannot: the asymmetric end a one-way link failure
+ * leaves, at a point no timing-based fault can pick.
  */
 static void cut_setup(ring_t *r)
 {
