@@ -198,6 +198,8 @@ void job__ring_post(rb_t *b);
 /* Complete the daemon's callback on the next loop turn. */
 void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
                               int status);
+/* 1 when node (lease) is a member of view v (NULL: none). */
+int job__view_has(const mb_view_t *v, const char *node, int64_t lease);
 /* A command failed because of a peer: tell membership. */
 void job__ring_peer_failure(rb_t *b, int status, uint32_t rank);
 

@@ -257,7 +257,7 @@ static void on_suspect_timer(uv_timer_t *t)
 }
 
 /* 1 when node (lease) is a member of view v. */
-static int view_has(const mb_view_t *v, const char *node, int64_t lease)
+int job__view_has(const mb_view_t *v, const char *node, int64_t lease)
 {
     for (size_t i = 0; v != NULL && i < v->n_members; i++)
         if (v->members[i].lease == lease &&
@@ -279,7 +279,7 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
         return;
     const char *node = b->cur->members[rank].node;
     if (b->pending != NULL &&
-        !view_has(b->pending, node, b->cur->members[rank].lease))
+        !job__view_has(b->pending, node, b->cur->members[rank].lease))
         return;
     if (status == ST_EPEER_FORGED) {
         RD_WARN("ring backend: %s failed the job-secret handshake; "

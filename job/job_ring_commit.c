@@ -25,20 +25,8 @@
  */
 #include "job/job_ring-int.h"
 
-#include <string.h>
-
 #include "common/log.h"
 #include "common/status.h"
-
-/* (node, lease) is a member of v. */
-static int in_view(const mb_view_t *v, const char *node, int64_t lease)
-{
-    for (size_t i = 0; i < v->n_members; i++)
-        if (v->members[i].lease == lease &&
-            strcmp(v->members[i].node, node) == 0)
-            return 1;
-    return 0;
-}
 
 /*
  * 1 with *status_p when the step's fate is known without the round, from
@@ -64,7 +52,7 @@ static int verdict(rb_t *b, int *status_p)
     if (p == NULL || g == NULL || g->my_index < 0)
         return 0;
     const mb_member_t *me = &g->members[g->my_index];
-    if (in_view(p, me->node, me->lease)) {
+    if (job__view_has(p, me->node, me->lease)) {
         if (b->state == JOB_FENCED || !mb_lease_valid(b->mb))
             return 0;
         *status_p = 0;
@@ -72,7 +60,8 @@ static int verdict(rb_t *b, int *status_p)
     }
     int carried = 0;
     for (size_t i = 0; i < g->n_members && !carried; i++)
-        carried = in_view(p, g->members[i].node, g->members[i].lease);
+        carried = job__view_has(p, g->members[i].node,
+                                g->members[i].lease);
     *status_p = !carried && p->generation == g->generation + 1
                     ? 0 : ST_ERESHAPE;
     return 1;
