@@ -154,12 +154,10 @@ typedef struct {
     uint64_t agreements;  /* AGREE commands run (a counter) */
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
-    /* The step's commit (job_ring_commit.c): the daemon's callback, and
-     * whether it waits for a verdict (a view or the fence) rather than
-     * for the round on the ring thread. */
+    /* The step's commit (job_ring_commit.c): the daemon's callback,
+     * pending until the round (cmd CMD_COMMIT) or a verdict decides. */
     job_done_cb commit_cb;
     void *commit_arg;
-    int commit_waits;
     int op_status;        /* a deferred completion */
     mb_config_t mc;       /* to register again after a standby */
     mb_callbacks_t mcb;

@@ -82,8 +82,10 @@ static void fire(rb_t *b, int status)
 
 void job__commit_check(rb_t *b)
 {
+    /* While the round runs, its end decides (job__commit_done). */
     int status;
-    if (b->commit_cb != NULL && b->commit_waits && verdict(b, &status))
+    if (b->commit_cb != NULL && b->cmd.kind != CMD_COMMIT &&
+        verdict(b, &status))
         fire(b, status);
 }
 
@@ -103,7 +105,6 @@ int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
         b->cur->n_members > 1 && !job__ring_busy(b)) {
         b->commit_cb = cb;
         b->commit_arg = arg;
-        b->commit_waits = 0;
         b->cmd = (rb_cmd_t){.kind = CMD_COMMIT};
         job__ring_post(b);
         return 0;
@@ -114,7 +115,6 @@ int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
         /* A view or the fence is on its way (mb_on_view, set_state). */
         b->commit_cb = cb;
         b->commit_arg = arg;
-        b->commit_waits = 1;
         return 0;
     }
     job__ring_complete_later(b, cb, arg, status);
@@ -135,6 +135,5 @@ void job__commit_done(rb_t *b, const rb_cmd_t *c)
     job__ring_peer_failure(b, ST_EPEER, c->suspect2);
     if (b->state == JOB_READY)
         job__ring_set_state(b, JOB_WAITING, "commit round failed");
-    b->commit_waits = 1; /* the next view, or the fence, decides */
-    job__commit_check(b);
+    job__commit_check(b); /* else the next view, or the fence, decides */
 }

@@ -269,30 +269,30 @@ TEST_IMPL(mb_view_opts)
 
 /* ---- per-call wire compression ------------------------------------- */
 
-/* Every client's step_begin at once: each returns once all have asked. */
-static void begin_all(ringd_client_t **c, int n)
+/* Every client's step_begin (end 0) or step_end (end 1) at once, each on
+ * a thread: a step_begin returns once all have asked, a step_end once all
+ * nodes ended the step (the commit round). */
+static void all_at_once(ringd_client_t **c, int n, int end)
 {
     td_begin_t b[MAXN];
     for (int k = 0; k < n; k++)
-        td_begin_start(&b[k], c[k]);
+        (end ? td_end_start : td_begin_start)(&b[k], c[k]);
     for (int k = 0; k < n; k++) {
         ASSERT_OK(td_begin_join(&b[k], 60000));
         ASSERT_EQ(b[k].rc, 0);
-        ASSERT_EQ(b[k].v.world, (uint32_t)n);
+        if (!end)
+            ASSERT_EQ(b[k].v.world, (uint32_t)n);
     }
 }
 
-/* Every client's step_end at once: each returns once all nodes ended
- * the step. */
+static void begin_all(ringd_client_t **c, int n)
+{
+    all_at_once(c, n, 0);
+}
+
 static void end_all(ringd_client_t **c, int n)
 {
-    td_begin_t b[MAXN];
-    for (int k = 0; k < n; k++)
-        td_end_start(&b[k], c[k]);
-    for (int k = 0; k < n; k++) {
-        ASSERT_OK(td_begin_join(&b[k], 60000));
-        ASSERT_EQ(b[k].rc, 0);
-    }
+    all_at_once(c, n, 1);
 }
 
 /* Trainer k's element i: 1..145, spread over the exponents. */
