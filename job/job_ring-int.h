@@ -45,6 +45,12 @@ typedef enum {
 } job_state_t;
 
 
+/* A neighbour's link the ring thread found lossy (job_ring.c). */
+typedef struct {
+    uint64_t gen;
+    uint32_t rank;
+} rb_lossy_t;
+
 typedef enum {
     CMD_NONE = 0,
     CMD_REBUILD,
@@ -166,6 +172,9 @@ typedef struct {
     int retries;
     uv_timer_t defer;
     uv_timer_t suspect_timer;
+    /* Lossy links the ring thread saw (rt_lossy), under mu, for the main
+     * loop to report: generation 0 marks a free slot. */
+    rb_lossy_t lossy[2];
     char *quiet_node;     /* neighbour that went quiet (deadline) */
     int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */

@@ -250,7 +250,8 @@ static void on_suspect_timer(uv_timer_t *t)
     } else {
         RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
                 "suspecting it", b->quiet_node);
-        mb_suspect(b->mb, b->quiet_node, "ring deadline, no view change");
+        mb_suspect_soft(b->mb, b->quiet_node, MB_BLAME_SILENT,
+                        "ring deadline, no view change");
     }
     free(b->quiet_node);
     b->quiet_node = NULL;
@@ -284,7 +285,8 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
     if (status == ST_EPEER_FORGED) {
         RD_WARN("ring backend: %s failed the job-secret handshake; "
                 "suspecting it", node);
-        mb_suspect_report(b->mb, node, "failed the job-secret handshake");
+        mb_suspect_soft(b->mb, node, MB_BLAME_SILENT,
+                        "failed the job-secret handshake");
         return;
     }
     if (status == ST_EPEER) {
@@ -295,7 +297,7 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
     if (status == ST_EPEER_SILENT) {
         RD_WARN("ring backend: %s stopped answering (no heartbeat for "
                 "%d ms); suspecting it", node, b->ring_opts.live_ms);
-        mb_suspect(b->mb, node, "no heartbeat");
+        mb_suspect_soft(b->mb, node, MB_BLAME_SILENT, "no heartbeat");
         return;
     }
     if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
@@ -515,12 +517,33 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
     ready_fire(b, 0);
 }
 
+/* A lossy link seen on the current ring is a soft report on that
+ * neighbour: membership convicts it only when another member reports it
+ * too (membership/README.md, "Blame"). */
+static void take_lossy(rb_t *b, uint64_t gen, uint32_t rank)
+{
+    if (gen == 0 || b->cur == NULL || b->cur->generation != gen ||
+        rank >= b->cur->n_members || (int)rank == b->cur->my_index)
+        return;
+    const char *node = b->cur->members[rank].node;
+    if (b->pending != NULL &&
+        !job__view_has(b->pending, node, b->cur->members[rank].lease))
+        return;
+    mb_suspect_soft(b->mb, node, MB_BLAME_LOSSY,
+                    "its link stalls (heartbeats late)");
+}
+
 static void on_async(uv_async_t *h)
 {
     rb_t *b = h->data;
     pthread_mutex_lock(&b->mu);
     int done = job__ring_busy(b) && !b->posted;
+    rb_lossy_t lossy[2];
+    memcpy(lossy, b->lossy, sizeof(lossy));
+    memset(b->lossy, 0, sizeof(b->lossy));
     pthread_mutex_unlock(&b->mu);
+    for (int i = 0; i < 2; i++)
+        take_lossy(b, lossy[i].gen, lossy[i].rank);
     if (!done)
         return;
     rb_cmd_t c = b->cmd;
@@ -780,6 +803,26 @@ static int rt_member_alive(void *arg, uint32_t rank)
     return alive;
 }
 
+/*
+ * The ring saw a neighbour's link stall (ring_hb.c), on the ring thread:
+ * kept for the main loop, which reports it (take_lossy). A third report
+ * while two wait is dropped; the ring says it again within a second.
+ */
+static void rt_lossy(void *arg, uint64_t generation, uint32_t rank)
+{
+    rb_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    for (int i = 0; i < 2; i++) {
+        if (b->lossy[i].gen == 0) {
+            b->lossy[i].gen = generation;
+            b->lossy[i].rank = rank;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    uv_async_send(&b->async);
+}
+
 /* The main loop's handles and the command slot's lock: first, so that
  * every later failure unwinds through close_handles. */
 static void init_sync(rb_t *b, uv_loop_t *loop)
@@ -814,6 +857,8 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     job__opts_from_config(cfg, &b->my_opts);
     b->my_opts.on_quiet = rt_member_alive;
     b->my_opts.on_quiet_arg = b;
+    b->my_opts.on_lossy = rt_lossy;
+    b->my_opts.on_lossy_arg = b;
     b->ring_opts = b->my_opts;
     init_sync(b, loop);
 

@@ -68,6 +68,12 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
  * etcd's return, so it is lower than MB_RETRY_MAX_MS. */
 #define MB_REG_RETRY_MAX_MS 250
 
+/* A lone silence report convicts after this, if its reporter stands
+ * unaccused; after twice this whatever. */
+#define MB_BLAME_GRACE_MS 1000
+/* A lossy-link report counts this long (then the leader deletes it). */
+#define MB_BLAME_FRESH_MS 3000
+
 /* A suspicion etcd has not taken yet (an outage), kept and tried again
  * until it holds or is moot (mb-leader.c). */
 #define MB_SUSPECTS_MAX 8
@@ -76,8 +82,14 @@ typedef struct {
     char node[MB_KEY_MAX];
     char why[96];
     int64_t lease;           /* the suspect's incarnation; 0: slot free */
+    mb_blame_t kind;
     int revoke;              /* revoke that lease ourselves */
-    int may_revoke;          /* mb_suspect, not mb_suspect_report */
+    int may_revoke;          /* a hard report (mb_suspect) */
+    int leader_check;        /* a soft report on the leader: read the
+                                reports, revoke when it stands convicted */
+    uint64_t t0_ms;          /* when this node suspected it (this kind) */
+    uint64_t check_at;       /* leader_check: the next read, loop time */
+    int checking;            /* leader_check: a read in flight */
     int put_ok;              /* the suspect key is stored */
     int revoked;             /* its lease is gone: done */
     int inflight;            /* requests of this slot unanswered */
@@ -91,6 +103,7 @@ typedef struct {
     char *val;
     size_t len;
     int64_t mod, create, lease;
+    uint64_t seen_ms;        /* loop time the mirror first held the key */
 } mb_kv_t;
 
 /*
@@ -155,6 +168,9 @@ struct mb {
     uv_timer_t ka_timer, fence_timer, retry_timer, settle_timer;
     uv_timer_t again_timer;  /* reconcile again after a failed request */
     uv_timer_t sus_timer;    /* retry of the suspicions in sus[] */
+    uv_timer_t blame_timer;  /* a report's grace ends (mb-blame.c) */
+    int64_t blame_revoked[MB_SUSPECTS_MAX]; /* leases revoked as leader */
+    unsigned blame_next;
     mb__sus_t sus[MB_SUSPECTS_MAX];
     long sus_retry_ms;
     int n_closing;
@@ -177,7 +193,6 @@ struct mb {
     int campaign_inflight, view_inflight, view_again;
     long view_retry_ms;      /* backoff of the next failed view txn */
     int view_tries;          /* view txns failed in a row */
-    int64_t suspect_rev_done;
     int64_t refused_rec_mod; /* newest unsigned record logged */
     int64_t refused_drain_mod; /* newest unsigned drain key logged */
     uint8_t *secret;         /* the job secret (mb-sign.c); NULL: none */
@@ -263,6 +278,39 @@ char *mb__text_sign(const mb_t *mb, const char *what, const char *key,
 int mb__text_sig_ok(const mb_t *mb, const char *what, const char *key,
                     const char *val, size_t len);
 
+/* mb-blame.c: one member's report on a suspect, parsed and checked. */
+typedef struct {
+    char node[MB_KEY_MAX];   /* the suspect */
+    char by[MB_KEY_MAX];     /* its reporter */
+    int64_t lease;           /* the suspect's incarnation it names */
+    mb_blame_t kind;
+    uint64_t age_ms;         /* how long it has been known here */
+    int valid;               /* well-formed, by a member, signed */
+    const mb_kv_t *kv;       /* the mirror's key (mb__reports_mirror) */
+} mb__report_t;
+
+const char *mb__blame_name(mb_blame_t kind);
+/* suspect/<node>/<by> */
+int mb__suspect_key(const mb_t *mb, const char *node, const char *by,
+                    char key[MB_KEY_MAX]);
+int mb__suspect_sign(const mb_t *mb, const char *key, const char *lease,
+                     const char *by, const char *by_lease, const char *kind,
+                     char sig[MB_SIG_HEX]);
+/* Fills r (r->valid: the report counts for blame); 0 or ST_EINVAL. */
+int mb__report_parse(const mb_t *mb, const char *key, const char *val,
+                     size_t len, uint64_t age_ms, mb__report_t *r);
+/* Every key of the suspects' mirror, parsed (caller frees). */
+size_t mb__reports_mirror(mb_t *mb, mb__report_t **out);
+/* 1 when the reports convict node's incarnation lease; else 0, and
+ * *wake_ms lowered to when a report's grace ends (0: none pending). */
+int mb__convicted(const mb_t *mb, const mb__report_t *rs, size_t n,
+                  const char *node, int64_t lease, uint64_t *wake_ms);
+
+/* "n1 (silent, 120 ms), n3 (lossy, 40 ms)": the reports on node's
+ * incarnation lease, for the log. */
+void mb__blame_describe(const mb__report_t *rs, size_t n, const char *node,
+                        int64_t lease, char *buf, size_t len);
+
 /* mb-leader.c */
 int mb__is_leader(mb_t *mb);
 void mb__campaign(mb_t *mb);
@@ -270,6 +318,9 @@ void mb__handle_suspects(mb_t *mb);
 /* etcd answered: try the kept suspicions now, not at their backoff. */
 void mb__suspects_kick(mb_t *mb);
 void mb__suspects_recheck(mb_t *mb);
+/* Reporters of a soft suspicion of the leader: read the reports and
+ * revoke the leader's lease once it stands convicted. */
+void mb__blame_checks(mb_t *mb);
 /* This node's incarnation lease turned out to have expired while etcd
  * ran (it was cut off): drop what it suspected under that lease and has
  * not stored, so a partitioned node does not evict healthy ones. */

@@ -36,7 +36,7 @@ static int key_print(char *buf, size_t n, const char *job,
     case MB_KEY_SUSPECTS:
         return snprintf(buf, n, "/ringd/%s/suspect/", job);
     case MB_KEY_SUSPECT:
-        return snprintf(buf, n, "/ringd/%s/suspect/%s", job, node);
+        return snprintf(buf, n, "/ringd/%s/suspect/%s/", job, node);
     case MB_KEY_RESHAPES:
         return snprintf(buf, n, "/ringd/%s/reshape/", job);
     case MB_KEY_RESHAPE:

@@ -25,26 +25,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j);
-
-/* 1 when a suspect key names this incarnation (node, lease), signed by a
- * member when there is a job secret. */
-static int suspected(mb_t *mb, const char *node, int64_t lease)
-{
-    char key[MB_KEY_MAX];
-    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, node, 0, 0) != 0)
-        return 0;
-    mb_kv_t *kv = mb__mirror_find(mb, key);
-    if (kv == NULL)
-        return 0;
-    cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
-    int64_t l = 0;
-    int named = rd_json_i64(j, "lease", &l) == 0 && l == lease &&
-                suspect_signed(mb, key, j);
-    cJSON_Delete(j);
-    return named;
-}
-
 /* Said once per version of the record. */
 static void record_refused(mb_t *mb, const mb_kv_t *kv)
 {
@@ -56,22 +36,28 @@ static void record_refused(mb_t *mb, const mb_kv_t *kv)
 }
 
 /* The live set: every node record in the mirror (a record exists exactly
- * as long as its lease), less the suspects: their leases are being
- * revoked, and waiting for each record's deletion would write one view
- * per dead node where one view can drop them all. Returns the count;
- * members are owned copies. */
+ * as long as its lease), less the convicted suspects (mb-blame.c): their
+ * leases are being revoked, and waiting for each record's deletion would
+ * write one view per dead node where one view can drop them all. Returns
+ * the count; members are owned copies. */
 static size_t collect_alive(mb_t *mb, mb_member_t **out)
 {
     const mb_mirror_t *s = &mb->mirrors[MB_W_NODES];
     size_t plen = strlen(mb->nodes_prefix), n = 0;
+    mb__report_t *rs = NULL;
+    size_t nrs = mb__reports_mirror(mb, &rs);
     mb_member_t *arr = calloc(s->n_kvs + 1, sizeof(*arr));
-    if (arr == NULL)
+    if (arr == NULL || rs == NULL) {
+        free(arr);
+        free(rs);
+        *out = NULL;
         return 0;
+    }
     for (size_t i = 0; i < s->n_kvs; i++) {
         const mb_kv_t *kv = &s->kvs[i];
         if (strncmp(kv->key, mb->nodes_prefix, plen) != 0)
             continue;
-        if (suspected(mb, kv->key + plen, kv->lease))
+        if (mb__convicted(mb, rs, nrs, kv->key + plen, kv->lease, NULL))
             continue;
         if (mb__node_parse(kv->key + plen, kv->val, kv->len, &arr[n]))
             continue;
@@ -85,6 +71,7 @@ static size_t collect_alive(mb_t *mb, mb_member_t **out)
         }
         arr[n++].lease = kv->lease; /* the lease etcd holds it by */
     }
+    free(rs);
     *out = arr;
     return n;
 }
@@ -322,89 +309,91 @@ static void on_suspect_revoked(int status, const etcd_result_t *res,
     mb_t *mb = data;
     (void)res;
     if (status != 0 && status != -ENOENT) {
-        mb->suspect_rev_done = 0; /* try those suspects again */
+        /* try those suspects again */
+        memset(mb->blame_revoked, 0, sizeof(mb->blame_revoked));
         mb__reconcile_soon(mb);
     }
 }
 
-/* The fields a suspect report's signature covers. */
-static int suspect_sign(const mb_t *mb, const char *key, const char *lease,
-                        const char *by, const char *by_lease,
-                        char sig[MB_SIG_HEX])
+static int blame_revoked(const mb_t *mb, int64_t lease)
 {
-    const char *f[] = {"suspect", key, lease, by, by_lease};
-    return mb__sign(mb, f, 5, sig);
-}
-
-static const char *json_str(const cJSON *j, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* Signed with the job secret by a member of the view, under the lease
- * it holds there: a foreign writer can copy a lease, not sign. */
-static int suspect_signed(const mb_t *mb, const char *key, const cJSON *j)
-{
-    if (mb->secret_len == 0)
-        return 1;
-    const char *lease = json_str(j, "lease"), *by = json_str(j, "by"),
-               *by_lease = json_str(j, "by_lease"),
-               *sig = json_str(j, "sig");
-    if (lease == NULL || by == NULL || by_lease == NULL)
-        return 0;
-    const char *f[] = {"suspect", key, lease, by, by_lease};
-    if (!mb__sig_ok(mb, f, 5, sig))
-        return 0;
-    for (size_t i = 0; i < mb->view.n_members; i++)
-        if (strcmp(mb->view.members[i].node, by) == 0)
-            return strtoll(by_lease, NULL, 10) == mb->view.members[i].lease;
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++)
+        if (mb->blame_revoked[i] == lease)
+            return 1;
     return 0;
 }
 
-/* Leader: revoke the lease of every newly suspected node, so its record
- * (and any key it holds) vanishes now rather than after its TTL. A
- * suspicion names an incarnation (lease); once that record is gone (or
- * replaced by a new incarnation), the suspect key has done its job and
- * is deleted. */
+static void on_blame_timer(uv_timer_t *t)
+{
+    mb_t *mb = t->data;
+    mb__reconcile(mb);
+    mb__blame_checks(mb);
+}
+
+/* Ours when the report's reporter is this node: nothing to log twice. */
+static void report_dropped(mb_t *mb, const mb__report_t *r, const char *why)
+{
+    RD_WARN("mb %s: ignoring the suspect report %s: %s", mb->me.node,
+            r->kv->key, why);
+    etcd_delete(mb->etcd, r->kv->key, 0, NULL, NULL);
+}
+
+/* A key to delete: malformed or forged, a moot suspect, a lossy report
+ * past its freshness. Returns 1 when it was deleted. */
+static int report_sweep(mb_t *mb, const mb__report_t *r)
+{
+    if (!r->valid) {
+        report_dropped(mb, r, "not well-formed, or not signed by a "
+                              "current member with the job secret");
+        return 1;
+    }
+    char nkey[MB_KEY_MAX];
+    mb_kv_t *node = NULL;
+    if (mb_key(nkey, sizeof(nkey), mb->job, MB_KEY_NODE, r->node, 0, 0) ==
+        0)
+        node = mb__mirror_find(mb, nkey);
+    if (node == NULL || node->lease != r->lease ||
+        (r->kind == MB_BLAME_LOSSY && r->age_ms > MB_BLAME_FRESH_MS)) {
+        etcd_delete(mb->etcd, r->kv->key, 0, NULL, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Leader: revoke the lease of every convicted suspect (mb-blame.c), so
+ * its record (and any key it holds) vanishes now rather than after its
+ * TTL. A report names an incarnation (lease); once that record is gone
+ * (or replaced by a new incarnation), the report has done its job and is
+ * deleted. A suspect not convicted yet is judged again when a report's
+ * grace ends. */
 void mb__handle_suspects(mb_t *mb)
 {
-    const mb_mirror_t *s = &mb->mirrors[MB_W_SUSPECTS];
-    size_t plen = strlen(mb->suspect_prefix);
-    int64_t done = mb->suspect_rev_done;
-    for (size_t i = 0; i < s->n_kvs; i++) {
-        const mb_kv_t *kv = &s->kvs[i];
-        if (strncmp(kv->key, mb->suspect_prefix, plen) != 0)
-            continue;
-        char nkey[MB_KEY_MAX];
-        if (mb_key(nkey, sizeof(nkey), mb->job, MB_KEY_NODE, kv->key + plen,
-                   0, 0) != 0)
-            continue;
-        cJSON *j = cJSON_ParseWithLength(kv->val, kv->len);
-        int64_t lease = 0;
-        rd_json_i64(j, "lease", &lease);
-        int signed_ok = suspect_signed(mb, kv->key, j);
-        cJSON_Delete(j);
-        if (!signed_ok) {
-            RD_WARN("mb %s: ignoring the suspect report %s: not signed by "
-                    "a current member with the job secret", mb->me.node,
-                    kv->key);
-            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+    mb__report_t *rs = NULL;
+    size_t n = mb__reports_mirror(mb, &rs);
+    uint64_t wake = 0;
+    for (size_t i = 0; i < n; i++) {
+        mb__report_t *r = &rs[i];
+        if (report_sweep(mb, r)) {
+            r->valid = 0;
             continue;
         }
-        mb_kv_t *node = mb__mirror_find(mb, nkey);
-        if (node == NULL || lease != node->lease) {
-            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
-            continue;
-        }
-        if (kv->mod <= mb->suspect_rev_done)
-            continue; /* revoke already sent */
-        done = kv->mod > done ? kv->mod : done;
-        RD_INFO("mb %s: revoking suspect %s (lease %llx)", mb->me.node,
-                kv->key + plen, (unsigned long long)node->lease);
-        etcd_lease_revoke(mb->etcd, node->lease, on_suspect_revoked, mb);
     }
-    mb->suspect_rev_done = done;
+    for (size_t i = 0; i < n; i++) {
+        const mb__report_t *r = &rs[i];
+        if (!r->valid || blame_revoked(mb, r->lease) ||
+            !mb__convicted(mb, rs, n, r->node, r->lease, &wake))
+            continue;
+        char why[256];
+        mb__blame_describe(rs, n, r->node, r->lease, why, sizeof(why));
+        RD_INFO("mb %s: revoking suspect %s (lease %llx): convicted on the "
+                "reports of %s", mb->me.node, r->node,
+                (unsigned long long)r->lease, why);
+        mb->blame_revoked[mb->blame_next++ % MB_SUSPECTS_MAX] = r->lease;
+        etcd_lease_revoke(mb->etcd, r->lease, on_suspect_revoked, mb);
+    }
+    free(rs);
+    if (wake > 0)
+        uv_timer_start(&mb->blame_timer, on_blame_timer, wake + 1, 0);
 }
 
 /*
@@ -451,7 +440,12 @@ static int sus_moot(mb_t *mb, const mb__sus_t *p)
      * suspect, even once its key is stored: this node may learn only
      * later that the suspect leads (the leader key comes on its own
      * watch), and then the revoke is ours (mb__suspects_recheck). */
-    return p->revoked || (p->put_ok && !p->revoke && !p->may_revoke);
+    if (p->revoked)
+        return 1;
+    /* A soft report is kept while this view stands, so that saying it
+     * again does not restart its grace at the leader; a later view that
+     * still names the suspect has judged it. */
+    return !p->may_revoke && mb->view.generation > p->gen;
 }
 
 static void sus_free(mb__sus_t *p)
@@ -473,6 +467,8 @@ static void on_sus_put(int status, const etcd_result_t *res, void *data)
             sus_free(p);
         else if (p->revoke) /* learnt meanwhile that the suspect leads */
             sus_revoke(mb, p);
+        else if (p->leader_check)
+            mb__blame_checks(mb);
         return;
     }
     p->revoke = p->may_revoke; /* see above: the reporter acts on it */
@@ -504,21 +500,22 @@ static void on_sus_revoked(int status, const etcd_result_t *res, void *data)
 static int sus_put(mb_t *mb, mb__sus_t *p)
 {
     char key[MB_KEY_MAX], ls[32], mine[32], sig[MB_SIG_HEX];
-    if (mb_key(key, sizeof(key), mb->job, MB_KEY_SUSPECT, p->node, 0, 0))
+    const char *kind = mb__blame_name(p->kind);
+    if (mb__suspect_key(mb, p->node, mb->me.node, key) != 0)
         return ST_EINVAL;
     snprintf(ls, sizeof(ls), "%lld", (long long)p->lease);
     snprintf(mine, sizeof(mine), "%lld", (long long)mb->lease);
-    int rc = suspect_sign(mb, key, ls, mb->me.node, mine, sig);
+    int rc = mb__suspect_sign(mb, key, ls, mb->me.node, mine, kind, sig);
     if (rc != 0)
         return rc;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "by", mb->me.node);
     cJSON_AddStringToObject(o, "why", p->why);
     cJSON_AddStringToObject(o, "lease", ls);
-    if (sig[0] != '\0') {
-        cJSON_AddStringToObject(o, "by_lease", mine);
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddStringToObject(o, "by_lease", mine);
+    if (sig[0] != '\0')
         cJSON_AddStringToObject(o, "sig", sig);
-    }
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     rc = json ? etcd_put(mb->etcd, key, json, strlen(json), mb->lease,
@@ -618,21 +615,102 @@ static int suspect_leads(mb_t *mb, const char *node, int64_t lease)
     return lk != NULL && lk->lease == lease && strcmp(lk->val, node) == 0;
 }
 
+/* Whether this node may act on a soft suspicion of the leader: the view
+ * has others who would report it too. */
+static int soft_leader(mb_t *mb, const mb__sus_t *p)
+{
+    return !p->may_revoke && mb->view.n_members > 2 &&
+           suspect_leads(mb, p->node, p->lease);
+}
+
 /* The mirror changed: a kept suspicion whose suspect turns out to lead
  * (its leader key arrived after the suspicion) is revoked by us now, not
- * after the dead leader's TTL. */
+ * after the dead leader's TTL; a soft one is judged on the reports. */
 void mb__suspects_recheck(mb_t *mb)
 {
     for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
         mb__sus_t *p = &mb->sus[i];
-        if (p->lease == 0 || !p->may_revoke || p->revoke || p->revoked ||
-            !suspect_leads(mb, p->node, p->lease))
+        if (p->lease == 0 || p->revoke || p->revoked || p->leader_check)
+            continue;
+        if (!p->may_revoke) {
+            if (soft_leader(mb, p)) {
+                p->leader_check = 1;
+                mb__blame_checks(mb);
+            }
+            continue;
+        }
+        if (!suspect_leads(mb, p->node, p->lease))
             continue;
         RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
                 mb->me.node, p->node, (unsigned long long)p->lease);
         p->revoke = 1;
         if (p->inflight == 0)
             sus_send(mb, p);
+    }
+}
+
+/* The reports on suspect/ as read for p, judged as the leader would; the
+ * reporter knows only its own report's age. */
+static void on_blame_read(int status, const etcd_result_t *res, void *data)
+{
+    mb__sus_t *p = data;
+    mb_t *mb = p->mb;
+    p->inflight--;
+    p->checking = 0;
+    if (sus_moot(mb, p) || !p->leader_check) {
+        if (sus_moot(mb, p))
+            sus_free(p);
+        return;
+    }
+    if (!suspect_leads(mb, p->node, p->lease) || status != 0) {
+        p->leader_check = status != 0; /* a new leader judges it */
+        if (status != 0)
+            sus_arm(mb);
+        else if (sus_moot(mb, p))
+            sus_free(p);
+        return;
+    }
+    uint64_t now = uv_now(mb->loop), wake = 0;
+    char mine[MB_KEY_MAX];
+    mb__report_t *rs = calloc(res->n_kvs + 1, sizeof(*rs));
+    if (rs == NULL || mb__suspect_key(mb, p->node, mb->me.node, mine) != 0) {
+        free(rs);
+        return;
+    }
+    for (size_t i = 0; i < res->n_kvs; i++) {
+        const etcd_kv_t *kv = &res->kvs[i];
+        uint64_t age = strcmp(kv->key, mine) == 0 ? now - p->t0_ms : 0;
+        mb__report_parse(mb, kv->key, kv->value, kv->value_len, age, &rs[i]);
+    }
+    int guilty = mb__convicted(mb, rs, res->n_kvs, p->node, p->lease, &wake);
+    free(rs);
+    if (guilty) {
+        RD_INFO("mb %s: the suspect %s leads and the reports convict it: "
+                "revoking its lease %llx", mb->me.node, p->node,
+                (unsigned long long)p->lease);
+        p->leader_check = 0;
+        p->revoke = 1;
+        sus_send(mb, p);
+    } else {
+        p->check_at = now + (wake ? wake : MB_BLAME_GRACE_MS);
+        uv_timer_start(&mb->blame_timer, on_blame_timer,
+                       p->check_at - now + 1, 0);
+    }
+}
+
+void mb__blame_checks(mb_t *mb)
+{
+    uint64_t now = uv_now(mb->loop);
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++) {
+        mb__sus_t *p = &mb->sus[i];
+        if (p->lease == 0 || !p->leader_check || !p->put_ok ||
+            p->checking || p->check_at > now)
+            continue;
+        if (etcd_get(mb->etcd, mb->suspect_prefix, 1, on_blame_read, p) ==
+            0) {
+            p->inflight++;
+            p->checking = 1;
+        }
     }
 }
 
@@ -684,7 +762,7 @@ static mb__sus_t *sus_slot(mb_t *mb, const char *node, int64_t lease)
 }
 
 static int suspect_put(mb_t *mb, const char *node, const char *why,
-                       int may_revoke)
+                       mb_blame_t kind)
 {
     int64_t lease = 0;
     for (size_t i = 0; i < mb->view.n_members; i++)
@@ -693,7 +771,8 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
     /* Fenced or registering again, the suspicion is kept for when etcd
      * takes this node back. */
     int kept = mb->state == MB_FENCED || mb->state == MB_REGISTERING;
-    if ((!mb__holds_lease(mb->state) && !kept) || lease == 0) {
+    if ((!mb__holds_lease(mb->state) && !kept) || lease == 0 ||
+        (unsigned)kind > MB_BLAME_HARD) {
         RD_ERROR("mb %s: cannot suspect %s (state %s, %s)", mb->me.node,
                  node, mb_state_name(mb->state),
                  lease ? "known" : "not in the current view");
@@ -705,17 +784,38 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
                 "bounds this one", mb->me.node, node, MB_SUSPECTS_MAX);
         return -EAGAIN;
     }
+    int fresh = p->t0_ms == 0;
+    uint64_t now = uv_now(mb->loop);
+    if (!fresh && kind < p->kind)
+        return 0;
+    if (!fresh && kind == p->kind &&
+        (kind != MB_BLAME_LOSSY || now - p->t0_ms <= MB_BLAME_FRESH_MS))
+        return 0; /* said already (a lossy report is renewed when stale) */
+    if (!fresh)
+        p->put_ok = 0; /* a stronger report replaces ours */
+    p->kind = kind;
+    p->t0_ms = now;
     snprintf(p->why, sizeof(p->why), "%s", why ? why : "");
-    p->may_revoke |= may_revoke;
+    p->may_revoke |= kind == MB_BLAME_HARD;
     p->gen = mb->view.generation;
     p->my_lease = mb->lease;
-    RD_INFO("mb %s: suspects %s: %s%s", mb->me.node, node, p->why,
+    RD_INFO("mb %s: suspects %s (%s): %s%s", mb->me.node, node,
+            mb__blame_name(kind), p->why,
             kept ? " (kept until etcd takes this node back)" : "");
-    if (may_revoke && (kept || suspect_leads(mb, node, lease))) {
+    if (p->may_revoke && (kept || suspect_leads(mb, node, lease))) {
         if (!kept)
             RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
                     mb->me.node, node, (unsigned long long)lease);
         p->revoke = 1;
+    } else if (!p->may_revoke && suspect_leads(mb, node, lease)) {
+        if (mb->view.n_members <= 2) {
+            RD_INFO("mb %s: the suspect %s leads and nobody else could "
+                    "report it: revoking its lease %llx", mb->me.node, node,
+                    (unsigned long long)lease);
+            p->revoke = 1;
+        } else {
+            p->leader_check = 1; /* judged on the reports once stored */
+        }
     }
     if (p->inflight == 0)
         sus_send(mb, p);
@@ -726,12 +826,15 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
 
 int mb_suspect(mb_t *mb, const char *node, const char *why)
 {
-    return suspect_put(mb, node, why, 1);
+    return suspect_put(mb, node, why, MB_BLAME_HARD);
 }
 
-int mb_suspect_report(mb_t *mb, const char *node, const char *why)
+int mb_suspect_soft(mb_t *mb, const char *node, mb_blame_t kind,
+                    const char *why)
 {
-    return suspect_put(mb, node, why, 0);
+    if (kind == MB_BLAME_HARD)
+        return ST_EINVAL;
+    return suspect_put(mb, node, why, kind);
 }
 
 static void on_reshape_put(int status, const etcd_result_t *res, void *data)

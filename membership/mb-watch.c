@@ -113,6 +113,8 @@ static int slot_put(mb_mirror_t *s, const etcd_kv_t *src)
     memcpy(kv->val, src->value, src->value_len);
     kv->val[src->value_len] = '\0';
     kv->len = src->value_len;
+    if (kv->mod != src->mod_revision) /* a report's age: since last said */
+        kv->seen_ms = uv_now(s->mb->loop);
     kv->mod = src->mod_revision;
     kv->create = src->create_revision;
     kv->lease = src->lease;

@@ -483,7 +483,7 @@ void mb__reconcile(mb_t *mb)
         mb__handle_suspects(mb);
         mb__schedule_settle(mb);
     } else {
-        mb->suspect_rev_done = 0;
+        memset(mb->blame_revoked, 0, sizeof(mb->blame_revoked));
     }
 }
 
@@ -652,9 +652,10 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
     mb->ride_outage = cfg->ride_outage;
     uv_timer_t *timers[] = {&mb->ka_timer, &mb->fence_timer,
                             &mb->retry_timer, &mb->settle_timer,
-                            &mb->again_timer, &mb->sus_timer};
+                            &mb->again_timer, &mb->sus_timer,
+                            &mb->blame_timer};
     mb->sus_retry_ms = MB_RETRY_MIN_MS;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         uv_timer_init(loop, timers[i]);
         timers[i]->data = mb;
     }
@@ -760,8 +761,9 @@ void mb_destroy(mb_t *mb)
         return;
     mb__stop_watches(mb);
     etcd_destroy(mb->etcd);
-    mb->n_closing = 6;
+    mb->n_closing = 7;
     uv_close((uv_handle_t *)&mb->sus_timer, mb_close_cb);
+    uv_close((uv_handle_t *)&mb->blame_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->again_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->ka_timer, mb_close_cb);
     uv_close((uv_handle_t *)&mb->fence_timer, mb_close_cb);

@@ -155,24 +155,37 @@ int mb_create(uv_loop_t *loop, const mb_config_t *cfg,
 /* Register and take part. Returns 0 or ST_EINVAL if already started. */
 int mb_start(mb_t *mb);
 
+/* What a report on a suspect says (membership/README.md, "Blame"),
+ * weakest first. */
+typedef enum {
+    MB_BLAME_LOSSY = 0,      /* its link stalls (heartbeats come late) */
+    MB_BLAME_SILENT,         /* nothing heard from it for a while */
+    MB_BLAME_HARD,           /* its endpoint failed: the process is gone */
+} mb_blame_t;
+
 /*
- * Report that node failed (a ring neighbour's endpoint broke). The
- * leader revokes the suspect's lease, so it leaves the view at once
- * instead of after its TTL. why is stored for operators. A report etcd
- * does not take (an outage, or this node fenced meanwhile) is kept and
- * sent again until it holds or a view drops that node; this node then
- * revokes the suspect's lease itself. Returns 0 when the report was sent
- * or kept, -EAGAIN when 8 are kept already, ST_EINVAL when not registered
- * or node unknown.
+ * Report that node failed (a ring neighbour's endpoint broke): a hard
+ * report, which alone convicts. The leader revokes the suspect's lease,
+ * so it leaves the view at once instead of after its TTL. why is stored
+ * for operators. A report etcd does not take (an outage, or this node
+ * fenced meanwhile) is kept and sent again until it holds or a view
+ * drops that node; this node then revokes the suspect's lease itself,
+ * as it does at once when the suspect leads. Returns 0 when the report
+ * was sent or kept, -EAGAIN when 8 are kept already, ST_EINVAL when not
+ * registered or node unknown.
  */
 int mb_suspect(mb_t *mb, const char *node, const char *why);
 /*
- * The same, but never revoking a suspected leader's lease from here: for
- * a failure that may be this node's own fault (a wrong job secret fails
- * the handshake on both sides). The leader verifies the signed report,
- * its own included.
+ * A report that may be this node's own fault (a silent or lossy link
+ * looks the same from both ends; a wrong job secret fails the handshake
+ * on both sides): kind MB_BLAME_SILENT or MB_BLAME_LOSSY. The leader
+ * convicts on it only as "Blame" says (two accusers, or a silence report
+ * whose grace ran out); a suspected leader's lease is revoked from here
+ * only once the reports in etcd convict it. A stronger kind replaces a
+ * weaker one. Returns as mb_suspect.
  */
-int mb_suspect_report(mb_t *mb, const char *node, const char *why);
+int mb_suspect_soft(mb_t *mb, const char *node, mb_blame_t kind,
+                    const char *why);
 
 /*
  * The value of a drain request for the node record at key held by lease,
@@ -266,7 +279,8 @@ typedef enum {
     MB_KEY_VIEW,             /* the current view */
     MB_KEY_DRAIN,            /* a drain request for node */
     MB_KEY_SUSPECTS,         /* prefix of the suspicion reports */
-    MB_KEY_SUSPECT,          /* the report that node failed */
+    MB_KEY_SUSPECT,          /* the reports that node failed: a prefix,
+                                one key per reporter below it */
     MB_KEY_RESHAPES,         /* prefix of the reshape requests */
     MB_KEY_RESHAPE,          /* node's request for a new generation */
     MB_KEY_CKPT_ALL,         /* prefix of manifests and part records */

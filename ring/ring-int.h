@@ -74,7 +74,7 @@ typedef enum { ACT_REDUCE, ACT_REDUCE_FINAL, ACT_COPY } ring_act_t;
  * sent every RING_HB_PERIOD_MS on every link. */
 #define RING_HB_CHAN 3
 #define RING_HB_SEQ (TP_TAG_SEQ_MASK - 1)
-#define RING_HB_LEN 16
+#define RING_HB_LEN 24
 #define RING_HB_PERIOD_MS 100
 typedef struct ring_hb ring_hb_t;
 
@@ -176,6 +176,8 @@ struct ring {
      * stops carrying one direction, at a chosen point of a collective
      * (iptables makes the same cut, but not at a chosen point). */
     uint8_t *barrier_bytes; /* ring_barrier's allgather: n bytes */
+    int hb_stall;       /* RINGD_TEST_HB_STALL: beat every third tick */
+    uint32_t hb_ticks;
     int cut_armed;
     uint32_t cut_seq;
     int cut_right;

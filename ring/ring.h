@@ -63,6 +63,9 @@ typedef enum {
 } ring_wire_t;
 
 typedef void (*ring_fail_cb)(void *arg, uint32_t rank, int status);
+/* A neighbour's link stalls (ring_hb.c, "A lossy link"): called on the
+ * ring's thread with the ring's generation and the neighbour's rank. */
+typedef void (*ring_lossy_cb)(void *arg, uint64_t generation, uint32_t rank);
 
 typedef struct {
     size_t chunk_bytes;   /* pipeline chunk (default RING_CHUNK_DEFAULT) */
@@ -92,6 +95,13 @@ typedef struct {
      * collective with ST_EPEER_SILENT. 0 (default): off, the deadline and
      * on_quiet alone. A rank's own choice, nothing on the wire. */
     int live_ms;
+    /* With live_ms set: a neighbour whose heartbeats stall on its link
+     * (one came HB_STALL_MS late, not through the sender's own delay,
+     * while this rank's other links were on time) is reported here, at
+     * most once a second per link. NULL: not watched. Not with two
+     * ranks: one link alone cannot tell its end from ours. */
+    ring_lossy_cb on_lossy;
+    void *on_lossy_arg;
     /* The two-level (grid) allreduce, when nranks >= grid_min_nodes (0:
      * never) and the message is at most grid_max_bytes (0: any size).
      * Every rank of a view must use the same three values. Not with wire
@@ -308,6 +318,8 @@ typedef struct {
     uint64_t hb_sent;
     uint64_t hb_recv;       /* valid ones taken */
     uint64_t hb_forged;     /* a heartbeat's tag, not its payload */
+    uint64_t hb_stalls;     /* late on one link while the others were not */
+    uint64_t hb_lossy;      /* on_lossy calls */
 } ring_stats_t;
 
 void ring_stats(const ring_t *ring, ring_stats_t *stats_p);

@@ -250,9 +250,19 @@ static void links_close(ring_t *r, int force)
  */
 static void cut_setup(ring_t *r)
 {
-    const char *e = getenv("RINGD_TEST_CUT_RIGHT");
+    const char *e = getenv("RINGD_TEST_HB_STALL");
     unsigned long long gen;
     unsigned seq;
+    /* RINGD_TEST_HB_STALL=GEN, for tests only: in the ring of generation
+     * GEN this rank sends its heartbeats every third tick (300 ms apart,
+     * on time by its own clock) while its data flows: its links stall as
+     * a lossy link's do, seen from its neighbours only. */
+    if (e != NULL && sscanf(e, "%llu", &gen) == 1 && gen == r->generation) {
+        r->hb_stall = 1;
+        RD_WARN("ring gen %" PRIu64 ": RINGD_TEST_HB_STALL: heartbeats "
+                "every third tick", r->generation);
+    }
+    e = getenv("RINGD_TEST_CUT_RIGHT");
     if (e == NULL || sscanf(e, "%llu:%u", &gen, &seq) != 2 ||
         gen != r->generation || r->n < 3)
         return;

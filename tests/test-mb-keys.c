@@ -26,7 +26,7 @@ TEST_IMPL(mb_key_paths)
     ASSERT_STR_EQ(key(MB_KEY_VIEW, NULL, 0, 0), "/ringd/J/view");
     ASSERT_STR_EQ(key(MB_KEY_DRAIN, "n1", 0, 0), "/ringd/J/drain/n1");
     ASSERT_STR_EQ(key(MB_KEY_SUSPECTS, NULL, 0, 0), "/ringd/J/suspect/");
-    ASSERT_STR_EQ(key(MB_KEY_SUSPECT, "n2", 0, 0), "/ringd/J/suspect/n2");
+    ASSERT_STR_EQ(key(MB_KEY_SUSPECT, "n2", 0, 0), "/ringd/J/suspect/n2/");
     ASSERT_STR_EQ(key(MB_KEY_RESHAPES, NULL, 0, 0), "/ringd/J/reshape/");
     ASSERT_STR_EQ(key(MB_KEY_RESHAPE, "n2", 0, 0), "/ringd/J/reshape/n2");
     ASSERT_STR_EQ(key(MB_KEY_CKPT_ALL, NULL, 0, 0), "/ringd/J/ckpt");
