@@ -65,6 +65,5 @@ for i in $(seq 1 "$n"); do
     ip -n "$ns" addr add "$subnet.$((10 + i))/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
-    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3
 done
 echo "subnet=$subnet"
