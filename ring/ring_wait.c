@@ -72,9 +72,36 @@ static int side_check(ring_t *r, uint32_t rank, int64_t quiet_ns,
     return 1;
 }
 
+/*
+ * A flat neighbour silent past live_ms fails the collective whichever
+ * way the data flows: the rank it sends to finds its channel quiet, but
+ * the rank that sends to it does not (its sends complete into the
+ * socket), and a report from that side too is what lets membership
+ * convict at once (membership/README.md, "Blame"). Heartbeats come from
+ * the daemon, whatever its trainer does: this is never a slow trainer.
+ */
+static int nbr_silent(ring_t *r, int64_t now)
+{
+    const ring_link_t *l[2] = {&r->left, &r->right};
+    for (int i = 0; i < 2 && r->opts.live_ms > 0; i++) {
+        if (l[i]->peer == NULL || l[i]->fail_rc != 0 ||
+            l[i]->rank == r->rank || !ring__silent(r, l[i]->rank, now))
+            continue;
+        RD_WARN("ring gen %" PRIu64 " seq %u: rank %u sent no heartbeat "
+                "for %lld ms: it stopped answering", r->generation, r->seq,
+                l[i]->rank,
+                (long long)((now - ring__heard(r, l[i]->rank)) / 1000000));
+        ring__coll_fail(r, ST_EPEER_SILENT, l[i]->rank);
+        return 1;
+    }
+    return 0;
+}
+
 static int coll_deadline(ring_t *r, int64_t now)
 {
     int reset;
+    if (nbr_silent(r, now))
+        return 1;
     for (unsigned i = 0; i < r->nchan; i++) {
         ring_chan_t *c = &r->chan[i];
         if (!ring__chan_recvs_done(c)) {
@@ -158,8 +185,14 @@ static int coll_idle(ring_t *r, int64_t now, ring_spell_t *sp,
         sp->slept = 1;
         sp->spun_ns = now - sp->start;
     }
+    /* Not past the next heartbeat: a late tick shows its neighbours a
+     * late heartbeat, and the lateness it carries blunts their lossy-link
+     * test (ring_hb.c). */
+    int ms = RING_SLEEP_MAX_MS;
+    if (r->hb_next > now && r->hb_next - now < (int64_t)ms * 1000000)
+        ms = (int)((r->hb_next - now) / 1000000) + 1;
     int64_t t0 = rd_now_ns();
-    tp_wait(r->tp, RING_SLEEP_MAX_MS);
+    tp_wait(r->tp, ms);
     *wait_ns += rd_now_ns() - t0;
     return 0;
 }
