@@ -14,10 +14,12 @@
  *     (accused by two, or by a hard report), or
  *   - one silence report once it is MB_BLAME_GRACE_MS old and its
  *     reporter is accused by nobody, or MB_BLAME_GRACE_MS * 2 old
- *     whatever (a link cut one way is seen from one end only), or at once
- *     when the view has two members (nobody else could report).
- * A lossy-link report alone never convicts, and counts only while it is
- * at most MB_BLAME_FRESH_MS old.
+ *     whatever (a link cut one way is seen from one end only), or
+ *   - any one report when the view has two members: nobody else could
+ *     report, so the reporter checks its own path to etcd first and
+ *     withholds the report when that is slow (mb-leader.c, self_probe).
+ * Otherwise a lossy-link report alone never convicts, and counts only
+ * while it is at most MB_BLAME_FRESH_MS old.
  *
  * The leader applies this to its mirror of suspect/. A member that
  * suspects the leader applies it to a range read of suspect/ and revokes
@@ -179,9 +181,15 @@ int mb__convicted(const mb_t *mb, const mb__report_t *rs, size_t n,
     }
     if (count >= 2)
         return 1;
-    if (count == 0 || lone->kind == MB_BLAME_LOSSY)
+    if (count == 0)
         return 0;
-    if (mb->view.n_members <= 2 || lone->age_ms >= 2 * MB_BLAME_GRACE_MS)
+    /* Nobody else could report: the reporter checked its own path
+     * before it did (mb-leader.c, self_probe). */
+    if (mb->view.n_members <= 2)
+        return 1;
+    if (lone->kind == MB_BLAME_LOSSY)
+        return 0;
+    if (lone->age_ms >= 2 * MB_BLAME_GRACE_MS)
         return 1;
     int hard;
     if (lone->age_ms >= MB_BLAME_GRACE_MS &&

@@ -73,6 +73,13 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 #define MB_BLAME_GRACE_MS 1000
 /* A lossy-link report counts this long (then the leader deletes it). */
 #define MB_BLAME_FRESH_MS 3000
+/* In a view of two a soft report goes out only after this many reads of
+ * our own record, each answered within MB_SELF_SLOW_MS (mb-leader.c). */
+#define MB_SELF_PROBES 3
+#define MB_SELF_SLOW_MS 150
+/* A fenced node checks its own path before registering again, this long
+ * at most (mb-lease.c, grant_when_sound). */
+#define MB_PATH_WAIT_MS 10000
 
 /* A suspicion etcd has not taken yet (an outage), kept and tried again
  * until it holds or is moot (mb-leader.c). */
@@ -90,6 +97,9 @@ typedef struct {
     uint64_t t0_ms;          /* when this node suspected it (this kind) */
     uint64_t check_at;       /* leader_check: the next read, loop time */
     int checking;            /* leader_check: a read in flight */
+    int probing, probe_n;    /* checking our own path first (a view of
+                                two: mb-leader.c, self_probe) */
+    uint64_t probe_t0;
     int put_ok;              /* the suspect key is stored */
     int revoked;             /* its lease is gone: done */
     int inflight;            /* requests of this slot unanswered */
@@ -187,6 +197,10 @@ struct mb {
                                 renewal, or its old lease revoked alive */
     uint64_t outage_since_ms; /* riding out an outage since; 0: not */
     uint64_t ring_ok_ms;     /* the caller's last collective of the view */
+    uint64_t etcd_srtt_ms;   /* keepalive round trips, smoothed */
+    int path_check, path_ok, path_inflight, path_slow_logged;
+    unsigned path_gen;
+    uint64_t path_since, path_t0; /* fenced: our path checked since */
     int auth_probe;          /* etcd auth on: check it at each keepalive */
     int probe_inflight;
     unsigned denied;         /* etcd refusals since the last success */
@@ -310,6 +324,9 @@ int mb__convicted(const mb_t *mb, const mb__report_t *rs, size_t n,
  * incarnation lease, for the log. */
 void mb__blame_describe(const mb__report_t *rs, size_t n, const char *node,
                         int64_t lease, char *buf, size_t len);
+
+/* mb-lease.c: a read slower than this means our own path is slow. */
+uint64_t mb__path_slow_ms(const mb_t *mb);
 
 /* mb-leader.c */
 int mb__is_leader(mb_t *mb);

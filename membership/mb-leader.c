@@ -410,6 +410,7 @@ void mb__handle_suspects(mb_t *mb)
  */
 static void sus_arm(mb_t *mb);
 static void sus_revoke(mb_t *mb, mb__sus_t *p);
+static void self_probe(mb_t *mb, mb__sus_t *p);
 
 static int view_names(const mb__view_t *v, const char *node, int64_t lease)
 {
@@ -594,6 +595,7 @@ static void on_sus_timer(uv_timer_t *t)
     }
     if (!left)
         mb->sus_retry_ms = MB_RETRY_MIN_MS;
+    mb__blame_checks(mb);
 }
 
 /* The next try of every kept suspicion after the backoff. */
@@ -662,11 +664,13 @@ static void on_blame_read(int status, const etcd_result_t *res, void *data)
             sus_free(p);
         return;
     }
-    if (!suspect_leads(mb, p->node, p->lease) || status != 0) {
-        p->leader_check = status != 0; /* a new leader judges it */
-        if (status != 0)
-            sus_arm(mb);
-        else if (sus_moot(mb, p))
+    if (status != 0) {
+        sus_arm(mb); /* read again with the retries (on_sus_timer) */
+        return;
+    }
+    if (!suspect_leads(mb, p->node, p->lease)) {
+        p->leader_check = 0; /* a new leader judges it */
+        if (sus_moot(mb, p))
             sus_free(p);
         return;
     }
@@ -761,6 +765,85 @@ static mb__sus_t *sus_slot(mb_t *mb, const char *node, int64_t lease)
     return free_p;
 }
 
+/* Send the report of slot p; a suspected leader's lease is ours to
+ * revoke (a hard report, or a soft one nobody else could make), or to
+ * judge on the reports (mb__blame_checks). */
+static void sus_go(mb_t *mb, mb__sus_t *p, int kept)
+{
+    if (p->may_revoke && (kept || suspect_leads(mb, p->node, p->lease))) {
+        if (!kept)
+            RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
+                    mb->me.node, p->node, (unsigned long long)p->lease);
+        p->revoke = 1;
+    } else if (!p->may_revoke && suspect_leads(mb, p->node, p->lease)) {
+        if (mb->view.n_members <= 2) {
+            RD_INFO("mb %s: the suspect %s leads and nobody else could "
+                    "report it: revoking its lease %llx", mb->me.node,
+                    p->node, (unsigned long long)p->lease);
+            p->revoke = 1;
+        } else {
+            p->leader_check = 1; /* judged on the reports once stored */
+        }
+    }
+    if (p->inflight == 0)
+        sus_send(mb, p);
+    if (kept)
+        sus_arm(mb);
+}
+
+/*
+ * In a view of two, nobody else can say which end of a failing link is
+ * at fault, and the leader convicts on one soft report. So the reporter
+ * first checks its own path: MB_SELF_PROBES reads of its record, each
+ * answered within MB_SELF_SLOW_MS. A node whose own network loses
+ * packets (its reads wait on retransmissions) withholds the report; the
+ * healthy end's report convicts it instead.
+ */
+static void on_self_probe(int status, const etcd_result_t *res, void *data)
+{
+    mb__sus_t *p = data;
+    mb_t *mb = p->mb;
+    (void)res;
+    p->inflight--;
+    uint64_t rtt = uv_now(mb->loop) - p->probe_t0;
+    if (sus_moot(mb, p) || mb->view.n_members > 2) {
+        p->probing = 0;
+        if (sus_moot(mb, p))
+            sus_free(p);
+        else
+            sus_go(mb, p, 0);
+        return;
+    }
+    if (status != 0 || rtt > mb__path_slow_ms(mb)) {
+        RD_WARN("mb %s: not reporting %s: this node's own path to etcd is "
+                "slow (a read took %llu ms%s), so the fault may be its own",
+                mb->me.node, p->node, (unsigned long long)rtt,
+                status != 0 ? " and failed" : "");
+        p->probing = 0;
+        p->lease = 0; /* withheld: a later report probes again */
+        return;
+    }
+    if (++p->probe_n < MB_SELF_PROBES) {
+        self_probe(mb, p);
+        return;
+    }
+    p->probing = 0;
+    sus_go(mb, p, 0);
+}
+
+static void self_probe(mb_t *mb, mb__sus_t *p)
+{
+    p->probing = 1;
+    uv_update_time(mb->loop);
+    p->probe_t0 = uv_now(mb->loop);
+    if (etcd_get(mb->etcd, mb->my_key, 0, on_self_probe, p) == 0) {
+        p->inflight++;
+    } else {
+        p->probing = 0;
+        p->lease = 0;
+    }
+}
+
 static int suspect_put(mb_t *mb, const char *node, const char *why,
                        mb_blame_t kind)
 {
@@ -802,25 +885,11 @@ static int suspect_put(mb_t *mb, const char *node, const char *why,
     RD_INFO("mb %s: suspects %s (%s): %s%s", mb->me.node, node,
             mb__blame_name(kind), p->why,
             kept ? " (kept until etcd takes this node back)" : "");
-    if (p->may_revoke && (kept || suspect_leads(mb, node, lease))) {
-        if (!kept)
-            RD_INFO("mb %s: the suspect %s leads: revoking its lease %llx",
-                    mb->me.node, node, (unsigned long long)lease);
-        p->revoke = 1;
-    } else if (!p->may_revoke && suspect_leads(mb, node, lease)) {
-        if (mb->view.n_members <= 2) {
-            RD_INFO("mb %s: the suspect %s leads and nobody else could "
-                    "report it: revoking its lease %llx", mb->me.node, node,
-                    (unsigned long long)lease);
-            p->revoke = 1;
-        } else {
-            p->leader_check = 1; /* judged on the reports once stored */
-        }
+    if (!p->may_revoke && !kept && mb->view.n_members <= 2) {
+        self_probe(mb, p); /* the report goes out if our path is sound */
+        return 0;
     }
-    if (p->inflight == 0)
-        sus_send(mb, p);
-    if (kept)
-        sus_arm(mb);
+    sus_go(mb, p, kept);
     return 0;
 }
 

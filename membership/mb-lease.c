@@ -219,6 +219,10 @@ static void on_keepalive(int status, const etcd_result_t *res, void *data)
         return;
     }
     keepalive_renewed(mb);
+    uint64_t rtt = uv_now(mb->loop) - mb->ka_sent_ms;
+    mb->etcd_srtt_ms = mb->etcd_srtt_ms == 0
+                           ? rtt + 1
+                           : (7 * mb->etcd_srtt_ms + rtt) / 8 + 1;
     mb__suspects_kick(mb);
     arm_fence(mb, mb->ka_sent_ms, res->ttl);
     probe_credentials(mb);
@@ -293,6 +297,71 @@ static void grant(mb_t *mb)
         schedule_retry(mb);
 }
 
+/*
+ * A node that lost its place in the job (evicted, or its lease ran out)
+ * may have lost it through its own network: a node whose link loses
+ * packets is convicted by its neighbours, and one that registered again
+ * at once would hold up the next view's first collective until the loss
+ * ends. So before it registers again it reads a key MB_SELF_PROBES
+ * times; any read slower than mb__path_slow_ms, and it waits a retry and
+ * reads again, for at most MB_PATH_WAIT_MS (then it registers anyway: a
+ * path that stays slow is the network it has).
+ */
+static void grant_when_sound(mb_t *mb);
+
+static void on_path_probe(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    (void)res;
+    mb->path_inflight = 0;
+    if (mb->state != MB_REGISTERING || mb->path_gen != mb->reg_gen)
+        return;
+    uint64_t now = uv_now(mb->loop), rtt = now - mb->path_t0;
+    if (status != 0 || rtt > mb__path_slow_ms(mb)) {
+        if (mb->path_slow_logged == 0)
+            RD_WARN("mb %s: this node's path to etcd is slow (a read took "
+                    "%llu ms%s): joining again once it is sound, or in %d "
+                    "s", mb->me.node, (unsigned long long)rtt,
+                    status != 0 ? " and failed" : "", MB_PATH_WAIT_MS / 1000);
+        mb->path_slow_logged = 1;
+        mb->path_ok = 0;
+        uv_timer_start(&mb->retry_timer, on_retry_timer, MB_RETRY_MIN_MS, 0);
+        return;
+    }
+    if (++mb->path_ok < MB_SELF_PROBES) {
+        grant_when_sound(mb);
+        return;
+    }
+    if (mb->path_slow_logged)
+        RD_INFO("mb %s: this node's path to etcd is sound again", mb->me.node);
+    mb->path_check = 0;
+    grant(mb);
+}
+
+static void grant_when_sound(mb_t *mb)
+{
+    uv_update_time(mb->loop);
+    uint64_t now = uv_now(mb->loop);
+    if (!mb->path_check || now - mb->path_since >= MB_PATH_WAIT_MS) {
+        mb->path_check = 0;
+        grant(mb);
+        return;
+    }
+    if (mb->path_inflight)
+        return;
+    mb->path_t0 = now;
+    mb->path_gen = mb->reg_gen;
+    if (etcd_get(mb->etcd, mb->leader_key, 0, on_path_probe, mb) == 0)
+        mb->path_inflight = 1;
+    else
+        schedule_retry(mb);
+}
+
+uint64_t mb__path_slow_ms(const mb_t *mb)
+{
+    return MB_SELF_SLOW_MS + 2 * mb->etcd_srtt_ms;
+}
+
 static void on_old_revoked(int status, const etcd_result_t *res, void *data)
 {
     mb_t *mb = data;
@@ -314,7 +383,7 @@ static void on_old_revoked(int status, const etcd_result_t *res, void *data)
         return;
     }
     mb__suspects_kick(mb); /* etcd is back: the dead go before the view */
-    grant(mb);
+    grant_when_sound(mb);
 }
 
 /* Give back a lost lease first: after an etcd restart it comes back to
@@ -323,7 +392,7 @@ void mb__reg_begin(mb_t *mb)
 {
     mb->reg_gen++;
     if (mb->old_lease == 0) {
-        grant(mb);
+        grant_when_sound(mb);
         return;
     }
     if (etcd_lease_revoke(mb->etcd, mb->old_lease, on_old_revoked, mb) != 0)
@@ -353,6 +422,11 @@ void mb__enter_joining(mb_t *mb)
 
 void mb__enter_fenced(mb_t *mb)
 {
+    /* Check our own path before registering again (grant_when_sound). */
+    mb->path_check = 1;
+    mb->path_ok = 0;
+    mb->path_slow_logged = 0;
+    mb->path_since = uv_now(mb->loop);
     mb->old_lease = mb->lease;
     mb->lease = 0;
     mb->campaign_inflight = 0;

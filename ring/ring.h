@@ -98,8 +98,9 @@ typedef struct {
     /* With live_ms set: a neighbour whose heartbeats stall on its link
      * (one came HB_STALL_MS late, not through the sender's own delay,
      * while this rank's other links were on time) is reported here, at
-     * most once a second per link. NULL: not watched. Not with two
-     * ranks: one link alone cannot tell its end from ours. */
+     * most once a second per link. NULL: not watched. With two ranks
+     * (one link, nothing to compare with) only after two stalls within
+     * a second; which end is at fault is membership's to tell. */
     ring_lossy_cb on_lossy;
     void *on_lossy_arg;
     /* The two-level (grid) allreduce, when nranks >= grid_min_nodes (0:

@@ -22,7 +22,9 @@
  * on time (else it is this rank that did not run), is a stall of that
  * link, reported through opts.on_lossy. Both ends of a lossy link see
  * it; membership convicts only a node that two members report
- * (membership/README.md, "Blame").
+ * (membership/README.md, "Blame"). A ring of two has no other link to
+ * compare with: there two stalls within a second are a report, and the
+ * reporter checks its own path to etcd before it is sent.
  */
 #include "ring/ring-int.h"
 
@@ -57,6 +59,7 @@ struct ring_hb {
     int64_t heard;    /* last valid heartbeat (ns); 0: never */
     int64_t gap_end;  /* when a gap of HB_QUIET_NS or more last ended */
     int64_t reported; /* the last on_lossy for this link */
+    int64_t stalled;  /* two ranks: the last stall seen */
 };
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -87,8 +90,9 @@ static uint32_t nlinks(const ring_t *r);
 
 /* 1 when another link of this rank was quiet too: this rank's thread
  * (or its host) stalled, not h's link. With no other link (two ranks),
- * nothing tells them apart: 1. */
-static int others_quiet(ring_t *r, const ring_hb_t *h, int64_t now)
+ * nothing here tells them apart: then two stalls within a second are
+ * asked for (the reporter's own path is checked by membership). */
+static int others_quiet(ring_t *r, ring_hb_t *h, int64_t now)
 {
     int others = 0;
     for (uint32_t i = 0, n = nlinks(r); i < n; i++) {
@@ -100,7 +104,11 @@ static int others_quiet(ring_t *r, const ring_hb_t *h, int64_t now)
             now - (*o)->gap_end < HB_TOGETHER_NS)
             return 1;
     }
-    return others == 0;
+    if (others > 0)
+        return 0;
+    int again = h->stalled != 0 && now - h->stalled < HB_REPORT_NS;
+    h->stalled = now;
+    return !again;
 }
 
 /* A valid heartbeat from sender came gap ns after the last one, sent

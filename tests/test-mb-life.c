@@ -876,3 +876,65 @@ TEST_IMPL(mb_blame_leader)
     teardown(m, 3);
     return fx_done();
 }
+
+typedef struct {
+    mb_t *mb;
+    const char *node;
+} slot_of_t;
+
+/* mb has no suspicion of node left (sent, or withheld). */
+static int no_slot(void *arg)
+{
+    slot_of_t *a = arg;
+    for (int i = 0; i < MB_SUSPECTS_MAX; i++)
+        if (a->mb->sus[i].lease != 0 &&
+            strcmp(a->mb->sus[i].node, a->node) == 0)
+            return 0;
+    return 1;
+}
+
+/*
+ * In a view of two nobody else can report, so a soft report checks its
+ * reporter's own path first. n2, whose path to etcd is held up (its
+ * relay SIGSTOPped for 300 ms: a lossy network looks so), withholds its
+ * report on n1, and n1 stays; n1's report on n2, over a sound path,
+ * convicts n2 at once.
+ */
+TEST_IMPL(mb_blame_self_check)
+{
+    setup();
+    member_t m[2];
+    int port = th_free_port();
+    pid_t relay = fx_proxy_start(&etcd_, port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    start_member(&m[0], "n1", "h", 30, 2);
+    start_member_at(&m[1], "n2", "h", 30, 2, url);
+    member_t *all[] = {&m[0], &m[1]};
+    wait_view(all, 2, "n1 n2 ", 1, 10000);
+
+    kill(relay, SIGSTOP);
+    ASSERT_OK(mb_suspect_soft(m[1].mb, "n1", MB_BLAME_LOSSY,
+                              "test: from a slow path"));
+    int never = 0;
+    ASSERT(!fx_run_until(&loop, &never, 300)); /* the path stays slow */
+    kill(relay, SIGCONT);
+    slot_of_t s = {m[1].mb, "n1"};
+    ASSERT_MSG(fx_run_until_fn(&loop, no_slot, &s, 10000),
+               "n2's probe never ended");
+    ASSERT_MSG(m[0].n_views == 1 && m[1].n_views == 1 && !m[0].fenced,
+               "n2's report went out from a slow path");
+    char key[MB_KEY_MAX], cmd[MB_KEY_MAX + 64];
+    ASSERT_OK(mb__suspect_key(m[1].mb, "n1", "n2", key));
+    snprintf(cmd, sizeof(cmd), "get %s --keys-only | grep -q .", key);
+    ASSERT_MSG(fx_etcdctl(&etcd_, cmd) != 0, "the withheld report is "
+               "stored");
+
+    ASSERT_OK(mb_suspect_soft(m[0].mb, "n2", MB_BLAME_LOSSY,
+                              "test: from a sound path"));
+    member_t *rest[] = {&m[0]};
+    wait_dropped(rest, 1, "n2");
+    fx_proxy_stop(relay);
+    teardown(m, 2);
+    return fx_done();
+}
