@@ -70,7 +70,9 @@ static const cfg_key_t keys[] = {
      "them every 100 ms whatever its trainer does) nor data this long is "
      "suspected at once: a stopped or cut-off daemon leaves the job in "
      "about this time, not its lease TTL; a slow trainer never looks like "
-     "that. 0: off (default 1000)"},
+     "that. With it on, a neighbour whose heartbeats stall on its link (a "
+     "lossy link) is reported too; a node is evicted when two members "
+     "report it. 0: off (default 1000)"},
     {"ring-chunk-kib", K_U32, F(ring_chunk_kib), 1, 1048576, "KIB",
      "pipeline chunk of the ring's messages, in KiB; a job option (the "
      "job's first view fixes it, every node follows; default 1024)"},
