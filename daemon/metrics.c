@@ -127,6 +127,30 @@ static void hop_histograms(sbuf_t *s, dmn_t *d)
     }
 }
 
+/* Suspicions: what this node reported, kept back, and acted on. */
+static void blame_metrics(sbuf_t *s, dmn_t *d)
+{
+    if (d->be->ops->blame_stats == NULL)
+        return;
+    job_blame_t b;
+    d->be->ops->blame_stats(d->be, &b);
+    const char *n = "ringd_suspicions_reported_total";
+    sb_printf(s, "# HELP %s Suspicions of a peer this node reported, by "
+                 "kind (hard: its endpoint failed; silent: no heartbeat; "
+                 "lossy: its heartbeats stall on the link).\n"
+                 "# TYPE %s counter\n%s{kind=\"hard\"} %llu\n"
+                 "%s{kind=\"silent\"} %llu\n%s{kind=\"lossy\"} %llu\n",
+              n, n, n, (unsigned long long)b.reported_hard, n,
+              (unsigned long long)b.reported_silent, n,
+              (unsigned long long)b.reported_lossy);
+    metric(s, "ringd_suspicions_withheld_total", "counter",
+           "Suspicions not reported: this node's own path to etcd was slow.",
+           b.withheld);
+    metric(s, "ringd_suspects_convicted_total", "counter",
+           "Suspects whose lease this node revoked on the members' reports.",
+           b.convicted);
+}
+
 /* Identity, the view, the step, the local trainers. */
 static void render_node_metrics(dmn_t *d, sbuf_t *s)
 {
@@ -304,6 +328,7 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_protocol_errors_total", "counter",
            "Malformed client messages rejected.", st->proto_errors);
     hop_histograms(s, d);
+    blame_metrics(s, d);
 }
 
 static void render_metrics(dmn_t *d, sbuf_t *s)

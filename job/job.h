@@ -95,6 +95,14 @@ typedef struct {
     size_t n;                /* the JOB_HOP_PEERS most used are kept */
     job_hop_t peers[JOB_HOP_PEERS];
 } job_hops_t;
+/* Suspicions this node reported, kept back and (leading) acted on
+ * (membership/README.md, "Blame"). */
+typedef struct {
+    uint64_t reported_lossy, reported_silent, reported_hard;
+    uint64_t withheld;   /* its own path to etcd was slow */
+    uint64_t convicted;  /* leases it revoked on the reports */
+} job_blame_t;
+
 /* Count one step's wait on peer into h. */
 void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
 /*
@@ -262,6 +270,8 @@ typedef struct {
     void (*destroy)(job_t *be);
     /* May be NULL (no ring): the per-step waits on the predecessor. */
     void (*hop_stats)(job_t *be, job_hops_t *hops_p);
+    /* May be NULL (no membership): blame's counters. */
+    void (*blame_stats)(job_t *be, job_blame_t *stats_p);
     /*
      * May be NULL (the view never changes under a collective). The newest
      * view generation the backend was given, installed or waiting for the

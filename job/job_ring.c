@@ -759,6 +759,18 @@ static void rb_destroy(job_t *be)
     release(b);
 }
 
+static void rb_blame_stats(job_t *be, job_blame_t *out)
+{
+    rb_t *b = (rb_t *)be;
+    mb_blame_stats_t m;
+    mb_blame_stats(b->mb, &m);
+    out->reported_lossy = m.reported[MB_BLAME_LOSSY];
+    out->reported_silent = m.reported[MB_BLAME_SILENT];
+    out->reported_hard = m.reported[MB_BLAME_HARD];
+    out->withheld = m.withheld;
+    out->convicted = m.convicted;
+}
+
 static const job_ops_t rb_ops = {
     .name = "ring",
     .set_local_trainers = rb_set_local_trainers,
@@ -775,6 +787,7 @@ static const job_ops_t rb_ops = {
     .leave = rb_leave,
     .destroy = rb_destroy,
     .hop_stats = job__hops_get,
+    .blame_stats = rb_blame_stats,
     /* No newest_generation: a pending view always holds this node
      * (mb delivers only those), and the view change's agreement takes
      * the state of the member furthest ahead, so a collective finished

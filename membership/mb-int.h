@@ -179,6 +179,7 @@ struct mb {
     uv_timer_t again_timer;  /* reconcile again after a failed request */
     uv_timer_t sus_timer;    /* retry of the suspicions in sus[] */
     uv_timer_t blame_timer;  /* a report's grace ends (mb-blame.c) */
+    mb_blame_stats_t blame;
     int64_t blame_revoked[MB_SUSPECTS_MAX]; /* leases revoked as leader */
     unsigned blame_next;
     mb__sus_t sus[MB_SUSPECTS_MAX];

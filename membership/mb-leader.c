@@ -389,6 +389,7 @@ void mb__handle_suspects(mb_t *mb)
                 "reports of %s", mb->me.node, r->node,
                 (unsigned long long)r->lease, why);
         mb->blame_revoked[mb->blame_next++ % MB_SUSPECTS_MAX] = r->lease;
+        mb->blame.convicted++;
         etcd_lease_revoke(mb->etcd, r->lease, on_suspect_revoked, mb);
     }
     free(rs);
@@ -463,6 +464,7 @@ static void on_sus_put(int status, const etcd_result_t *res, void *data)
     p->inflight--;
     if (status == 0) {
         p->put_ok = 1;
+        mb->blame.reported[p->kind]++;
         mb->sus_retry_ms = MB_RETRY_MIN_MS;
         if (sus_moot(mb, p))
             sus_free(p);
@@ -694,6 +696,7 @@ static void on_blame_read(int status, const etcd_result_t *res, void *data)
                 (unsigned long long)p->lease);
         p->leader_check = 0;
         p->revoke = 1;
+        mb->blame.convicted++;
         sus_send(mb, p);
     } else {
         p->check_at = now + (wake ? wake : MB_BLAME_GRACE_MS);
@@ -821,6 +824,7 @@ static void on_self_probe(int status, const etcd_result_t *res, void *data)
                 status != 0 ? " and failed" : "");
         p->probing = 0;
         p->lease = 0; /* withheld: a later report probes again */
+        mb->blame.withheld++;
         return;
     }
     if (++p->probe_n < MB_SELF_PROBES) {

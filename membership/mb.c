@@ -732,6 +732,11 @@ int64_t mb_lease(const mb_t *mb)
     return mb->lease;
 }
 
+void mb_blame_stats(const mb_t *mb, mb_blame_stats_t *stats_p)
+{
+    *stats_p = mb->blame;
+}
+
 etcd_t *mb_etcd(mb_t *mb)
 {
     return mb->etcd;

@@ -249,6 +249,14 @@ mb_state_t mb_state(const mb_t *mb);
 int mb_is_leader(const mb_t *mb);
 /* The lease of the current registration (0 when none). */
 int64_t mb_lease(const mb_t *mb);
+
+/* Blame, counted since mb_create (membership/README.md, "Blame"). */
+typedef struct {
+    uint64_t reported[3];  /* reports stored, by mb_blame_t */
+    uint64_t withheld;     /* soft reports kept back: our path was slow */
+    uint64_t convicted;    /* suspects whose lease we revoked on reports */
+} mb_blame_stats_t;
+void mb_blame_stats(const mb_t *mb, mb_blame_stats_t *stats_p);
 /* The etcd client membership uses, for other keys of the job on the same
  * loop (checkpoint records). Owned by mb: gone after mb_destroy, which
  * drops its requests without calling their callbacks. */

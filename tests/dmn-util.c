@@ -444,3 +444,15 @@ int td_all_stopped(void *pid_p)
     closedir(d);
     return stopped && n > 0;
 }
+
+double td_metric(const td_daemon_t *t, const char *name)
+{
+    char *m = td_http_get(t->metrics_port, "/metrics");
+    ASSERT(m != NULL);
+    char key[256];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(m, key);
+    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
+    free(m);
+    return v;
+}

@@ -98,5 +98,8 @@ double td_param_diff(const char *pa, const char *pb);
 
 /* HTTP GET on 127.0.0.1:port; the whole response (caller frees). */
 char *td_http_get(int port, const char *path);
+/* A sample's value from the daemon's /metrics (name with its labels,
+ * e.g. ringd_x{kind="y"}); -1 if absent. */
+double td_metric(const td_daemon_t *t, const char *name);
 
 #endif

@@ -664,19 +664,6 @@ TEST_IMPL(dmn_async_allgather_barrier)
     return 0;
 }
 
-/* A counter's value from the daemon's /metrics; -1 if absent. */
-static double metric(const td_daemon_t *t, const char *name)
-{
-    char *m = td_http_get(t->metrics_port, "/metrics");
-    ASSERT(m != NULL);
-    char key[128];
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = strstr(m, key);
-    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
-    free(m);
-    return v;
-}
-
 /*
  * Fusion groups: two trainers issue, in one group, 10 f32 SUM allreduces,
  * 5 f32 AVG ones, a broadcast and 4 i32 MAX ones, in buffers apart. The
@@ -753,8 +740,8 @@ TEST_IMPL(dmn_async_fused)
         for (int i = 0; i < NM * L; i++)
             ASSERT_EQ(m[k][i], i);
     }
-    ASSERT_EQ(metric(&t, "ringd_collectives_fused_total"), NS + NA + NM);
-    ASSERT_EQ(metric(&t, "ringd_collectives_total"), NH);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_total"), NS + NA + NM);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_total"), NH);
 
     /* Trainer 0 groups two allreduces, trainer 1 issues them apart. */
     ringd_handle_t g0[2], g1[2];
@@ -796,7 +783,7 @@ static double fuse_job(cluster_t *c, const char *const *extra)
     }
     for (int i = 0; i < 3; i++)
         expect_exit0(c, i, 0, c->trainer[i][0]);
-    double fused = metric(&c->d[0], "ringd_collectives_fused_total");
+    double fused = td_metric(&c->d[0], "ringd_collectives_fused_total");
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
     return fused;

@@ -578,6 +578,16 @@ TEST_IMPL(dmn_ring_lossy_node)
                        "n%d never found n1's link stalling", i);
     }
     ASSERT_MSG(convicted, "no leader convicted n1");
+    /* Said in /metrics too: both neighbours reported it, one convicted. */
+    double lossy = 0, conv = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i != 1)
+            lossy += td_metric(&c.d[i], "ringd_suspicions_reported_total"
+                                        "{kind=\"lossy\"}");
+        conv += td_metric(&c.d[i], "ringd_suspects_convicted_total");
+    }
+    ASSERT_MSG(lossy >= 2 && conv >= 1, "metrics: %g lossy reports, %g "
+               "convicted", lossy, conv);
     expect_one_history(&c, steps);
     for (int i = 0; i < 3; i++) {
         if (i != 1)
