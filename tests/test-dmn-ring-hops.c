@@ -16,20 +16,6 @@
 #include "tests/task.h"
 
 
-/* A sample's value in node i's /metrics (the text after "\nname "); -1
- * when absent. */
-static double sample(cluster_t *c, int i, const char *name)
-{
-    char *m = td_http_get(c->d[i].metrics_port, "/metrics");
-    ASSERT_MSG(m != NULL, "no /metrics from n%d", i);
-    char key[160];
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = strstr(m, key);
-    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
-    free(m);
-    return v;
-}
-
 /* Mean wait per step of node i on its predecessor peer, from /metrics. */
 static double mean_wait(cluster_t *c, int i, const char *peer, double *n_p)
 {
@@ -38,7 +24,7 @@ static double mean_wait(cluster_t *c, int i, const char *peer, double *n_p)
              peer);
     snprintf(count, sizeof(count),
              "ringd_hop_wait_seconds_count{peer=\"%s\"}", peer);
-    double s = sample(c, i, sum), n = sample(c, i, count);
+    double s = td_metric(&c->d[i], sum), n = td_metric(&c->d[i], count);
     ASSERT_MSG(s >= 0 && n > 0, "n%d has no hop histogram for %s", i, peer);
     *n_p = n;
     return s / n;

@@ -62,19 +62,6 @@ TEST_IMPL(dmn_ring_three_nodes_match_one)
     return fx_done();
 }
 
-/* A counter's value from node i's /metrics; -1 if absent. */
-static double metric_value(cluster_t *c, int i, const char *name)
-{
-    char *m = td_http_get(c->d[i].metrics_port, "/metrics");
-    ASSERT_MSG(m != NULL, "no /metrics from n%d", i);
-    char key[128];
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = strstr(m, key);
-    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
-    free(m);
-    return v;
-}
-
 /* A 2-node job of one trainer per node; RINGD_ZERO_COPY=zc for the
  * daemons. Returns how many collectives ran in a trainer's buffer. */
 static double zc_job(cluster_t *c, const char *zc)
@@ -90,7 +77,7 @@ static double zc_job(cluster_t *c, const char *zc)
         expect_exit0(c, i, 0, c->trainer[i][0]);
     double zero_copy = 0;
     for (int i = 0; i < 2; i++) {
-        double v = metric_value(c, i, "ringd_collectives_zero_copy_total");
+        double v = td_metric(&c->d[i], "ringd_collectives_zero_copy_total");
         ASSERT_MSG(v >= 0, "n%d exports no zero-copy counter", i);
         zero_copy += v;
     }
@@ -158,7 +145,7 @@ static double pipe_job(cluster_t *c, const char *pipe,
     for (int i = 0; i < 2; i++)
         for (int k = 0; k < 2; k++)
             expect_exit0(c, i, k, c->trainer[i][k]);
-    double fused = metric_value(c, 0, "ringd_collectives_fused_total");
+    double fused = td_metric(&c->d[0], "ringd_collectives_fused_total");
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
     return fused;
@@ -572,7 +559,7 @@ typedef struct {
 static int n1_reached(void *arg)
 {
     step_wait_t *w = arg;
-    return metric_value(w->c, 1, "ringd_step") >= w->step;
+    return td_metric(&w->c->d[1], "ringd_step") >= w->step;
 }
 
 /*
@@ -607,13 +594,13 @@ TEST_IMPL(dmn_ring_trainer_counts)
 
     step_wait_t w = {&c, 170};
     ASSERT_OK(td_poll(n1_reached, &w, 60000));
-    double a0[3], s0 = metric_value(&c, 1, "ringd_step");
+    double a0[3], s0 = td_metric(&c.d[1], "ringd_step");
     for (int i = 0; i < 3; i++)
-        a0[i] = metric_value(&c, i, "ringd_agreements_total");
+        a0[i] = td_metric(&c.d[i], "ringd_agreements_total");
     w.step = s0 + 100;
     ASSERT_OK(td_poll(n1_reached, &w, 60000));
     for (int i = 0; i < 3; i++) {
-        double a = metric_value(&c, i, "ringd_agreements_total");
+        double a = td_metric(&c.d[i], "ringd_agreements_total");
         ASSERT_MSG(a0[i] >= 0 && a - a0[i] <= 2,
                    "n%d agreed %g times in 100 steady steps", i, a - a0[i]);
     }
@@ -645,7 +632,7 @@ TEST_IMPL(dmn_ring_trainer_counts)
     for (int i = 0; i < 2; i++)
         ASSERT_GE(td_count(c.d[i].log, "trainer count changed"), 2);
     for (int i = 0; i < 3; i++) {
-        double a = metric_value(&c, i, "ringd_agreements_total");
+        double a = td_metric(&c.d[i], "ringd_agreements_total");
         ASSERT_MSG(a >= 2 && a <= 8, "n%d agreed %g times in 2000 steps",
                    i, a);
     }
@@ -752,8 +739,8 @@ TEST_IMPL(dmn_ring_steps_without_collective)
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_exit_code(p[i], 60000), 0);
     for (int i = 0; i < 2; i++) {
-        ASSERT_EQ(metric_value(&c, i, "ringd_steps_total"), NC_STEPS);
-        ASSERT_EQ(metric_value(&c, i, "ringd_agreements_total"), 10);
+        ASSERT_EQ(td_metric(&c.d[i], "ringd_steps_total"), NC_STEPS);
+        ASSERT_EQ(td_metric(&c.d[i], "ringd_agreements_total"), 10);
     }
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
@@ -785,7 +772,7 @@ TEST_IMPL(dmn_ring_one_node_join)
     td_read_hashes(logs[1], &h);
     ASSERT_EQ(h.world[2999], 2);
     ASSERT(!td_file_has(c.d[0].log, "trainer count changed"));
-    ASSERT_EQ(metric_value(&c, 0, "ringd_agreements_total"), 1);
+    ASSERT_EQ(td_metric(&c.d[0], "ringd_agreements_total"), 1);
     ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
     return fx_done();
 }

@@ -25,19 +25,6 @@ static int stopped(void *pid_p)
     return waitpid(p, &st, WUNTRACED | WNOHANG) == p && WIFSTOPPED(st);
 }
 
-/* A metric's value from the daemon's /metrics; -1 when absent. */
-static double metric(const td_daemon_t *t, const char *name)
-{
-    char *m = td_http_get(t->metrics_port, "/metrics");
-    ASSERT_MSG(m != NULL, "no /metrics from the daemon");
-    char key[128];
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = strstr(m, key);
-    double v = p != NULL ? strtod(p + strlen(key), NULL) : -1;
-    free(m);
-    return v;
-}
-
 typedef struct {
     const td_daemon_t *t;
     double until_s;
@@ -47,7 +34,7 @@ typedef struct {
 static int uptime_reached(void *arg)
 {
     uptime_wait_t *w = arg;
-    return metric(w->t, "ringd_uptime_seconds") >= w->until_s;
+    return td_metric(w->t, "ringd_uptime_seconds") >= w->until_s;
 }
 
 /* The idle time the daemon's step-out line names; -1 when none. */
@@ -87,11 +74,11 @@ TEST_IMPL(dmn_step_timeout_one_wakeup)
 
     ASSERT_MSG(td_poll(stopped, &p, 60000) == 0,
                "the trainer never stopped after step 10");
-    uptime_wait_t w = {&t, metric(&t, "ringd_uptime_seconds") +
+    uptime_wait_t w = {&t, td_metric(&t, "ringd_uptime_seconds") +
                                3 * TIMEOUT_MS / 1000.0};
     ASSERT_OK(td_poll(uptime_reached, &w, 30000));
-    ASSERT_EQ(metric(&t, "ringd_step_timeout_wakeups_total"), 0);
-    ASSERT_EQ(metric(&t, "ringd_trainers_stalled_total"), 0);
+    ASSERT_EQ(td_metric(&t, "ringd_step_timeout_wakeups_total"), 0);
+    ASSERT_EQ(td_metric(&t, "ringd_trainers_stalled_total"), 0);
     ASSERT_OK(kill(p, SIGCONT));
 
     ASSERT_MSG(td_poll(stopped, &p, 60000) == 0,
@@ -101,8 +88,8 @@ TEST_IMPL(dmn_step_timeout_one_wakeup)
         td_dump(t.log);
     ASSERT_MSG(rc == 0, "the daemon never timed the trainer out");
     ASSERT_GE(logged_idle_ms(t.log), TIMEOUT_MS);
-    ASSERT_EQ(metric(&t, "ringd_trainers_stalled_total"), 1);
-    ASSERT_EQ(metric(&t, "ringd_step_timeout_wakeups_total"), 1);
+    ASSERT_EQ(td_metric(&t, "ringd_trainers_stalled_total"), 1);
+    ASSERT_EQ(td_metric(&t, "ringd_step_timeout_wakeups_total"), 1);
     ASSERT_OK(kill(p, SIGCONT));
 
     rc = td_exit_code(p, 120000);
@@ -117,8 +104,8 @@ TEST_IMPL(dmn_step_timeout_one_wakeup)
         ASSERT_MSG(h.have[s], "step %d not logged", s);
     /* A step slower than the timeout on a loaded machine is a stall too:
      * what must hold is one wakeup per stall, whatever their number. */
-    ASSERT_EQ(metric(&t, "ringd_step_timeout_wakeups_total"),
-              metric(&t, "ringd_trainers_stalled_total"));
+    ASSERT_EQ(td_metric(&t, "ringd_step_timeout_wakeups_total"),
+              td_metric(&t, "ringd_trainers_stalled_total"));
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
