@@ -56,7 +56,7 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 /* ------------------------------------------------------------------ */
 /* The member object, shared by mb.c (state machine, views),          */
 /* mb-lease.c (registration, keepalive, fence), mb-watch.c (mirror)    */
-/* and mb-leader.c (campaign, views, suspicions, reshapes).            */
+/* and mb-leader.c (campaign, views, verdicts, reshapes).            */
 
 #define MB_RETRY_MIN_MS 100
 #define MB_RETRY_MAX_MS 1000
@@ -74,7 +74,7 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 /* A lossy-link report counts this long (then the leader deletes it). */
 #define MB_BLAME_FRESH_MS 3000
 /* In a view of two a soft report goes out only after this many reads of
- * our own record, each answered within MB_SELF_SLOW_MS (mb-leader.c). */
+ * our own record, each answered within MB_SELF_SLOW_MS (mb-suspect.c). */
 #define MB_SELF_PROBES 3
 #define MB_SELF_SLOW_MS 150
 /* A fenced node checks its own path before registering again, this long
@@ -82,7 +82,7 @@ int mb__view_renew(const mb__view_t *old, uint64_t step, mb__view_t *next);
 #define MB_PATH_WAIT_MS 10000
 
 /* A suspicion etcd has not taken yet (an outage), kept and tried again
- * until it holds or is moot (mb-leader.c). */
+ * until it holds or is moot (mb-suspect.c). */
 #define MB_SUSPECTS_MAX 8
 typedef struct {
     mb_t *mb;
@@ -98,7 +98,7 @@ typedef struct {
     uint64_t check_at;       /* leader_check: the next read, loop time */
     int checking;            /* leader_check: a read in flight */
     int probing, probe_n;    /* checking our own path first (a view of
-                                two: mb-leader.c, self_probe) */
+                                two: mb-suspect.c, self_probe) */
     uint64_t probe_t0;
     int put_ok;              /* the suspect key is stored */
     int revoked;             /* its lease is gone: done */
@@ -170,6 +170,7 @@ struct mb {
     mb_state_t state;
     int64_t lease;           /* current registration; 0 when none */
     int64_t old_lease;       /* a lost lease still to revoke */
+    int old_alive;           /* etcd said it lives (mb-lease.c, on_old_ttl) */
     int64_t my_key_rev;      /* revision of our node record put */
     uint64_t step;
     unsigned reg_gen;        /* bumped per registration: drops stale
@@ -305,6 +306,8 @@ typedef struct {
 } mb__report_t;
 
 const char *mb__blame_name(mb_blame_t kind);
+/* The lease under which the stored view names node; 0 when it does not. */
+int64_t mb__view_lease(const mb_t *mb, const char *node);
 /* suspect/<node>/<by> */
 int mb__suspect_key(const mb_t *mb, const char *node, const char *by,
                     char key[MB_KEY_MAX]);
@@ -333,12 +336,16 @@ uint64_t mb__path_slow_ms(const mb_t *mb);
 int mb__is_leader(mb_t *mb);
 void mb__campaign(mb_t *mb);
 void mb__handle_suspects(mb_t *mb);
+
+/* mb-suspect.c */
 /* etcd answered: try the kept suspicions now, not at their backoff. */
 void mb__suspects_kick(mb_t *mb);
 void mb__suspects_recheck(mb_t *mb);
 /* Reporters of a soft suspicion of the leader: read the reports and
  * revoke the leader's lease once it stands convicted. */
 void mb__blame_checks(mb_t *mb);
+/* Run the blame timer in ms: the leader judges again, reporters read. */
+void mb__blame_wake(mb_t *mb, uint64_t ms);
 /* This node's incarnation lease turned out to have expired while etcd
  * ran (it was cut off): drop what it suspected under that lease and has
  * not stored, so a partitioned node does not evict healthy ones. */
