@@ -207,8 +207,11 @@ void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
                               int status);
 /* 1 when node (lease) is a member of view v (NULL: none). */
 int job__view_has(const mb_view_t *v, const char *node, int64_t lease);
-/* A command failed because of a peer: tell membership. */
+/* job_ring_mb.c: a command failed because of a peer: tell membership. */
 void job__ring_peer_failure(rb_t *b, int status, uint32_t rank);
+/* job_ring_mb.c: the ring thread found the link to rank of ring
+ * generation gen lossy: a lossy report, when that ring is current. */
+void job__ring_lossy(rb_t *b, uint64_t gen, uint32_t rank);
 
 /* job_ring_commit.c: the step's commit round. The backend op; a round
  * came back; a view or a fence may have decided a waiting commit. */

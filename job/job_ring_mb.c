@@ -1,11 +1,13 @@
 /*
  * job_ring_mb.c - the ring backend's side of membership (mb_), on the main
  * loop: membership's callbacks (a new view, fenced, a drain asked, left),
- * and a node without local trainers stepping out of the job and
- * registering again as a new member once one is back.
+ * a node without local trainers stepping out of the job and
+ * registering again as a new member once one is back, and the reports
+ * on failed or lossy peers it makes to membership.
  */
 #include "job/job_ring-int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -191,4 +193,94 @@ int job__ring_create_mb(rb_t *b, const job_config_t *cfg)
                               .on_drain = mb_on_drain,
                               .on_left = mb_on_left};
     return mb_create(b->loop, &b->mc, &b->mcb, b, &b->mb);
+}
+
+/* ---- reports on peers (membership/README.md, "Blame") ---------------- */
+
+/*
+ * A neighbour went quiet (the ring deadline) and no view came within its
+ * lease TTL. If its daemon still renews its lease, it is alive: what the
+ * ring waits for is a slow trainer somewhere (an evaluation, a data
+ * loader), not a failure, and evicting anyone would be wrong. Ask for a
+ * new generation of the same members instead: the leader answers every
+ * member's request with one view, the ring is built again, and it waits
+ * at its first collective for the slow node to come back. Only a
+ * neighbour whose record is gone while no view removed it is suspected.
+ */
+static void on_suspect_timer(uv_timer_t *t)
+{
+    rb_t *b = t->data;
+    if (b->quiet_node == NULL)
+        return;
+    if (mb_member_alive(b->mb, b->quiet_node, b->quiet_lease)) {
+        RD_WARN("ring backend: %s is quiet but its daemon renews its lease "
+                "(a slow trainer, not a failure): asking for a new "
+                "generation of the same members", b->quiet_node);
+        if (b->cur != NULL && b->pending == NULL)
+            (void)mb_request_view(b->mb, "ring deadline, member alive");
+    } else {
+        RD_WARN("ring backend: %s stayed quiet and no view removed anyone; "
+                "suspecting it", b->quiet_node);
+        mb_suspect_soft(b->mb, b->quiet_node, MB_BLAME_SILENT,
+                        "ring deadline, no view change");
+    }
+    free(b->quiet_node);
+    b->quiet_node = NULL;
+}
+
+/*
+ * A collective or resync failed because of a peer: tell membership. A
+ * view already pending does not make the report moot unless it drops that
+ * peer: with two nodes dead at once, the first view removes one, and only
+ * this report removes the other before its lease runs out.
+ */
+void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
+{
+    if (b->cur == NULL || rank >= b->cur->n_members ||
+        (int)rank == b->cur->my_index)
+        return;
+    const char *node = b->cur->members[rank].node;
+    if (b->pending != NULL &&
+        !job__view_has(b->pending, node, b->cur->members[rank].lease))
+        return;
+    if (status == ST_EPEER_FORGED) {
+        RD_WARN("ring backend: %s failed the job-secret handshake; "
+                "suspecting it", node);
+        mb_suspect_soft(b->mb, node, MB_BLAME_SILENT,
+                        "failed the job-secret handshake");
+        return;
+    }
+    if (status == ST_EPEER) {
+        RD_WARN("ring backend: endpoint of %s failed; suspecting it", node);
+        mb_suspect(b->mb, node, "ring endpoint failed");
+        return;
+    }
+    if (status == ST_EPEER_SILENT) {
+        RD_WARN("ring backend: %s stopped answering (no heartbeat for "
+                "%d ms); suspecting it", node, b->ring_opts.live_ms);
+        mb_suspect_soft(b->mb, node, MB_BLAME_SILENT, "no heartbeat");
+        return;
+    }
+    if (status == ST_EPEER_TIMEOUT && b->quiet_node == NULL) {
+        b->quiet_node = strdup(node);
+        b->quiet_lease = b->cur->members[rank].lease;
+        uv_timer_start(&b->suspect_timer, on_suspect_timer,
+                       (uint64_t)b->ttl_s * 1000 + 1000, 0);
+    }
+}
+
+/* A lossy link seen on the current ring is a soft report on that
+ * neighbour: membership convicts it only when another member reports it
+ * too (membership/README.md, "Blame"). */
+void job__ring_lossy(rb_t *b, uint64_t gen, uint32_t rank)
+{
+    if (gen == 0 || b->cur == NULL || b->cur->generation != gen ||
+        rank >= b->cur->n_members || (int)rank == b->cur->my_index)
+        return;
+    const char *node = b->cur->members[rank].node;
+    if (b->pending != NULL &&
+        !job__view_has(b->pending, node, b->cur->members[rank].lease))
+        return;
+    mb_suspect_soft(b->mb, node, MB_BLAME_LOSSY,
+                    "its link stalls (heartbeats late)");
 }

@@ -17,7 +17,7 @@
  *     whatever (a link cut one way is seen from one end only), or
  *   - any one report when the view has two members: nobody else could
  *     report, so the reporter checks its own path to etcd first and
- *     withholds the report when that is slow (mb-leader.c, self_probe).
+ *     withholds the report when that is slow (mb-suspect.c, self_probe).
  * Otherwise a lossy-link report alone never convicts, and counts only
  * while it is at most MB_BLAME_FRESH_MS old.
  *
@@ -78,8 +78,7 @@ static const char *json_str(const cJSON *j, const char *name)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* The lease under which the view names node; 0 when it does not. */
-static int64_t view_lease(const mb_t *mb, const char *node)
+int64_t mb__view_lease(const mb_t *mb, const char *node)
 {
     for (size_t i = 0; i < mb->view.n_members; i++)
         if (strcmp(mb->view.members[i].node, node) == 0)
@@ -106,7 +105,7 @@ static int report_check(const mb_t *mb, const char *key, const cJSON *j,
     r->node[slash - rest] = '\0';
     snprintf(r->by, sizeof(r->by), "%s", by);
     r->lease = strtoll(lease, NULL, 10);
-    int64_t by_view = view_lease(mb, by);
+    int64_t by_view = mb__view_lease(mb, by);
     if (by_view == 0 || r->lease == 0)
         return ST_EINVAL;
     if (mb->secret_len == 0)
@@ -141,7 +140,7 @@ static int counts(const mb__report_t *r)
 static int accusers(const mb_t *mb, const mb__report_t *rs, size_t n,
                     const char *node, int *hard)
 {
-    int64_t lease = view_lease(mb, node);
+    int64_t lease = mb__view_lease(mb, node);
     int count = 0;
     *hard = 0;
     for (size_t i = 0; lease != 0 && i < n; i++) {
@@ -184,7 +183,7 @@ int mb__convicted(const mb_t *mb, const mb__report_t *rs, size_t n,
     if (count == 0)
         return 0;
     /* Nobody else could report: the reporter checked its own path
-     * before it did (mb-leader.c, self_probe). */
+     * before it did (mb-suspect.c, self_probe). */
     if (mb->view.n_members <= 2)
         return 1;
     if (lone->kind == MB_BLAME_LOSSY)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "membership/mb-int.h"
 #include "tests/task.h"
 
 int start_all_peers; /* start_member's next member: all_peers */
@@ -250,4 +251,28 @@ int n1_or_n2_leads(void *p)
 {
     member_t *m = p;
     return mb_is_leader(m[0].mb) || mb_is_leader(m[1].mb);
+}
+
+/* setup() and members n1..n3 (TTL 30 s: longer than any wait here, so
+ * only a revoke evicts one) in their first view; returns the leader's
+ * index. */
+int start_three(member_t m[3])
+{
+    setup();
+    start_member(&m[0], "n1", "h", 30, 3);
+    start_member(&m[1], "n2", "h", 30, 3);
+    start_member(&m[2], "n3", "h", 30, 3);
+    member_t *all[] = {&m[0], &m[1], &m[2]};
+    wait_view(all, 3, "n1 n2 n3 ", 1, 10000);
+    int leader = leader_index(m, 3);
+    ASSERT(leader >= 0);
+    return leader;
+}
+
+/* The member's mirror holds the leader key with value a->val. */
+int mirror_leader_is(void *arg)
+{
+    leader_is_t *a = arg;
+    mb_kv_t *kv = mb__mirror_find(a->mb, a->mb->leader_key);
+    return kv != NULL && kv->val != NULL && strcmp(kv->val, a->val) == 0;
 }

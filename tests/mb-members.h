@@ -72,5 +72,17 @@ int64_t put_wait(etcd_t *e, const char *key, const char *val,
                  int64_t lease);
 /* A predicate on member_t m[2]: m[0] or m[1] leads. */
 int n1_or_n2_leads(void *p);
+/* setup() and members n1..n3 (TTL 30 s: longer than any wait here, so
+ * only a revoke evicts one) in their first view; returns the leader's
+ * index. */
+int start_three(member_t m[3]);
+
+typedef struct {
+    mb_t *mb;
+    const char *val;
+} leader_is_t;
+/* A predicate: the member's mirror holds the leader key with value
+ * a->val. */
+int mirror_leader_is(void *arg);
 
 #endif
