@@ -254,6 +254,7 @@ static void on_node_put(int status, const etcd_result_t *res, void *data)
         return;
     if (status != 0) {
         mb->old_lease = mb->lease;
+        mb->old_alive = 0;
         mb->lease = 0;
         schedule_retry_after(mb, status, "the node record");
         return;
@@ -368,21 +369,46 @@ static void on_old_revoked(int status, const etcd_result_t *res, void *data)
     (void)res;
     if (mb->state != MB_REGISTERING)
         return;
-    /* Already gone: it expired (or the leader revoked it) while etcd
-     * still ran, so the job went on without us; an outage would have
-     * kept it alive. What we suspected under it is no news. */
-    if (status == -ENOENT)
-        mb__suspects_forget(mb, mb->old_lease);
-    else if (status == 0)
-        mb->etcd_ok_ms = uv_now(mb->loop); /* it lived: etcd was out */
-    if (status == 0 || status == -ENOENT)
-        mb->old_lease = 0;
     if (status != 0 && status != -ENOENT) {
         /* etcd is not answering yet, or refuses us */
         schedule_retry_after(mb, status, "the old lease's revoke");
         return;
     }
+    mb->old_lease = 0;
+    mb->old_alive = 0;
     mb__suspects_kick(mb); /* etcd is back: the dead go before the view */
+    grant_when_sound(mb);
+}
+
+/*
+ * Whether the lost lease still lives, asked before it is revoked: alive,
+ * etcd was out (a restart renews every lease) and what we suspected
+ * under it holds; gone, it expired while etcd ran, so the job went on
+ * without us and what we suspected is no news. A read, unlike the
+ * revoke: one that timed out but was applied cannot make a later answer
+ * lie (it did: a revoke sent while etcd restarted, applied and not
+ * answered, made the retry's "not found" look like an expiry).
+ */
+static void on_old_ttl(int status, const etcd_result_t *res, void *data)
+{
+    mb_t *mb = data;
+    if (mb->state != MB_REGISTERING)
+        return;
+    if (status != 0) {
+        schedule_retry_after(mb, status, "the old lease's check");
+        return;
+    }
+    if (res->ttl > 0) {
+        mb->old_alive = 1;
+        mb->etcd_ok_ms = uv_now(mb->loop); /* it lived: etcd was out */
+        if (etcd_lease_revoke(mb->etcd, mb->old_lease, on_old_revoked,
+                              mb) != 0)
+            schedule_retry(mb);
+        return;
+    }
+    mb__suspects_forget(mb, mb->old_lease);
+    mb->old_lease = 0;
+    mb__suspects_kick(mb);
     grant_when_sound(mb);
 }
 
@@ -395,7 +421,12 @@ void mb__reg_begin(mb_t *mb)
         grant_when_sound(mb);
         return;
     }
-    if (etcd_lease_revoke(mb->etcd, mb->old_lease, on_old_revoked, mb) != 0)
+    int rc = mb->old_alive
+                 ? etcd_lease_revoke(mb->etcd, mb->old_lease, on_old_revoked,
+                                     mb)
+                 : etcd_lease_timetolive(mb->etcd, mb->old_lease, on_old_ttl,
+                                         mb);
+    if (rc != 0)
         schedule_retry(mb);
 }
 
@@ -427,6 +458,7 @@ void mb__enter_fenced(mb_t *mb)
     mb->path_ok = 0;
     mb->path_slow_logged = 0;
     mb->path_since = uv_now(mb->loop);
+    mb->old_alive = 0;
     mb->old_lease = mb->lease;
     mb->lease = 0;
     mb->campaign_inflight = 0;
