@@ -90,7 +90,7 @@ PKG_LIBS = $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
 LIB_OBJS = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all deps test asan bench demo demo-torch chaos clean install deb
+.PHONY: all deps test asan bench bench-deps bench-run demo demo-torch chaos clean install deb
 .DEFAULT_GOAL := all
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
@@ -135,7 +135,17 @@ test: deps
 asan:
 	$(MAKE) BUILD=build/asan SAN=1 CUDA=0 test
 
-bench: all
+# The peers the benchmarks compare against (Gloo), installed as deps
+# installs the project's own; the rest runs in a fresh make so the
+# bench's rules see the headers just installed.
+BENCH_PACKAGES := libgloo-dev
+bench-deps: deps
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(BENCH_PACKAGES)"
+
+bench: bench-deps
+	@$(MAKE) --no-print-directory bench-run
+
+bench-run: all
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 
 # A local cluster through a real training job, a node killed and one

@@ -159,6 +159,9 @@ typedef struct {
 /* Every Gloo ring variant at n; per size the best (the fastest, its CPU
  * per GB beside it). */
 void e2e__run_gloo(bench_t *b, int n, int iters, gloo_t *g);
+/* Dies naming what is missing when bench/e2e-gloo was not built: the
+ * full run's ratios need the peer (checked before anything runs). */
+void e2e__need_gloo(void);
 /* --vs-gloo: the whole run, its table and its e2e: line. */
 int e2e__run_vs_gloo(bench_t *b);
 

@@ -83,8 +83,7 @@ void e2e__run_gloo(bench_t *b, int n, int iters, gloo_t *g)
     memset(g, 0, sizeof(*g));
     for (int s = 0; s < b->nsizes; s++)
         g->algo[s] = "-";
-    if (!gloo_built())
-        return;
+    e2e__need_gloo();
     for (int a = 0; a < NGLOO; a++) {
         run_gloo_algo(b, n, a, iters, g->var_us[a], g->var_cpu[a]);
         for (int s = 0; s < b->nsizes; s++)
@@ -137,6 +136,14 @@ static void vs_print(const bench_t *b, int n, size_t bytes, vs_cell_t *c,
                busbw(bytes, e2e__median(c->var_us[k], b->rounds), n),
                e2e__median(c->var_cpu[k], b->rounds), b->rounds);
 }
+/* A ratio against a peer that did not run is no figure: say what is
+ * missing rather than print 0 (make bench installs libgloo-dev). */
+void e2e__need_gloo(void)
+{
+    if (!gloo_built())
+        e2e__die("gloo", "bench/e2e-gloo was not built: install "
+                 "libgloo-dev (make bench-deps) and rebuild");
+}
 
 /*
  * --vs-gloo: the raw ring against every Gloo ring variant at n = 2 and 4,
@@ -145,8 +152,7 @@ static void vs_print(const bench_t *b, int n, size_t bytes, vs_cell_t *c,
  */
 int e2e__run_vs_gloo(bench_t *b)
 {
-    if (!gloo_built())
-        e2e__die("--vs-gloo", "bench/e2e-gloo was not built (libgloo-dev)");
+    e2e__need_gloo();
     printf("n\tbytes\tring_busbw\tring_cpu_s_per_GB\tgloo_busbw"
            "\tgloo_cpu_s_per_GB\tgloo_algo\tring_vs_gloo"
            "\tring_cpu_over_gloo\n");

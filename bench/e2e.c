@@ -616,6 +616,8 @@ static int coordinator(bench_t *b)
         e2e__die("temp dir", strerror(errno));
     if (b->vs_gloo)
         return e2e__run_vs_gloo(b);
+    if (!b->async_only && !b->mem_only && !b->step_latency_only)
+        e2e__need_gloo();
     fx_etcd_start(&b->etcd, 0);
     async_t as;
     if (b->async_only) {
