@@ -9,12 +9,14 @@
 #include "daemon/dmn-parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -223,6 +225,11 @@ static int set_key(dmn_config_t *cfg, const cfg_key_t *k, const char *v,
             snprintf(why, wlen, "empty value for '%s'", k->name);
             return ST_ECONFIG;
         }
+        if (strlen(v) > DMN_CONFIG_VALUE_MAX) {
+            snprintf(why, wlen, "value for '%s' is %zu bytes (at most %d)",
+                     k->name, strlen(v), DMN_CONFIG_VALUE_MAX);
+            return ST_ECONFIG;
+        }
         set_str((char **)((char *)cfg + k->off), v);
         return 0;
     case K_U32: {
@@ -276,26 +283,58 @@ static char *trim(char *s)
     return s;
 }
 
+/* Why the file opened as fd is no config source, or NULL. Only a
+ * regular file of bounded size is one (and /dev/null, an empty config the
+ * tests and packaging use): a FIFO or a device may never end, and a huge
+ * file is a mistake, not a configuration. */
+static const char *not_a_config(int fd, char *why, size_t wlen)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return strerror(errno);
+    if (S_ISDIR(st.st_mode))
+        return "is a directory";
+    if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3))
+        return NULL;                        /* /dev/null */
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, wlen, "not a regular file (a %s)",
+                 S_ISFIFO(st.st_mode)   ? "FIFO"
+                 : S_ISCHR(st.st_mode)  ? "character device"
+                 : S_ISBLK(st.st_mode)  ? "block device"
+                 : S_ISSOCK(st.st_mode) ? "socket"
+                                        : "special file");
+        return why;
+    }
+    if (st.st_size > DMN_CONFIG_FILE_MAX) {
+        snprintf(why, wlen, "%lld bytes, over the limit of %d",
+                 (long long)st.st_size, DMN_CONFIG_FILE_MAX);
+        return why;
+    }
+    return NULL;
+}
+
 static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
                      FILE *err)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
+    /* O_NONBLOCK: opening a FIFO with no writer would block here. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
         if (!must_exist && errno == ENOENT)
             return 0;
         fprintf(err, "ringd: cannot read config file %s: %s\n", path,
                 strerror(errno));
         return ST_ECONFIG;
     }
-    /* fopen() opens a directory; reading it fails later with EISDIR,
-     * which would look like an empty file if unchecked. */
-    struct stat st;
-    const char *bad = fstat(fileno(f), &st) != 0 ? strerror(errno)
-                      : S_ISDIR(st.st_mode)      ? "is a directory"
-                                                 : NULL;
+    char why[128];
+    const char *bad = not_a_config(fd, why, sizeof(why));
+    FILE *f = NULL;
+    if (bad == NULL &&
+        (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+         (f = fdopen(fd, "r")) == NULL))
+        bad = strerror(errno);
     if (bad != NULL) {
         fprintf(err, "ringd: cannot read config file %s: %s\n", path, bad);
-        fclose(f);
+        close(fd);
         return ST_ECONFIG;
     }
     int rc = dmn__config_read(cfg, f, path, err);
@@ -303,45 +342,95 @@ static int load_file(dmn_config_t *cfg, const char *path, int must_exist,
     return rc;
 }
 
+/*
+ * One line of f into buf (cap bytes, NUL-terminated, without its '\n'):
+ * its length, -1 at the end of the file, CFG_LINE_LONG when it is longer
+ * than cap - 1 bytes (the rest of the file is not read), CFG_LINE_NUL
+ * when it holds a NUL byte. Bounded: a source that never ends a line
+ * costs cap bytes, not all memory.
+ */
+enum { CFG_LINE_LONG = -2, CFG_LINE_NUL = -3 };
+
+static int read_line(FILE *f, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int ch, nul = 0;
+    while ((ch = getc(f)) != EOF && ch != '\n') {
+        if (n + 1 >= cap)
+            return CFG_LINE_LONG;
+        nul |= ch == '\0';
+        buf[n++] = (char)ch;
+    }
+    buf[n] = '\0';
+    if (ch == EOF && n == 0)
+        return -1;
+    return nul ? CFG_LINE_NUL : (int)n;
+}
+
+/* One line of a config file: a comment, blank, or "key = value". */
+static int config_line(dmn_config_t *cfg, char *line, const char *path,
+                       int lineno, char *why, size_t wlen, FILE *err)
+{
+    char *hash = strchr(line, '#');
+    if (hash != NULL)
+        *hash = '\0';
+    char *s = trim(line);
+    if (*s == '\0')
+        return 0;
+    char *eq = strchr(s, '=');
+    if (eq == NULL) {
+        fprintf(err, "ringd: %s:%d: expected 'key = value'\n", path,
+                lineno);
+        return ST_ECONFIG;
+    }
+    *eq = '\0';
+    char *k = trim(s), *v = trim(eq + 1);
+    const cfg_key_t *key = find_key(k, strlen(k));
+    if (key == NULL) {
+        fprintf(err, "ringd: %s:%d: unknown key '%s'\n", path, lineno, k);
+        return ST_ECONFIG;
+    }
+    if (set_key(cfg, key, v, why, wlen) != 0) {
+        fprintf(err, "ringd: %s:%d: %s\n", path, lineno, why);
+        return ST_ECONFIG;
+    }
+    return 0;
+}
+
 int dmn__config_read(dmn_config_t *cfg, FILE *f, const char *path,
                      FILE *err)
 {
-    /* getline() reads a line whole, however long: a fixed buffer would
-     * split a long comment and parse its tail as a setting. */
-    char *line = NULL, why[256];
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, rc = 0;
-    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+    /* A line longer than the limit is an error, never split: its tail
+     * would be parsed as a setting. */
+    char *line = malloc(DMN_CONFIG_LINE_MAX + 2), why[256];
+    if (line == NULL) {
+        fprintf(err, "ringd: %s: out of memory\n", path);
+        return ST_ECONFIG;
+    }
+    int len, lineno = 0, rc = 0;
+    size_t total = 0;
+    while (rc == 0 &&
+           (len = read_line(f, line, DMN_CONFIG_LINE_MAX + 2)) != -1) {
         lineno++;
-        if (memchr(line, '\0', (size_t)len) != NULL) {
+        if (len == CFG_LINE_NUL) {
             fprintf(err, "ringd: %s:%d: NUL byte in line\n", path, lineno);
             rc = ST_ECONFIG;
             break;
         }
-        char *hash = strchr(line, '#');
-        if (hash != NULL)
-            *hash = '\0';
-        char *s = trim(line);
-        if (*s == '\0')
-            continue;
-        char *eq = strchr(s, '=');
-        if (eq == NULL) {
-            fprintf(err, "ringd: %s:%d: expected 'key = value'\n", path,
-                    lineno);
+        if (len == CFG_LINE_LONG || len > DMN_CONFIG_LINE_MAX) {
+            fprintf(err, "ringd: %s:%d: line over %d bytes\n", path, lineno,
+                    DMN_CONFIG_LINE_MAX);
             rc = ST_ECONFIG;
             break;
         }
-        *eq = '\0';
-        char *k = trim(s), *v = trim(eq + 1);
-        const cfg_key_t *key = find_key(k, strlen(k));
-        if (key == NULL) {
-            fprintf(err, "ringd: %s:%d: unknown key '%s'\n", path, lineno, k);
+        total += (size_t)len + 1;
+        if (total > DMN_CONFIG_FILE_MAX) {
+            fprintf(err, "ringd: %s:%d: over %d bytes in all\n", path,
+                    lineno, DMN_CONFIG_FILE_MAX);
             rc = ST_ECONFIG;
-        } else if (set_key(cfg, key, v, why, sizeof(why)) != 0) {
-            fprintf(err, "ringd: %s:%d: %s\n", path, lineno, why);
-            rc = ST_ECONFIG;
+            break;
         }
+        rc = config_line(cfg, line, path, lineno, why, sizeof(why), err);
     }
     if (rc == 0 && ferror(f)) {
         fprintf(err, "ringd: %s:%d: read error: %s\n", path, lineno + 1,
@@ -605,7 +694,10 @@ void dmn_config_usage(FILE *out)
 "complete checkpoint that verifies.\n"
 "\n"
 "Config file: 'key = value' lines, '#' starts a comment; flags win over\n"
-"the file. Without -c, %s is read if it exists.\n"
+"the file. Without -c, %s is read if it exists. It must be a\n"
+"regular file (or /dev/null) of at most 1 MiB, each line at most 4096\n"
+"bytes, with no NUL byte; a string value (here or as a flag) is at most\n"
+"4095 bytes, a number within the range its option states.\n"
 "\n"
 "Signals: SIGTERM or SIGINT drain: the current step finishes, trainers\n"
 "get RINGD_ESHUTDOWN at their next step, ringd leaves the job and exits 0.\n"

@@ -47,8 +47,16 @@ int dmn__msg_check(const dmn_msg_ctx_t *ctx, const void *buf, size_t n,
 
 /*
  * Read "key = value" lines from f into cfg; name is the file's name for
- * messages, written to err with the line number. 0 or ST_ECONFIG.
+ * messages, written to err with the line number. 0 or ST_ECONFIG. A line
+ * over DMN_CONFIG_LINE_MAX bytes, a NUL byte, or more than
+ * DMN_CONFIG_FILE_MAX bytes in all is an error: reading stops there, so
+ * a source that never ends costs bounded memory and time.
  */
+#define DMN_CONFIG_LINE_MAX 4096
+#define DMN_CONFIG_FILE_MAX (1 << 20)
+/* The longest value of a string setting (a flag or a file line). */
+#define DMN_CONFIG_VALUE_MAX 4095
+
 int dmn__config_read(dmn_config_t *cfg, FILE *f, const char *name,
                      FILE *err);
 

@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "daemon/dmn.h"
+#include "daemon/dmn-parse.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/task.h"
@@ -38,59 +39,107 @@ static int load_conf(const char *path, dmn_config_t *cfg, char **err_p)
     return rc;
 }
 
+/* A config file of `body` loaded in-process: its rc, err as load_conf. */
+static int load_text(td_daemon_t *t, const char *body, size_t n,
+                     dmn_config_t *cfg, char **err_p)
+{
+    const char *conf = td_path(t, "t.conf");
+    FILE *f = fopen(conf, "w");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(body, 1, n, f), n);
+    fclose(f);
+    return load_conf(conf, cfg, err_p);
+}
+
+/* n copies of ch, then tail, in a buffer the caller frees. */
+static char *repeat(int ch, size_t n, const char *tail)
+{
+    char *s = malloc(n + strlen(tail) + 1);
+    ASSERT(s != NULL);
+    memset(s, ch, n);
+    strcpy(s + n, tail);
+    return s;
+}
+
 /*
- * A comment longer than any fixed line buffer ends with what looks like a
- * setting: it must stay a comment. The next line's setting must still
- * count, with its right line number in errors.
+ * A line is at most 4096 bytes (DMN_CONFIG_LINE_MAX): one of 4096 loads,
+ * one byte more is an error naming its line, and nothing after it, nor
+ * the long line's tail, sets anything. A 100 KB value is an error too,
+ * not a number read in pieces.
  */
 TEST_IMPL(dmn_config_long_lines)
 {
     td_daemon_t t;
     td_init(&t, "dmn-longconf");
-    const char *conf = td_path(&t, "long.conf");
-    FILE *f = fopen(conf, "w");
-    ASSERT(f != NULL);
-    fputs("# ", f);
-    for (int i = 0; i < 5000; i++)
-        fputc('x', f);
-    fputs(" trainers = 7\ntrainers = 3\n", f);
-    /* A 100 KB value line: read whole, then rejected as a bad number
-     * on line 3, not split into pieces. */
-    fputs("lease-ttl = ", f);
-    for (int i = 0; i < 100000; i++)
-        fputc('9', f);
-    fputc('\n', f);
-    fclose(f);
-
     dmn_config_t cfg;
     char *err = NULL;
-    int rc = load_conf(conf, &cfg, &err);
-    ASSERT_MSG(rc == ST_ECONFIG, "rc %d, err '%s'", rc, err);
-    ASSERT_MSG(strstr(err, "long.conf:3: bad number") != NULL, "err '%s'",
-               err);
+    /* "# " + 4094 x = a 4096-byte comment line, then a setting. */
+    char *ok = repeat('x', 4094, "\ntrainers = 3\nstandalone = true\n");
+    char *body = malloc(strlen(ok) + 3);
+    ASSERT(body != NULL);
+    sprintf(body, "# %s", ok);
+    int rc = load_text(&t, body, strlen(body), &cfg, &err);
+    ASSERT_MSG(rc == 0, "rc %d, err '%s'", rc, err);
     ASSERT_EQ(cfg.trainers, 3);
     dmn_config_free(&cfg);
     free(err);
+    free(body);
+    free(ok);
 
-    /* Without the bad line the file loads, and the comment's tail did not
-     * set anything. */
-    f = fopen(conf, "w");
-    ASSERT(f != NULL);
-    fputs("# ", f);
-    for (int i = 0; i < 5000; i++)
-        fputc('x', f);
-    fputs(" trainers = 7\nstandalone = true\n", f);
-    fclose(f);
+    /* One byte more: line 2 is over, and its tail " trainers = 7" is not
+     * read as a setting, nor is line 3's. */
+    char *lng = repeat('x', 4095, " trainers = 7\ntrainers = 3\n");
+    body = malloc(strlen(lng) + 40);
+    ASSERT(body != NULL);
+    sprintf(body, "standalone = true\n# %s", lng);
     err = NULL;
-    rc = load_conf(conf, &cfg, &err);
-    ASSERT_MSG(rc == 0, "rc %d, err '%s'", rc, err);
+    rc = load_text(&t, body, strlen(body), &cfg, &err);
+    ASSERT_MSG(rc == ST_ECONFIG, "rc %d, err '%s'", rc, err);
+    ASSERT_MSG(strstr(err, "t.conf:2: line over 4096 bytes") != NULL,
+               "err '%s'", err);
     ASSERT_EQ(cfg.trainers, 0);
     dmn_config_free(&cfg);
     free(err);
+    free(body);
+    free(lng);
+
+    char *big = repeat('9', 100000, "\n");
+    body = malloc(strlen(big) + 40);
+    ASSERT(body != NULL);
+    sprintf(body, "trainers = 3\nlease-ttl = %s", big);
+    err = NULL;
+    rc = load_text(&t, body, strlen(body), &cfg, &err);
+    ASSERT_MSG(rc == ST_ECONFIG, "rc %d, err '%s'", rc, err);
+    ASSERT_MSG(strstr(err, "t.conf:2: line over") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+    free(body);
+    free(big);
+
+    /* A flag's string value has the same bound. */
+    char *job = repeat('j', DMN_CONFIG_VALUE_MAX + 1, "");
+    char *argv[] = {"ringd", "--config", "/dev/null", "--job", job, NULL};
+    size_t elen;
+    err = NULL;
+    FILE *ef = open_memstream(&err, &elen);
+    ASSERT(ef != NULL);
+    dmn_config_init(&cfg);
+    rc = dmn_config_load(&cfg, 5, argv, ef);
+    fclose(ef);
+    ASSERT_MSG(rc == ST_ECONFIG, "rc %d, err '%s'", rc, err);
+    ASSERT_MSG(strstr(err, "at most 4095") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+    free(job);
     return 0;
 }
 
-/* A directory is not an empty config file, nor is a file with a NUL. */
+/*
+ * A directory is not an empty config file, nor is a file with a NUL; a
+ * FIFO (which would block the open, then never end) and a device are no
+ * config source at all, said at once; /dev/null is an empty one. A
+ * stream that never ends a line is read only to the line limit.
+ */
 TEST_IMPL(dmn_config_not_a_file)
 {
     td_daemon_t t;
@@ -102,14 +151,48 @@ TEST_IMPL(dmn_config_not_a_file)
     dmn_config_free(&cfg);
     free(err);
 
-    const char *conf = td_path(&t, "nul.conf");
-    FILE *f = fopen(conf, "w");
-    ASSERT(f != NULL);
-    fwrite("standalone = true\ntrainers = 2\0 # hidden\n", 1, 40, f);
-    fclose(f);
     err = NULL;
-    ASSERT_EQ(load_conf(conf, &cfg, &err), ST_ECONFIG);
-    ASSERT_MSG(strstr(err, "nul.conf:2: NUL byte") != NULL, "err '%s'", err);
+    ASSERT_EQ(load_text(&t, "standalone = true\ntrainers = 2\0 # hidden\n",
+                        40, &cfg, &err), ST_ECONFIG);
+    ASSERT_MSG(strstr(err, "t.conf:2: NUL byte") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+
+    const char *fifo = td_path(&t, "fifo.conf");
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    err = NULL;
+    ASSERT_EQ(load_conf(fifo, &cfg, &err), ST_ECONFIG);
+    ASSERT_MSG(strstr(err, "not a regular file (a FIFO)") != NULL,
+               "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+
+    err = NULL;
+    ASSERT_EQ(load_conf("/dev/zero", &cfg, &err), ST_ECONFIG);
+    ASSERT_MSG(strstr(err, "character device") != NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+
+    /* Empty: what fails is the missing job, not the source. */
+    err = NULL;
+    load_conf("/dev/null", &cfg, &err);
+    ASSERT_MSG(strstr(err, "cannot read") == NULL, "err '%s'", err);
+    dmn_config_free(&cfg);
+    free(err);
+
+    /* The reader itself, on a stream of NULs that never ends. */
+    FILE *z = fopen("/dev/zero", "r");
+    ASSERT(z != NULL);
+    size_t elen;
+    err = NULL;
+    FILE *ef = open_memstream(&err, &elen);
+    ASSERT(ef != NULL);
+    dmn_config_init(&cfg);
+    ASSERT_EQ(dmn__config_read(&cfg, z, "zero", ef), ST_ECONFIG);
+    fclose(ef);
+    fclose(z);
+    ASSERT_MSG(strstr(err, "zero:1: line over 4096 bytes") != NULL,
+               "err '%s'", err);
     dmn_config_free(&cfg);
     free(err);
     return 0;
