@@ -12,7 +12,7 @@
  * mantissa (0x3c7fffff -> 0x3c800001) is 2 ulps, a zero-high-byte word,
  * where its XOR has bits set up to the exponent. Both are integer
  * operations, so decoding is bit-exact whatever the floats hold (NaN
- * payloads, -0.0, denormals). bench/ckpt measures the alternatives
+ * payloads, -0.0, denormals). bench/ckpt-cost measures the alternatives
  * (checkpoint/README.md has the table): the arithmetic delta wins by 3-4%
  * on the demo trainer's weights, bit-shuffle does not beat byte-shuffle
  * with zstd behind it, so it is an option, not the default.

@@ -70,7 +70,7 @@ struct ckpt_writer {
 
 /* ---- the snapshot ------------------------------------------------------
  *
- * Measured on the 2-core VM (bench/ckpt, checkpoint/README.md): the copy
+ * Measured on the 2-core VM (bench/ckpt-cost, checkpoint/README.md): the copy
  * itself runs at memory speed, ~70-170 ms/GiB on one core depending on
  * the load; a copy split with a helper thread was no faster there (within
  * the noise both ways), so it is one memcpy. What made snapshots cost

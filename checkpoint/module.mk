@@ -6,9 +6,9 @@ LIB_SRCS += checkpoint/ckpt_codec.c checkpoint/ckpt_file.c \
 TEST_SRCS += tests/test-ckpt.c tests/test-ckpt-codec.c tests/test-ckpt-file.c \
              tests/test-ckpt-writer.c tests/ckpt-data.c
 PKGS += libzstd libxxhash libcjson
-BENCH_BINS += $(BUILD)/bench/ckpt
+BENCH_BINS += $(BUILD)/bench/ckpt-cost
 
-$(BUILD)/bench/ckpt: $(BUILD)/bench/ckpt.o $(BUILD)/tests/helpers.o $(CORE_LIB)
+$(BUILD)/bench/ckpt-cost: $(BUILD)/bench/ckpt-cost.o $(BUILD)/tests/helpers.o $(CORE_LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LIBS) -lz
 BENCH_BINS += bench/ckpt-overhead.sh

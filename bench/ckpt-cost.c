@@ -1,5 +1,5 @@
 /*
- * bench/ckpt - what a checkpoint of a large f32 state costs.
+ * bench/ckpt-cost - what a checkpoint of a large f32 state costs.
  *
  * State: -s MiB (default 1024) of f32 "weights" drawn from N(0, 0.02^2), a
  * realistic scale for initialised and trained dense layers. The delta row
