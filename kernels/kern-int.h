@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kern-ieee.h"
 #include "kernels/kern.h"
 
 /*
@@ -65,54 +66,11 @@ static inline double kern__bits_f64(uint64_t u)
     return f;
 }
 
-/*
- * IEEE 754-2019 minimum/maximum: NaN if either is NaN (a + b yields the
- * quiet NaN the SIMD versions produce too), else the smaller/larger, with
- * -0 < +0: on equality OR the bits (min keeps a sign bit) or AND them (max).
- */
-static inline float kern__minf(float a, float b)
-{
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a < b)
-        return a;
-    if (b < a)
-        return b;
-    return kern__bits_f32(kern__f32_bits(a) | kern__f32_bits(b));
-}
-
-static inline float kern__maxf(float a, float b)
-{
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a > b)
-        return a;
-    if (b > a)
-        return b;
-    return kern__bits_f32(kern__f32_bits(a) & kern__f32_bits(b));
-}
-
-static inline double kern__mind(double a, double b)
-{
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a < b)
-        return a;
-    if (b < a)
-        return b;
-    return kern__bits_f64(kern__f64_bits(a) | kern__f64_bits(b));
-}
-
-static inline double kern__maxd(double a, double b)
-{
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a > b)
-        return a;
-    if (b > a)
-        return b;
-    return kern__bits_f64(kern__f64_bits(a) & kern__f64_bits(b));
-}
+/* IEEE 754-2019 minimum/maximum (kern-ieee.h, shared with CUDA). */
+KERN_IEEE_MINMAX(static inline, kern__minf, kern__maxf, float, kern__f32_bits,
+                 kern__bits_f32)
+KERN_IEEE_MINMAX(static inline, kern__mind, kern__maxd, double,
+                 kern__f64_bits, kern__bits_f64)
 
 /*
  * f32 -> f16, round to nearest even, matching x86 F16C (VCVTPS2PH with

@@ -29,7 +29,7 @@ CUDA_TARGETS += $(CUDA_LIB)
 endif
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/kern_cuda_api.h \
-    kernels/cuda/kern_cuda-int.h common/status.h
+    kernels/cuda/kern_cuda-int.h kernels/kern-ieee.h common/status.h
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
 	$(Q)$(NVCC) -O2 -std=c++17 -I. -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Werror \

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/kern_cuda-int.h"
+#include "kernels/kern-ieee.h"
 
 enum { DT_F32, DT_F64, DT_F16, DT_BF16, DT_I32, DT_I64, DT_U8 };
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
@@ -80,48 +81,39 @@ template <> __device__ uint8_t op_mul(uint8_t a, uint8_t b)
 
 template <typename C> __device__ C op_min(C a, C b) { return b < a ? b : a; }
 template <typename C> __device__ C op_max(C a, C b) { return b > a ? b : a; }
-/* IEEE 754-2019: NaN wins, -0 < +0 (OR/AND the bits of equal values). */
+/* IEEE 754-2019 minimum/maximum, the CPU kernels' own (kern-ieee.h). */
+__device__ inline unsigned long long dbl_bits(double d)
+{
+    return (unsigned long long)__double_as_longlong(d);
+}
+__device__ inline double bits_dbl(unsigned long long u)
+{
+    return __longlong_as_double((long long)u);
+}
+__device__ inline unsigned flt_bits(float f)
+{
+    return (unsigned)__float_as_int(f);
+}
+__device__ inline float bits_flt(unsigned u) { return __int_as_float((int)u); }
+KERN_IEEE_MINMAX(__device__ inline, ieee_minf, ieee_maxf, float, flt_bits,
+                 bits_flt)
+KERN_IEEE_MINMAX(__device__ inline, ieee_mind, ieee_maxd, double, dbl_bits,
+                 bits_dbl)
 template <> __device__ float op_min(float a, float b)
 {
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a < b)
-        return a;
-    if (b < a)
-        return b;
-    return __int_as_float(__float_as_int(a) | __float_as_int(b));
+    return ieee_minf(a, b);
 }
 template <> __device__ float op_max(float a, float b)
 {
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a > b)
-        return a;
-    if (b > a)
-        return b;
-    return __int_as_float(__float_as_int(a) & __float_as_int(b));
+    return ieee_maxf(a, b);
 }
 template <> __device__ double op_min(double a, double b)
 {
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a < b)
-        return a;
-    if (b < a)
-        return b;
-    return __longlong_as_double(__double_as_longlong(a) |
-                                __double_as_longlong(b));
+    return ieee_mind(a, b);
 }
 template <> __device__ double op_max(double a, double b)
 {
-    if (isnan(a) || isnan(b))
-        return a + b;
-    if (a > b)
-        return a;
-    if (b > a)
-        return b;
-    return __longlong_as_double(__double_as_longlong(a) &
-                                __double_as_longlong(b));
+    return ieee_maxd(a, b);
 }
 
 template <int OP, typename C> __device__ C apply(C a, C b)
