@@ -4,6 +4,7 @@
 # the order of the module files does not matter.
 PKGS += libuv libcurl libcjson
 BIN_TARGETS += $(BUILD)/ringctl
+TEST_SRCS += tests/test-tools-calls.c
 
 INSTALL_TARGETS += install-tools
 .PHONY: install-tools
