@@ -201,6 +201,7 @@ enum {
     DMN_F_CKPT_MU_INIT = 1u << 11,
     DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
     DMN_F_COPY_SYNC_INIT = 1u << 13,  /* copy_mu, copy_cv (copy.c) */
+    DMN_F_RESTART = 1u << 14,         /* the drain is dmn_restart()'s */
 };
 
 /*

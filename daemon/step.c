@@ -172,10 +172,12 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
         dmn__step_fail_posted(d, RINGD_ERESHAPE, 1);
         break;
     case DMN_STEP_DRAINED:
-        RD_INFO("drained at step %llu: telling trainers to stop",
-                (unsigned long long)d->step);
+        RD_INFO("drained at step %llu: %s", (unsigned long long)d->step,
+                dmn_restarting(d) ? "restarting, trainers wait for the "
+                                    "next ringd"
+                                  : "telling trainers to stop");
         for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-            if (c->cstate != DMN_CONN_WAITING)
+            if (c->cstate != DMN_CONN_WAITING || dmn_restarting(d))
                 continue;
             dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
             dmn__reply_status(c, PROTO_T_STEP_BEGIN, c->begin_seq,
@@ -437,6 +439,8 @@ static void try_start(dmn_t *d)
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
     c->flags &= ~DMN_CONN_F_STALLED;
+    if (d->state == DMN_STEP_DRAINED && dmn_restarting(d))
+        return; /* answered by the close at exit: the client waits */
     if (d->state == DMN_STEP_DRAINED) {
         dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
         dmn__reply_status(c, PROTO_T_STEP_BEGIN, seq, RINGD_ESHUTDOWN);
@@ -765,8 +769,8 @@ int dmn_done(const dmn_t *d)
 {
     if (d->state != DMN_STEP_DRAINED || !(d->flags & DMN_F_LEAVE_DONE))
         return 0;
-    if (d->flags & DMN_F_DRAIN_TIMED_OUT)
-        return 1;
+    if (d->flags & (DMN_F_DRAIN_TIMED_OUT | DMN_F_RESTART))
+        return 1; /* a restart tells the trainers nothing */
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
             return 0;

@@ -1,0 +1,368 @@
+/*
+ * Trainers survive their daemon's restart: a real ringd restarted with
+ * SIGUSR2 (what `systemctl reload ringd` sends) drains, exits 75 and is
+ * started again on the same socket, as the unit's RestartForceExitStatus
+ * does; its trainers wait for it (client-wait.c), reconnect with the same
+ * buffers and go on. A daemon that crashes mid-step and comes back gives
+ * the step's collective RINGD_ERESHAPE. A stop (SIGTERM) still ends the
+ * trainers with RINGD_ESHUTDOWN, and a daemon that stays away ends them
+ * with a clear RINGD_ENODAEMON once the window is over. In a ring job,
+ * a node restarted this way rejoins in a later generation and the job
+ * loses and repeats no step.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "include/ringd.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/ring-cluster.h"
+#include "tests/task.h"
+
+/* The unit's RestartSec=1: the trainers must live through a second with
+ * no daemon at all (not a wait for any event: systemd's delay). */
+static void restart_sec(void)
+{
+    usleep(1000 * 1000);
+}
+
+static int alive(pid_t p)
+{
+    return kill(p, 0) == 0 && waitpid(p, NULL, WNOHANG) == 0;
+}
+
+/* A standalone daemon checkpointing every 10 steps in t's dir. */
+static void solo_flags(td_daemon_t *t, const char **flags)
+{
+    const char *f[] = {"--ckpt-dir", td_path(t, "ckpt"), "--ckpt-interval",
+                       "10", NULL};
+    memcpy(flags, f, sizeof(f));
+}
+
+/* The reference: the same training without a daemon. */
+static void reference(td_daemon_t *t, const char *steps)
+{
+    const char *ref[] = {"--no-daemon", "--steps", steps, "--save",
+                         td_path(t, "pref"), "--hash-log",
+                         td_path(t, "href"), NULL};
+    ASSERT_EQ(td_exit_code(td_trainer(t, ref, td_path(t, "ref.log")),
+                           60000), 0);
+}
+
+/* The trainer ended where an uninterrupted run ends, every step logged
+ * with the reference's hash. */
+static void expect_like_reference(td_daemon_t *t, int steps)
+{
+    static td_hashes_t h, r;
+    td_read_hashes(td_path(t, "h0"), &h);
+    td_read_hashes(td_path(t, "href"), &r);
+    ASSERT_EQ(h.nsteps, steps);
+    ASSERT_EQ(td_same_hashes(&h, &r), steps);
+    ASSERT_EQ(td_param_diff(td_path(t, "p0"), td_path(t, "pref")), 0);
+}
+
+static pid_t solo_trainer(td_daemon_t *t, const char *steps,
+                          const char *stop_in)
+{
+    const char *args[] = {"--steps", steps, "--log-every", "50",
+                          "--hash-log", td_path(t, "h0"), "--save",
+                          td_path(t, "p0"), stop_in ? "--stop-in-step"
+                                                    : NULL, stop_in, NULL};
+    return td_trainer(t, args, td_path(t, "t0.log"));
+}
+
+static int expect_trainer_exit(td_daemon_t *t, pid_t p)
+{
+    int rc = td_exit_code(p, 120000);
+    if (rc != 0) {
+        td_dump(td_path(t, "t0.log"));
+        td_dump(t->log);
+    }
+    return rc;
+}
+
+/*
+ * SIGUSR2 to a standalone daemon mid-job: it drains for a restart (exit
+ * 75, the trainer told nothing), the trainer says it waits, survives a
+ * second without a daemon, reconnects to the daemon started again on the
+ * same socket, which restores its newest checkpoint into the trainer's
+ * state region (the same buffer, registered again), and the trainer
+ * finishes the job bitwise where an uninterrupted run ends.
+ */
+TEST_IMPL(dmn_restart_standalone)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-restart");
+    const char *flags[8];
+    solo_flags(&t, flags);
+    ASSERT_OK(td_start(&t, flags));
+    unsetenv("RINGD_RECONNECT_S"); /* the default window: 30 s */
+    pid_t p = solo_trainer(&t, "400", NULL);
+    ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 100 ", 60000));
+    kill(t.pid, SIGUSR2);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
+    t.pid = 0;
+    ASSERT(td_file_has(t.log, "draining for a restart"));
+    ASSERT(td_file_has(t.log, "restarting, trainers wait"));
+    ASSERT_OK(td_wait_file(td_path(&t, "t0.log"),
+                           "ringd: daemon gone, waiting up to 30 s", 30000));
+    restart_sec();
+    ASSERT_MSG(alive(p), "the trainer did not wait for its daemon");
+    ASSERT_OK(td_start(&t, flags));
+    ASSERT_EQ(expect_trainer_exit(&t, p), 0);
+    const char *tl = td_path(&t, "t0.log");
+    ASSERT(td_file_has(tl, "ringd: daemon back after"));
+    ASSERT(td_file_has(tl, "parameters restored"));
+    ASSERT(!td_file_has(tl, "daemon drains"));
+    reference(&t, "400");
+    expect_like_reference(&t, 400);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/*
+ * The daemon dies in the middle of a step (SIGKILL while the trainer is
+ * stopped after step_begin) and is started again: the trainer's next
+ * call, the step's allreduce, waits for the new daemon and returns
+ * RINGD_ERESHAPE; the trainer redoes the step from the checkpoint the
+ * new daemon restores and ends where an uninterrupted run ends.
+ */
+TEST_IMPL(dmn_restart_crash_mid_step)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-crash");
+    const char *flags[8];
+    solo_flags(&t, flags);
+    ASSERT_OK(td_start(&t, flags));
+    setenv("RINGD_RECONNECT_S", "60", 1);
+    pid_t p = solo_trainer(&t, "200", "55");
+    unsetenv("RINGD_RECONNECT_S");
+    ASSERT_MSG(td_poll(td_all_stopped, &p, 60000) == 0,
+               "the trainer never stopped in step 55");
+    kill(t.pid, SIGKILL);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 128 + SIGKILL);
+    t.pid = 0;
+    ASSERT_OK(td_start(&t, flags));
+    kill(p, SIGCONT);
+    ASSERT_EQ(expect_trainer_exit(&t, p), 0);
+    const char *tl = td_path(&t, "t0.log");
+    ASSERT(td_file_has(tl, "ringd: daemon gone, waiting up to 60 s"));
+    ASSERT(td_file_has(tl, "collective: view changed, redo the step; "
+                           "redoing the step"));
+    ASSERT(td_file_has(tl, "parameters restored"));
+    reference(&t, "200");
+    expect_like_reference(&t, 200);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* A stop is not a restart: SIGTERM still drains with RINGD_ESHUTDOWN,
+ * the trainer stops at once (it waits for no daemon) and ringd exits 0. */
+TEST_IMPL(dmn_restart_stop_still_stops)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-stop");
+    ASSERT_OK(td_start(&t, NULL));
+    unsetenv("RINGD_RECONNECT_S");
+    pid_t p = solo_trainer(&t, "1000000", NULL);
+    ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 20 ", 60000));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    ASSERT_EQ(expect_trainer_exit(&t, p), 0);
+    const char *tl = td_path(&t, "t0.log");
+    ASSERT(td_file_has(tl, "daemon drains: stopping before step"));
+    ASSERT(!td_file_has(tl, "waiting up to"));
+    ASSERT(td_file_has(t.log, "telling trainers to stop"));
+    return 0;
+}
+
+/*
+ * The window runs out: a daemon restarted with SIGUSR2 that nobody
+ * starts again leaves the trainer, after RINGD_RECONNECT_S=2 seconds,
+ * with RINGD_ENODAEMON and a message that says it waited. A bad
+ * RINGD_RECONNECT_S or opts.reconnect_s is refused by ringd_connect().
+ */
+TEST_IMPL(dmn_restart_window_runs_out)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-gone");
+    ASSERT_OK(td_start(&t, NULL));
+    ringd_client_t *c = NULL;
+    const char *bad[] = {"abc", "-1", "3601", "1e3", "99999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("RINGD_RECONNECT_S", bad[i], 1);
+        ASSERT_EQ(ringd_connect(&c, t.sock, NULL), RINGD_EINVAL);
+    }
+    ringd_opts_t o;
+    ringd_opts_init(&o);
+    o.reconnect_s = RINGD_RECONNECT_MAX_S + 1;
+    ASSERT_EQ(ringd_connect(&c, t.sock, &o), RINGD_EINVAL);
+    o.reconnect_s = RINGD_RECONNECT_MAX_S; /* over the bad variable */
+    ASSERT_OK(ringd_connect(&c, t.sock, &o));
+    ringd_close(c);
+
+    setenv("RINGD_RECONNECT_S", "2", 1);
+    pid_t p = solo_trainer(&t, "1000000", NULL);
+    unsetenv("RINGD_RECONNECT_S");
+    ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 20 ", 60000));
+    kill(t.pid, SIGUSR2);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
+    t.pid = 0;
+    ASSERT_EQ(td_exit_code(p, 60000), 1);
+    const char *tl = td_path(&t, "t0.log");
+    ASSERT(td_file_has(tl, "ringd: daemon gone, waiting up to 2 s"));
+    ASSERT(td_file_has(tl, "did not come back within 2 s"));
+    ASSERT(td_file_has(tl, "trainer: step_begin: the ringd daemon at"));
+    return 0;
+}
+
+/*
+ * Handles outstanding when the daemon dies: the daemon is started again
+ * before the client notices, and then each handle fails with
+ * RINGD_ERESHAPE (not RINGD_EDISCONNECTED), so does a collective issued
+ * later in the step, and the next step_begin runs on the new daemon with
+ * the same buffer.
+ */
+TEST_IMPL(dmn_restart_async_handles)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-async");
+    const char *two[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, two));
+    ringd_opts_t o;
+    ringd_opts_init(&o);
+    o.reconnect_s = 30;
+    ringd_client_t *c[2];
+    float *b[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, &o));
+        b[k] = ringd_buffer(c[k], 4096);
+        ASSERT(b[k] != NULL);
+    }
+    td_begin_t tb[2];
+    for (int k = 0; k < 2; k++)
+        td_begin_start(&tb[k], c[k]);
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(td_begin_join(&tb[k], 30000));
+        ASSERT_OK(tb[k].rc);
+    }
+    ringd_handle_t h[3];
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(ringd_allreduce_async(c[0], b[0] + i * 4, 4, RINGD_F32,
+                                        RINGD_SUM, &h[i]));
+    kill(t.pid, SIGKILL);
+    ASSERT_EQ(td_exit_code(t.pid, 10000), 128 + SIGKILL);
+    ringd_close(c[1]);
+    const char *one[] = {"--trainers", "1", NULL};
+    ASSERT_OK(td_start(&t, one));
+    b[0][0] = 42;
+    ASSERT_EQ(ringd_wait(c[0], h[1]), RINGD_ERESHAPE);
+    ASSERT(strstr(ringd_last_error(c[0]), "restarted") != NULL);
+    int done = -1;
+    ASSERT_EQ(ringd_test(c[0], h[2], &done), RINGD_ERESHAPE);
+    ASSERT_EQ(done, 1);
+    ASSERT_EQ(ringd_wait(c[0], h[0]), RINGD_ERESHAPE);
+    ringd_handle_t hn;
+    ASSERT_EQ(ringd_allreduce_async(c[0], b[0], 4, RINGD_F32, RINGD_SUM,
+                                    &hn), RINGD_ERESHAPE);
+    ringd_view_t v;
+    ASSERT_OK(ringd_step_begin(c[0], &v));
+    ASSERT_EQ(v.world, 1);
+    ASSERT_OK(ringd_allreduce(c[0], b[0], 4, RINGD_F32, RINGD_SUM));
+    ASSERT_EQ(b[0][0], 42); /* the same memory, reduced by the new one */
+    ASSERT_OK(ringd_step_end(c[0]));
+    ringd_close(c[0]);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* ---- a ring job: one node's daemon restarted ---------------------------- */
+
+/* Start n1's daemon again on its socket, as systemd would: same flags. */
+static void restart_node(cluster_t *c, int i, const char *min_nodes)
+{
+    static char id[16];
+    snprintf(id, sizeof(id), "n%d", i);
+    const char *flags[] = {"--etcd", c->etcd.url, "--job", "ringtest",
+                           "--node-id", id, "--trainers", "1",
+                           "--lease-ttl", rc_lease_ttl, "--min-nodes",
+                           min_nodes, NULL};
+    if (td_start(&c->d[i], flags) != 0)
+        TEST_FAIL_("daemon n%d did not start again", i);
+}
+
+/*
+ * A 2-node job, one trainer a node: n1's daemon gets SIGUSR2 mid-job,
+ * finishes the step, leaves the job and exits 75; n0 goes on alone; n1's
+ * daemon is started again a second later, registers again and rejoins
+ * in a later generation, and its trainer, which waited, receives the
+ * job's state and finishes with n0. No step is lost or logged twice by
+ * either, and both end bitwise identical.
+ */
+TEST_IMPL(dmn_restart_ring_node)
+{
+    enum { STEPS = 2000 };
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    unsetenv("RINGD_RECONNECT_S");
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    /* 5 ms a step: the job outlasts n1's absence (a second and more). */
+    rc_step_delay = "5";
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "2000");
+    rc_step_delay = NULL;
+    const char *h1 = td_path(&c.d[1], "h0"), *t1 = td_path(&c.d[1], "t0.log");
+    ASSERT_OK(td_wait_file(h1, "step 100 ", 60000));
+    kill(c.d[1].pid, SIGUSR2);
+    ASSERT_EQ(td_exit_code(c.d[1].pid, 30000), 75);
+    c.d[1].pid = 0;
+    ASSERT_OK(td_wait_file(t1, "ringd: daemon gone, waiting up to", 30000));
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "world 1", 30000));
+    restart_sec();
+    ASSERT_MSG(alive(c.trainer[1][0]), "n1's trainer did not wait");
+    restart_node(&c, 1, "2");
+    for (int i = 0; i < 2; i++)
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    ASSERT(td_file_has(t1, "ringd: daemon back after"));
+    ASSERT(td_file_has(t1, "parameters restored"));
+
+    static td_hashes_t a, b;
+    td_read_hashes(td_path(&c.d[0], "h0"), &a);
+    td_read_hashes(h1, &b);
+    ASSERT_EQ(a.nsteps, STEPS);
+    for (int s = 0; s < STEPS; s++) {
+        ASSERT_MSG(a.have[s] == 1, "n0 logged step %d %d times", s,
+                   a.have[s]);
+        ASSERT_MSG(b.have[s] <= 1, "n1 logged step %d %d times", s,
+                   b.have[s]);
+    }
+    /* n1 ran the steps up to its restart, missed those n0 ran alone,
+     * and came back in a later generation for the end of the job. */
+    int gap = 0;
+    while (gap < STEPS && b.have[gap])
+        gap++;
+    int back = gap;
+    while (back < STEPS && !b.have[back])
+        back++;
+    ASSERT_GT(gap, 100);
+    ASSERT_LT(back, STEPS);
+    ASSERT_EQ(a.world[gap], 1);
+    ASSERT_GT(b.gen[back], b.gen[gap - 1]);
+    ASSERT_EQ(b.world[STEPS - 1], 2);
+    for (int s = back; s < STEPS; s++)
+        ASSERT_MSG(b.have[s], "n1 missed step %d after rejoining", s);
+    ASSERT_EQ(td_same_hashes(&a, &b), gap + (STEPS - back));
+    ASSERT_EQ(a.hash[STEPS - 1], b.hash[STEPS - 1]);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
+              0);
+    ASSERT(td_file_has(c.d[1].log, "draining for a restart"));
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
