@@ -68,7 +68,9 @@ static void on_restart_signal(uv_signal_t *s, int signum)
     m->restart = 1;
     RD_INFO("%s: draining for a restart (exit %d; trainers wait for the "
             "next ringd)", strsignal(signum), DMN_EXIT_RESTART);
-    sd_notify(0, "STOPPING=1\nSTATUS=draining for a restart");
+    /* No STOPPING=1: to systemd this is the main process exiting on its
+     * own with 75, which RestartForceExitStatus=75 restarts. */
+    sd_notify(0, "STATUS=draining for a restart");
     dmn_restart(m->dmn);
 }
 

@@ -21,6 +21,7 @@
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
+#include "tests/py-util.h"
 #include "tests/ring-cluster.h"
 #include "tests/task.h"
 
@@ -42,6 +43,13 @@ static void solo_flags(td_daemon_t *t, const char **flags)
     const char *f[] = {"--ckpt-dir", td_path(t, "ckpt"), "--ckpt-interval",
                        "10", NULL};
     memcpy(flags, f, sizeof(f));
+}
+
+/* A checkpoint is complete on disk: what a restarted standalone daemon
+ * resumes from (without one it would start the job again at step 0). */
+static void wait_checkpoint(td_daemon_t *t)
+{
+    ASSERT_OK(td_wait_file(t->log, "copies each)", 60000));
 }
 
 /* The reference: the same training without a daemon. */
@@ -104,6 +112,7 @@ TEST_IMPL(dmn_restart_standalone)
     unsetenv("RINGD_RECONNECT_S"); /* the default window: 30 s */
     pid_t p = solo_trainer(&t, "400", NULL);
     ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 100 ", 60000));
+    wait_checkpoint(&t);
     kill(t.pid, SIGUSR2);
     ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
     t.pid = 0;
@@ -144,6 +153,7 @@ TEST_IMPL(dmn_restart_crash_mid_step)
     unsetenv("RINGD_RECONNECT_S");
     ASSERT_MSG(td_poll(td_all_stopped, &p, 60000) == 0,
                "the trainer never stopped in step 55");
+    wait_checkpoint(&t);
     kill(t.pid, SIGKILL);
     ASSERT_EQ(td_exit_code(t.pid, 30000), 128 + SIGKILL);
     t.pid = 0;
@@ -157,6 +167,72 @@ TEST_IMPL(dmn_restart_crash_mid_step)
     ASSERT(td_file_has(tl, "parameters restored"));
     reference(&t, "200");
     expect_like_reference(&t, 200);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* examples/trainer.py with args (NULL-ended) under /usr/bin/python3. */
+static pid_t py_trainer(const char *const *args,
+                        const char *log)
+{
+    char script[600];
+    src_path(script, sizeof(script), "examples/trainer.py");
+    const char *argv[16] = {"/usr/bin/python3", script};
+    int n = 2;
+    for (int i = 0; args[i] != NULL && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    return p;
+}
+
+/*
+ * The same restart under the Python binding (examples/trainer.py): the
+ * trainer waits in step_begin, the restarted daemon restores its
+ * checkpoint into the state region, and the job ends bitwise where the
+ * same script ends without a daemon.
+ */
+TEST_IMPL(dmn_restart_python_trainer)
+{
+    const char *py = "/usr/bin/python3";
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-py");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
+    char lib[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    setenv("RINGD_LIB", lib, 1);
+    const char *flags[8];
+    solo_flags(&t, flags);
+    ASSERT_OK(td_start(&t, flags));
+    unsetenv("RINGD_RECONNECT_S");
+    const char *args[] = {"--socket", t.sock, "--steps", "3000",
+                          "--hash-log", td_path(&t, "h0"), NULL};
+    pid_t p = py_trainer(args, td_path(&t, "t0.log"));
+    ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 100 ", 60000));
+    wait_checkpoint(&t);
+    kill(t.pid, SIGUSR2);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
+    t.pid = 0;
+    ASSERT_OK(td_wait_file(td_path(&t, "t0.log"),
+                           "ringd: daemon gone, waiting up to 30 s", 30000));
+    restart_sec();
+    ASSERT_MSG(alive(p), "the Python trainer did not wait for its daemon");
+    ASSERT_OK(td_start(&t, flags));
+    ASSERT_EQ(expect_trainer_exit(&t, p), 0);
+    ASSERT(td_file_has(td_path(&t, "t0.log"), "parameters restored"));
+    const char *ref[] = {"--no-daemon", "--steps", "3000", "--hash-log",
+                         td_path(&t, "href"), NULL};
+    ASSERT_EQ(td_exit_code(py_trainer(ref, td_path(&t, "ref.log")),
+                           120000), 0);
+    static td_hashes_t h, r;
+    td_read_hashes(td_path(&t, "h0"), &h);
+    td_read_hashes(td_path(&t, "href"), &r);
+    ASSERT_EQ(h.nsteps, 3000);
+    ASSERT_EQ(td_same_hashes(&h, &r), 3000);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
