@@ -326,7 +326,8 @@ int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
 int ringd_wait(ringd_client_t *c, ringd_handle_t h);
 
 /*
- * Whether the collective of handle h is complete, without blocking. Not
+ * Whether the collective of handle h is complete, without blocking (but
+ * for the wait for a daemon that went away: ringd_step_begin()). Not
  * complete: *done_p = 0 and 0 is returned, the handle stays outstanding.
  * Complete: *done_p = 1, the handle is released, and its outcome is
  * returned as by ringd_wait(). RINGD_EINVAL (with *done_p = 1): h is not
