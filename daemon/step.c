@@ -183,6 +183,8 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
             dmn__reply_status(c, PROTO_T_STEP_BEGIN, c->begin_seq,
                               RINGD_ESHUTDOWN);
         }
+        if (dmn_restarting(d))
+            dmn__ckpt_restart_take(d);
         if (d->be->ops->leave(d->be, on_leave, d) != 0)
             d->flags |= DMN_F_LEAVE_DONE;
         check_done(d);
@@ -769,8 +771,10 @@ int dmn_done(const dmn_t *d)
 {
     if (d->state != DMN_STEP_DRAINED || !(d->flags & DMN_F_LEAVE_DONE))
         return 0;
-    if (d->flags & (DMN_F_DRAIN_TIMED_OUT | DMN_F_RESTART))
-        return 1; /* a restart tells the trainers nothing */
+    if (d->flags & DMN_F_DRAIN_TIMED_OUT)
+        return 1;
+    if (d->flags & DMN_F_RESTART) /* tells the trainers nothing */
+        return !d->ckpt_restart_busy;
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
             return 0;

@@ -52,6 +52,27 @@ static void wait_checkpoint(td_daemon_t *t)
     ASSERT_OK(td_wait_file(t->log, "copies each)", 60000));
 }
 
+/* The restart drain checkpointed its boundary S, and the trainer, after
+ * the daemon came back, went on at exactly S: no step ran twice. */
+static void expect_exact_resume(td_daemon_t *t, int steps)
+{
+    const char *key = "restart: the checkpoint of step ";
+    char *log = td_read(t->log, NULL);
+    char *at = log != NULL ? strstr(log, key) : NULL;
+    unsigned long long s = 0;
+    ASSERT_MSG(at != NULL && sscanf(at + strlen(key), "%llu", &s) == 1,
+               "the restart drain checkpointed no step");
+    free(log);
+    char want[96];
+    snprintf(want, sizeof(want), "joined at step %llu: parameters restored",
+             s);
+    ASSERT_MSG(td_file_has(td_path(t, "t0.log"), want), "no '%s'", want);
+    static td_hashes_t h;
+    td_read_hashes(td_path(t, "h0"), &h);
+    for (int i = 0; i < steps; i++)
+        ASSERT_MSG(h.have[i] == 1, "step %d logged %d times", i, h.have[i]);
+}
+
 /* The reference: the same training without a daemon. */
 static void reference(td_daemon_t *t, const char *steps)
 {
@@ -98,8 +119,9 @@ static int expect_trainer_exit(td_daemon_t *t, pid_t p)
  * SIGUSR2 to a standalone daemon mid-job: it drains for a restart (exit
  * 75, the trainer told nothing), the trainer says it waits, survives a
  * second without a daemon, reconnects to the daemon started again on the
- * same socket, which restores its newest checkpoint into the trainer's
- * state region (the same buffer, registered again), and the trainer
+ * same socket, which restores the checkpoint the drain took of its last
+ * boundary into the trainer's state region (the same buffer, registered
+ * again): the trainer goes on at that very step, runs no step twice, and
  * finishes the job bitwise where an uninterrupted run ends.
  */
 TEST_IMPL(dmn_restart_standalone)
@@ -110,9 +132,8 @@ TEST_IMPL(dmn_restart_standalone)
     solo_flags(&t, flags);
     ASSERT_OK(td_start(&t, flags));
     unsetenv("RINGD_RECONNECT_S"); /* the default window: 30 s */
-    pid_t p = solo_trainer(&t, "400", NULL);
+    pid_t p = solo_trainer(&t, "3000", NULL);
     ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 100 ", 60000));
-    wait_checkpoint(&t);
     kill(t.pid, SIGUSR2);
     ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
     t.pid = 0;
@@ -128,8 +149,9 @@ TEST_IMPL(dmn_restart_standalone)
     ASSERT(td_file_has(tl, "ringd: daemon back after"));
     ASSERT(td_file_has(tl, "parameters restored"));
     ASSERT(!td_file_has(tl, "daemon drains"));
-    reference(&t, "400");
-    expect_like_reference(&t, 400);
+    expect_exact_resume(&t, 3000);
+    reference(&t, "3000");
+    expect_like_reference(&t, 3000);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
@@ -189,9 +211,9 @@ static pid_t py_trainer(const char *const *args,
 
 /*
  * The same restart under the Python binding (examples/trainer.py): the
- * trainer waits in step_begin, the restarted daemon restores its
- * checkpoint into the state region, and the job ends bitwise where the
- * same script ends without a daemon.
+ * trainer waits in step_begin, the restarted daemon restores the drain's
+ * checkpoint into the state region, the trainer goes on at that step, and
+ * the job ends bitwise where the same script ends without a daemon.
  */
 TEST_IMPL(dmn_restart_python_trainer)
 {
@@ -213,7 +235,6 @@ TEST_IMPL(dmn_restart_python_trainer)
                           "--hash-log", td_path(&t, "h0"), NULL};
     pid_t p = py_trainer(args, td_path(&t, "t0.log"));
     ASSERT_OK(td_wait_file(td_path(&t, "h0"), "step 100 ", 60000));
-    wait_checkpoint(&t);
     kill(t.pid, SIGUSR2);
     ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
     t.pid = 0;
@@ -223,7 +244,7 @@ TEST_IMPL(dmn_restart_python_trainer)
     ASSERT_MSG(alive(p), "the Python trainer did not wait for its daemon");
     ASSERT_OK(td_start(&t, flags));
     ASSERT_EQ(expect_trainer_exit(&t, p), 0);
-    ASSERT(td_file_has(td_path(&t, "t0.log"), "parameters restored"));
+    expect_exact_resume(&t, 3000);
     const char *ref[] = {"--no-daemon", "--steps", "3000", "--hash-log",
                          td_path(&t, "href"), NULL};
     ASSERT_EQ(td_exit_code(py_trainer(ref, td_path(&t, "ref.log")),
