@@ -312,7 +312,7 @@ static int cl_recv(ringd_client_t *c, uint32_t type, void *rep,
 }
 
 int cl__call(ringd_client_t *c, uint32_t type, const void *body,
-                   size_t len, int pass_fd, void *rep, size_t rep_len)
+             size_t len, int pass_fd, void *rep, size_t rep_len)
 {
     if (c->fd < 0)
         return cl__fail(c, RINGD_EDISCONNECTED,
@@ -328,7 +328,7 @@ static int cl_register_buf(ringd_client_t *c, uint32_t id)
     proto_buf_add_t b = {id, 0, c->bufs[id].size};
     proto_status_rep_t rep;
     return cl__call(c, PROTO_T_BUF_ADD, &b, sizeof(b), c->bufs[id].fd, &rep,
-                   sizeof(rep));
+                    sizeof(rep));
 }
 
 /* Open the socket, say hello, register everything we own. */
@@ -361,7 +361,7 @@ int cl__open(ringd_client_t *c)
             rc = cl_register_buf(c, i);
     if (rc == 0 && c->has_state)
         rc = cl__call(c, PROTO_T_STATE_SET, &c->state, sizeof(c->state), -1,
-                     &rep, sizeof(rep));
+                      &rep, sizeof(rep));
     if (rc != 0) {
         cl__drop(c);
         return rc;
@@ -505,7 +505,7 @@ int ringd_buffer_free(ringd_client_t *c, void *ptr)
         proto_buf_free_t f = {id, 0};
         proto_status_rep_t rep;
         int rc = cl__call(c, PROTO_T_BUF_FREE, &f, sizeof(f), -1, &rep,
-                         sizeof(rep));
+                          sizeof(rep));
         if (rc != 0 && rc != RINGD_EDISCONNECTED)
             return rc;
     }
@@ -581,7 +581,7 @@ static int cl_step_begin(ringd_client_t *c, proto_step_rep_t *rep)
         rc = cl__open(c);
         if (rc == 0)
             rc = cl__call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, rep,
-                         sizeof(*rep));
+                          sizeof(*rep));
     }
     return rc;
 }
