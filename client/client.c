@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,18 +69,16 @@ void ringd_opts_init(ringd_opts_t *opts)
     opts->reconnect_s = -1; /* $RINGD_RECONNECT_S, else the default */
 }
 
-/* The caller's options over the defaults: a caller built against an
- * older ringd.h passes a shorter struct, whose fields are all ours. */
+_Static_assert(sizeof(void *) != 8 || sizeof(ringd_opts_t) == 24,
+               "ringd_opts_t keeps the size callers built before "
+               "reconnect_s (which took its padding) pass");
+
+/* The caller's options, or the defaults (struct_size 0). */
 static void cl_take_opts(ringd_client_t *c, const ringd_opts_t *opts)
 {
     ringd_opts_init(&c->opts);
-    if (opts == NULL)
-        return;
-    size_t n = opts->struct_size < sizeof(*opts) ? opts->struct_size
-                                                 : sizeof(*opts);
-    if (n >= offsetof(ringd_opts_t, reconnect_s))
-        memcpy(&c->opts, opts, n);
-    c->opts.struct_size = sizeof(*opts);
+    if (opts != NULL && opts->struct_size >= sizeof(*opts))
+        c->opts = *opts;
 }
 
 /* The connection is gone: so are the replies of every outstanding

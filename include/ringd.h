@@ -125,7 +125,6 @@ typedef struct {
     /* Non-zero: ringd_step_begin() reconnects by itself after
      * RINGD_EDISCONNECTED (default on; see ringd_reconnect()). */
     int auto_reconnect;
-    const char *name;      /* shown in the daemon's logs; may be NULL */
     /* With auto_reconnect: how long (s) to wait for a daemon that went
      * away (closed the socket, or nobody listens) to come back, trying
      * to reconnect meanwhile, before giving up with RINGD_ENODAEMON.
@@ -133,8 +132,13 @@ typedef struct {
      * -1 (ringd_opts_init's): $RINGD_RECONNECT_S, else
      * RINGD_RECONNECT_DEFAULT_S. At most RINGD_RECONNECT_MAX_S; a value
      * outside -1..max (or in $RINGD_RECONNECT_S) makes ringd_connect()
-     * fail with RINGD_EINVAL. See ringd_step_begin(). */
+     * fail with RINGD_EINVAL. See ringd_step_begin(). It sits where the
+     * struct had padding, so the struct's size and layout are those of
+     * before: a caller built against an older ringd.h that zeroed the
+     * struct reads as 0 (no wait); one that called ringd_opts_init()
+     * gets the default. */
     int32_t reconnect_s;
+    const char *name;      /* shown in the daemon's logs; may be NULL */
 } ringd_opts_t;
 
 #define RINGD_RECONNECT_DEFAULT_S 30

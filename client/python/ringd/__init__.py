@@ -109,8 +109,8 @@ class _Opts(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32),
                 ("timeout_ms", ctypes.c_uint32),
                 ("auto_reconnect", ctypes.c_int),
-                ("name", ctypes.c_char_p),
-                ("reconnect_s", ctypes.c_int32)]
+                ("reconnect_s", ctypes.c_int32),
+                ("name", ctypes.c_char_p)]
 
 
 class _View(ctypes.Structure):
