@@ -566,3 +566,101 @@ TEST_IMPL(dmn_restart_rolling)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/* The first bytes of the file at path (a static buffer). */
+static const char *head_of(const char *path)
+{
+    static char head[16];
+    char *s = td_read(path, NULL);
+    snprintf(head, sizeof(head), "%s", s ? s : "");
+    free(s);
+    return head;
+}
+
+/* /usr/bin/python3 script args... (NULL-ended), output in log. */
+static pid_t py_run(const char *script, const char *const *args,
+                    const char *log)
+{
+    const char *argv[32] = {"/usr/bin/python3", script};
+    int n = 2;
+    for (int i = 0; args[i] != NULL && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t p = th_spawn((char *const *)argv, log);
+    td_track(p);
+    return p;
+}
+
+/*
+ * elastic.run (ringd.torch: DistributedOptimizer with Adam, elastic.State,
+ * ElasticSampler) under a standalone daemon restarted mid-job: the
+ * trainer waits, the restarted daemon restores the drain's checkpoint,
+ * elastic.run restores the model, Adam's moments and step counter and
+ * the sampler from it (view.restored), and the job goes on: Adam's
+ * counter is the job's step + 1 on every line, every epoch saw each
+ * sample once, and the model ends within 1e-5 of one plain process.
+ */
+TEST_IMPL(dmn_restart_torch_elastic)
+{
+    const char *py = "/usr/bin/python3";
+    if (python_unavailable(py) != NULL)
+        TEST_SKIP_WHY("%s", python_unavailable(py));
+    td_daemon_t t;
+    td_init(&t, "dmn-restart-torch");
+    if (!have_numpy(py, td_path(&t, "numpy.log")))
+        TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
+    if (!py_imports(py, "import torch", td_path(&t, "torch.log")))
+        TEST_SKIP_WHY("torch cannot be imported by %s", py);
+    char lib[600], pypath[600], script[600];
+    snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
+    src_path(script, sizeof(script), "tests/py/elastic_train.py");
+    src_path(pypath, sizeof(pypath), "client/python");
+    setenv("RINGD_LIB", lib, 1);
+    setenv("PYTHONPATH", pypath, 1);
+    const char *flags[8];
+    solo_flags(&t, flags);
+    ASSERT_OK(td_start(&t, flags));
+    unsetenv("RINGD_RECONNECT_S");
+    char lg[300], out[300], ref[300], so[300];
+    snprintf(lg, sizeof(lg), "%s", td_path(&t, "a.log"));
+    snprintf(out, sizeof(out), "%s", td_path(&t, "a.pt"));
+    snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref.pt"));
+    snprintf(so, sizeof(so), "%s", td_path(&t, "a.out"));
+    const char *args[] = {"--mode", "ringd", "--socket", t.sock, "--steps",
+                          "150", "--world", "1", "--pace-ms", "10", "--log",
+                          lg, "--out", out, NULL};
+    pid_t p = py_run(script, args, so);
+    ASSERT_OK(td_wait_file(lg, "step 40 ", 120000));
+    kill(t.pid, SIGUSR2);
+    ASSERT_EQ(td_exit_code(t.pid, 30000), 75);
+    t.pid = 0;
+    ASSERT_OK(td_wait_file(so, "ringd: daemon gone, waiting up to 30 s",
+                           30000));
+    restart_sec();
+    ASSERT_MSG(alive(p), "the torch trainer did not wait for its daemon");
+    ASSERT_OK(td_start(&t, flags));
+    int rc = td_exit_code(p, 120000);
+    if (rc != 0)
+        td_dump(so), td_dump(t.log);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(t.log, "restart: the checkpoint of step "));
+    ASSERT(td_file_has(t.log, "job state restored from the checkpoint"));
+    /* Each of the 150 steps logged once: the drain's checkpoint was the
+     * boundary, so none ran twice. */
+    ASSERT_EQ(td_count(lg, "\nstep ") + (strncmp(head_of(lg), "step ",
+                                                  5) == 0), 150);
+    const char *chk[] = {"--check", lg, NULL};
+    ASSERT_EQ(td_exit_code(py_run(script, chk, td_path(&t, "check.out")),
+                           120000), 0);
+    const char *rargs[] = {"--mode", "ref", "--steps", "150", "--world", "1",
+                           "--out", ref, NULL};
+    ASSERT_EQ(td_exit_code(py_run(script, rargs, td_path(&t, "ref.out")),
+                           120000), 0);
+    const char *cmp[] = {"--compare", out, ref, "1e-5", NULL};
+    rc = td_exit_code(py_run(script, cmp, td_path(&t, "cmp.out")), 120000);
+    if (rc != 0)
+        td_dump(td_path(&t, "cmp.out"));
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
