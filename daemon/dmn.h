@@ -104,8 +104,10 @@ void dmn_drain(dmn_t *d);
  * the trainers are told nothing: their step_begin stays unanswered until
  * ringd exits (with DMN_EXIT_RESTART) and the connections close, and the
  * clients wait for the next ringd on the same socket (client-wait.c).
+ * Returns 1, or 0 when a stop was under way already (ringctl drain):
+ * that stays a stop.
  */
-void dmn_restart(dmn_t *d);
+int dmn_restart(dmn_t *d);
 /* Non-zero when the drain under way is dmn_restart()'s. */
 int dmn_restarting(const dmn_t *d);
 /* ringd's exit status after a restart drain (EX_TEMPFAIL): the unit's

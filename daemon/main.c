@@ -64,6 +64,11 @@ static void on_restart_signal(uv_signal_t *s, int signum)
         RD_INFO("%s: a drain is already under way", strsignal(signum));
         return;
     }
+    if (!dmn_restart(m->dmn)) {
+        RD_INFO("%s: the node drains to stop already (ringctl drain): "
+                "no restart", strsignal(signum));
+        return;
+    }
     m->signals++;
     m->restart = 1;
     RD_INFO("%s: draining for a restart (exit %d; trainers wait for the "
@@ -71,7 +76,6 @@ static void on_restart_signal(uv_signal_t *s, int signum)
     /* No STOPPING=1: to systemd this is the main process exiting on its
      * own with 75, which RestartForceExitStatus=75 restarts. */
     sd_notify(0, "STATUS=draining for a restart");
-    dmn_restart(m->dmn);
 }
 
 /* Signals: uv_signal callbacks on the loop. */

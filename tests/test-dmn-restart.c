@@ -277,6 +277,47 @@ TEST_IMPL(dmn_restart_stop_still_stops)
     return 0;
 }
 
+/* A daemon held in its drain by a trainer stopped in step 30 (the step
+ * must finish first); first, then second: the signals it gets. */
+static int drain_with(const char *name, int first, int second,
+                      const char *between)
+{
+    td_daemon_t t;
+    td_init(&t, name);
+    ASSERT_OK(td_start(&t, NULL));
+    pid_t p = solo_trainer(&t, "1000000", "30");
+    ASSERT_MSG(td_poll(td_all_stopped, &p, 60000) == 0,
+               "the trainer never stopped in step 30");
+    kill(t.pid, first);
+    ASSERT_OK(td_wait_file(t.log, between, 10000));
+    kill(t.pid, second);
+    if (second == SIGUSR2)
+        ASSERT_OK(td_wait_file(t.log, "a drain is already under way",
+                               10000));
+    kill(p, SIGCONT);
+    int rc = td_exit_code(t.pid, 30000);
+    t.pid = 0;
+    if (second == SIGUSR2) { /* the stop went on: the trainer stops */
+        ASSERT_EQ(expect_trainer_exit(&t, p), 0);
+        ASSERT(td_file_has(td_path(&t, "t0.log"), "daemon drains"));
+    }
+    return rc;
+}
+
+/* A stop asked first stays a stop when a restart is asked during its
+ * drain (exit 0, the trainer told to stop), and a stop asked during a
+ * restart's drain wins too: ringd exits at once with 0, which the unit
+ * does not restart. */
+TEST_IMPL(dmn_restart_stop_wins)
+{
+    unsetenv("RINGD_RECONNECT_S");
+    ASSERT_EQ(drain_with("dmn-restart-t-u", SIGTERM, SIGUSR2,
+                         "drain requested"), 0);
+    ASSERT_EQ(drain_with("dmn-restart-u-t", SIGUSR2, SIGTERM,
+                         "draining for a restart"), 0);
+    return 0;
+}
+
 /*
  * The window runs out: a daemon restarted with SIGUSR2 that nobody
  * starts again leaves the trainer, after RINGD_RECONNECT_S=2 seconds,
