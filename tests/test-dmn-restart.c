@@ -443,7 +443,7 @@ static void restart_node(cluster_t *c, int i, const char *min_nodes)
  */
 TEST_IMPL(dmn_restart_ring_node)
 {
-    enum { STEPS = 2000 };
+    enum { STEPS = 3000 };
     cluster_env();
     cluster_t c = {.n = 2};
     fx_etcd_start(&c.etcd, 0);
@@ -453,7 +453,7 @@ TEST_IMPL(dmn_restart_ring_node)
     /* 5 ms a step: the job outlasts n1's absence (a second and more). */
     rc_step_delay = "5";
     for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "2000");
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
     rc_step_delay = NULL;
     const char *h1 = td_path(&c.d[1], "h0"), *t1 = td_path(&c.d[1], "t0.log");
     ASSERT_OK(td_wait_file(h1, "step 100 ", 60000));
@@ -558,7 +558,7 @@ static int node_back(void *arg)
  */
 TEST_IMPL(dmn_restart_rolling)
 {
-    enum { STEPS = 3000 };
+    enum { STEPS = 4000 };
     cluster_env();
     cluster_t c = {.n = 2};
     fx_etcd_start(&c.etcd, 0);
@@ -567,7 +567,7 @@ TEST_IMPL(dmn_restart_rolling)
         node_init(&c, i, "1", "2");
     rc_step_delay = "5";
     for (int i = 0; i < 2; i++)
-        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+        c.trainer[i][0] = trainer(&c, i, 0, "4000");
     rc_step_delay = NULL;
     ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "step 100 ", 60000));
     for (int i = 0; i < 2; i++) {
