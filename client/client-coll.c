@@ -78,8 +78,9 @@ static int cl_issue(ringd_client_t *c, proto_coll_req_t *r, const void *ptr,
     if (rc != 0)
         return rc;
     if (c->fd < 0)
-        return cl__fail(c, RINGD_EDISCONNECTED,
-                        "not connected to the daemon at %s", c->path);
+        return cl__lost(c, cl__fail(c, RINGD_EDISCONNECTED,
+                                    "not connected to the daemon at %s",
+                                    c->path));
     r->coll_seq = c->coll_seq++;
     cl_pend_t *p = c->pend;
     while (p->h != 0)
@@ -90,7 +91,7 @@ static int cl_issue(ringd_client_t *c, proto_coll_req_t *r, const void *ptr,
     } else {
         rc = cl__send(c, PROTO_T_COLL, r, sizeof(*r), -1);
         if (rc != 0)
-            return rc;
+            return cl__lost(c, rc);
     }
     if (++c->next_handle == 0)
         c->next_handle = 1;
@@ -98,7 +99,7 @@ static int cl_issue(ringd_client_t *c, proto_coll_req_t *r, const void *ptr,
                      c->group_open, *r};
     c->npend++;
     *h_p = p->h;
-    return c->group_open ? 0 : cl__take_ready(c);
+    return c->group_open ? 0 : cl__lost(c, cl__take_ready(c));
 }
 
 int ringd_group_start(ringd_client_t *c)
@@ -148,12 +149,12 @@ int ringd_group_end(ringd_client_t *c)
         if (cl_joins_next(&r, next))
             r.kind = PROTO_COLL_ALLREDUCE_MORE;
         int rc = cl__send(c, PROTO_T_COLL, &r, sizeof(r), -1);
-        if (rc != 0)
-            return rc; /* every handle failed with the connection */
+        if (rc != 0) /* every handle failed with the connection */
+            return cl__lost(c, rc);
         p->seq = c->seq;
         p->held = 0;
     }
-    return cl__take_ready(c);
+    return cl__lost(c, cl__take_ready(c));
 }
 
 int ringd_wait(ringd_client_t *c, ringd_handle_t h)
@@ -194,7 +195,9 @@ int ringd_wait(ringd_client_t *c, ringd_handle_t h)
     }
     int outcome = p->status;
     int st = cl_release_handle(c, p);
-    if (outcome != 0 && outcome != RINGD_EDISCONNECTED)
+    if (st == RINGD_EDISCONNECTED)
+        return cl__lost(c, st); /* a new daemon: ERESHAPE, if waited for */
+    if (outcome != 0)
         cl__fail(c, st, "collective: %s", ringd_strerror(st));
     return st;
 }
@@ -218,7 +221,7 @@ int ringd_test(ringd_client_t *c, ringd_handle_t h, int *done_p)
         *done_p = 0;
         return 0;
     }
-    return cl_release_handle(c, p);
+    return cl__lost(c, cl_release_handle(c, p));
 }
 
 int ringd_allreduce_wire_async(ringd_client_t *c, void *ptr, size_t count,

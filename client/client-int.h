@@ -72,6 +72,21 @@ int cl__read(ringd_client_t *c, int wait_ms, char *buf, size_t *n_p);
 int cl__take(ringd_client_t *c, const char *buf);
 /* Take every reply already readable, without waiting. */
 int cl__take_ready(ringd_client_t *c);
+/* One request and its reply; RINGD_EDISCONNECTED when not connected. */
+int cl__call(ringd_client_t *c, uint32_t type, const void *body,
+             size_t len, int pass_fd, void *rep, size_t rep_len);
+/* Connect, HELLO, register every buffer and the state region. */
+int cl__open(ringd_client_t *c);
+
+/* Waiting for a daemon that went away (client-wait.c). */
+int cl__reconnect_window(ringd_client_t *c);
+int cl__waits(const ringd_client_t *c);
+int cl__wait_daemon(ringd_client_t *c);
+/* rc of a call inside a step: RINGD_EDISCONNECTED becomes RINGD_ERESHAPE
+ * once reconnected (RINGD_ENODAEMON if the daemon stayed away). */
+int cl__lost(ringd_client_t *c, int rc);
+int cl__step_begin_waiting(ringd_client_t *c, proto_step_rep_t *rep);
+
 /* Find the buffer holding [p, p+len); 0 or RINGD_EINVAL. */
 int cl__locate(ringd_client_t *c, const void *p, size_t len,
                uint32_t *id_p, uint64_t *off_p);

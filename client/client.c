@@ -66,6 +66,19 @@ void ringd_opts_init(ringd_opts_t *opts)
     memset(opts, 0, sizeof(*opts));
     opts->struct_size = sizeof(*opts);
     opts->auto_reconnect = 1;
+    opts->reconnect_s = -1; /* $RINGD_RECONNECT_S, else the default */
+}
+
+_Static_assert(sizeof(void *) != 8 || sizeof(ringd_opts_t) == 24,
+               "ringd_opts_t keeps the size callers built before "
+               "reconnect_s (which took its padding) pass");
+
+/* The caller's options, or the defaults (struct_size 0). */
+static void cl_take_opts(ringd_client_t *c, const ringd_opts_t *opts)
+{
+    ringd_opts_init(&c->opts);
+    if (opts != NULL && opts->struct_size >= sizeof(*opts))
+        c->opts = *opts;
 }
 
 /* The connection is gone: so are the replies of every outstanding
@@ -295,8 +308,8 @@ static int cl_recv(ringd_client_t *c, uint32_t type, void *rep,
     return st;
 }
 
-static int cl_call(ringd_client_t *c, uint32_t type, const void *body,
-                   size_t len, int pass_fd, void *rep, size_t rep_len)
+int cl__call(ringd_client_t *c, uint32_t type, const void *body,
+             size_t len, int pass_fd, void *rep, size_t rep_len)
 {
     if (c->fd < 0)
         return cl__fail(c, RINGD_EDISCONNECTED,
@@ -311,12 +324,12 @@ static int cl_register_buf(ringd_client_t *c, uint32_t id)
 {
     proto_buf_add_t b = {id, 0, c->bufs[id].size};
     proto_status_rep_t rep;
-    return cl_call(c, PROTO_T_BUF_ADD, &b, sizeof(b), c->bufs[id].fd, &rep,
-                   sizeof(rep));
+    return cl__call(c, PROTO_T_BUF_ADD, &b, sizeof(b), c->bufs[id].fd, &rep,
+                    sizeof(rep));
 }
 
 /* Open the socket, say hello, register everything we own. */
-static int cl_open(ringd_client_t *c)
+int cl__open(ringd_client_t *c)
 {
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
@@ -337,15 +350,15 @@ static int cl_open(ringd_client_t *c)
     proto_hello_t h = {(uint32_t)getpid(), RINGD_API_VERSION, {0}};
     memcpy(h.name, c->name, sizeof(h.name));
     proto_status_rep_t rep;
-    int rc = cl_call(c, PROTO_T_HELLO, &h, sizeof(h), -1, &rep, sizeof(rep));
+    int rc = cl__call(c, PROTO_T_HELLO, &h, sizeof(h), -1, &rep, sizeof(rep));
     if (rc == 0)
         c->client_id = rep.client_id;
     for (uint32_t i = 0; rc == 0 && i < c->nbufs; i++)
         if (c->bufs[i].addr != NULL)
             rc = cl_register_buf(c, i);
     if (rc == 0 && c->has_state)
-        rc = cl_call(c, PROTO_T_STATE_SET, &c->state, sizeof(c->state), -1,
-                     &rep, sizeof(rep));
+        rc = cl__call(c, PROTO_T_STATE_SET, &c->state, sizeof(c->state), -1,
+                      &rep, sizeof(rep));
     if (rc != 0) {
         cl__drop(c);
         return rc;
@@ -366,9 +379,7 @@ int ringd_connect(ringd_client_t **c_p, const char *socket_path,
     if (c == NULL)
         return RINGD_ENOMEM;
     c->fd = -1;
-    ringd_opts_init(&c->opts);
-    if (opts != NULL && opts->struct_size >= sizeof(*opts))
-        c->opts = *opts;
+    cl_take_opts(c, opts);
     if (c->opts.name != NULL)
         snprintf(c->name, sizeof(c->name), "%s", c->opts.name);
     c->opts.name = NULL;
@@ -377,7 +388,9 @@ int ringd_connect(ringd_client_t **c_p, const char *socket_path,
         return RINGD_EINVAL;
     }
     snprintf(c->path, sizeof(c->path), "%s", socket_path);
-    int rc = cl_open(c);
+    int rc = cl__reconnect_window(c);
+    if (rc == 0)
+        rc = cl__open(c);
     if (rc != 0) {
         /* The caller gets no object, so the message goes to stderr once. */
         fprintf(stderr, "libringd: %s\n", c->err);
@@ -393,7 +406,7 @@ int ringd_reconnect(ringd_client_t *c)
     if (c == NULL)
         return RINGD_EINVAL;
     cl__drop(c);
-    return cl_open(c);
+    return cl__open(c);
 }
 
 /* The lowest free buffer id, growing the table; 0 or RINGD_* code. */
@@ -488,8 +501,8 @@ int ringd_buffer_free(ringd_client_t *c, void *ptr)
     if (c->fd >= 0) {
         proto_buf_free_t f = {id, 0};
         proto_status_rep_t rep;
-        int rc = cl_call(c, PROTO_T_BUF_FREE, &f, sizeof(f), -1, &rep,
-                         sizeof(rep));
+        int rc = cl__call(c, PROTO_T_BUF_FREE, &f, sizeof(f), -1, &rep,
+                          sizeof(rep));
         if (rc != 0 && rc != RINGD_EDISCONNECTED)
             return rc;
     }
@@ -530,7 +543,7 @@ int ringd_state(ringd_client_t *c, void *ptr, size_t bytes)
         return rc;
     s.bytes = bytes;
     proto_status_rep_t rep;
-    rc = cl_call(c, PROTO_T_STATE_SET, &s, sizeof(s), -1, &rep, sizeof(rep));
+    rc = cl__call(c, PROTO_T_STATE_SET, &s, sizeof(s), -1, &rep, sizeof(rep));
     if (rc == 0) {
         c->state = s;
         c->has_state = 1;
@@ -551,19 +564,21 @@ static void cl_void_handles(ringd_client_t *c)
  * this one turns out dead. */
 static int cl_step_begin(ringd_client_t *c, proto_step_rep_t *rep)
 {
+    if (cl__waits(c))
+        return cl__step_begin_waiting(c, rep);
     if (c->fd < 0 && c->opts.auto_reconnect) {
-        int rc = cl_open(c);
+        int rc = cl__open(c);
         if (rc != 0)
             return rc;
     }
-    int rc = cl_call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, rep, sizeof(*rep));
+    int rc = cl__call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, rep, sizeof(*rep));
     /* The daemon may have restarted since our last call: only now do we
      * find out, so reconnect once and ask again. */
     if (rc == RINGD_EDISCONNECTED && c->opts.auto_reconnect) {
-        rc = cl_open(c);
+        rc = cl__open(c);
         if (rc == 0)
-            rc = cl_call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, rep,
-                         sizeof(*rep));
+            rc = cl__call(c, PROTO_T_STEP_BEGIN, NULL, 0, -1, rep,
+                          sizeof(*rep));
     }
     return rc;
 }
@@ -609,9 +624,9 @@ int ringd_step_end(ringd_client_t *c)
                         "waited for%s", c->npend,
                         c->group_open ? " and a group open" : "");
     proto_status_rep_t rep;
-    int rc = cl_call(c, PROTO_T_STEP_END, NULL, 0, -1, &rep, sizeof(rep));
+    int rc = cl__call(c, PROTO_T_STEP_END, NULL, 0, -1, &rep, sizeof(rep));
     c->in_step = 0;
-    return rc;
+    return cl__lost(c, rc);
 }
 
 int ringd_checkpoint(ringd_client_t *c)
@@ -619,7 +634,7 @@ int ringd_checkpoint(ringd_client_t *c)
     if (c == NULL)
         return RINGD_EINVAL;
     proto_status_rep_t rep;
-    return cl_call(c, PROTO_T_CKPT, NULL, 0, -1, &rep, sizeof(rep));
+    return cl__call(c, PROTO_T_CKPT, NULL, 0, -1, &rep, sizeof(rep));
 }
 
 void ringd_close(ringd_client_t *c)

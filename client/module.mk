@@ -1,8 +1,9 @@
 # client/: libringd.so, what trainers link. It depends on nothing but libc
 # (no libuv, no UCX). Its objects also go into the core library so that
 # tests can use the client in-process.
-CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o
-LIB_SRCS += client/client.c client/client-coll.c
+CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o \
+    $(BUILD)/client/client-wait.o
+LIB_SRCS += client/client.c client/client-coll.c client/client-wait.c
 BIN_TARGETS += $(BUILD)/libringd.so
 TEST_SRCS += $(wildcard tests/test-client-*.c)
 

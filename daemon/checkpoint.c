@@ -118,6 +118,8 @@ void dmn__ckpt_copies_done(dmn_t *d)
     d->ckpt_last_hold_ms = held * 1e3;
 }
 
+static void restart_progress(dmn_t *d, uint64_t ended);
+
 /* A boundary's two shard copies, run on the pool (copy.c). */
 typedef struct {
     dmn_copy_t base; /* first: done() gets &base */
@@ -159,6 +161,7 @@ static void ckpt_copy_done(dmn_copy_t *b, int status)
         d->stats.ckpt_failed++;
         RD_WARN("checkpoint of step %" PRIu64 " not taken: %s", c->step,
                 st_strerror(c->rc[0] ? c->rc[0] : c->rc[1]));
+        restart_progress(d, c->step);
     }
     free(c);
 }
@@ -299,6 +302,7 @@ static void complete_done(uv_work_t *w, int status)
         RD_DEBUG("checkpoint of step %" PRIu64 ": MANIFEST.json written",
                  c->step);
     }
+    restart_progress(d, c->step);
     free(c);
     dmn__unref(d);
 }
@@ -359,6 +363,7 @@ static void ckpt_written(dmn_t *d)
         RD_WARN("checkpoint of step %" PRIu64 " failed (%s); training goes "
                 "on and older checkpoints stay", want,
                 st_strerror(r0 ? r0 : r1));
+        restart_progress(d, want);
         return;
     }
     if (d->be->ops->ckpt_report != NULL) {
@@ -471,6 +476,8 @@ static void reserve_done(dmn_copy_t *b, int status)
     /* else the first snapshot allocates, as before */
     b->d->ckpt_reserving = 0;
     free(r);
+    if (status == 0)
+        restart_progress(b->d, 0); /* the writers may be free now */
 }
 
 /* Step `step` is about to start and every trainer ended the one before. */
@@ -570,6 +577,81 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     if (state != NULL && bytes != 0)
         boundary_submit(d, step, state, bytes);
     d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
+}
+
+/* ---- the restart drain's checkpoint -------------------------------------
+ *
+ * A standalone daemon that restarts (dmn_restart) has nobody to take the
+ * job's state from when it comes back but its store: it checkpoints the
+ * boundary it drained at, so that the next daemon resumes exactly there
+ * (not at its last periodic checkpoint, redoing the steps since). The
+ * drain waits for it (dmn_done), bounded by the drain's timeout. With
+ * several nodes the state comes back from the others: no such checkpoint.
+ */
+
+/* Whether step's checkpoint is complete in the store already. */
+static int restart_stored(dmn_t *d, uint64_t step)
+{
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    int have = 0;
+    if (ckpt_store_list(d->ckpt_root, &steps, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            have |= steps[i] == step;
+    free(steps);
+    return have;
+}
+
+static int writers_busy(dmn_t *d)
+{
+    return d->ckpt_reserving || d->ckpt_submitting ||
+           ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1]);
+}
+
+/* The drain may end: tell it (dmn_done decides). */
+static void restart_done(dmn_t *d)
+{
+    d->ckpt_restart_busy = 0;
+    if (dmn_done(d))
+        uv_stop(d->loop);
+}
+
+/* A checkpoint event (`ended`: the step whose copy, files or set just
+ * finished or failed): take ours once the writers are free, or see it
+ * end. */
+static void restart_progress(dmn_t *d, uint64_t ended)
+{
+    uint64_t step = d->ckpt_restart_step;
+    if (!d->ckpt_restart_busy)
+        return;
+    if (ended == step && d->ckpt_pending_step != step) {
+        if (restart_stored(d, step))
+            RD_INFO("restart: the checkpoint of step %" PRIu64 " is "
+                    "complete: the next ringd resumes there", step);
+        restart_done(d);
+        return;
+    }
+    if (d->ckpt_pending_step == step || writers_busy(d))
+        return; /* ours is under way, or the writers are not free yet */
+    void *state;
+    size_t bytes;
+    dmn__step_get_state(d, &state, &bytes);
+    if (state != NULL && bytes != 0)
+        boundary_submit(d, step, state, bytes);
+    if (!d->ckpt_submitting) /* not taken: nothing to wait for */
+        restart_done(d);
+}
+
+void dmn__ckpt_restart_take(dmn_t *d)
+{
+    uint64_t step = d->step;
+    if (d->ckw[0] == NULL || d->be->ops->ckpt_report != NULL || step == 0 ||
+        restart_stored(d, step))
+        return;
+    RD_INFO("restart: checkpointing step %" PRIu64 " first", step);
+    d->ckpt_restart_step = step;
+    d->ckpt_restart_busy = 1;
+    restart_progress(d, 0);
 }
 
 /*

@@ -201,6 +201,7 @@ enum {
     DMN_F_CKPT_MU_INIT = 1u << 11,
     DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
     DMN_F_COPY_SYNC_INIT = 1u << 13,  /* copy_mu, copy_cv (copy.c) */
+    DMN_F_RESTART = 1u << 14,         /* the drain is dmn_restart()'s */
 };
 
 /*
@@ -320,6 +321,10 @@ struct dmn {
     uint64_t coll_held_ns;       /* since when */
     int ckpt_reserving;          /* the stages grow on the pool */
     int ckpt_submitting;         /* a boundary's copies are queued */
+    /* The restart drain's checkpoint (checkpoint.c): its step, and
+     * 1 while it waits for the writers or is being written. */
+    uint64_t ckpt_restart_step;
+    int ckpt_restart_busy;
     double ckpt_last_copy_ms;    /* the last boundary's, queued to done */
     double ckpt_last_copy_work_ms; /* ... of which copying */
     double ckpt_last_hold_ms;    /* the last hold's wait */
@@ -388,6 +393,9 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
 void dmn__ckpt_prepare(dmn_t *d);
 /* A CKPT request from a trainer: replies to it. */
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
+/* A standalone daemon drained for a restart checkpoints that boundary
+ * (the next one resumes there); dmn_done() waits while it is busy. */
+void dmn__ckpt_restart_take(dmn_t *d);
 
 /* copy.c */
 int dmn__copy_init(dmn_t *d);

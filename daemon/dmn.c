@@ -190,6 +190,21 @@ void dmn_drain(dmn_t *d)
     dmn__step_drain(d);
 }
 
+int dmn_restart(dmn_t *d)
+{
+    if (d->flags & DMN_F_DRAIN_REQUESTED)
+        return dmn_restarting(d); /* a stop under way stays a stop */
+    d->flags |= DMN_F_RESTART;
+    RD_INFO("restart requested: trainers will wait for the next ringd");
+    dmn_drain(d);
+    return 1;
+}
+
+int dmn_restarting(const dmn_t *d)
+{
+    return (d->flags & DMN_F_RESTART) != 0;
+}
+
 void dmn_destroy(dmn_t *d)
 {
     if (d == NULL)

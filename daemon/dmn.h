@@ -98,6 +98,21 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
  * step_begin with RINGD_ESHUTDOWN, leave the job, then stop the loop.
  */
 void dmn_drain(dmn_t *d);
+/*
+ * A drain for a restart (SIGUSR2, `systemctl reload ringd`): the step in
+ * progress finishes and the node leaves the job as for dmn_drain(), but
+ * the trainers are told nothing: their step_begin stays unanswered until
+ * ringd exits (with DMN_EXIT_RESTART) and the connections close, and the
+ * clients wait for the next ringd on the same socket (client-wait.c).
+ * Returns 1, or 0 when a stop was under way already (ringctl drain):
+ * that stays a stop.
+ */
+int dmn_restart(dmn_t *d);
+/* Non-zero when the drain under way is dmn_restart()'s. */
+int dmn_restarting(const dmn_t *d);
+/* ringd's exit status after a restart drain (EX_TEMPFAIL): the unit's
+ * RestartForceExitStatus starts it again. */
+#define DMN_EXIT_RESTART 75
 /* Non-zero once drained and every trainer was told (or timed out). */
 int dmn_done(const dmn_t *d);
 /* Close everything; run the loop afterwards to finish the closes.

@@ -6,6 +6,11 @@
  * asynchronously. systemd gets READY=1 once the socket listens, STATUS=
  * lines from the daemon, WATCHDOG=1 from a timer at half the watchdog
  * period, and STOPPING=1 when a drain begins.
+ *
+ * SIGTERM/SIGINT stop (a drain that tells trainers RINGD_ESHUTDOWN, exit
+ * 0); SIGUSR2 restarts (a drain that tells them nothing, so that they
+ * wait for the next ringd, exit DMN_EXIT_RESTART for the unit's
+ * RestartForceExitStatus: `systemctl reload ringd`).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +27,10 @@ typedef struct {
     uv_loop_t loop;
     dmn_config_t cfg;
     dmn_t *dmn;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sigusr2;
     uv_timer_t watchdog;
     int signals;
+    int restart;          /* the drain is a restart: exit 75 */
 } ringd_main_t;
 
 static ringd_main_t g_main;
@@ -38,6 +44,7 @@ static void on_status(void *arg, const char *status)
 static void on_signal(uv_signal_t *s, int signum)
 {
     ringd_main_t *m = s->data;
+    m->restart = 0; /* a stop wins over a restart asked before */
     if (++m->signals > 1) {
         RD_WARN("second signal (%s): exiting now", strsignal(signum));
         uv_stop(&m->loop);
@@ -46,6 +53,41 @@ static void on_signal(uv_signal_t *s, int signum)
     RD_INFO("%s: draining", strsignal(signum));
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     dmn_drain(m->dmn);
+}
+
+/* SIGUSR2: drain for a restart. Once any drain is under way it changes
+ * nothing (a stop stays a stop, a second restart is the same one). */
+static void on_restart_signal(uv_signal_t *s, int signum)
+{
+    ringd_main_t *m = s->data;
+    if (m->signals > 0) {
+        RD_INFO("%s: a drain is already under way", strsignal(signum));
+        return;
+    }
+    if (!dmn_restart(m->dmn)) {
+        RD_INFO("%s: the node drains to stop already (ringctl drain): "
+                "no restart", strsignal(signum));
+        return;
+    }
+    m->signals++;
+    m->restart = 1;
+    RD_INFO("%s: draining for a restart (exit %d; trainers wait for the "
+            "next ringd)", strsignal(signum), DMN_EXIT_RESTART);
+    /* No STOPPING=1: to systemd this is the main process exiting on its
+     * own with 75, which RestartForceExitStatus=75 restarts. */
+    sd_notify(0, "STATUS=draining for a restart");
+}
+
+/* Signals: uv_signal callbacks on the loop. */
+static void start_signals(ringd_main_t *m)
+{
+    uv_signal_init(&m->loop, &m->sigterm);
+    uv_signal_init(&m->loop, &m->sigint);
+    uv_signal_init(&m->loop, &m->sigusr2);
+    m->sigterm.data = m->sigint.data = m->sigusr2.data = m;
+    uv_signal_start(&m->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&m->sigint, on_signal, SIGINT);
+    uv_signal_start(&m->sigusr2, on_restart_signal, SIGUSR2);
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -114,11 +156,7 @@ int main(int argc, char **argv)
         RD_ERROR("ringd could not start: %s", st_strerror(rc));
         goto out;
     }
-    uv_signal_init(&m->loop, &m->sigterm);
-    uv_signal_init(&m->loop, &m->sigint);
-    m->sigterm.data = m->sigint.data = m;
-    uv_signal_start(&m->sigterm, on_signal, SIGTERM);
-    uv_signal_start(&m->sigint, on_signal, SIGINT);
+    start_signals(m);
     start_watchdog(m);
     sd_notifyf(0, "READY=1\nSTATUS=serving %s (%s)", m->cfg.socket_path,
                m->cfg.backend);
@@ -129,7 +167,11 @@ int main(int argc, char **argv)
     rc = dmn_done(m->dmn) ? 0 : 1;
     if (rc != 0 && m->signals > 1)
         rc = 0; /* asked twice to stop: a stop, not a failure */
-    RD_INFO("ringd exiting (%s)", rc == 0 ? "drained" : "aborted");
+    if (rc == 0 && m->restart)
+        rc = DMN_EXIT_RESTART;
+    RD_INFO("ringd exiting (%s)", rc == DMN_EXIT_RESTART
+                                      ? "drained for a restart"
+                                  : rc == 0 ? "drained" : "aborted");
 
 out:
     dmn_destroy(m->dmn);
@@ -137,5 +179,5 @@ out:
     uv_run(&m->loop, UV_RUN_DEFAULT);
     uv_loop_close(&m->loop);
     dmn_config_free(&m->cfg);
-    return rc == 0 ? 0 : 1;
+    return rc == 0 || rc == DMN_EXIT_RESTART ? rc : 1;
 }

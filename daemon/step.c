@@ -172,15 +172,19 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
         dmn__step_fail_posted(d, RINGD_ERESHAPE, 1);
         break;
     case DMN_STEP_DRAINED:
-        RD_INFO("drained at step %llu: telling trainers to stop",
-                (unsigned long long)d->step);
+        RD_INFO("drained at step %llu: %s", (unsigned long long)d->step,
+                dmn_restarting(d) ? "restarting, trainers wait for the "
+                                    "next ringd"
+                                  : "telling trainers to stop");
         for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-            if (c->cstate != DMN_CONN_WAITING)
+            if (c->cstate != DMN_CONN_WAITING || dmn_restarting(d))
                 continue;
             dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
             dmn__reply_status(c, PROTO_T_STEP_BEGIN, c->begin_seq,
                               RINGD_ESHUTDOWN);
         }
+        if (dmn_restarting(d))
+            dmn__ckpt_restart_take(d);
         if (d->be->ops->leave(d->be, on_leave, d) != 0)
             d->flags |= DMN_F_LEAVE_DONE;
         check_done(d);
@@ -437,6 +441,8 @@ static void try_start(dmn_t *d)
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
     c->flags &= ~DMN_CONN_F_STALLED;
+    if (d->state == DMN_STEP_DRAINED && dmn_restarting(d))
+        return; /* answered by the close at exit: the client waits */
     if (d->state == DMN_STEP_DRAINED) {
         dmn__conn_set_state(c, DMN_CONN_SHUTDOWN);
         dmn__reply_status(c, PROTO_T_STEP_BEGIN, seq, RINGD_ESHUTDOWN);
@@ -767,6 +773,8 @@ int dmn_done(const dmn_t *d)
         return 0;
     if (d->flags & DMN_F_DRAIN_TIMED_OUT)
         return 1;
+    if (d->flags & DMN_F_RESTART) /* tells the trainers nothing */
+        return !d->ckpt_restart_busy;
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
             return 0;

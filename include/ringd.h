@@ -125,8 +125,24 @@ typedef struct {
     /* Non-zero: ringd_step_begin() reconnects by itself after
      * RINGD_EDISCONNECTED (default on; see ringd_reconnect()). */
     int auto_reconnect;
+    /* With auto_reconnect: how long (s) to wait for a daemon that went
+     * away (closed the socket, or nobody listens) to come back, trying
+     * to reconnect meanwhile, before giving up with RINGD_ENODAEMON.
+     * 0: no wait (reconnect once, at ringd_step_begin(), as before);
+     * -1 (ringd_opts_init's): $RINGD_RECONNECT_S, else
+     * RINGD_RECONNECT_DEFAULT_S. At most RINGD_RECONNECT_MAX_S; a value
+     * outside -1..max (or in $RINGD_RECONNECT_S) makes ringd_connect()
+     * fail with RINGD_EINVAL. See ringd_step_begin(). It sits where the
+     * struct had padding, so the struct's size and layout are those of
+     * before: a caller built against an older ringd.h that zeroed the
+     * struct reads as 0 (no wait); one that called ringd_opts_init()
+     * gets the default. */
+    int32_t reconnect_s;
     const char *name;      /* shown in the daemon's logs; may be NULL */
 } ringd_opts_t;
+
+#define RINGD_RECONNECT_DEFAULT_S 30
+#define RINGD_RECONNECT_MAX_S 3600
 
 /* What ringd_step_begin() returns. */
 typedef struct {
@@ -193,9 +209,26 @@ int ringd_state(ringd_client_t *c, void *ptr, size_t bytes);
  * (view->restored = 1).
  * With opts.auto_reconnect (the default), a connection known to be lost
  * is re-opened first (as ringd_reconnect()), and if this request itself
- * finds the daemon gone it reconnects and asks once more.
- * Errors: RINGD_EDISCONNECTED, RINGD_ESHUTDOWN (the daemon drains: stop),
- * RINGD_EFENCED, RINGD_ETIMEDOUT, RINGD_ENODAEMON (reconnect failed).
+ * finds the daemon gone it reconnects and asks again.
+ *
+ * A daemon that goes away (restarted: `systemctl reload ringd`, SIGUSR2,
+ * a crash that systemd restarts) is waited for up to opts.reconnect_s
+ * (default 30 s), with one line on stderr ("ringd: daemon gone, waiting
+ * up to 30 s for it to come back"): the client retries the connection,
+ * registers the same buffers and state region with the new daemon, and
+ * the step goes on from there. Calls inside a step (the collectives,
+ * ringd_wait/ringd_test, ringd_group_end, ringd_step_end) that find the
+ * daemon gone wait the same way and then return RINGD_ERESHAPE (so do
+ * the step's outstanding handles): redo the step; ringd_step_begin()
+ * itself waits and returns the new daemon's view (restored = 1 when the
+ * job's state was written into the state region, as for any joiner).
+ * If the window runs out: RINGD_ENODAEMON, with a message saying so.
+ * A daemon that stops (SIGTERM: a drain) still answers RINGD_ESHUTDOWN.
+ *
+ * Errors: RINGD_EDISCONNECTED (reconnect_s 0 or auto_reconnect off),
+ * RINGD_ESHUTDOWN (the daemon drains: stop), RINGD_EFENCED,
+ * RINGD_ETIMEDOUT, RINGD_ENODAEMON (reconnect failed, or the window ran
+ * out).
  */
 int ringd_step_begin(ringd_client_t *c, ringd_view_t *view);
 
@@ -297,7 +330,8 @@ int ringd_broadcast_async(ringd_client_t *c, void *ptr, size_t bytes,
 int ringd_wait(ringd_client_t *c, ringd_handle_t h);
 
 /*
- * Whether the collective of handle h is complete, without blocking. Not
+ * Whether the collective of handle h is complete, without blocking (but
+ * for the wait for a daemon that went away: ringd_step_begin()). Not
  * complete: *done_p = 0 and 0 is returned, the handle stays outstanding.
  * Complete: *done_p = 1, the handle is released, and its outcome is
  * returned as by ringd_wait(). RINGD_EINVAL (with *done_p = 1): h is not

@@ -91,7 +91,9 @@ class Reshape(Error):
 
 
 class Disconnected(Error):
-    """The daemon went away; step_begin() reconnects."""
+    """The daemon went away and the client does not wait for it
+    (reconnect_s=0, auto_reconnect=False); step_begin() reconnects. A
+    client that waits raises Reshape instead once the daemon is back."""
 
 
 class Shutdown(Error):
@@ -107,6 +109,7 @@ class _Opts(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32),
                 ("timeout_ms", ctypes.c_uint32),
                 ("auto_reconnect", ctypes.c_int),
+                ("reconnect_s", ctypes.c_int32),
                 ("name", ctypes.c_char_p)]
 
 
@@ -238,11 +241,16 @@ class Client:
     """One connection to the local ringd. Not thread-safe."""
 
     def __init__(self, socket=None, name=None, timeout_ms=0,
-                 auto_reconnect=True):
+                 auto_reconnect=True, reconnect_s=None):
+        """reconnect_s: how long to wait for a daemon that went away
+        (restarted) before giving up with ENODAEMON; None is
+        $RINGD_RECONNECT_S, else 30; 0 does not wait (at most 3600)."""
         opts = _Opts()
         _lib.ringd_opts_init(ctypes.byref(opts))
         opts.timeout_ms = timeout_ms
         opts.auto_reconnect = 1 if auto_reconnect else 0
+        if reconnect_s is not None:
+            opts.reconnect_s = int(reconnect_s)
         self._name = (name or "python").encode()
         opts.name = self._name
         self._c = ctypes.c_void_p()
