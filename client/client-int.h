@@ -77,6 +77,8 @@ int cl__call(ringd_client_t *c, uint32_t type, const void *body,
              size_t len, int pass_fd, void *rep, size_t rep_len);
 /* Connect, HELLO, register every buffer and the state region. */
 int cl__open(ringd_client_t *c);
+/* BUF_ADD of buffer id (its memfd passed) on the open connection. */
+int cl__register_buf(ringd_client_t *c, uint32_t id);
 
 /* Waiting for a daemon that went away (client-wait.c). */
 int cl__reconnect_window(ringd_client_t *c);

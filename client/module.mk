@@ -2,8 +2,9 @@
 # (no libuv, no UCX). Its objects also go into the core library so that
 # tests can use the client in-process.
 CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o \
-    $(BUILD)/client/client-wait.o
-LIB_SRCS += client/client.c client/client-coll.c client/client-wait.c
+    $(BUILD)/client/client-wait.o $(BUILD)/client/client-conn.o
+LIB_SRCS += client/client.c client/client-coll.c client/client-wait.c \
+    client/client-conn.c
 BIN_TARGETS += $(BUILD)/libringd.so
 TEST_SRCS += $(wildcard tests/test-client-*.c)
 
