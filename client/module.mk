@@ -4,7 +4,7 @@
 CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o
 LIB_SRCS += client/client.c client/client-coll.c
 BIN_TARGETS += $(BUILD)/libringd.so
-TEST_SRCS += $(wildcard tests/test-client-*.c)
+TEST_SRCS += $(wildcard tests/test-client-*.c) tests/test-ringrun.c
 
 $(BUILD)/libringd.so: $(CLIENT_OBJS) client/libringd.map
 	@echo "  LD      $@"
