@@ -12,7 +12,8 @@ $(BUILD)/libringd.so: $(CLIENT_OBJS) client/libringd.map
 	    -Wl,--version-script=client/libringd.map -o $@ $(CLIENT_OBJS)
 
 # make install: the library, its header, and the Python package, which
-# learns from ringd/_config.py where the library went.
+# learns from ringd/_config.py where the library went; the launcher
+# ringrun in BINDIR, told where the package went.
 INSTALL_TARGETS += install-client
 .PHONY: install-client
 install-client: $(BUILD)/libringd.so
@@ -23,3 +24,7 @@ install-client: $(BUILD)/libringd.so
 	    -exec install -D -m 644 {} $(DESTDIR)$(PYTHONDIR)/{} \;
 	printf 'LIBDIR = "%s"\n' '$(LIBDIR)' \
 	    > $(DESTDIR)$(PYTHONDIR)/ringd/_config.py
+	install -d $(DESTDIR)$(BINDIR)
+	sed 's|^PYTHONDIR = None$$|PYTHONDIR = "$(PYTHONDIR)"|' \
+	    client/python/ringrun > $(DESTDIR)$(BINDIR)/ringrun
+	chmod 755 $(DESTDIR)$(BINDIR)/ringrun

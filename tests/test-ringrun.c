@@ -1,5 +1,5 @@
 /*
- * ringrun (client/python/ringd/launcher.py) against a real standalone
+ * ringrun (client/python/ringrun, ringd/launcher.py) against a real standalone
  * ringd, with tests/py/ringrun_trainer.py as its trainers: their
  * environment, the rank prefix on their output, restarts of a killed
  * trainer up to --max-restarts and giving up beyond, a stop on SIGTERM
@@ -43,11 +43,14 @@ static int rr_env(td_daemon_t *t, const char *name, char *script, size_t len)
     return 0;
 }
 
-/* python3 -m ringd.launcher ARGS (NULL-ended), its output to log. */
+/* client/python/ringrun ARGS (NULL-ended), what make install puts in
+ * BINDIR, its output to log. */
 static pid_t ringrun(const char *const *args, const char *log)
 {
-    const char *argv[48] = {PY, "-m", "ringd.launcher"};
-    int n = 3;
+    static char exe[600];
+    src_path(exe, sizeof(exe), "client/python/ringrun");
+    const char *argv[48] = {PY, exe};
+    int n = 2;
     for (int i = 0; args[i] != NULL && n < 47; i++)
         argv[n++] = args[i];
     argv[n] = NULL;

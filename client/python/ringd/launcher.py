@@ -22,6 +22,7 @@ import argparse
 import collections
 import os
 import re
+import resource
 import selectors
 import shutil
 import signal
@@ -166,6 +167,7 @@ def parse_args(argv):
     o.socket = check_socket(o.socket)
     o.gpu_ids = resolve_gpus(o.gpus, o.nproc)
     o.exe = find_exe(cmd[0])
+    check_fds(o.nproc)
     return o, cmd
 
 
@@ -243,6 +245,18 @@ def find_exe(name):
         raise Usage("cannot run %r: not an executable file%s" %
                     (name[:200], "" if os.sep in name else " on PATH"))
     return path
+
+
+def check_fds(nproc):
+    """Two pipes a trainer, and a few for ourselves: raise the soft limit
+    of descriptors to that where it is lower."""
+    need = 2 * nproc + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise Usage("--nproc %d needs %d file descriptors, the hard "
+                        "limit (ulimit -Hn) is %d" % (nproc, need, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def describe(rc):
@@ -339,8 +353,9 @@ class Launcher:
     def spawn(self, t):
         """Start t's process; False (and the reason set) if it cannot."""
         try:
-            t.proc = subprocess.Popen([self.o.exe] + self.cmd[1:],
-                                      env=self._env(t), stdin=subprocess.DEVNULL,
+            t.proc = subprocess.Popen(self.cmd, executable=self.o.exe,
+                                      env=self._env(t),
+                                      stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE)
         except OSError as e:
