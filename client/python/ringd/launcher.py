@@ -327,7 +327,8 @@ class Launcher:
         self.trainers = [Trainer(i) for i in range(o.nproc)]
         self.sel = selectors.DefaultSelector()
         self.signum = None      # the signal that stops the job
-        self.stop_at = None     # the grace's end, once stopping
+        self.stopping = False   # no more restarts: the job ends
+        self.stop_at = None     # the grace's end, until it passed
         self.reason = None      # why it gave up
         self.pending = []       # signals received, for the loop
         r, w = os.pipe()
@@ -398,7 +399,7 @@ class Launcher:
             s = self.pending.pop(0)
             if s == signal.SIGCHLD:
                 continue
-            if self.stop_at is None:
+            if not self.stopping:
                 self.signum = s
                 say("%s: stopping the trainers (SIGTERM, %g s grace)" %
                     (signal.Signals(s).name, self.o.grace))
@@ -410,6 +411,7 @@ class Launcher:
 
     def stop(self):
         """SIGTERM to every running trainer; no more restarts."""
+        self.stopping = True
         self.stop_at = time.monotonic() + self.o.grace
         for t in self.trainers:
             t.due = None
@@ -418,7 +420,7 @@ class Launcher:
 
     def _ended(self, t, rc):
         t.rc = rc
-        if rc == 0 or self.stop_at is not None:
+        if rc == 0 or self.stopping:
             return
         now = time.monotonic()
         while t.recent and t.recent[0] <= now - self.o.restart_window:
@@ -457,6 +459,7 @@ class Launcher:
                     t.due = None
                     self.stop()
         if self.stop_at is not None and now >= self.stop_at:
+            self.stop_at = None     # the SIGKILLs' SIGCHLD wakes us
             for t in self.trainers:
                 if t.proc is not None and t.rc is None and not t.killed:
                     t.killed = True
