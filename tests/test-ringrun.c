@@ -114,6 +114,23 @@ static char *final_line(const char *path)
     return out;
 }
 
+/* How often needle is in the file at path. */
+static int count_in(const char *path, const char *needle)
+{
+    char *s = td_read(path, NULL);
+    int n = 0;
+    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    free(s);
+    return n;
+}
+
+/* For td_poll: the daemon log (a td_daemon_t) says 2 trainers left. */
+static int two_left(void *t)
+{
+    return count_in(((td_daemon_t *)t)->log, ") left\n") >= 2;
+}
+
 /* ringrun's exit status within 2 min, its output dumped when not want. */
 static void rr_exit(pid_t p, const char *out, int want)
 {
@@ -245,7 +262,9 @@ TEST_IMPL(ringrun_restart)
  * Trainer 1 exits with status 3 after every first step: restarted twice
  * (--max-restarts 2), its third exit gives up: ringrun stops trainer 0
  * (which leaves with BYE) and exits 1 naming trainer 1, its status and
- * the count.
+ * the count. Trainer 1 exits leaving its client open (--no-close): the
+ * ringd package closes it at exit, between two steps, so it too leaves
+ * with BYE.
  */
 TEST_IMPL(ringrun_give_up)
 {
@@ -261,7 +280,7 @@ TEST_IMPL(ringrun_give_up)
     const char *args[] = {"--nproc", "2", "--max-restarts", "2",
                           "--backoff", "0", "--socket", t.sock, "--", PY,
                           script, "--dir", d, "--step-ms", "5",
-                          "--fail-rank", "1", NULL};
+                          "--fail-rank", "1", "--no-close", NULL};
     rr_exit(ringrun(args, out), out, 1);
     ASSERT(td_file_has(out, "ringrun: trainer 1 exited with status 3; "
                             "restarted 2 times within 300 s "
@@ -271,7 +290,13 @@ TEST_IMPL(ringrun_give_up)
     ASSERT(td_file_has(tlog(d, 0), "stopped: step_begin: the launcher "
                                    "asked this trainer to stop (SIGTERM)"));
     ASSERT(td_file_has(tlog(d, 0), "closed\n"));
-    ASSERT_EQ(td_stop(&t, 30000), 0);
+    ASSERT(!td_file_has(tlog(d, 1), "closed\n"));
+    ASSERT_EQ(count_in(tlog(d, 1), "failing with status 3"), 3);
+    ASSERT_EQ(td_stop(&t, 30000), 0); /* its log is complete */
+    if (count_in(t.log, ") left\n") != 4)
+        td_dump(t.log);
+    ASSERT_EQ(count_in(t.log, ") left\n"), 4);
+    ASSERT(!td_file_has(t.log, " lost at step "));
     return 0;
 }
 
@@ -323,6 +348,53 @@ TEST_IMPL(ringrun_sigterm)
     ASSERT(td_file_has(tlog(o, -1), "final step "));
     if (td_file_has(t.log, " lost at step "))
         td_dump(t.log);
+    ASSERT(!td_file_has(t.log, " lost at step "));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/*
+ * ringd.torch under ringrun (tests/py/elastic_train.py, 2 trainers, each
+ * with its LOCAL_RANK in its file names through sh -c exec): SIGTERM to
+ * ringrun makes elastic.run return at the next step boundary (ringd.Stopped
+ * is a Shutdown), the script writes its final digest and closes, both
+ * trainers leave with BYE, ringrun exits 143. Skips without torch.
+ */
+TEST_IMPL(ringrun_torch_sigterm)
+{
+    td_daemon_t t;
+    char script[600], el[600];
+    int rc = rr_env(&t, "ringrun-torch", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    if (!py_imports(PY, "import torch", td_path(&t, "torch.log")))
+        TEST_SKIP_WHY("torch cannot be imported by %s", PY);
+    src_path(el, sizeof(el), "tests/py/elastic_train.py");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    const char *d = rr_dir(&t, "a");
+    char sh[2000];
+    snprintf(sh, sizeof(sh), "exec %s %s --mode ringd --log %s/t$LOCAL_RANK"
+             ".log --out %s/t$LOCAL_RANK.pt --stop-file %s/never "
+             "--pace-ms 20", PY, el, d, d, d);
+    const char *out = td_path(&t, "rr.out");
+    const char *args[] = {"--nproc", "2", "--socket", t.sock, "--",
+                          "/bin/sh", "-c", sh, NULL};
+    pid_t p = ringrun(args, out);
+    for (int r = 0; r < 2; r++)
+        ASSERT_OK(td_wait_file(tlog(d, r), "step 3 gen", 120000));
+    ASSERT_OK(kill(p, SIGTERM));
+    rr_exit(p, out, 128 + SIGTERM);
+    ASSERT(td_file_has(out, "ringrun: stopped by SIGTERM: every trainer "
+                            "left (exit 0)\n"));
+    for (int r = 0; r < 2; r++) {
+        ASSERT_MSG(td_file_has(tlog(d, r), "final digest "),
+                   "%s: no final digest", tlog(d, r));
+        char pid[32];
+        snprintf(pid, sizeof(pid), "[%d] final digest ", r);
+        ASSERT(td_file_has(out, pid));
+    }
+    ASSERT_OK(td_poll(two_left, &t, 30000));
     ASSERT(!td_file_has(t.log, " lost at step "));
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;

@@ -11,7 +11,8 @@ ringd binding (numpy). It appends to DIR/tLOCAL_RANK.log:
 and writes "hello from LOCAL_RANK n" to stdout and "err from LOCAL_RANK n"
 to stderr. Every step allreduces (max) whether DIR/stop exists, so every
 trainer ends at the same step. --fail-rank R: that trainer exits 3 after
-its first step. --step-ms: time one step's work takes.
+its first step. --step-ms: time one step's work takes. --no-close:
+leave the client open at exit (ringd closes it, under ringrun).
 """
 import argparse
 import hashlib
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--step-ms", type=float, default=20)
     ap.add_argument("--fail-rank", type=int)
+    ap.add_argument("--no-close", action="store_true")
     o = ap.parse_args()
     me = int(os.environ.get("LOCAL_RANK", "-1"))
     restart = os.environ.get("RINGRUN_RESTART_COUNT", "?")
@@ -73,6 +75,8 @@ def main():
             break
         if me == o.fail_rank:
             log.write("failing with status 3\n")
+            if not o.no_close:
+                c.close()
             sys.exit(3)
     del params, grads, flag
     c.close()

@@ -36,10 +36,10 @@ installs a SIGTERM and SIGINT handler (where the program has none of its
 own yet) that only asks the trainer to stop: stop_requested() is then
 true, and the next step_begin() raises Stopped (a Shutdown), so a loop
 that ends on Shutdown (elastic.run, examples/trainer.py) ends after the
-step in progress; a client the program leaves open is closed at exit,
-which sends BYE: the daemon logs "trainer N left", not "lost". A second
-signal ends the process at once. The trainer also gets SIGTERM if
-ringrun itself dies (prctl PR_SET_PDEATHSIG).
+step in progress; a client the program leaves open between two steps
+is closed at exit, which sends BYE: the daemon logs "trainer N left",
+not "lost". A second signal ends the process at once. The trainer also
+gets SIGTERM if ringrun itself dies (prctl PR_SET_PDEATHSIG).
 """
 import atexit
 import bisect
@@ -217,7 +217,9 @@ _lib, lib_path = _load()
 
 
 _stop = []              # the signal that asked us to stop, once one did
-_clients = weakref.WeakSet()    # open clients, closed at exit (launcher)
+# Open clients under the launcher, closed at exit; held strongly, since
+# an exiting program drops its last reference before atexit runs.
+_clients = set()
 
 
 def stop_requested():
@@ -236,14 +238,17 @@ def _on_stop(signum, frame):
 
 
 def _close_all():
+    """At exit: BYE for each client left open between two steps (one in
+    a step is left to end as a lost trainer: the step fails)."""
     for c in list(_clients):
-        c.close()
+        if c._between_steps:
+            c.close()
 
 
 def _launched():
     """Under ringrun: stop on SIGTERM/SIGINT at a step boundary, BYE at
     exit, SIGTERM when ringrun dies."""
-    if os.environ.get("RINGD_LAUNCHER") != "1":
+    if not _launched_here:
         return
     atexit.register(_close_all)
     try:
@@ -267,6 +272,7 @@ def _launched():
         _stop.append(signal.SIGTERM)    # ringrun died before the prctl
 
 
+_launched_here = os.environ.get("RINGD_LAUNCHER") == "1"
 _launched()
 
 
@@ -330,7 +336,9 @@ class Client:
         self._live = {}         # base address -> its finalizer
         self._bases = []        # sorted base addresses of live buffers
         self._sizes = {}        # base address -> bytes
-        _clients.add(self)
+        self._between_steps = True     # no step begun and not ended
+        if _launched_here:
+            _clients.add(self)
 
     def _check(self, rc, what):
         if rc == 0:
@@ -431,6 +439,7 @@ class Client:
         v = _View()
         self._check(_lib.ringd_step_begin(self._c, ctypes.byref(v)),
                     "ringd_step_begin")
+        self._between_steps = False
         self.view = View(v.rank, v.world, v.local_rank, v.local_world,
                          v.step, v.generation, bool(v.restored))
         return self.view
@@ -621,6 +630,7 @@ class Client:
         dropped from the job first): call step_begin again, which
         restores the job's state."""
         self._check(_lib.ringd_step_end(self._c), "ringd_step_end")
+        self._between_steps = True
 
     def checkpoint(self):
         """Ask for a checkpoint, taken on every node at the end of the next
@@ -642,6 +652,7 @@ class Client:
             self._sizes.clear()
             _lib.ringd_close(self._c)
             self._c = ctypes.c_void_p()
+        _clients.discard(self)
 
     def __enter__(self):
         return self
