@@ -19,6 +19,7 @@
 
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
+#include "tests/mb-fixture.h"
 #include "tests/py-util.h"
 #include "tests/task.h"
 
@@ -256,6 +257,66 @@ TEST_IMPL(ringrun_restart)
     ASSERT(td_file_has(t.log, "state restored"));
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
+}
+
+/*
+ * The same across nodes: 2 ring daemons (etcd), a ringrun --nproc 1 on
+ * each; node b's trainer is killed 3 times, each replacement brings its
+ * node back into the job with the job's state, and both nodes end on
+ * the same final hash.
+ */
+TEST_IMPL(ringrun_nodes_restart)
+{
+    td_daemon_t d[2];
+    char script[600];
+    int rc = rr_env(&d[0], "ringrun-na", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    td_init(&d[1], "ringrun-nb");
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+    fx_etcd_t etcd = {0};
+    fx_etcd_start(&etcd, 0);
+    for (int i = 0; i < 2; i++) {
+        d[i].networked = 1;
+        const char *flags[] = {"--etcd", etcd.url, "--job", "rrnodes",
+                               "--node-id", i ? "b" : "a", "--min-nodes",
+                               "2", NULL};
+        ASSERT_OK(td_start(&d[i], flags));
+    }
+    const char *dir[2], *out[2];
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        dir[i] = rr_dir(&d[i], "a");
+        out[i] = td_path(&d[i], "rr.out");
+        const char *args[] = {"--nproc", "1", "--backoff", "0.05",
+                              "--socket", d[i].sock, "--", PY, script,
+                              "--dir", dir[i], "--step-ms", "5", NULL};
+        p[i] = ringrun(args, out[i]);
+    }
+    const char *tb = tlog(dir[1], 0);
+    for (int i = 0; i < 3; i++) {
+        char start[64], stepped[64];
+        snprintf(start, sizeof(start), "start restart=%d pid=", i);
+        snprintf(stepped, sizeof(stepped), "r%d step ", i);
+        ASSERT_OK(td_wait_file(tb, stepped, 60000));
+        ASSERT_OK(kill((pid_t)last_num(tb, start), SIGKILL));
+    }
+    ASSERT_OK(td_wait_file(tb, "r3 step ", 60000));
+    touch(dir[0], "stop");
+    for (int i = 0; i < 2; i++)
+        rr_exit(p[i], out[i], 0);
+    ASSERT(td_file_has(out[1], "ringrun: 1 trainer finished (exit 0), "
+                               "3 restarts"));
+    char *fa = final_line(tlog(dir[0], 0)), *fb = final_line(tb);
+    ASSERT_STR_EQ(fa, fb);
+    printf("# 2 nodes, b's trainer restarted 3 times: %s\n", fa);
+    free(fa);
+    free(fb);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&d[i], 30000), 0);
+    return fx_done();
 }
 
 /*
