@@ -259,16 +259,15 @@ TEST_IMPL(ringrun_restart)
     return 0;
 }
 
-/*
- * The same across nodes: 2 ring daemons (etcd), a ringrun --nproc 1 on
- * each; node b's trainer is killed 3 times, each replacement brings its
- * node back into the job with the job's state, and both nodes end on
- * the same final hash.
- */
-TEST_IMPL(ringrun_nodes_restart)
+/* 2 ring daemons (etcd), a ringrun --nproc n on each (and --trainers n);
+ * node b's trainer n-1 is killed 3 times, each replacement joins the job
+ * (its node's other trainer stays, or its node comes back into the job)
+ * with the job's state, and every trainer ends on the same final hash. */
+static int nodes_restart(int n)
 {
     td_daemon_t d[2];
-    char script[600];
+    char script[600], nstr[8];
+    snprintf(nstr, sizeof(nstr), "%d", n);
     int rc = rr_env(&d[0], "ringrun-na", script, sizeof(script));
     if (rc != 0)
         return rc;
@@ -282,7 +281,7 @@ TEST_IMPL(ringrun_nodes_restart)
         d[i].networked = 1;
         const char *flags[] = {"--etcd", etcd.url, "--job", "rrnodes",
                                "--node-id", i ? "b" : "a", "--min-nodes",
-                               "2", NULL};
+                               "2", "--trainers", nstr, NULL};
         ASSERT_OK(td_start(&d[i], flags));
     }
     const char *dir[2], *out[2];
@@ -290,12 +289,12 @@ TEST_IMPL(ringrun_nodes_restart)
     for (int i = 0; i < 2; i++) {
         dir[i] = rr_dir(&d[i], "a");
         out[i] = td_path(&d[i], "rr.out");
-        const char *args[] = {"--nproc", "1", "--backoff", "0.05",
+        const char *args[] = {"--nproc", nstr, "--backoff", "0.05",
                               "--socket", d[i].sock, "--", PY, script,
                               "--dir", dir[i], "--step-ms", "5", NULL};
         p[i] = ringrun(args, out[i]);
     }
-    const char *tb = tlog(dir[1], 0);
+    const char *tb = tlog(dir[1], n - 1);
     for (int i = 0; i < 3; i++) {
         char start[64], stepped[64];
         snprintf(start, sizeof(start), "start restart=%d pid=", i);
@@ -307,16 +306,32 @@ TEST_IMPL(ringrun_nodes_restart)
     touch(dir[0], "stop");
     for (int i = 0; i < 2; i++)
         rr_exit(p[i], out[i], 0);
-    ASSERT(td_file_has(out[1], "ringrun: 1 trainer finished (exit 0), "
-                               "3 restarts"));
-    char *fa = final_line(tlog(dir[0], 0)), *fb = final_line(tb);
-    ASSERT_STR_EQ(fa, fb);
-    printf("# 2 nodes, b's trainer restarted 3 times: %s\n", fa);
+    ASSERT(td_file_has(out[1], "(exit 0), 3 restarts"));
+    char *fa = final_line(tlog(dir[0], 0));
+    for (int i = 0; i < 2 * n; i++) {
+        char *f = final_line(tlog(dir[i / n], i % n));
+        ASSERT_STR_EQ(f, fa);
+        free(f);
+    }
+    printf("# 2 nodes x %d, b's trainer %d restarted 3 times: %s\n", n,
+           n - 1, fa);
     free(fa);
-    free(fb);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&d[i], 30000), 0);
     return fx_done();
+}
+
+/* One trainer a node: the killed trainer's node leaves and rejoins. */
+TEST_IMPL(ringrun_nodes_restart)
+{
+    return nodes_restart(1);
+}
+
+/* Two trainers a node: the replacement joins a node whose other
+ * trainer stayed in the job. */
+TEST_IMPL(ringrun_nodes2_restart)
+{
+    return nodes_restart(2);
 }
 
 /*
