@@ -505,6 +505,60 @@ TEST_IMPL(ringrun_grace)
     return 0;
 }
 
+/*
+ * What a trainer writes, hostile or odd: a 200000-byte line without a
+ * newline comes out in 65536-byte pieces, each prefixed, the last one at
+ * the end of the file; a trainer whose child keeps its pipes open after
+ * it exited does not hold ringrun up (ringrun exits 0 while the child
+ * sleeps on).
+ */
+TEST_IMPL(ringrun_output)
+{
+    td_daemon_t t;
+    char script[600];
+    int rc = rr_env(&t, "ringrun-out", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    ASSERT_OK(td_start(&t, NULL));
+    const char *out = td_path(&t, "rr.out");
+    const char *args[] = {"--nproc", "1", "--socket", t.sock, "--", PY,
+                          "-c", "import sys; sys.stdout.write('x' * 200000)",
+                          NULL};
+    rr_exit(ringrun(args, out), out, 0);
+    ASSERT_EQ(count_in(out, "[0] x"), 4);
+    char *s = td_read(out, NULL);
+    ASSERT(s != NULL);
+    char *last = strstr(s, "[0] x");
+    for (int i = 0; i < 3; i++) {
+        size_t n = strspn(last + 4, "x");
+        ASSERT_EQ(n, 65536);
+        ASSERT_EQ(last[4 + n], '\n');
+        last = strstr(last + 4, "[0] x");
+    }
+    ASSERT_EQ(strspn(last + 4, "x"), 200000 - 3 * 65536);
+    free(s);
+
+    const char *out2 = td_path(&t, "rr2.out");
+    char sh[600];
+    snprintf(sh, sizeof(sh), "sleep 600 & echo $! > %s; echo bye",
+             td_path(&t, "sleeper"));
+    const char *args2[] = {"--nproc", "1", "--socket", t.sock, "--",
+                           "/bin/sh", "-c", sh, NULL};
+    pid_t p = ringrun(args2, out2);
+    rr_exit(p, out2, 0);
+    char *sp = td_read(td_path(&t, "sleeper"), NULL);
+    ASSERT(sp != NULL);
+    long sleeper = strtol(sp, NULL, 10);
+    free(sp);
+    ASSERT(sleeper > 0);
+    td_track((pid_t)sleeper);
+    ASSERT_EQ(kill((pid_t)sleeper, 0), 0);     /* it still holds the pipe */
+    ASSERT(td_file_has(out2, "[0] bye\n"));
+    ASSERT(td_file_has(out2, "ringrun: 1 trainer finished (exit 0)"));
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
 /* Each bad flag or value: exit 2 and this message. "@S" is the
  * daemon's socket, "@C" a trainer command ("--", /bin/true). */
 static const char *const bad_flags[][8] = {
