@@ -92,6 +92,7 @@ static const char *tlog(const char *dir, int rank)
 /* The number after `key` on the last line of path holding it. */
 static long last_num(const char *path, const char *key)
 {
+    ASSERT(key[0] != '\0');     /* strstr would find "" forever */
     char *s = td_read(path, NULL);
     ASSERT_MSG(s != NULL, "%s missing", path);
     char *hit = NULL;
@@ -118,6 +119,8 @@ static char *final_line(const char *path)
 /* How often needle is in the file at path. */
 static int count_in(const char *path, const char *needle)
 {
+    if (needle[0] == '\0')
+        return 0;               /* strstr would find "" forever */
     char *s = td_read(path, NULL);
     int n = 0;
     for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL; p++)
