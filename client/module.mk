@@ -6,7 +6,7 @@ CLIENT_OBJS := $(BUILD)/client/client.o $(BUILD)/client/client-coll.o \
 LIB_SRCS += client/client.c client/client-coll.c client/client-wait.c \
     client/client-conn.c
 BIN_TARGETS += $(BUILD)/libringd.so
-TEST_SRCS += $(wildcard tests/test-client-*.c)
+TEST_SRCS += $(wildcard tests/test-client-*.c) tests/test-ringrun.c
 
 $(BUILD)/libringd.so: $(CLIENT_OBJS) client/libringd.map
 	@echo "  LD      $@"
@@ -14,7 +14,8 @@ $(BUILD)/libringd.so: $(CLIENT_OBJS) client/libringd.map
 	    -Wl,--version-script=client/libringd.map -o $@ $(CLIENT_OBJS)
 
 # make install: the library, its header, and the Python package, which
-# learns from ringd/_config.py where the library went.
+# learns from ringd/_config.py where the library went; the launcher
+# ringrun in BINDIR, told where the package went.
 INSTALL_TARGETS += install-client
 .PHONY: install-client
 install-client: $(BUILD)/libringd.so
@@ -25,3 +26,7 @@ install-client: $(BUILD)/libringd.so
 	    -exec install -D -m 644 {} $(DESTDIR)$(PYTHONDIR)/{} \;
 	printf 'LIBDIR = "%s"\n' '$(LIBDIR)' \
 	    > $(DESTDIR)$(PYTHONDIR)/ringd/_config.py
+	install -d $(DESTDIR)$(BINDIR)
+	sed 's|^PYTHONDIR = None$$|PYTHONDIR = "$(PYTHONDIR)"|' \
+	    client/python/ringrun > $(DESTDIR)$(BINDIR)/ringrun
+	chmod 755 $(DESTDIR)$(BINDIR)/ringrun

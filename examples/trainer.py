@@ -132,6 +132,9 @@ def main():
         if client:
             try:
                 v = client.step_begin()
+            except ringd.Stopped as e:      # ringrun stops the job
+                print("stopping: %s" % e, flush=True)
+                break
             except ringd.Shutdown:
                 print("daemon drains: stopping", flush=True)
                 break

@@ -198,6 +198,12 @@ TEST_IMPL(dmn_install_tree)
     snprintf(cfg, sizeof(cfg),
              "%s/usr/lib/python3/dist-packages/ringd/_config.py", destdir);
     ASSERT(td_file_has(cfg, "\"/usr/lib\""));
+    /* The launcher, told where the package went. */
+    in_tree(destdir, "/usr/bin/ringrun", 1);
+    char rr[1024];
+    snprintf(rr, sizeof(rr), "%s/usr/bin/ringrun", destdir);
+    ASSERT(td_file_has(rr, "\nPYTHONDIR = "
+                           "\"/usr/lib/python3/dist-packages\"\n"));
 
     verify_unit(&t, destdir, up);
     free(unit);

@@ -30,10 +30,22 @@ libringd.so is found through $RINGD_LIB (only there, when set), then
 beside this file (a package that ships it), then the library directory
 `make install` wrote into ringd/_config.py, then the dynamic linker's
 path. The path loaded is ringd.lib_path.
+
+Under the launcher (ringrun sets RINGD_LAUNCHER=1), importing ringd
+installs a SIGTERM and SIGINT handler (where the program has none of its
+own yet) that only asks the trainer to stop: stop_requested() is then
+true, and the next step_begin() raises Stopped (a Shutdown), so a loop
+that ends on Shutdown (elastic.run, examples/trainer.py) ends after the
+step in progress; a client the program leaves open between two steps
+is closed at exit, which sends BYE: the daemon logs "trainer N left",
+not "lost". A second signal ends the process at once. The trainer also
+gets SIGTERM if ringrun itself dies (prctl PR_SET_PDEATHSIG).
 """
+import atexit
 import bisect
 import ctypes
 import os
+import signal
 import weakref
 from collections import namedtuple
 
@@ -98,6 +110,11 @@ class Disconnected(Error):
 
 class Shutdown(Error):
     """The daemon drains: stop training."""
+
+
+class Stopped(Shutdown):
+    """The launcher asked this trainer to stop (SIGTERM or SIGINT under
+    ringrun): leave, closing the client."""
 
 
 class Fenced(Error):
@@ -202,6 +219,66 @@ def _load():
 _lib, lib_path = _load()
 
 
+_stop = []              # the signal that asked us to stop, once one did
+# Open clients under the launcher, closed at exit; held strongly, since
+# an exiting program drops its last reference before atexit runs.
+_clients = set()
+
+
+def stop_requested():
+    """True once the launcher (ringrun) asked this trainer to stop: finish
+    the step in progress, then close the client. Client.step_begin()
+    raises Stopped from then on."""
+    return bool(_stop)
+
+
+def _on_stop(signum, frame):
+    if _stop:                   # a second signal: go now
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _stop.append(signum)
+
+
+def _close_all():
+    """At exit: BYE for each client left open between two steps (one in
+    a step is left to end as a lost trainer: the step fails)."""
+    for c in list(_clients):
+        if c._between_steps:
+            c.close()
+
+
+def _launched():
+    """Under ringrun: stop on SIGTERM/SIGINT at a step boundary, BYE at
+    exit, SIGTERM when ringrun dies."""
+    if not _launched_here:
+        return
+    atexit.register(_close_all)
+    try:
+        for s, dfl in ((signal.SIGTERM, signal.SIG_DFL),
+                       (signal.SIGINT, signal.default_int_handler)):
+            if signal.getsignal(s) is dfl:
+                signal.signal(s, _on_stop)
+    except ValueError:
+        return                  # imported off the main thread
+    # Only a direct child of ringrun (not one under a shell it started):
+    # the signal comes when the parent dies.
+    want = os.environ.get("RINGD_LAUNCHER_PID", "")
+    if not want.isdigit() or os.getppid() != int(want):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)    # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(want):
+        _stop.append(signal.SIGTERM)    # ringrun died before the prctl
+
+
+_launched_here = os.environ.get("RINGD_LAUNCHER") == "1"
+_launched()
+
+
 def strerror(code):
     return _lib.ringd_strerror(code).decode()
 
@@ -267,6 +344,9 @@ class Client:
         self._live = {}         # base address -> its finalizer
         self._bases = []        # sorted base addresses of live buffers
         self._sizes = {}        # base address -> bytes
+        self._between_steps = True     # no step begun and not ended
+        if _launched_here:
+            _clients.add(self)
 
     def _check(self, rc, what):
         if rc == 0:
@@ -359,10 +439,15 @@ class Client:
                                      array.nbytes), "ringd_state")
 
     def step_begin(self):
+        if _stop:
+            raise Stopped(ESHUTDOWN, "step_begin: the launcher asked this "
+                          "trainer to stop (%s)" %
+                          signal.Signals(_stop[0]).name)
         self._reap()
         v = _View()
         self._check(_lib.ringd_step_begin(self._c, ctypes.byref(v)),
                     "ringd_step_begin")
+        self._between_steps = False
         self.view = View(v.rank, v.world, v.local_rank, v.local_world,
                          v.step, v.generation, bool(v.restored))
         return self.view
@@ -553,6 +638,7 @@ class Client:
         dropped from the job first): call step_begin again, which
         restores the job's state."""
         self._check(_lib.ringd_step_end(self._c), "ringd_step_end")
+        self._between_steps = True
 
     def checkpoint(self):
         """Ask for a checkpoint, taken on every node at the end of the next
@@ -574,6 +660,7 @@ class Client:
             self._sizes.clear()
             _lib.ringd_close(self._c)
             self._c = ctypes.c_void_p()
+        _clients.discard(self)
 
     def __enter__(self):
         return self
