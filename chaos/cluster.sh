@@ -335,12 +335,13 @@ rd_ring_events() {
     done
 }
 
-# rd_timeline WHAT JOINER_LOG DONE: the demos' timeline, node1's view, from
+# rd_timeline WHAT JOINER_LOG DONE [EXTRA]: the demos' timeline, node1's
+# view, with EXTRA's "EPOCH_MS what" lines among its events, from
 # T0, KILL_MS/KILL_STEP, JOIN_MS, END_MS, the FIRST_*/GEN0/STEP0 that
 # rd_kill_to_step set and node1's ring events; then the recovery figure and
 # the joiner's first step from its step log.
 rd_timeline() {
-    local what=$1 jlog=$2 done_msg=$3 joined
+    local what=$1 jlog=$2 done_msg=$3 extra=${4:-} joined
     rel() { awk -v t="$1" -v z="$T0" 'BEGIN { printf "%+8.2fs", (t - z) / 1000 }'; }
     echo
     echo "timeline (node1's view; times from the start):"
@@ -353,6 +354,7 @@ rd_timeline() {
             "generation $FIRST_GEN after the kill: step $FIRST_STEP (the" \
             "last before it: generation $GEN0, step $STEP0)"
         rd_ring_events "$T/ringd-1.log"
+        [ -n "$extra" ] && cat "$extra"
     } | sort -n | while read -r t msg; do echo "  $(rel "$t")  $msg"; done
     joined=$(awk '$1 == "step" { print $2; exit }' "$jlog" 2>/dev/null)
     echo "  kill to the first step of a later generation (${FIRST_GEN:-none}," \
