@@ -193,6 +193,22 @@ def ops_checks(c, torch, rt, v):
     print("ops: avg sum min max and predivide as expected")
 
 
+def outside_step(c, torch, rt):
+    """broadcast_parameters / broadcast_optimizer_state between steps
+    open a step of their own (the daemon refuses a collective outside)."""
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(m.parameters())
+    before = c.step_begin().step
+    c.step_end()
+    rt.broadcast_parameters(m.state_dict(), client=c)
+    rt.broadcast_optimizer_state(opt, client=c)
+    after = c.step_begin().step
+    c.step_end()
+    assert after == before + 3, (before, after)
+    assert "exp_avg" in opt.state[m.weight]
+    print("broadcast: parameters and optimizer state outside a step")
+
+
 def pair(o, torch, ringd, rt, elastic):
     rt.init(o.socket, name="torch_user")
     c = rt.client()
@@ -248,6 +264,7 @@ def main():
         pair(o, torch, ringd, rt, elastic)
         return 0
     c = state_objects(o.socket, torch, ringd, elastic)
+    outside_step(c, torch, rt)
     run_checks(c, torch, ringd, elastic)
     dopt_checks(c, torch, ringd, rt)
     print("PASS torch_user")

@@ -653,10 +653,33 @@ def _tensors_of(params):
     return [(n, t) for n, t in items if torch.is_tensor(t)]
 
 
+def _outside_step(fn):
+    """Run fn inside a step; outside one (the daemon refuses a collective
+    there, RINGD_ESTATE, before anything is sent) open one step for it:
+    every trainer must then call it at the same point, and the job's step
+    counter moves on by one."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        c = rt._pick(kw.get("client"))
+        try:
+            return fn(*a, **kw)
+        except ringd.Error as e:
+            if e.code != ringd.ESTATE or "outside a step" not in str(e):
+                raise
+        c.step_begin()
+        out = fn(*a, **kw)
+        c.step_end()
+        return out
+    return wrapper
+
+
+@_outside_step
 def broadcast_parameters(params, root_rank=0, client=None):
     """Overwrite params (a state_dict, or (name, tensor) pairs) with the
-    root trainer's, inside a step: one broadcast of their bytes through a
-    ringd buffer."""
+    root trainer's: one broadcast of their bytes through a ringd buffer.
+    Outside a step it opens one (see _outside_step)."""
     c = rt._pick(client)
     tensors = _tensors_of(params)
     total = sum(t.numel() * t.element_size() for _, t in tensors)
@@ -677,10 +700,12 @@ def broadcast_parameters(params, root_rank=0, client=None):
             t.copy_(v.view(t.dtype).view_as(t))
 
 
+@_outside_step
 def broadcast_optimizer_state(optimizer, root_rank=0, client=None):
     """Give every trainer the root's optimizer state (moments, step
-    counters) and hyperparameters, inside a step. The state is created
-    first where it does not exist yet, as a fresh optimizer would."""
+    counters) and hyperparameters. The state is created first where it
+    does not exist yet, as a fresh optimizer would. Outside a step it
+    opens one (see _outside_step)."""
     from ringd.torch import elastic
     import json
     c = rt._pick(client)
@@ -689,7 +714,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, client=None):
     params = [p for g in opt.param_groups for p in g["params"]]
     tensors = [("%d/%s" % (i, k), v) for i, p in enumerate(params)
                for k, v in sorted(opt.state[p].items()) if torch.is_tensor(v)]
-    broadcast_parameters(tensors, root_rank, c)
+    # Within this call's step (the wrapper's retry opens one for all).
+    broadcast_parameters.__wrapped__(tensors, root_rank, c)
     groups = json.dumps([{k: v for k, v in g.items() if k != "params"}
                          for g in opt.param_groups]).encode()
     n = rt.zeros(1, dtype=torch.int64, client=c)
