@@ -126,6 +126,41 @@ def run_checks(c, torch, ringd, elastic):
     print("sampler: drop_last drops the short last step")
 
 
+def loader_checks(c, torch, ringd, elastic):
+    """elastic.DataLoader with 2 workers through world changes (rank and
+    world change mid-epoch) and a redone step: each step's batch is
+    exactly the sampler's share of it, so each epoch once."""
+    View = ringd.View
+    views, step = [], 0
+    for gen, (rank, world, n) in enumerate([(0, 1, 4), (1, 2, 3),
+                                            (0, 3, 5), (0, 1, 6)]):
+        for _ in range(n):
+            views.append(View(rank, world, 0, world, step, gen, False))
+            step += 1
+    nviews = len(views)
+    data = torch.arange(40).float().unsqueeze(1) * 10
+    sampler = elastic.ElasticSampler(range(40), batch_size=3, seed=4)
+    loader = elastic.DataLoader(data, sampler, num_workers=2)
+    st = elastic.State(sampler=sampler, client=fake_client(c, views))
+    redone, steps = [False], [0]
+
+    def fn(s, v):
+        b = loader.batch()
+        want = data[s.sampler.batch()]
+        assert torch.equal(b, want), (v, b, want)
+        steps[0] += 1
+        if v.step == 6 and not redone[0]:
+            redone[0] = True        # the same step again on this view
+            assert loader.batch() is b
+            raise ringd.Reshape(0, "simulated")
+    elastic.run(fn, st)
+    assert steps[0] == nviews and redone[0] and sampler.epoch >= 1, \
+        (steps, sampler.epoch)
+    print("loader: 2 workers, %d steps over 4 views and a redo, %d "
+          "prefetched batches dropped, every batch the sampler's" %
+          (steps[0], loader.dropped))
+
+
 def dopt_checks(c, torch, ringd, rt):
     m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
     extra = torch.nn.Parameter(torch.zeros(2))
@@ -266,6 +301,7 @@ def main():
     c = state_objects(o.socket, torch, ringd, elastic)
     outside_step(c, torch, rt)
     run_checks(c, torch, ringd, elastic)
+    loader_checks(c, torch, ringd, elastic)
     dopt_checks(c, torch, ringd, rt)
     print("PASS torch_user")
     return 0

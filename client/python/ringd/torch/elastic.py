@@ -158,6 +158,83 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._order = None
 
 
+class _StepBatches:
+    """DataLoader batch sampler: the steps of the rest of the epoch as if
+    the world stays as it is, each index tagged with its step's (epoch,
+    position, rank, world); iterated in the main process when a
+    DataLoader iterator starts, so workers prefetch these steps."""
+
+    def __init__(self, sampler):
+        self.s = sampler
+
+    def __iter__(self):
+        s = self.s
+        pos, full = s.processed, s.world * s.batch_size
+        while pos < s.n and not (s.drop_last and s.n - pos < full):
+            lo, hi, step = s._share(pos, s.rank)
+            tag = (s.epoch, pos, s.rank, s.world)
+            yield [(tag, i) for i in s.order()[lo:hi]]
+            pos += step
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+class _Tagged(torch.utils.data.Dataset):
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __getitem__(self, key):
+        tag, i = key
+        return tag, self.dataset[i]
+
+    def __len__(self):
+        return len(self.dataset)
+
+
+class DataLoader:
+    """A torch DataLoader (num_workers, pin_memory, ... as keywords) over
+    an ElasticSampler's steps: batch() is this rank's collated batch of
+    the current step. Workers prefetch the next steps as if the world
+    stayed; a batch whose tag (epoch, position, rank, world) is not the
+    current step's is dropped, and after a view change (or an epoch's
+    end) the loader starts over from the sampler's position, so what
+    training sees is always exactly sampler.batch(): every sample of an
+    epoch once, across any number of view changes. A redone step gets
+    the same batch again."""
+
+    def __init__(self, dataset, sampler, collate_fn=None, **kw):
+        self.sampler = sampler
+        self._collate = collate_fn or torch.utils.data.default_collate
+        self._loader = torch.utils.data.DataLoader(
+            _Tagged(dataset), batch_sampler=_StepBatches(sampler),
+            collate_fn=self._collate_tagged, **kw)
+        self._it, self._last, self.dropped = None, None, 0
+
+    def _collate_tagged(self, items):
+        tags = {t for t, _ in items}
+        return tags.pop(), self._collate([x for _, x in items])
+
+    def batch(self):
+        s = self.sampler
+        want = (s.epoch, s.processed, s.rank, s.world)
+        if self._last is not None and self._last[0] == want:
+            return self._last[1]
+        for fresh in (False, True):
+            if fresh or self._it is None:
+                self._it = iter(self._loader)
+            for tag, b in self._it:
+                if tag == want:
+                    self._last = (tag, b)
+                    return b
+                self.dropped += 1
+                if tag[0] != want[0] or tag[2:] != want[2:] or \
+                        tag[1] > want[1]:
+                    break           # another view's steps: start over
+        raise RuntimeError("elastic.DataLoader: no batch for step %r "
+                           "(the epoch is done?)" % (want,))
+
+
 def _materialize_optimizer(opt):
     """Make the optimizer create its state now (Adam creates it lazily at
     the first step), as it would on a fresh start: one step on zero
