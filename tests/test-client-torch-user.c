@@ -4,8 +4,10 @@
  * on_reset on a world size change, epoch rollover and drop_last,
  * optimizer and model checked both ways, skip_synchronize(), a .grad
  * changed in flight, the reduction ops, and BatchNorm buffers equal on
- * every trainer. Each skips (saying why) where torch cannot be imported.
+ * every trainer; tests/py/user_cnn.py, a user-style script, through a
+ * join and a kill. Each skips (saying why) where torch cannot be imported.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,22 @@ static void field(const char *path, const char *key, char *out, size_t len)
     free(s);
 }
 
+/* The text after `key` on the last line of path holding it. */
+static void field_last(const char *path, const char *key, char *out,
+                       size_t len)
+{
+    char *s = td_read(path, NULL);
+    ASSERT_MSG(s != NULL, "%s missing", path);
+    char *hit = NULL;
+    for (char *p = s; (p = strstr(p, key)) != NULL; p++)
+        hit = p;
+    ASSERT_MSG(hit != NULL, "no '%s' in %s", key, path);
+    hit += strlen(key);
+    size_t n = strcspn(hit, " \n");
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), hit);
+    free(s);
+}
+
 /*
  * 2 trainers: the ops on rank-dependent gradients, then a BatchNorm model
  * over 20 steps (five epochs of 64 samples in steps of 16): both end
@@ -116,6 +134,101 @@ TEST_IMPL(client_python_torch_user_buffers)
     ASSERT_STR_EQ(la, lb);
     ASSERT_EQ(atoi(ea), 5); /* 20 steps of 16 of 64 samples */
     printf("# 2 replicas with BatchNorm: digest %s, lr %s\n", da, la);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* One user_cnn.py trainer logging to `name`; its pid. */
+static pid_t cnn_py(td_daemon_t *t, const char *script, const char *name,
+                    const char *stop)
+{
+    char log[300], out[320];
+    snprintf(log, sizeof(log), "%s", td_path(t, name));
+    snprintf(out, sizeof(out), "%s.out", log);
+    const char *argv[] = {"/usr/bin/python3", script, "--mode", "ringd",
+                          "--socket", t->sock, "--log", log, "--stop-file",
+                          stop, "--pace-ms", "20", NULL};
+    pid_t p = th_spawn((char *const *)argv, out);
+    td_track(p);
+    return p;
+}
+
+static int cnn_tool(const char *const *argv, const char *out)
+{
+    pid_t p = th_spawn((char *const *)argv, out);
+    td_track(p);
+    int rc = td_exit_code(p, 120000);
+    td_dump(out);
+    return rc;
+}
+
+/*
+ * tests/py/user_cnn.py (a residual CNN with BatchNorm and dropout, AdamW
+ * with two groups, warm-up + cosine LambdaLR, clipping, bf16 autocast, a
+ * DataLoader with 2 workers): 2 trainers, a third joins, one is
+ * SIGKILLed, 20 more steps. The survivors end with the same digest
+ * (parameters, buffers, AdamW's state) and learning rate; every epoch
+ * completed saw each sample once and every step one learning rate; the
+ * final loss is within 0.1 of one process on the same global batches
+ * (dropout and BatchNorm's statistics of rank 0's share differ).
+ */
+TEST_IMPL(client_python_torch_user_cnn)
+{
+    char script[600];
+    td_daemon_t t;
+    int rc = user_env(&t, "client-pycnn", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    src_path(script, sizeof(script), "tests/py/user_cnn.py");
+    if (!py_imports("/usr/bin/python3", "import sklearn.datasets",
+                    td_path(&t, "sklearn.log")))
+        TEST_SKIP_WHY("sklearn cannot be imported by /usr/bin/python3");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    char stop[300], tmp[320], log[3][300];
+    snprintf(stop, sizeof(stop), "%s", td_path(&t, "stop"));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", stop);
+    for (int i = 0; i < 3; i++)
+        snprintf(log[i], sizeof(log[i]), "%s",
+                 td_path(&t, (const char *[]){"a", "b", "c"}[i]));
+    pid_t a = cnn_py(&t, script, "a", stop);
+    pid_t b = cnn_py(&t, script, "b", stop);
+    ASSERT_OK(td_wait_file(log[1], "step 5 ", 60000));
+    pid_t c = cnn_py(&t, script, "c", stop);
+    ASSERT_OK(td_wait_file(log[2], "restored ", 60000));
+    ASSERT_OK(td_wait_file(log[2], "world 3 ", 60000));
+    kill(a, SIGKILL);
+    ASSERT_EQ(td_exit_code(a, 10000), 128 + SIGKILL);
+    ASSERT_OK(td_wait_file(log[2], "world 2 ", 60000));
+    char now[32];
+    field_last(log[2], "\nstep ", now, sizeof(now));
+    FILE *f = fopen(tmp, "w");
+    ASSERT(f != NULL);
+    int last = atoi(now) + 20;
+    fprintf(f, "%d\n", last);
+    fclose(f);
+    ASSERT_OK(rename(tmp, stop));
+    ASSERT_EQ(td_exit_code(b, 120000), 0);
+    ASSERT_EQ(td_exit_code(c, 120000), 0);
+    char db[64], dc[64], lb[64], lc[64], ref[300], nsteps[16];
+    field(log[1], "final digest ", db, sizeof(db));
+    field(log[2], "final digest ", dc, sizeof(dc));
+    field_last(log[1], " lr ", lb, sizeof(lb));
+    field_last(log[2], " lr ", lc, sizeof(lc));
+    ASSERT_STR_EQ(db, dc);
+    ASSERT_STR_EQ(lb, lc);
+    const char *chk[] = {"/usr/bin/python3", script, "--check", log[0],
+                         log[1], log[2], NULL};
+    ASSERT_EQ(cnn_tool(chk, td_path(&t, "check.out")), 0);
+    snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref"));
+    snprintf(nsteps, sizeof(nsteps), "%d", last);
+    const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
+                           "--steps", nsteps, "--log", ref, NULL};
+    ASSERT_EQ(cnn_tool(rargv, td_path(&t, "ref.out")), 0);
+    const char *cmp[] = {"/usr/bin/python3", script, "--loss", log[1], ref,
+                         "0.1", NULL};
+    ASSERT_EQ(cnn_tool(cmp, td_path(&t, "loss.out")), 0);
+    printf("# survivors: digest %s, lr %s after %d steps\n", db, lb, last);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
