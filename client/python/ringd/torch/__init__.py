@@ -208,5 +208,5 @@ def step_end(client=None):
 
 from ringd.torch.staging import UnsupportedDevice  # noqa: E402,F401
 from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
-    Compression, DistributedOptimizer, broadcast_optimizer_state,
-    broadcast_parameters)
+    Average, Compression, DistributedOptimizer, GradChanged, Max, Min, Sum,
+    broadcast_optimizer_state, broadcast_parameters)

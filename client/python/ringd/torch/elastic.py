@@ -75,8 +75,12 @@ class ElasticSampler(torch.utils.data.Sampler):
     epoch is seen exactly once.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=True, seed=0):
+    def __init__(self, dataset, batch_size=1, shuffle=True, seed=0,
+                 drop_last=False):
         self.n = len(dataset)
+        # drop_last: a last step shorter than world * batch_size is not
+        # taken (the epoch ends before it), as DataLoader's drop_last.
+        self.drop_last = bool(drop_last)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -120,6 +124,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         return [self.batch(r) for r in range(self.world)]
 
     def done(self):
+        if self.drop_last:
+            return self.n - self.processed < self.world * self.batch_size
         return self.processed >= self.n
 
     def commit(self):
@@ -130,7 +136,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         """This rank's samples of the rest of the epoch, step by step, as
         if the world stayed as it is."""
         pos = self.processed
-        while pos < self.n:
+        full = self.world * self.batch_size
+        while pos < self.n and not (self.drop_last and self.n - pos < full):
             lo, hi, step = self._share(pos, self.rank)
             yield from self.order()[lo:hi]
             pos += step
@@ -149,6 +156,83 @@ class ElasticSampler(torch.utils.data.Sampler):
                              (d["n"], d["seed"], self.n, self.seed))
         self.epoch, self.processed = d["epoch"], d["processed"]
         self._order = None
+
+
+class _StepBatches:
+    """DataLoader batch sampler: the steps of the rest of the epoch as if
+    the world stays as it is, each index tagged with its step's (epoch,
+    position, rank, world); iterated in the main process when a
+    DataLoader iterator starts, so workers prefetch these steps."""
+
+    def __init__(self, sampler):
+        self.s = sampler
+
+    def __iter__(self):
+        s = self.s
+        pos, full = s.processed, s.world * s.batch_size
+        while pos < s.n and not (s.drop_last and s.n - pos < full):
+            lo, hi, step = s._share(pos, s.rank)
+            tag = (s.epoch, pos, s.rank, s.world)
+            yield [(tag, i) for i in s.order()[lo:hi]]
+            pos += step
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+class _Tagged(torch.utils.data.Dataset):
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __getitem__(self, key):
+        tag, i = key
+        return tag, self.dataset[i]
+
+    def __len__(self):
+        return len(self.dataset)
+
+
+class DataLoader:
+    """A torch DataLoader (num_workers, pin_memory, ... as keywords) over
+    an ElasticSampler's steps: batch() is this rank's collated batch of
+    the current step. Workers prefetch the next steps as if the world
+    stayed; a batch whose tag (epoch, position, rank, world) is not the
+    current step's is dropped, and after a view change (or an epoch's
+    end) the loader starts over from the sampler's position, so what
+    training sees is always exactly sampler.batch(): every sample of an
+    epoch once, across any number of view changes. A redone step gets
+    the same batch again."""
+
+    def __init__(self, dataset, sampler, collate_fn=None, **kw):
+        self.sampler = sampler
+        self._collate = collate_fn or torch.utils.data.default_collate
+        self._loader = torch.utils.data.DataLoader(
+            _Tagged(dataset), batch_sampler=_StepBatches(sampler),
+            collate_fn=self._collate_tagged, **kw)
+        self._it, self._last, self.dropped = None, None, 0
+
+    def _collate_tagged(self, items):
+        tags = {t for t, _ in items}
+        return tags.pop(), self._collate([x for _, x in items])
+
+    def batch(self):
+        s = self.sampler
+        want = (s.epoch, s.processed, s.rank, s.world)
+        if self._last is not None and self._last[0] == want:
+            return self._last[1]
+        for fresh in (False, True):
+            if fresh or self._it is None:
+                self._it = iter(self._loader)
+            for tag, b in self._it:
+                if tag == want:
+                    self._last = (tag, b)
+                    return b
+                self.dropped += 1
+                if tag[0] != want[0] or tag[2:] != want[2:] or \
+                        tag[1] > want[1]:
+                    break           # another view's steps: start over
+        raise RuntimeError("elastic.DataLoader: no batch for step %r "
+                           "(the epoch is done?)" % (want,))
 
 
 def _materialize_optimizer(opt):
@@ -175,6 +259,46 @@ def _materialize_optimizer(opt):
         for v in opt.state[p].values():
             if torch.is_tensor(v):
                 v.zero_()
+
+
+def _stateful(v):
+    return (not torch.is_tensor(v) and callable(getattr(v, "state_dict",
+                                                        None)) and
+            callable(getattr(v, "load_state_dict", None)))
+
+
+def _to_json(v):
+    """A state dict as JSON: tensors (a GradScaler's scale on CUDA, say)
+    tagged with their dtype; functions (LambdaLR's lambdas are None in
+    its state dict) are not state."""
+    if torch.is_tensor(v):
+        return {"__tensor__": v.detach().cpu().tolist(),
+                "dtype": str(v.dtype).replace("torch.", "")}
+    if isinstance(v, dict):
+        return {"__dict__": [[_to_json(k), _to_json(x)]
+                             for k, x in v.items()]}
+    if isinstance(v, (list, tuple)):
+        return [_to_json(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise TypeError("elastic.State: %r in a state_dict is not JSON" %
+                    type(v).__name__)
+
+
+def _from_json(v):
+    if isinstance(v, dict) and "__tensor__" in v:
+        return torch.tensor(v["__tensor__"], dtype=getattr(torch,
+                                                           v["dtype"]))
+    if isinstance(v, dict) and "__dict__" in v:
+        return {_hashable(_from_json(k)): _from_json(x)
+                for k, x in v["__dict__"]}
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    return v
+
+
+def _hashable(k):
+    return tuple(k) if isinstance(k, list) else k
 
 
 def _b64(b):
@@ -225,8 +349,21 @@ class State:
     part and come back as attributes: state.epoch, state.best, ..."""
 
     def __init__(self, model=None, optimizer=None, sampler=None, client=None,
-                 meta_cap=META_CAP, staging=None, **extras):
+                 meta_cap=META_CAP, staging=None, lr_scheduler=None,
+                 scaler=None, **extras):
         self.client = rt._pick(client)
+        # Objects with state_dict()/load_state_dict() (the scheduler, a
+        # GradScaler, any extra that has them): their state dicts go into
+        # the JSON part at every commit() and come back at restore().
+        self._objects = {}
+        if lr_scheduler is not None:
+            self._objects["lr_scheduler"] = lr_scheduler
+        if scaler is not None:
+            self._objects["scaler"] = scaler
+        self.lr_scheduler, self.scaler = lr_scheduler, scaler
+        for k in [k for k, v in extras.items() if _stateful(v)]:
+            self._objects["extra/" + k] = extras.pop(k)
+            object.__setattr__(self, k, self._objects["extra/" + k])
         self._staging = staging
         self._staged = []           # (region view, tensor, stager)
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
@@ -356,7 +493,9 @@ class State:
             fn(world)
 
     def _meta(self):
-        m = {"plain": self._plain, "rng": _rng_state()}
+        m = {"plain": self._plain, "rng": _rng_state(),
+             "objects": {k: _to_json(o.state_dict())
+                         for k, o in sorted(self._objects.items())}}
         if self.sampler is not None:
             m["sampler"] = self.sampler.state_dict()
         if self.optimizer is not None:
@@ -403,6 +542,9 @@ class State:
         _set_rng(m["rng"])
         if self.sampler is not None and "sampler" in m:
             self.sampler.load_state_dict(m["sampler"])
+        for k, d in m.get("objects", {}).items():
+            if k in self._objects:
+                self._objects[k].load_state_dict(_from_json(d))
         if self.optimizer is not None and "param_groups" in m:
             for g, saved in zip(self.optimizer.param_groups,
                                 m["param_groups"]):
@@ -445,9 +587,11 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
             state.restore()
         if state.sampler is not None:
             state.sampler.set_world(v.rank, v.world)
-        if gen is not None and v.generation != gen:
+        # Whenever the world size changes (with or without a new
+        # generation), and on any new generation.
+        if gen is not None and (v.generation, v.world) != gen:
             state.on_reset(v.world)
-        gen = v.generation
+        gen = (v.generation, v.world)
         limit = steps() if callable(steps) else steps
         if limit is not None and v.step >= limit:
             return v
@@ -457,6 +601,11 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
             continue                    # redo the step on the new view
         if state.sampler is not None:
             state.sampler.commit()
+            if state.sampler.done():
+                # The next epoch starts at the next step (the commit
+                # below saves it), so a loop that only asks batch() goes
+                # on over epochs.
+                state.sampler.set_epoch(state.sampler.epoch + 1)
         state.commit()
         try:
             c.step_end()

@@ -40,6 +40,16 @@ from ringd.torch import staging as staging_mod
 MODULE_SPLIT_BYTES = 1 << 20
 
 
+# The reductions of gradients (op= of DistributedOptimizer).
+Average, Sum, Min, Max = "avg", "sum", "min", "max"
+_OPS = (Average, Sum, Min, Max)
+
+
+class GradChanged(RuntimeError):
+    """A bucket's .grad was written while its reduction was in flight
+    (clipping or unscaling before step() without synchronize())."""
+
+
 class Compression:
     """The wire dtype of gradients: none (their own), fp16 or bf16."""
     none = None
@@ -111,12 +121,20 @@ class _Bucket:
                 v.copy_(p.grad)
             p.grad = v
 
-    def reduce(self, client):
+    def reduce(self, client, op="avg", prescale=1.0):
         self.bind()
+        if prescale != 1.0:
+            self.flat.mul_(prescale)
         if self.wire is not self.flat:
             self.wire.copy_(self.flat)
-        self.handle = rt.allreduce_async_(self.wire, op="avg", client=client,
+        # .grad are views of flat: they share its version counter, which
+        # any in-place write to one of them bumps (wait() checks it).
+        self.version = self.flat._version
+        self.handle = rt.allreduce_async_(self.wire, op=op, client=client,
                                           wire=self.wire_name)
+
+    def changed(self):
+        return self.flat._version != self.version
 
     def stage(self, p):
         pass
@@ -127,6 +145,8 @@ class _Bucket:
     def wait(self, scale):
         h, self.handle = self.handle, None
         h.wait()
+        if self.changed():
+            raise GradChanged(_changed_msg(self))
         if self.wire is not self.flat:
             self.flat.copy_(self.wire)
         if scale != 1.0:
@@ -166,6 +186,7 @@ class _StagedBucket:
         self._staged = set()    # parameters copied in this step
         self._mark = None       # the copies in, once all are issued
         self._back = None       # the copies back of the last wait()
+        self._versions = {}     # .grad._version when copied in
 
     def bind(self):
         """Every parameter has a .grad (zeros at first), as in a bucket
@@ -186,6 +207,13 @@ class _StagedBucket:
             self.stager.to_host(v, p.grad.detach())
         self._staged.add(id(p))
         self._mark = None
+        self._versions[id(p)] = (p.grad._version if p.grad is not None
+                                 else None)
+
+    def changed(self):
+        return any(self._versions.get(id(p)) != (
+            p.grad._version if p.grad is not None else None)
+            for p in self.params)
 
     def copied(self):
         """Whether every copy into the bucket is done (never blocks)."""
@@ -193,19 +221,22 @@ class _StagedBucket:
             self._mark = self.stager.mark()
         return self.stager.done(self._mark)
 
-    def reduce(self, client):
+    def reduce(self, client, op="avg", prescale=1.0):
         for p in self.params:
             if id(p) not in self._staged:   # fewer passes, or unused
                 self.stage(p)
         self.copied()
         # The allreduce reads the buffer: the copies must have landed.
         self.stager.wait(self._mark)
-        self.handle = rt.allreduce_async_(self.host, op="avg",
-                                          client=client)
+        if prescale != 1.0:
+            self.host.mul_(prescale)
+        self.handle = rt.allreduce_async_(self.host, op=op, client=client)
 
     def wait(self, scale):
         h, self.handle = self.handle, None
         h.wait()
+        if self.changed():
+            raise GradChanged(_changed_msg(self))
         for p, v in zip(self.params, self.views):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -227,6 +258,14 @@ class _StagedBucket:
         self.handle = None
         self._staged.clear()
         self._mark = None
+        self._versions = {}
+
+
+def _changed_msg(b):
+    return ("DistributedOptimizer: a .grad of bucket %d was written while "
+            "its reduction was in flight (clipping or unscaling before "
+            "step()?): call opt.synchronize() first, then step() inside "
+            "opt.skip_synchronize()" % b.index)
 
 
 class DistributedOptimizer:
@@ -242,12 +281,42 @@ class DistributedOptimizer:
     tensor, copied into and out of ringd memory), False or None keeps
     the gradients of CPU parameters in ringd memory. Parameters on a
     CUDA device are always staged; any other device raises
-    UnsupportedDevice naming the parameter."""
+    UnsupportedDevice naming the parameter.
+
+    op: Average (the default), Sum, Min or Max (rt.Average, ...).
+    gradient_predivide_factor=f (Average only): gradients are divided by
+    f before the sum and the result multiplied by f / world, as Horovod's.
+
+    model: its buffers (BatchNorm's running statistics, any registered
+    buffer) are broadcast from rank 0 of the step at every step, after
+    the gradients (see _sync_buffers), and are part of the equality check
+    of each new view. Without model= buffers are left to the caller.
+
+    Clipping and GradScaler: call synchronize(), change .grad, then
+    step() inside skip_synchronize(). A .grad written while its bucket's
+    reduction is in flight raises GradChanged from step()."""
 
     def __init__(self, optimizer, named_parameters=None,
                  compression=Compression.none, backward_passes_per_step=1,
                  bucket_cap_mb=25, client=None, check_equal=True,
-                 staging=None):
+                 staging=None, op=Average, gradient_predivide_factor=1.0,
+                 model=None):
+        if op not in _OPS:
+            raise ValueError("op %r: use rt.Average, rt.Sum, rt.Min or "
+                             "rt.Max" % (op,))
+        self.op = op
+        self.predivide = float(gradient_predivide_factor)
+        if self.predivide <= 0 or (self.predivide != 1.0 and op != Average):
+            raise ValueError("gradient_predivide_factor: a positive factor, "
+                             "with op=Average only")
+        self._skip = False
+        self._synced = False
+        self.buffers = ([(n, b) for n, b in model.named_buffers()]
+                        if model is not None else [])
+        self._buf_digests = None
+        self._buf_gen = None
+        self._pre = (model.register_forward_pre_hook(self._pre_forward)
+                     if model is not None else None)
         self.optimizer = optimizer
         self.client = rt._pick(client)
         self.k = int(backward_passes_per_step)
@@ -263,9 +332,23 @@ class DistributedOptimizer:
             raise ValueError("named_parameters: duplicate names")
         in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
         params = [p for _, p in named if p.requires_grad]
-        if any(id(p) not in in_opt for p in params):
-            raise ValueError("named_parameters holds a parameter the "
-                             "optimizer does not update")
+        missing = [n for n, p in named if p.requires_grad and
+                   id(p) not in in_opt]
+        if missing:
+            raise ValueError("named_parameters holds parameters the "
+                             "optimizer does not update: %s" %
+                             ", ".join(missing))
+        in_named = {id(p) for _, p in named}
+        unnamed = [(gi, pi, tuple(p.shape)) for gi, g in
+                   enumerate(optimizer.param_groups)
+                   for pi, p in enumerate(g["params"])
+                   if id(p) not in in_named]
+        if unnamed:
+            # It would never be averaged: every replica would drift.
+            raise ValueError("the optimizer updates parameters that "
+                             "named_parameters lacks (param_groups[g]"
+                             "['params'][i] of shape s): %s" % ", ".join(
+                                 "[%d][%d] %s" % u for u in unnamed))
         self._stager = {}
         for n, p in named:
             st = staging_mod.stager_for(p, "parameter %s" % n)
@@ -347,6 +430,7 @@ class DistributedOptimizer:
 
     def _hook(self, p):
         def hook(*_):
+            self._synced = False
             n = self._count[id(p)] = self._count.get(id(p), 0) + 1
             if self.trace is not None:
                 self.trace.append(("hook", self.names[id(p)]))
@@ -385,7 +469,7 @@ class DistributedOptimizer:
             # reductions were waited for already.
             self._wait_bucket(self.buckets[self._next -
                                            ringd.MAX_OUTSTANDING])
-        b.reduce(self.client)
+        b.reduce(self.client, self.op, 1.0 / self.predivide)
         if self.trace is not None:
             self.trace.append(("issue", b.index))
 
@@ -394,7 +478,10 @@ class DistributedOptimizer:
             return
         if self.trace is not None:
             self.trace.append(("wait", b.index))
-        b.wait(1.0 / self.k)
+        scale = 1.0 / self.k
+        if self.predivide != 1.0:
+            scale *= self.predivide     # avg already divided by world
+        b.wait(scale)
 
     def _check_equal(self):
         """Before the first reduction of each view: parameters that
@@ -408,6 +495,13 @@ class DistributedOptimizer:
             return
         ps = [p for b in self.buckets for p in b.params]
         ds = [_digest([p]) for p in ps]
+        # Buffers as the step's first forward found them (forward has
+        # moved BatchNorm's statistics since, differently everywhere).
+        if self.buffers:
+            if self._buf_gen != gen or self._buf_digests is None:
+                self._buf_digests = [_digest([t]) for _, t in self.buffers]
+            ds += self._buf_digests
+            ps = ps + [t for _, t in self.buffers]
         # One allreduce (max) of every digest and its negation: a
         # parameter is equal everywhere when max == -max(-d) == min.
         t = rt.zeros(2 * len(ps), dtype=torch.int64, client=self.client)
@@ -415,13 +509,16 @@ class DistributedOptimizer:
         rt.allreduce_(t, op="max", client=self.client)
         self._checked_gen = gen
         n = len(ps)
-        bad = [self.names[id(p)] for i, p in enumerate(ps)
+        names = dict(self.names)
+        names.update({id(b): "buffer " + nm for nm, b in self.buffers})
+        bad = [names[id(p)] for i, p in enumerate(ps)
                if int(t[i]) != -int(t[n + i])]
         if bad:
             more = " and %d more" % (len(bad) - 5) if len(bad) > 5 else ""
             raise ValueError("DistributedOptimizer: parameters differ "
                              "across trainers: %s%s; call "
-                             "ringd.torch.broadcast_parameters() first" %
+                             "ringd.torch.broadcast_parameters() (and "
+                             "model= for buffers) first" %
                              (", ".join(bad[:5]), more))
 
     def synchronize(self):
@@ -441,15 +538,76 @@ class DistributedOptimizer:
             for b in self.buckets:
                 try:
                     self._wait_bucket(b)
-                except ringd.Error as e:
+                except (ringd.Error, GradChanged) as e:
                     # Wait for the rest all the same: none may be left
                     # outstanding into the redone step.
                     if err is None:
                         err = e
             if err is not None:
                 raise err
+            self._sync_buffers()
+            self._synced = True
         finally:
             self._reset()
+
+    def _pre_forward(self, *_):
+        """The first forward of a step: when the step is redone, buffers
+        go back to the last values all trainers agreed on (the failed
+        attempt had moved them, differently on each); in a new view their
+        digests are taken for the equality check."""
+        v = self.client.view
+        key = (v.generation, v.step) if v is not None else None
+        last = getattr(self, "_buf_key", None)
+        if key is None or key == last:
+            return
+        self._buf_key = key
+        redo = last is not None and last[1] == key[1]
+        if redo and getattr(self, "_buf_pack", None) is not None:
+            self._unpack_buffers()
+        if v.generation != self._buf_gen:
+            self._buf_gen = v.generation
+            self._buf_digests = [_digest([t]) for _, t in self.buffers]
+
+    def _unpack_buffers(self):
+        with torch.no_grad():
+            for (_, t), pv in zip(self.buffers, self._buf_views):
+                t.copy_(pv.view(t.dtype).view_as(t))
+
+    def _sync_buffers(self):
+        """Rank 0's buffers to every trainer, as DDP's broadcast_buffers:
+        bitwise equal replicas, and evaluation that does not depend on
+        which one is asked. Broadcast rather than averaged: an average of
+        running variances is not the variance of the global batch either,
+        and integer buffers (num_batches_tracked) have no mean."""
+        if not self.buffers:
+            return
+        if getattr(self, "_buf_pack", None) is None:
+            total = sum(t.numel() * t.element_size() for _, t in self.buffers)
+            self._buf_pack = rt.zeros(max(total, 1), dtype=torch.uint8,
+                                      client=self.client)
+            self._buf_views, off = [], 0
+            for _, t in self.buffers:
+                n = t.numel() * t.element_size()
+                self._buf_views.append(self._buf_pack[off:off + n])
+                off += n
+        for (_, t), pv in zip(self.buffers, self._buf_views):
+            pv.copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+        rt.broadcast_(self._buf_pack, root=0, client=self.client)
+        self._unpack_buffers()
+
+    def skip_synchronize(self):
+        """with opt.skip_synchronize(): opt.step() - the wrapped step on
+        gradients synchronize() already reduced (Horovod's pattern)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            self._skip = True
+            try:
+                yield
+            finally:
+                self._skip = False
+        return cm()
 
     def _reset(self):
         for b in self.buckets:
@@ -458,8 +616,16 @@ class DistributedOptimizer:
         self._next = 0
 
     def step(self, closure=None):
-        """After k backward passes: reduce, then the wrapped step."""
-        self.synchronize()
+        """After k backward passes: reduce, then the wrapped step. Inside
+        skip_synchronize() (after synchronize()) it does not reduce."""
+        if self._skip:
+            if not self._synced:
+                raise RuntimeError("DistributedOptimizer.step() inside "
+                                   "skip_synchronize() without "
+                                   "synchronize() first")
+        else:
+            self.synchronize()
+        self._synced = False
         return self.optimizer.step(closure)
 
     def zero_grad(self, set_to_none=False):
@@ -471,6 +637,9 @@ class DistributedOptimizer:
         self._broken = None
 
     def close(self):
+        if self._pre is not None:
+            self._pre.remove()
+            self._pre = None
         for _, h in self._hooks:
             h.remove()
         self._hooks = []
@@ -484,10 +653,33 @@ def _tensors_of(params):
     return [(n, t) for n, t in items if torch.is_tensor(t)]
 
 
+def _outside_step(fn):
+    """Run fn inside a step; outside one (the daemon refuses a collective
+    there, RINGD_ESTATE, before anything is sent) open one step for it:
+    every trainer must then call it at the same point, and the job's step
+    counter moves on by one."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        c = rt._pick(kw.get("client"))
+        try:
+            return fn(*a, **kw)
+        except ringd.Error as e:
+            if e.code != ringd.ESTATE or "outside a step" not in str(e):
+                raise
+        c.step_begin()
+        out = fn(*a, **kw)
+        c.step_end()
+        return out
+    return wrapper
+
+
+@_outside_step
 def broadcast_parameters(params, root_rank=0, client=None):
     """Overwrite params (a state_dict, or (name, tensor) pairs) with the
-    root trainer's, inside a step: one broadcast of their bytes through a
-    ringd buffer."""
+    root trainer's: one broadcast of their bytes through a ringd buffer.
+    Outside a step it opens one (see _outside_step)."""
     c = rt._pick(client)
     tensors = _tensors_of(params)
     total = sum(t.numel() * t.element_size() for _, t in tensors)
@@ -508,10 +700,12 @@ def broadcast_parameters(params, root_rank=0, client=None):
             t.copy_(v.view(t.dtype).view_as(t))
 
 
+@_outside_step
 def broadcast_optimizer_state(optimizer, root_rank=0, client=None):
     """Give every trainer the root's optimizer state (moments, step
-    counters) and hyperparameters, inside a step. The state is created
-    first where it does not exist yet, as a fresh optimizer would."""
+    counters) and hyperparameters. The state is created first where it
+    does not exist yet, as a fresh optimizer would. Outside a step it
+    opens one (see _outside_step)."""
     from ringd.torch import elastic
     import json
     c = rt._pick(client)
@@ -520,7 +714,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, client=None):
     params = [p for g in opt.param_groups for p in g["params"]]
     tensors = [("%d/%s" % (i, k), v) for i, p in enumerate(params)
                for k, v in sorted(opt.state[p].items()) if torch.is_tensor(v)]
-    broadcast_parameters(tensors, root_rank, c)
+    # Within this call's step (the wrapper's retry opens one for all).
+    broadcast_parameters.__wrapped__(tensors, root_rank, c)
     groups = json.dumps([{k: v for k, v in g.items() if k != "params"}
                          for g in opt.param_groups]).encode()
     n = rt.zeros(1, dtype=torch.int64, client=c)

@@ -1,0 +1,214 @@
+"""A training script as a PyTorch user writes one, made elastic with
+ringd.torch (tests/test-client-torch-user.c, client_python_torch_user_cnn).
+
+A residual CNN with BatchNorm and dropout on sklearn's digits, AdamW with
+two parameter groups, warm-up + cosine LambdaLR, clipping through
+synchronize()/skip_synchronize(), bf16 CPU autocast, elastic.DataLoader
+with 2 workers; the global batch stays 24 whatever the world size
+(on_reset sets each rank's share).
+
+--mode ringd: one trainer (logs every step); --mode ref: one process, the
+same global batches, no ringd; --check LOG...: every completed epoch saw
+each sample exactly once, and the trainers logged the same learning rate
+at each step; --loss A B TOL: the final losses of two runs within TOL.
+"""
+import argparse
+import math
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N, GLOBAL, WARMUP, TOTAL = 480, 24, 10, 200
+
+
+def digits():
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = torch.tensor(d.data[:N], dtype=torch.float32).view(-1, 1, 8, 8) / 16
+    return torch.utils.data.TensorDataset(x, torch.tensor(d.target[:N]))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(x + self.b2(self.c2(y)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1),
+                                  nn.BatchNorm2d(8), nn.ReLU())
+        self.block = Block(8)
+        self.drop = nn.Dropout(0.1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.block(self.stem(x))
+        return self.head(self.drop(x.mean((2, 3))))
+
+
+def setup():
+    torch.manual_seed(0)
+    model = Net()
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    other = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=3e-3)
+
+    def warmup_cosine(i):
+        if i < WARMUP:
+            return (i + 1) / WARMUP
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (i - WARMUP) /
+                                                 (TOTAL - WARMUP))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
+    return model, opt, sched
+
+
+def loss_of(model, x, y):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    return F.cross_entropy(out.float(), y)
+
+
+def eval_loss(model, data):
+    model.eval()
+    with torch.no_grad():
+        x, y = data.tensors
+        loss = float(F.cross_entropy(model(x), y))
+    model.train()
+    return loss
+
+
+def run_ringd(o):
+    import ringd.torch as rt
+    from ringd.torch import elastic
+    rt.init(o.socket, name="user_cnn")
+    data = digits()
+    model, opt, sched = setup()
+    sampler = elastic.ElasticSampler(data, batch_size=GLOBAL // 2, seed=1)
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler,
+                          lr_scheduler=sched)
+    dopt = rt.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   model=model)
+    loader = elastic.DataLoader(data, sampler, num_workers=2)
+    log = open(o.log, "a")
+
+    def reset(world):
+        sampler.batch_size = GLOBAL // world   # the same global batch
+    state.register_reset_callbacks([reset])
+
+    def step(state, v):
+        if v.restored and not getattr(step, "told", False):
+            log.write("restored %d\n" % v.step)
+        step.told = True
+        reset(v.world)
+        glob = [i for sh in sampler.global_batch() for i in sh]
+        x, y = loader.batch()
+        dopt.zero_grad()
+        loss_of(model, x, y).backward()
+        dopt.synchronize()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with dopt.skip_synchronize():
+            dopt.step()
+        sched.step()
+        log.write("step %d gen %d rank %d world %d epoch %d lr %r idx %s\n"
+                  % (v.step, v.generation, v.rank, v.world, sampler.epoch,
+                     opt.param_groups[0]["lr"], ",".join(map(str, glob))))
+        log.flush()
+        if o.pace_ms:
+            import time
+            time.sleep(o.pace_ms / 1000.0)  # lets the test kill mid-run
+
+    def limit():
+        try:
+            with open(o.stop_file) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
+    v = elastic.run(step, state, steps=limit)
+    log.write("final digest %s lr %r loss %.6f step %d\n" %
+              (state.digest(), opt.param_groups[0]["lr"],
+               eval_loss(model, data), v.step))
+    log.close()
+    rt.client().close()
+
+
+def run_ref(o):
+    from ringd.torch.elastic import ElasticSampler
+    data = digits()
+    model, opt, sched = setup()
+    s = ElasticSampler(data, batch_size=GLOBAL, seed=1)
+    for _ in range(o.steps):
+        if s.done():
+            s.set_epoch(s.epoch + 1)
+        x, y = data[s.batch()]
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        s.commit()
+    with open(o.log, "w") as f:
+        f.write("final loss %.6f lr %r\n" % (eval_loss(model, data),
+                                             opt.param_groups[0]["lr"]))
+
+
+def check(logs):
+    steps, lrs = {}, {}
+    for path in logs:
+        for line in open(path):
+            w = line.split()
+            if w[0] != "step":
+                continue
+            s, epoch, lr = int(w[1]), int(w[9]), w[11]
+            idx = [int(i) for i in w[13].split(",")]
+            assert steps.setdefault(s, (epoch, idx)) == (epoch, idx), s
+            assert lrs.setdefault(s, lr) == lr, "lr differs at step %d" % s
+    per = {}
+    for s in sorted(steps):
+        per.setdefault(steps[s][0], []).extend(steps[s][1])
+    done = [e for e in per if e + 1 in per]
+    for e in done:
+        assert sorted(per[e]) == list(range(N)), "epoch %d" % e
+    assert done, "no epoch completed"
+    print("check: %d steps, epochs %s each sample exactly once, one lr per "
+          "step" % (len(steps), done))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="ringd")
+    ap.add_argument("--socket")
+    ap.add_argument("--log")
+    ap.add_argument("--out")
+    ap.add_argument("--stop-file")
+    ap.add_argument("--pace-ms", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--check", nargs="+")
+    ap.add_argument("--loss", nargs=3)
+    o = ap.parse_args()
+    if o.check:
+        check(o.check)
+    elif o.loss:
+        la, lb = (float(open(p).read().split(" loss ")[-1].split()[0])
+                  for p in o.loss[:2])
+        print("final loss %.4f vs %.4f (tolerance %s)" % (la, lb, o.loss[2]))
+        return 0 if abs(la - lb) <= float(o.loss[2]) else 1
+    elif o.mode == "ref":
+        run_ref(o)
+    else:
+        run_ringd(o)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
