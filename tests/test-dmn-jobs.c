@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -330,5 +331,46 @@ TEST_IMPL(dmn_jobs_bad_names)
                           "10", "--ckpt-dir", "/tmp", NULL};
     ASSERT_EQ(ringd_exit(ckpt, out), 2);
     ASSERT(td_file_has(out, "--ckpt-interval needs --job"));
+    return fx_done();
+}
+
+/*
+ * --job-secret-dir: job NAME's secret is DIR/NAME.secret. A job whose
+ * file is there (0600) is served and its ring runs with that secret; a
+ * job without one, or with one every user can read, is refused.
+ */
+TEST_IMPL(dmn_jobs_secret_dir)
+{
+    cluster_env();
+    cluster_t c = {.n = 1};
+    fx_etcd_start(&c.etcd, 0);
+    td_daemon_t tmp;
+    td_init(&tmp, "dmn-jobs-secrets");
+    char path[400];
+    const char *names[] = {"alpha", "open"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s.secret", tmp.dir, names[i]);
+        FILE *f = fopen(path, "w");
+        ASSERT(f != NULL);
+        fputs("0123456789abcdef0123456789abcdef\n", f);
+        fclose(f);
+        ASSERT_OK(chmod(path, i == 0 ? 0600 : 0644));
+    }
+    const char *extra[] = {"--job-secret-dir", tmp.dir, NULL};
+    node_unpinned(&c, 0, "1", extra);
+    char why[256];
+    ASSERT_EQ(connect_job(&c.d[0], "beta", why, sizeof(why), NULL),
+              RINGD_EINVAL);
+    ASSERT_MSG(strstr(why, "'beta'") && strstr(why, "secret"), "%s", why);
+    ASSERT_EQ(connect_job(&c.d[0], "open", why, sizeof(why), NULL),
+              RINGD_EINVAL);
+    ASSERT_MSG(strstr(why, "'open'") && strstr(why, "secret"), "%s", why);
+    ASSERT(td_file_has(c.d[0].log, "readable by every user"));
+    setenv("RINGD_JOB", "alpha", 1);
+    c.trainer[0][0] = trainer(&c, 0, 0, "50");
+    unsetenv("RINGD_JOB");
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    ASSERT(td_file_has(c.d[0].log, "joined job 'alpha'"));
+    ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
     return fx_done();
 }
