@@ -299,6 +299,17 @@ int cl__register_buf(ringd_client_t *c, uint32_t id)
                     sizeof(rep));
 }
 
+/* The job this trainer names, said again at every reconnect: a daemon
+ * restarted (or one that left the job) learns it anew. */
+static int cl_name_job(ringd_client_t *c)
+{
+    proto_job_t j;
+    memset(&j, 0, sizeof(j));
+    memcpy(j.name, c->job, sizeof(j.name));
+    proto_status_rep_t rep;
+    return cl__call(c, PROTO_T_JOB, &j, sizeof(j), -1, &rep, sizeof(rep));
+}
+
 /* Open the socket, say hello, register everything we own. */
 int cl__open(ringd_client_t *c)
 {
@@ -324,6 +335,8 @@ int cl__open(ringd_client_t *c)
     int rc = cl__call(c, PROTO_T_HELLO, &h, sizeof(h), -1, &rep, sizeof(rep));
     if (rc == 0)
         c->client_id = rep.client_id;
+    if (rc == 0 && c->job[0] != '\0')
+        rc = cl_name_job(c);
     for (uint32_t i = 0; rc == 0 && i < c->nbufs; i++)
         if (c->bufs[i].addr != NULL)
             rc = cl__register_buf(c, i);

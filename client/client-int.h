@@ -38,6 +38,7 @@ struct ringd_client {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     ringd_opts_t opts;
     char name[32];
+    char job[sizeof(((proto_job_t *)0)->name)]; /* "": names no job */
     uint32_t seq;
     uint32_t client_id;
     cl_buf_t *bufs;         /* indexed by buffer id; lowest free id reused */

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +28,13 @@
 
 
 
+/* The message of this thread's last failed ringd_connect(), which gives
+ * the caller no object to ask (Python raises it). */
+static __thread char cl_connect_err[sizeof(((ringd_client_t *)0)->err)];
+
 const char *ringd_last_error(const ringd_client_t *c)
 {
-    return c != NULL ? c->err : "";
+    return c != NULL ? c->err : cl_connect_err;
 }
 
 void ringd_opts_init(ringd_opts_t *opts)
@@ -40,16 +45,45 @@ void ringd_opts_init(ringd_opts_t *opts)
     opts->reconnect_s = -1; /* $RINGD_RECONNECT_S, else the default */
 }
 
-_Static_assert(sizeof(void *) != 8 || sizeof(ringd_opts_t) == 24,
-               "ringd_opts_t keeps the size callers built before "
-               "reconnect_s (which took its padding) pass");
+/* The struct as callers built it before `job`: its fields keep their
+ * places, and such a caller's struct_size (24) still counts. */
+#define CL_OPTS_V1_SIZE offsetof(ringd_opts_t, job)
+_Static_assert(sizeof(void *) != 8 || CL_OPTS_V1_SIZE == 24,
+               "ringd_opts_t keeps the layout callers built before "
+               "reconnect_s (which took its padding) and job pass");
+_Static_assert(sizeof(void *) != 8 || sizeof(ringd_opts_t) == 32,
+               "job is the one field added at the end");
 
-/* The caller's options, or the defaults (struct_size 0). */
+/* The caller's options, or the defaults (struct_size 0): the fields a
+ * caller's struct_size covers are its, the rest the defaults. */
 static void cl_take_opts(ringd_client_t *c, const ringd_opts_t *opts)
 {
     ringd_opts_init(&c->opts);
-    if (opts != NULL && opts->struct_size >= sizeof(*opts))
-        c->opts = *opts;
+    if (opts == NULL || opts->struct_size < CL_OPTS_V1_SIZE)
+        return;
+    size_t n = opts->struct_size < sizeof(*opts) ? opts->struct_size
+                                                 : sizeof(*opts);
+    memcpy(&c->opts, opts, n);
+    c->opts.struct_size = sizeof(c->opts);
+}
+
+/* opts.job, else $RINGD_JOB, checked: the name goes to the daemon. */
+static int cl_take_job(ringd_client_t *c)
+{
+    const char *job = c->opts.job;
+    c->opts.job = NULL; /* the caller's string need not outlive connect */
+    if (job == NULL)
+        job = getenv("RINGD_JOB");
+    if (job == NULL || job[0] == '\0')
+        return 0;
+    if (!proto_job_name_ok(job, sizeof(c->job))) {
+        cl__fail(c, RINGD_EINVAL, "job name '%.80s': want 1..%d characters "
+                 "of [A-Za-z0-9_.-], not starting with '.'", job,
+                 RINGD_JOB_NAME_MAX);
+        return RINGD_EINVAL;
+    }
+    snprintf(c->job, sizeof(c->job), "%s", job);
+    return 0;
 }
 
 
@@ -75,12 +109,15 @@ int ringd_connect(ringd_client_t **c_p, const char *socket_path,
         return RINGD_EINVAL;
     }
     snprintf(c->path, sizeof(c->path), "%s", socket_path);
-    int rc = cl__reconnect_window(c);
+    int rc = cl_take_job(c);
+    if (rc == 0)
+        rc = cl__reconnect_window(c);
     if (rc == 0)
         rc = cl__open(c);
     if (rc != 0) {
         /* The caller gets no object, so the message goes to stderr once. */
         fprintf(stderr, "libringd: %s\n", c->err);
+        snprintf(cl_connect_err, sizeof(cl_connect_err), "%s", c->err);
         free(c);
         return rc;
     }

@@ -56,7 +56,18 @@ static const cfg_key_t keys[] = {
      "file holding the job secret (16 bytes or more, not readable by "
      "every user): ring neighbours prove to each other that they hold "
      "it (default: none, neighbours are trusted)"},
-    {"job", K_STR, F(job), 0, 0, "NAME", "job name (etcd key prefix)"},
+    {"job", K_STR, F(job), 0, 0, "NAME",
+     "job name (etcd key prefix); pins the job: a trainer naming another "
+     "is refused. Without it (with --etcd) ringd serves the job its first "
+     "trainer names (RINGD_JOB, job=): 1..64 characters of "
+     "[A-Za-z0-9_.-], not starting with '.'; one job at a time"},
+    {"jobs", K_STR, F(jobs), 0, 0, "LIST",
+     "without --job: the job names trainers may name, comma-separated; an "
+     "entry ending in '*' is a prefix (default: any valid name)"},
+    {"job-secret-dir", K_STR, F(job_secret_dir), 0, 0, "DIR",
+     "without --job: job NAME's secret is DIR/NAME.secret (same rules as "
+     "--job-secret-file; a job without its file is refused); default: "
+     "--job-secret-file for every job"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
     {"host", K_STR, F(host), 0, 0, "NAME",
@@ -516,7 +527,7 @@ static int check_readable(const char *key, const char *path, FILE *err)
 }
 
 /* Anyone who can read the job secret can join the job. */
-static int check_secret(const char *path, FILE *err)
+int dmn__config_check_secret(const char *path, FILE *err)
 {
     struct stat st;
     if (check_readable("job-secret", path, err) != 0)
@@ -545,7 +556,36 @@ static int validate_etcd_security(const dmn_config_t *cfg, FILE *err)
         check_readable("etcd-key", cfg->etcd_key, err) != 0 ||
         check_readable("etcd-password", cfg->etcd_password_file, err) != 0)
         return ST_ECONFIG;
-    return check_secret(cfg->job_secret_file, err);
+    return dmn__config_check_secret(cfg->job_secret_file, err);
+}
+
+/* A daemon that pins no job: what its trainers may name. */
+static int validate_unpinned(const dmn_config_t *cfg, FILE *err)
+{
+    if (cfg->job != NULL || cfg->standalone || cfg->etcd == NULL) {
+        if (cfg->jobs != NULL || cfg->job_secret_dir != NULL) {
+            fprintf(err, "ringd: --jobs and --job-secret-dir are for a "
+                    "ringd that pins no job (--etcd without --job)\n");
+            return ST_ECONFIG;
+        }
+        return 0;
+    }
+    if (cfg->ckpt_interval > 0) {
+        /* One checkpoint directory would hand one job's state to the next
+         * job: checkpoints need a pinned job. */
+        fprintf(err, "ringd: --ckpt-interval needs --job (a ringd serving "
+                "jobs its trainers name keeps no checkpoints)\n");
+        return ST_ECONFIG;
+    }
+    if (cfg->job_secret_dir != NULL) {
+        struct stat st;
+        if (stat(cfg->job_secret_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(err, "ringd: job-secret-dir %s is not a directory\n",
+                    cfg->job_secret_dir);
+            return ST_ECONFIG;
+        }
+    }
+    return 0;
 }
 
 /* The socket's group and mode, resolved once at start-up so that a typo
@@ -600,13 +640,16 @@ static int validate(dmn_config_t *cfg, FILE *err)
     }
     if (cfg->standalone && cfg->backend == NULL)
         set_str(&cfg->backend, "solo");
+    if (validate_unpinned(cfg, err) != 0)
+        return ST_ECONFIG;
     if (cfg->backend == NULL) {
-        if (cfg->etcd == NULL || cfg->job == NULL) {
-            fprintf(err, "ringd: --etcd and --job are required unless "
-                    "--standalone is given\n");
+        if (cfg->etcd == NULL) {
+            fprintf(err, "ringd: --etcd is required unless --standalone is "
+                    "given\n");
             return ST_ECONFIG;
         }
-        if (strchr(cfg->job, '/') != NULL || cfg->job[0] == '\0' ||
+        if ((cfg->job != NULL &&
+             (strchr(cfg->job, '/') != NULL || cfg->job[0] == '\0')) ||
             strchr(cfg->node_id, '/') != NULL || cfg->node_id[0] == '\0') {
             fprintf(err, "ringd: --job and --node-id must be non-empty and "
                     "contain no '/'\n");

@@ -53,6 +53,8 @@ enum {
                                        step answer RINGD_ERESHAPE */
     DMN_CONN_F_END_HELD = 1u << 5,  /* its STEP_END (end_seq) is answered
                                        when the step's commit is known */
+    DMN_CONN_F_JOB = 1u << 6,       /* named the job the node runs
+                                       (jobs.c) */
 };
 
 /* A collective a connection sent and that awaits its reply. */
@@ -202,6 +204,8 @@ enum {
     DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
     DMN_F_COPY_SYNC_INIT = 1u << 13,  /* copy_mu, copy_cv (copy.c) */
     DMN_F_RESTART = 1u << 14,         /* the drain is dmn_restart()'s */
+    DMN_F_JOB_ENDED = 1u << 15,       /* the drain is the end of a job its
+                                         trainers named (jobs.c) */
 };
 
 /*
@@ -258,6 +262,11 @@ struct dmn {
     /* Step state (step.c). */
     dmn_step_state_t state;
     uint64_t step;
+    /* The job (jobs.c): the config's (pinned), or the one its first
+     * trainer named ("" until then); its secret file when not pinned. */
+    char job_name[RINGD_JOB_NAME_MAX + 1];
+    int job_pinned;
+    char job_secret[4096];
     job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
@@ -427,6 +436,16 @@ int dmn__copy_propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n);
  * started (d->ckpt_restoring until done), else nothing to do. */
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
                             const dmn_fill_t *f, uint32_t n);
+
+/* jobs.c: the job a trainer names (PROTO_T_JOB), and the end of a job
+ * that trainers named. */
+void dmn__job_init(dmn_t *d);
+void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j);
+/* 0 when c may begin a step, else the status it was refused with. */
+int dmn__job_may_step(dmn_conn_t *c, uint32_t seq);
+void dmn__job_conn_gone(dmn_t *d, const dmn_conn_t *c);
+/* dmn.c: replace the idle placeholder backend with job d->job_name's. */
+int dmn__job_join(dmn_t *d);
 
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);

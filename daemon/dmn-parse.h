@@ -60,4 +60,12 @@ int dmn__msg_check(const dmn_msg_ctx_t *ctx, const void *buf, size_t n,
 int dmn__config_read(dmn_config_t *cfg, FILE *f, const char *name,
                      FILE *err);
 
+/* A job secret file that may be used: readable, regular, not readable by
+ * every user. 0 or ST_ECONFIG with the reason written to err. */
+int dmn__config_check_secret(const char *path, FILE *err);
+
+/* Whether job name `name` is in the allow-list `list` ("a,b,pre*"; NULL:
+ * every name): 1 or 0. */
+int dmn__job_allowed(const char *list, const char *name);
+
 #endif /* RINGD_DMN_PARSE_H */

@@ -90,6 +90,38 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
     };
 }
 
+static job_cbs_t job_cbs(dmn_t *d)
+{
+    return (job_cbs_t){.on_view = dmn__step_on_view, .arg = d,
+                       .get_state = dmn__step_get_state,
+                       .on_drain = dmn__on_backend_drain};
+}
+
+/*
+ * The first trainer named job d->job_name (jobs.c): swap the placeholder
+ * backend, which no step used, for the job's. The options are the
+ * daemon's config, as for a pinned job (the job's first view fixes the
+ * job-wide ones).
+ */
+int dmn__job_join(dmn_t *d)
+{
+    job_config_t jc;
+    job_config_from(d->cfg, &jc);
+    jc.job = d->job_name;
+    jc.job_secret_file = d->job_secret[0] != '\0' ? d->job_secret : NULL;
+    job_cbs_t cbs = job_cbs(d);
+    job_t *be = NULL;
+    int rc = job_create(d->loop, &jc, &cbs, &be);
+    if (rc != 0) {
+        RD_ERROR("joining job '%s': %s", d->job_name, st_strerror(rc));
+        return rc;
+    }
+    job_destroy(d->be);
+    d->be = be;
+    d->be->ops->get_view(d->be, &d->view);
+    return 0;
+}
+
 int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
                const dmn_hooks_t *hooks, dmn_t **d_p)
 {
@@ -122,9 +154,12 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
 
     job_config_t jc;
     job_config_from(cfg, &jc);
-    job_cbs_t cbs = {.on_view = dmn__step_on_view, .arg = d,
-                     .get_state = dmn__step_get_state,
-                     .on_drain = dmn__on_backend_drain};
+    dmn__job_init(d);
+    if (jc.job == NULL && jc.etcd != NULL && !cfg->standalone)
+        jc = (job_config_t){.spec = "solo", .node = cfg->node_id,
+                            .host = cfg->host, .trainers = cfg->trainers,
+                            .min_nodes = 1}; /* until a trainer names one */
+    job_cbs_t cbs = job_cbs(d);
     int rc = job_create(loop, &jc, &cbs, &d->be);
     if (rc != 0)
         goto err_timer;

@@ -27,7 +27,9 @@ typedef struct dmn_config {
     char *etcd_user;        /* etcd auth user, with its password file */
     char *etcd_password_file;
     char *job_secret_file;  /* ring neighbours prove they hold it */
-    char *job;
+    char *job;              /* NULL: the job its first trainer names */
+    char *jobs;             /* without job: names allowed (a,b,pre*) */
+    char *job_secret_dir;   /* without job: DIR/NAME.secret */
     char *node_id;          /* default: hostname */
     char *host;             /* ring grouping; default: hostname */
     uint32_t min_nodes;     /* the first view waits for this many */
@@ -115,6 +117,10 @@ int dmn_restarting(const dmn_t *d);
 #define DMN_EXIT_RESTART 75
 /* Non-zero once drained and every trainer was told (or timed out). */
 int dmn_done(const dmn_t *d);
+/* Non-zero when the drain was the end of a job its trainers named (the
+ * config pins none) and the last trainer left: the caller destroys d and
+ * creates a fresh one for the next job (main.c). */
+int dmn_job_ended(const dmn_t *d);
 /* Close everything; run the loop afterwards to finish the closes.
  * Accepts NULL. */
 void dmn_destroy(dmn_t *d);

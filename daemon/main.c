@@ -45,7 +45,7 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     ringd_main_t *m = s->data;
     m->restart = 0; /* a stop wins over a restart asked before */
-    if (++m->signals > 1) {
+    if (++m->signals > 1 || m->dmn == NULL) { /* NULL: between two jobs */
         RD_WARN("second signal (%s): exiting now", strsignal(signum));
         uv_stop(&m->loop);
         return;
@@ -60,7 +60,7 @@ static void on_signal(uv_signal_t *s, int signum)
 static void on_restart_signal(uv_signal_t *s, int signum)
 {
     ringd_main_t *m = s->data;
-    if (m->signals > 0) {
+    if (m->signals > 0 || m->dmn == NULL) {
         RD_INFO("%s: a drain is already under way", strsignal(signum));
         return;
     }
@@ -88,6 +88,9 @@ static void start_signals(ringd_main_t *m)
     uv_signal_start(&m->sigterm, on_signal, SIGTERM);
     uv_signal_start(&m->sigint, on_signal, SIGINT);
     uv_signal_start(&m->sigusr2, on_restart_signal, SIGUSR2);
+    uv_unref((uv_handle_t *)&m->sigterm);
+    uv_unref((uv_handle_t *)&m->sigint);
+    uv_unref((uv_handle_t *)&m->sigusr2);
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -117,6 +120,7 @@ static void start_watchdog(ringd_main_t *m)
     uint64_t ms = usec / 2000 ? usec / 2000 : 1;
     uv_timer_init(&m->loop, &m->watchdog);
     uv_timer_start(&m->watchdog, on_watchdog, 0, ms);
+    uv_unref((uv_handle_t *)&m->watchdog);
     RD_INFO("systemd watchdog: ping every %llu ms", (unsigned long long)ms);
 }
 
@@ -125,6 +129,53 @@ static void close_cb(uv_handle_t *h, void *arg)
     (void)arg;
     if (!uv_is_closing(h))
         uv_close(h, NULL);
+}
+
+#define RC_NEXT_JOB 1000 /* serve(): the job ended, serve the next one */
+
+/* One daemon object's life: create, run until it drains. */
+static int serve(ringd_main_t *m)
+{
+    dmn_hooks_t hooks = {on_status, m};
+    int rc = dmn_create(&m->loop, &m->cfg, &hooks, &m->dmn);
+    if (rc != 0) {
+        RD_ERROR("ringd could not start: %s", st_strerror(rc));
+        return 1;
+    }
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s (%s)", m->cfg.socket_path,
+               m->cfg.backend);
+    RD_INFO("ringd %s ready (node %s, backend %s%s)", DMN_VERSION,
+            m->cfg.node_id, m->cfg.backend,
+            m->cfg.job == NULL && m->cfg.etcd != NULL && !m->cfg.standalone
+                ? ", serving the job its first trainer names" : "");
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    rc = dmn_done(m->dmn) ? 0 : 1;
+    if (rc == 0 && m->signals == 0 && dmn_job_ended(m->dmn))
+        return RC_NEXT_JOB;
+    if (rc != 0 && m->signals > 1)
+        rc = 0; /* asked twice to stop: a stop, not a failure */
+    if (rc == 0 && m->restart)
+        rc = DMN_EXIT_RESTART;
+    RD_INFO("ringd exiting (%s)", rc == DMN_EXIT_RESTART
+                                      ? "drained for a restart"
+                                  : rc == 0 ? "drained" : "aborted");
+    return rc;
+}
+
+/*
+ * The job's last trainer left and the node left the job: tear the daemon
+ * object down (its socket too) and let serve() build a fresh one for the
+ * next job, in the same process. The signal and watchdog handles stay
+ * (unreferenced: serve() ends its loop with uv_stop, and here the loop
+ * ends once the old object's handles have closed). A signal in between
+ * stops (m->dmn is NULL).
+ */
+static void next_job(ringd_main_t *m)
+{
+    dmn_destroy(m->dmn);
+    m->dmn = NULL;
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    RD_INFO("left the job: ready for the next one");
 }
 
 int main(int argc, char **argv)
@@ -150,31 +201,17 @@ int main(int argc, char **argv)
     export_ucx_opts(&m->cfg);
 
     uv_loop_init(&m->loop);
-    dmn_hooks_t hooks = {on_status, m};
-    rc = dmn_create(&m->loop, &m->cfg, &hooks, &m->dmn);
-    if (rc != 0) {
-        RD_ERROR("ringd could not start: %s", st_strerror(rc));
-        goto out;
-    }
     start_signals(m);
     start_watchdog(m);
-    sd_notifyf(0, "READY=1\nSTATUS=serving %s (%s)", m->cfg.socket_path,
-               m->cfg.backend);
-    RD_INFO("ringd %s ready (node %s, backend %s)", DMN_VERSION,
-            m->cfg.node_id, m->cfg.backend);
-
-    uv_run(&m->loop, UV_RUN_DEFAULT);
-    rc = dmn_done(m->dmn) ? 0 : 1;
-    if (rc != 0 && m->signals > 1)
-        rc = 0; /* asked twice to stop: a stop, not a failure */
-    if (rc == 0 && m->restart)
-        rc = DMN_EXIT_RESTART;
-    RD_INFO("ringd exiting (%s)", rc == DMN_EXIT_RESTART
-                                      ? "drained for a restart"
-                                  : rc == 0 ? "drained" : "aborted");
-
-out:
+    while ((rc = serve(m)) == RC_NEXT_JOB) {
+        next_job(m);
+        if (m->signals > 0) {
+            rc = 0; /* stopped between two jobs */
+            break;
+        }
+    }
     dmn_destroy(m->dmn);
+    m->dmn = NULL;
     uv_walk(&m->loop, close_cb, NULL);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     uv_loop_close(&m->loop);

@@ -23,6 +23,15 @@ static int check_hello(const dmn_msg_ctx_t *ctx, const proto_hello_t *h,
     return 0;
 }
 
+/* The name is hostile: checked within its array, NUL included. */
+static int check_job(const proto_job_t *j, dmn_msg_t *m)
+{
+    if (!proto_job_name_ok(j->name, sizeof(j->name)))
+        return reject(m, RINGD_EINVAL, "job name: want 1..64 characters of "
+                      "[A-Za-z0-9_.-], not starting with '.'");
+    return 0;
+}
+
 static int check_buf_add(const dmn_msg_ctx_t *ctx, const proto_buf_add_t *b,
                          int nfds, dmn_msg_t *m)
 {
@@ -84,6 +93,7 @@ static int check_body(const dmn_msg_ctx_t *ctx, const dmn_msg_t *m,
     case PROTO_T_STATE_SET:
         return check_state_set(ctx, (const void *)b, out);
     case PROTO_T_COLL: return check_coll(ctx, (const void *)b, out);
+    case PROTO_T_JOB: return check_job((const void *)b, out);
     default: return 0;
     }
 }

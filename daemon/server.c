@@ -261,7 +261,10 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
     case PROTO_T_STATE_SET:
         on_state_set(c, h->seq, (const void *)body);
         break;
-    case PROTO_T_STEP_BEGIN: dmn__step_begin(c->d, c, h->seq); break;
+    case PROTO_T_STEP_BEGIN:
+        if (dmn__job_may_step(c, h->seq) == 0)
+            dmn__step_begin(c->d, c, h->seq);
+        break;
     case PROTO_T_COLL:
         dmn__step_coll(c->d, c, h->seq, (const void *)body);
         break;
@@ -270,6 +273,7 @@ static void dispatch(dmn_conn_t *c, const proto_hdr_t *h, const char *body,
     case PROTO_T_STATUS: on_status(c, h->seq); break;
     case PROTO_T_BYE: c->flags |= DMN_CONN_F_BYE; break;
     case PROTO_T_BUF_FREE: on_buf_free(c, h->seq, (const void *)body); break;
+    case PROTO_T_JOB: dmn__job_named(c, h->seq, (const void *)body); break;
     default: bad_msg(c, h->seq, RINGD_EPROTO, "unknown type"); break;
     }
     if (fd >= 0)
@@ -364,6 +368,7 @@ static void conn_close(dmn_conn_t *c)
         }
     }
     dmn__step_conn_lost(d, c);
+    dmn__job_conn_gone(d, c);
     uv_poll_stop(&c->poll);
     uv_close((uv_handle_t *)&c->poll, conn_freed);
 }

@@ -139,7 +139,18 @@ typedef struct {
      * gets the default. */
     int32_t reconnect_s;
     const char *name;      /* shown in the daemon's logs; may be NULL */
+    /* The job this trainer runs (added at the end: a caller built
+     * against an older ringd.h passes a smaller struct_size and reads as
+     * NULL). NULL: $RINGD_JOB, else none. A daemon whose config pins no
+     * job serves the job its first trainer names; one that runs a job
+     * refuses a trainer naming another with RINGD_ESTATE and a message
+     * naming both (ringd_last_error()). 1..RINGD_JOB_NAME_MAX characters
+     * of [A-Za-z0-9_.-], not starting with '.'; another name makes
+     * ringd_connect() fail with RINGD_EINVAL. */
+    const char *job;
 } ringd_opts_t;
+
+#define RINGD_JOB_NAME_MAX 64
 
 #define RINGD_RECONNECT_DEFAULT_S 30
 #define RINGD_RECONNECT_MAX_S 3600
@@ -422,7 +433,9 @@ int ringd_reconnect(ringd_client_t *c);
 const char *ringd_strerror(int rc);
 
 /* The detailed message of the last failed call on c ("" if none). Valid
- * until the next call on c. */
+ * until the next call on c. With c NULL: the message of the calling
+ * thread's last failed ringd_connect() ("" if none), e.g. the daemon's
+ * refusal of opts.job. */
 const char *ringd_last_error(const ringd_client_t *c);
 
 /* Disconnect, unmap and free every buffer. Accepts NULL. */

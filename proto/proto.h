@@ -64,6 +64,7 @@ typedef enum {
     PROTO_T_ERROR = 9, /* reply only */
     PROTO_T_BYE = 10,  /* request only, no reply: a clean leave */
     PROTO_T_BUF_FREE = 11,
+    PROTO_T_JOB = 12,  /* the job the trainer names (after HELLO) */
     PROTO_T_COUNT
 } proto_type_t;
 
@@ -128,6 +129,14 @@ typedef struct {
                           wire format, ringd_wire_t (0: the job's) */
 } proto_coll_req_t;
 
+/* The job a trainer names: RINGD_JOB_NAME_MAX characters at most of
+ * [A-Za-z0-9_.-], not starting with '.', NUL-terminated within the array.
+ * Sent after HELLO and before any step; a trainer that names none sends
+ * none (an older client, too: the message is an addition). */
+typedef struct {
+    char name[72];
+} proto_job_t;
+
 /* STEP_BEGIN, STEP_END, CKPT, STATUS and BYE have an empty body. */
 
 /* Replies: every body starts with a RINGD_* status. */
@@ -173,6 +182,7 @@ typedef struct {
 /* The layouts are the ABI: no hidden padding may differ between builds. */
 _Static_assert(sizeof(proto_hdr_t) == 16, "header layout");
 _Static_assert(sizeof(proto_hello_t) == 40, "hello layout");
+_Static_assert(sizeof(proto_job_t) == 72, "job layout");
 _Static_assert(sizeof(proto_buf_add_t) == 16, "buf_add layout");
 _Static_assert(sizeof(proto_state_set_t) == 24, "state_set layout");
 _Static_assert(sizeof(proto_buf_free_t) == 8, "buf_free layout");
@@ -190,6 +200,7 @@ static inline size_t proto_req_size(uint32_t type)
     case PROTO_T_STATE_SET: return sizeof(proto_state_set_t);
     case PROTO_T_COLL: return sizeof(proto_coll_req_t);
     case PROTO_T_BUF_FREE: return sizeof(proto_buf_free_t);
+    case PROTO_T_JOB: return sizeof(proto_job_t);
     default: return 0;
     }
 }
@@ -202,6 +213,25 @@ static inline size_t proto_rep_size(uint32_t type)
     case PROTO_T_ERROR: return sizeof(proto_error_rep_t);
     default: return sizeof(proto_status_rep_t);
     }
+}
+
+/*
+ * A job name is 1..RINGD_JOB_NAME_MAX characters of [A-Za-z0-9_.-], not
+ * starting with '.': it becomes an etcd key prefix (/ringd/NAME/) and a
+ * file name (NAME.secret), so no '/', no "..", nothing to escape. The
+ * name is read within cap bytes only (a wire array need not hold a NUL).
+ */
+static inline int proto_job_name_ok(const char *name, size_t cap)
+{
+    size_t n = 0;
+    for (; n < cap && name[n] != '\0'; n++) {
+        char ch = name[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' ||
+              ch == '.'))
+            return 0;
+    }
+    return n > 0 && n < cap && n <= RINGD_JOB_NAME_MAX && name[0] != '.';
 }
 
 /* Element size of a wire dtype; 0 when invalid. */

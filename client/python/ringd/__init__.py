@@ -127,7 +127,8 @@ class _Opts(ctypes.Structure):
                 ("timeout_ms", ctypes.c_uint32),
                 ("auto_reconnect", ctypes.c_int),
                 ("reconnect_s", ctypes.c_int32),
-                ("name", ctypes.c_char_p)]
+                ("name", ctypes.c_char_p),
+                ("job", ctypes.c_char_p)]
 
 
 class _View(ctypes.Structure):
@@ -318,10 +319,14 @@ class Client:
     """One connection to the local ringd. Not thread-safe."""
 
     def __init__(self, socket=None, name=None, timeout_ms=0,
-                 auto_reconnect=True, reconnect_s=None):
+                 auto_reconnect=True, reconnect_s=None, job=None):
         """reconnect_s: how long to wait for a daemon that went away
         (restarted) before giving up with ENODAEMON; None is
-        $RINGD_RECONNECT_S, else 30; 0 does not wait (at most 3600)."""
+        $RINGD_RECONNECT_S, else 30; 0 does not wait (at most 3600).
+        job: the job this trainer runs (None: $RINGD_JOB, else none); a
+        ringd that pins no job serves the one its first trainer names, and
+        one that runs a job refuses another: Error (ESTATE) naming both.
+        At most 64 characters of [A-Za-z0-9_.-], not starting with '.'."""
         opts = _Opts()
         _lib.ringd_opts_init(ctypes.byref(opts))
         opts.timeout_ms = timeout_ms
@@ -330,12 +335,15 @@ class Client:
             opts.reconnect_s = int(reconnect_s)
         self._name = (name or "python").encode()
         opts.name = self._name
+        self._job = job.encode() if job else None
+        opts.job = self._job
         self._c = ctypes.c_void_p()
         path = socket.encode() if socket else None
         rc = _lib.ringd_connect(ctypes.byref(self._c), path,
                                 ctypes.byref(opts))
         if rc != 0:
-            raise Error(rc, "ringd_connect: " + strerror(rc))
+            why = _lib.ringd_last_error(None).decode(errors="replace")
+            raise Error(rc, "ringd_connect: " + (why or strerror(rc)))
         self._staging = {}
         self.view = None        # from the last step_begin()
         # Base addresses of buffers no array refers to any more; freed at

@@ -1,0 +1,179 @@
+/*
+ * jobs.c - the job a trainer names (PROTO_T_JOB; RINGD_JOB, opts.job).
+ *
+ * A config that pins a job (--job) serves that one: a trainer naming
+ * another is refused, one naming none or the same is served. A ringd with
+ * --etcd and no --job serves the job its first trainer names: until then
+ * its backend is an idle placeholder (no etcd, no ring); the first name
+ * (allowed by --jobs, with its secret) makes it join that job in etcd
+ * (dmn__job_join). One job at a time: a trainer naming another while it
+ * runs is refused with both names. When the job's last trainer is gone the
+ * node drains and leaves the job like a stop, and main.c builds a fresh
+ * daemon object for the next job (dmn_job_ended).
+ */
+#include "daemon/dmn-int.h"
+#include "daemon/dmn-parse.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* Names the daemon's trainers may name without --job (--etcd given). */
+static int unpinned(const dmn_t *d)
+{
+    return !d->job_pinned && d->cfg->etcd != NULL && !d->cfg->standalone;
+}
+
+void dmn__job_init(dmn_t *d)
+{
+    d->job_pinned = d->cfg->job != NULL;
+    if (d->job_pinned)
+        snprintf(d->job_name, sizeof(d->job_name), "%s", d->cfg->job);
+}
+
+int dmn__job_allowed(const char *list, const char *name)
+{
+    if (list == NULL)
+        return 1;
+    size_t nlen = strlen(name);
+    for (const char *p = list; *p != '\0';) {
+        const char *e = strchr(p, ',');
+        size_t len = e != NULL ? (size_t)(e - p) : strlen(p);
+        while (len > 0 && p[0] == ' ') {
+            p++;
+            len--;
+        }
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (len > 0 && p[len - 1] == '*') {
+            if (nlen >= len - 1 && strncmp(p, name, len - 1) == 0)
+                return 1;
+        } else if (len == nlen && strncmp(p, name, len) == 0) {
+            return 1;
+        }
+        if (e == NULL)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Where job `name`'s secret comes from: DIR/NAME.secret with
+ * --job-secret-dir, else --job-secret-file (or none). 0, or a RINGD_*
+ * status with why (for the trainer) filled. */
+static int job_secret(dmn_t *d, const char *name, char *why, size_t n)
+{
+    d->job_secret[0] = '\0';
+    if (d->cfg->job_secret_dir == NULL) {
+        if (d->cfg->job_secret_file != NULL)
+            snprintf(d->job_secret, sizeof(d->job_secret), "%s",
+                     d->cfg->job_secret_file);
+        return 0;
+    }
+    snprintf(d->job_secret, sizeof(d->job_secret), "%s/%s.secret",
+             d->cfg->job_secret_dir, name);
+    char msg[512] = "";
+    FILE *err = fmemopen(msg, sizeof(msg) - 1, "w");
+    int rc = dmn__config_check_secret(d->job_secret, err != NULL ? err
+                                                                 : stderr);
+    if (err != NULL)
+        fclose(err);
+    if (rc == 0)
+        return 0;
+    RD_WARN("job '%s' refused: %s", name, msg);
+    snprintf(why, n, "job '%s' has no usable secret on this node "
+             "(job-secret-dir): ask the administrator", name);
+    d->job_secret[0] = '\0';
+    return RINGD_EINVAL;
+}
+
+/* 0 when c may run job `name` here, else the status (why filled). */
+static int job_check(dmn_conn_t *c, const char *name, char *why, size_t n)
+{
+    dmn_t *d = c->d;
+    if (d->job_name[0] != '\0') {
+        if (strcmp(d->job_name, name) == 0)
+            return 0;
+        snprintf(why, n, d->job_pinned
+                 ? "ringd runs job '%s' (pinned by its config), not '%s'"
+                 : "ringd runs job '%s' until its trainers leave; not '%s'",
+                 d->job_name, name);
+        return RINGD_ESTATE;
+    }
+    if (!unpinned(d))
+        return 0; /* standalone, no --job: nothing to join, any name */
+    if (d->flags & (DMN_F_DRAIN_REQUESTED | DMN_F_JOB_ENDED)) {
+        snprintf(why, n, "ringd is stopping; job '%s' not started", name);
+        return RINGD_ESHUTDOWN;
+    }
+    if (!dmn__job_allowed(d->cfg->jobs, name)) {
+        snprintf(why, n, "job '%s' is not among this ringd's jobs (--jobs)",
+                 name);
+        return RINGD_EINVAL;
+    }
+    int rc = job_secret(d, name, why, n);
+    if (rc != 0)
+        return rc;
+    snprintf(d->job_name, sizeof(d->job_name), "%s", name);
+    if (dmn__job_join(d) != 0) {
+        d->job_name[0] = '\0';
+        snprintf(why, n, "ringd could not join job '%s' (see its log)",
+                 name);
+        return RINGD_EABORTED;
+    }
+    RD_INFO("joined job '%s' for its first trainer (uid %u)", name,
+            (unsigned)c->uid);
+    return 0;
+}
+
+void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j)
+{
+    char name[sizeof(j->name)];
+    memcpy(name, j->name, sizeof(name));
+    name[sizeof(name) - 1] = '\0'; /* the validator found the NUL */
+    char why[PROTO_TEXT];
+    int rc = RINGD_ESTATE;
+    if (c->flags & DMN_CONN_F_MEMBER)
+        snprintf(why, sizeof(why), "the job is named before the first step");
+    else
+        rc = job_check(c, name, why, sizeof(why));
+    if (rc != 0) {
+        RD_WARN("client %u (pid %d, uid %u): %s", c->id, (int)c->pid,
+                (unsigned)c->uid, why);
+        dmn__reply_error(c, seq, rc, "%s", why);
+        return;
+    }
+    c->flags |= DMN_CONN_F_JOB;
+    dmn__reply_status(c, PROTO_T_JOB, seq, 0);
+}
+
+int dmn__job_may_step(dmn_conn_t *c, uint32_t seq)
+{
+    if (!unpinned(c->d) || (c->flags & DMN_CONN_F_JOB))
+        return 0;
+    dmn__reply_error(c, seq, RINGD_ESTATE,
+                     "this ringd serves the job its trainers name: set "
+                     "RINGD_JOB (or job=, opts.job)");
+    return RINGD_ESTATE;
+}
+
+void dmn__job_conn_gone(dmn_t *d, const dmn_conn_t *c)
+{
+    if (!(c->flags & DMN_CONN_F_JOB) || !unpinned(d) ||
+        (d->flags & (DMN_F_DRAIN_REQUESTED | DMN_F_DESTROYING)))
+        return;
+    for (const dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        if (o != c && (o->flags & DMN_CONN_F_JOB))
+            return;
+    RD_INFO("job '%s': its last trainer left; leaving the job",
+            d->job_name);
+    d->flags |= DMN_F_JOB_ENDED;
+    dmn_drain(d);
+}
+
+int dmn_job_ended(const dmn_t *d)
+{
+    return (d->flags & DMN_F_JOB_ENDED) != 0 &&
+           !(d->flags & DMN_F_DRAIN_TIMED_OUT);
+}
