@@ -101,7 +101,7 @@ TEST_IMPL(dmn_bad_command_lines)
         {{"--standalone", "--config", "/dev/null", "--socket",
           td_path(&t, "m.sock"), "--metrics", "nowhere"},
          1, "bad metrics address"},
-        {{"--config", "/dev/null"}, 2, "--etcd and --job are required"},
+        {{"--config", "/dev/null"}, 2, "--etcd is required unless --standalone"},
         {{"--config", "/dev/null", "--etcd", "http://127.0.0.1:1", "--job",
           "a/b"}, 2, "contain no '/'"},
         {{"-c", conf1}, 2, want1},
