@@ -52,8 +52,9 @@ window, at most %g s); --socket (or $RINGD_SOCKET) 1..%d bytes, a Unix
 socket that exists. A line a trainer writes is passed on in pieces of %d
 bytes at most.
 
---job is passed to the trainers as RINGD_JOB; today the daemon's config
-decides the job (jobs named by their users are not built yet).
+--job is passed to the trainers as RINGD_JOB: a ringd whose config pins
+no job serves the job its first trainer names; one that pins a job
+refuses another name.
 
 exit status: 0 every trainer exited 0; 1 gave up (a trainer died more
 than --max-restarts times within the window, or could not be started);
