@@ -524,7 +524,12 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
         else if (d->state == DMN_STEP_REDUCING)
             d->flags |= DMN_F_BREAK_PENDING;
     }
-    if (counted && !bye && d->state != DMN_STEP_DRAINED &&
+    /* A clean leave (BYE) is a leave as much as a loss: the other nodes
+     * wait for this node's trainers all the same (a new generation when
+     * it left mid-step, stepping out when it was the last one). Only the
+     * daemon's own teardown (which marks every connection BYE) is not. */
+    if (counted && d->state != DMN_STEP_DRAINED &&
+        !(d->flags & DMN_F_DESTROYING) &&
         d->be->ops->trainer_lost != NULL) {
         uint32_t remaining = 0;
         for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
