@@ -1,0 +1,125 @@
+/*
+ * Trainers that come and go on a node of a running job (real etcd, real
+ * daemons, real trainers), with a ring deadline longer than the test may
+ * run, so only the daemons' handling of the trainers keeps the job going:
+ *  - a trainer that leaves cleanly (ringd_close: BYE) is a leave like a
+ *    loss: its node, left without trainers, steps out and the others go on.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "include/ringd.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/mb-fixture.h"
+#include "tests/ring-cluster.h"
+#include "tests/task.h"
+
+/*
+ * 3 nodes x 1 trainer; n1's trainer is given 100 steps of the job's 1500,
+ * so it ends its part and closes its connection cleanly (BYE) mid-job.
+ * n1 steps out (it has no trainer left) and n0 and n2 go on in a new
+ * generation with 2 trainers, ending bitwise identical.
+ */
+TEST_IMPL(dmn_trainers_clean_leave)
+{
+    cluster_env();
+    cluster_t c = {.n = 3};
+    fx_etcd_start(&c.etcd, 0);
+    rc_deadline = "600000";
+    for (int i = 0; i < 3; i++)
+        node_init(&c, i, "1", "3");
+    rc_deadline = NULL;
+    c.trainer[0][0] = trainer(&c, 0, 0, "1500");
+    c.trainer[1][0] = trainer(&c, 1, 0, "100");
+    c.trainer[2][0] = trainer(&c, 2, 0, "1500");
+    const char *h00 = td_path(&c.d[0], "h0");
+
+    expect_exit0(&c, 1, 0, c.trainer[1][0]); /* its 100 steps, then BYE */
+    ASSERT_OK(td_wait_file(c.d[1].log, "leaving the job until one connects",
+                           30000));
+    ASSERT_OK(td_wait_file(h00, "world 2", 60000));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 2, 0, c.trainer[2][0]);
+
+    static td_hashes_t h0, h2;
+    td_read_hashes(h00, &h0);
+    td_read_hashes(td_path(&c.d[2], "h0"), &h2);
+    ASSERT_EQ(h0.world[1499], 2);
+    ASSERT_GT(h0.gen[1499], h0.gen[0]); /* a new generation without n1 */
+    ASSERT_EQ(h0.hash[1499], h2.hash[1499]);
+    ASSERT_GE(td_same_hashes(&h0, &h2), 1490);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[2], "p0")),
+              0);
+    /* A leave, not a loss. */
+    ASSERT(!td_file_has(c.d[1].log, "lost at step"));
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * 2 nodes x 2 trainers; n0's second trainer is SIGKILLed in step 20 and a
+ * new one started on the same socket while n0 keeps its first trainer:
+ * the replacement joins at a step boundary with the state of the node's
+ * member (restored), takes part in the job (world 4 again), and every
+ * replica ends bitwise identical.
+ */
+TEST_IMPL(dmn_trainers_replace)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    rc_deadline = "600000";
+    node_init(&c, 0, "2", "2");
+    node_init(&c, 1, "2", "2");
+    rc_deadline = NULL;
+    const char *steps = "3000";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    rc_crash_at = "20";
+    c.trainer[0][1] = trainer(&c, 0, 1, steps);
+    rc_crash_at = NULL;
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    c.trainer[1][1] = trainer(&c, 1, 1, steps);
+    const char *h10 = td_path(&c.d[1], "h0");
+
+    ASSERT_NE(td_exit_code(c.trainer[0][1], 60000), 0);
+    ASSERT_OK(td_wait_file(h10, "world 3", 60000));
+    /* The replacement: its own files (t1, h1, p1 are the dead one's). */
+    const char *args[] = {"--steps", steps, "--hash-log",
+                          td_path(&c.d[0], "h2"), "--save",
+                          td_path(&c.d[0], "p2"), "--log-every", "20", NULL};
+    pid_t repl = td_trainer(&c.d[0], args, td_path(&c.d[0], "t2.log"));
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h2"), "world 4", 60000));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    expect_exit0(&c, 1, 1, c.trainer[1][1]);
+    int rc = td_exit_code(repl, 180000);
+    if (rc != 0) {
+        td_dump(td_path(&c.d[0], "t2.log"));
+        td_dump(c.d[0].log);
+    }
+    ASSERT_MSG(rc == 0, "the replacement exited %d", rc);
+    ASSERT(td_file_has(td_path(&c.d[0], "t2.log"), "restored"));
+
+    static td_hashes_t h0, h1, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(h10, &h1);
+    td_read_hashes(td_path(&c.d[0], "h2"), &h2);
+    ASSERT_GT(td_same_hashes(&h0, &h2), 0);
+    ASSERT_GE(td_same_hashes(&h0, &h1), 2990);
+    ASSERT_EQ(h0.hash[2999], h1.hash[2999]);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(h0.world[2999], 4);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[0], "p2")),
+              0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
+              0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
