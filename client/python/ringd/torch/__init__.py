@@ -210,3 +210,4 @@ from ringd.torch.staging import UnsupportedDevice  # noqa: E402,F401
 from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
     Compression, DistributedOptimizer, broadcast_optimizer_state,
     broadcast_parameters)
+from ringd.torch import distributed as _distributed  # noqa: E402,F401  (registers the "ringd" torch.distributed backend)
