@@ -210,3 +210,5 @@ from ringd.torch.staging import UnsupportedDevice  # noqa: E402,F401
 from ringd.torch.optimizer import (  # noqa: E402  (they use the above)
     Average, Compression, DistributedOptimizer, GradChanged, Max, Min, Sum,
     broadcast_optimizer_state, broadcast_parameters)
+# Registers the "ringd" torch.distributed backend (ringd/torch/distributed.py).
+from ringd.torch import distributed as _distributed  # noqa: E402,F401
