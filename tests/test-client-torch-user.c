@@ -93,8 +93,8 @@ static void field_last(const char *path, const char *key, char *out,
  * 2 trainers: the ops on rank-dependent gradients, then a BatchNorm model
  * over 20 steps (five epochs of 64 samples in steps of 16): both end
  * with the same state digest (parameters, BatchNorm's running statistics,
- * momentum), the same learning rate, in epoch 5 (elastic.run rolled
- * over).
+ * momentum), the same learning rate, in epoch 4, the fifth (batch()
+ * rolled over).
  */
 TEST_IMPL(client_python_torch_user_buffers)
 {
@@ -132,7 +132,7 @@ TEST_IMPL(client_python_torch_user_buffers)
     field(log[0], " epoch ", ea, sizeof(ea));
     ASSERT_STR_EQ(da, db);
     ASSERT_STR_EQ(la, lb);
-    ASSERT_EQ(atoi(ea), 5); /* 20 steps of 16 of 64 samples */
+    ASSERT_EQ(atoi(ea), 4); /* 20 steps of 16 of 64: epochs 0-4 */
     printf("# 2 replicas with BatchNorm: digest %s, lr %s\n", da, la);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;

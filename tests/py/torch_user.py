@@ -110,7 +110,8 @@ def run_checks(c, torch, ringd, elastic):
                        client=fake_client(c, views))
 
     def step(s, v):
-        seen.setdefault(s.sampler.epoch, []).extend(s.sampler.batch())
+        b = s.sampler.batch()       # first: it may start the next epoch
+        seen.setdefault(s.sampler.epoch, []).extend(b)
     elastic.run(step, st)
     for e in (0, 1, 2):
         assert sorted(seen.get(e, [])) == list(range(n)), (e, seen)

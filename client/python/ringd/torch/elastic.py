@@ -112,9 +112,18 @@ class ElasticSampler(torch.utils.data.Sampler):
         lo = start + rank * q + min(rank, extra)
         return lo, lo + q + (1 if rank < extra else 0), step
 
+    def next_epoch_if_done(self):
+        """A loop that only asks batch() goes on over epochs: once the
+        epoch is done, asking for a batch starts the next one. A loop
+        that checks done() itself first still sees it done (and may stop
+        or call set_epoch), as before."""
+        if self.done():
+            self.set_epoch(self.epoch + 1)
+
     def batch(self, rank=None):
-        """This rank's indices for the current step ([] once the epoch is
-        done)."""
+        """This rank's indices for the current step; once the epoch is
+        done, of the next epoch's first step (next_epoch_if_done)."""
+        self.next_epoch_if_done()
         lo, hi, _ = self._share(self.processed,
                                 self.rank if rank is None else rank)
         return self.order()[lo:hi]
@@ -217,6 +226,7 @@ class DataLoader:
 
     def batch(self):
         s = self.sampler
+        s.next_epoch_if_done()
         want = (s.epoch, s.processed, s.rank, s.world)
         if self._last is not None and self._last[0] == want:
             return self._last[1]
@@ -601,11 +611,6 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
             continue                    # redo the step on the new view
         if state.sampler is not None:
             state.sampler.commit()
-            if state.sampler.done():
-                # The next epoch starts at the next step (the commit
-                # below saves it), so a loop that only asks batch() goes
-                # on over epochs.
-                state.sampler.set_epoch(state.sampler.epoch + 1)
         state.commit()
         try:
             c.step_end()

@@ -268,6 +268,36 @@ def _changed_msg(b):
             "opt.skip_synchronize()" % b.index)
 
 
+def _check_named(optimizer, named):
+    """The trainable parameters of named, checked against the optimizer
+    both ways: one the optimizer updates and named lacks would never be
+    averaged; one named holds and the optimizer lacks would be reduced
+    for nothing. Either is a ValueError naming them."""
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError("named_parameters: duplicate names")
+    in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    params = [p for _, p in named if p.requires_grad]
+    missing = [n for n, p in named if p.requires_grad and
+               id(p) not in in_opt]
+    if missing:
+        raise ValueError("named_parameters holds parameters the "
+                         "optimizer does not update: %s" %
+                         ", ".join(missing))
+    in_named = {id(p) for _, p in named}
+    unnamed = [(gi, pi, tuple(p.shape)) for gi, g in
+               enumerate(optimizer.param_groups)
+               for pi, p in enumerate(g["params"])
+               if id(p) not in in_named]
+    if unnamed:
+        # It would never be averaged: every replica would drift.
+        raise ValueError("the optimizer updates parameters that "
+                         "named_parameters lacks (param_groups[g]"
+                         "['params'][i] of shape s): %s" % ", ".join(
+                             "[%d][%d] %s" % u for u in unnamed))
+    return params
+
+
 class DistributedOptimizer:
     """Wraps a torch optimizer: gradients averaged over the job's trainers
     of the step (ringd's avg divides by that step's trainer count), then
@@ -327,28 +357,7 @@ class DistributedOptimizer:
         else:
             named = [("param.%d" % i, p) for i, p in enumerate(
                 p for g in optimizer.param_groups for p in g["params"])]
-        names = [n for n, _ in named]
-        if len(set(names)) != len(names):
-            raise ValueError("named_parameters: duplicate names")
-        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        params = [p for _, p in named if p.requires_grad]
-        missing = [n for n, p in named if p.requires_grad and
-                   id(p) not in in_opt]
-        if missing:
-            raise ValueError("named_parameters holds parameters the "
-                             "optimizer does not update: %s" %
-                             ", ".join(missing))
-        in_named = {id(p) for _, p in named}
-        unnamed = [(gi, pi, tuple(p.shape)) for gi, g in
-                   enumerate(optimizer.param_groups)
-                   for pi, p in enumerate(g["params"])
-                   if id(p) not in in_named]
-        if unnamed:
-            # It would never be averaged: every replica would drift.
-            raise ValueError("the optimizer updates parameters that "
-                             "named_parameters lacks (param_groups[g]"
-                             "['params'][i] of shape s): %s" % ", ".join(
-                                 "[%d][%d] %s" % u for u in unnamed))
+        params = _check_named(optimizer, named)
         self._stager = {}
         for n, p in named:
             st = staging_mod.stager_for(p, "parameter %s" % n)
