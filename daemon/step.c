@@ -524,18 +524,20 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
         else if (d->state == DMN_STEP_REDUCING)
             d->flags |= DMN_F_BREAK_PENDING;
     }
-    /* A clean leave (BYE) is a leave as much as a loss: the other nodes
-     * wait for this node's trainers all the same (a new generation when
-     * it left mid-step, stepping out when it was the last one). Only the
-     * daemon's own teardown (which marks every connection BYE) is not. */
-    if (counted && d->state != DMN_STEP_DRAINED &&
-        !(d->flags & DMN_F_DESTROYING) &&
-        d->be->ops->trainer_lost != NULL) {
-        uint32_t remaining = 0;
-        for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-            remaining += o != c && dmn__conn_counted(o);
+    /* The backend hears of a lost trainer, and of a clean leave (BYE) by
+     * the node's last one: the other nodes would wait for this node's
+     * trainers forever, so it steps out. A BYE with trainers left is a
+     * count change the ring carries on its flags (the step it was in is
+     * voided on every node, as any count change is), cheaper than the
+     * new generation a death mid-step asks for. The daemon's own
+     * teardown (which marks every connection BYE) is neither. */
+    uint32_t remaining = 0;
+    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        remaining += o != c && dmn__conn_counted(o);
+    if (counted && (!bye || remaining == 0) &&
+        d->state != DMN_STEP_DRAINED && !(d->flags & DMN_F_DESTROYING) &&
+        d->be->ops->trainer_lost != NULL)
         d->be->ops->trainer_lost(d->be, in_step, remaining);
-    }
     if (d->state == DMN_STEP_DRAINED) {
         check_done(d);
         return;

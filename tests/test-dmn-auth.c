@@ -99,6 +99,9 @@ static void auth_env(auth_job_t *j)
 
 /* Node i of AUTH_JOB with secret file which ("a" or "b"), and its
  * trainer. */
+/* --step-delay-ms for the trainers auth_node starts next; NULL: none. */
+static const char *auth_trainer_extra;
+
 static void auth_node(auth_job_t *j, int i, const char *which,
                       const char *min_nodes)
 {
@@ -116,7 +119,9 @@ static void auth_node(auth_job_t *j, int i, const char *which,
                            "--job-secret-file", secrets[i], NULL};
     ASSERT_MSG(td_start(d, flags) == 0, "daemon n%d did not start", i);
     const char *args[] = {"--steps", AUTH_STEPS_S, "--hash-log",
-                          td_path(d, "h"), "--log-every", "100", NULL};
+                          td_path(d, "h"), "--log-every", "100",
+                          auth_trainer_extra ? "--step-delay-ms" : NULL,
+                          auth_trainer_extra, NULL};
     j->trainer[i] = td_trainer(d, args, td_path(d, "t.log"));
 }
 
@@ -724,27 +729,46 @@ static int ringctl_drain(auth_job_t *j, const char *node, const char *secret,
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The last step n1's hash log names so far (-1 when none). */
+static int last_step(auth_job_t *j, int i)
+{
+    static td_hashes_t h;
+    td_read_hashes(td_path(&j->d[i], "h"), &h);
+    return h.nsteps - 1;
+}
+
 /*
  * A drain key written without the job secret (ringctl without
  * --job-secret-file, as any etcd writer could) is ignored by n1, which
- * says so and goes on; the same request signed (ringctl
- * --job-secret-file) drains it.
+ * says so and trains on in the job of two; the same request signed
+ * (ringctl --job-secret-file) drains it at its next step boundary while
+ * the job runs (a node whose trainer has ended has left the job, so
+ * there is nothing to drain then), and n0 (--min-nodes 1) finishes alone.
+ * Each step takes 2 ms so that the job outlasts the two requests.
  */
 TEST_IMPL(dmn_auth_forged_drain)
 {
     static auth_job_t j;
     auth_env(&j);
-    auth_node(&j, 0, "a", "2");
+    auth_trainer_extra = "2";
+    auth_node(&j, 0, "a", "1");
     auth_node(&j, 1, "a", "2");
-    ASSERT_OK(td_wait_file(td_path(&j.d[0], "h"), "step 60 ", 60000));
+    auth_trainer_extra = NULL;
+    ASSERT_OK(td_wait_file(td_path(&j.d[1], "h"), "step 60 ", 60000));
     const char *out = td_path(&j.d[0], "drain.out");
     ASSERT_EQ(ringctl_drain(&j, "n1", NULL, out), 0);
     ASSERT_OK(td_wait_file(j.d[1].log, "ignoring the drain request", 30000));
-    expect_job_of_two(&j);
-    expect_never_alone(&j);
+    char later[32];
+    int ignored_at = last_step(&j, 1);
+    snprintf(later, sizeof(later), "step %d ", ignored_at + 50);
+    ASSERT_OK(td_wait_file(td_path(&j.d[1], "h"), later, 60000));
+    static td_hashes_t h1;
+    td_read_hashes(td_path(&j.d[1], "h"), &h1);
+    for (int s = 60; s <= ignored_at + 50; s++)
+        ASSERT_MSG(h1.have[s] && h1.world[s] == 2,
+                   "n1's step %d ran on a view of %d", s, h1.world[s]);
     ASSERT(!td_file_has(j.d[1].log, "drained at step"));
-    /* Signed, the request is obeyed (n1's trainer is done: the daemon
-     * drains at once). */
+    /* Signed, the request is obeyed. */
     char key[MB_KEY_MAX], secret[300];
     ASSERT_OK(mb_key(key, sizeof(key), AUTH_JOB, MB_KEY_DRAIN, "n1", 0, 0));
     char del[600];
@@ -752,8 +776,16 @@ TEST_IMPL(dmn_auth_forged_drain)
     ASSERT_EQ(fx_etcdctl(&j.etcd, del), 0);
     snprintf(secret, sizeof(secret), "%s/a", j.secret_dir);
     ASSERT_EQ(ringctl_drain(&j, "n1", secret, out), 0);
+    ASSERT_OK(td_wait_file(j.d[1].log, "drained at step", 30000));
     ASSERT_EQ(td_exit_code(j.d[1].pid, 30000), 0);
     j.d[1].pid = 0;
+    ASSERT_MSG(last_step(&j, 1) < AUTH_STEPS - 1,
+               "n1 trained to the end: the drain came too late to tell");
+    expect_exit0(&j, 1);
+    expect_exit0(&j, 0);
+    static td_hashes_t h0;
+    td_read_hashes(td_path(&j.d[0], "h"), &h0);
+    ASSERT_EQ(h0.world[AUTH_STEPS - 1], 1);
     ASSERT_EQ(td_stop(&j.d[0], 30000), 0);
     th_rmtree(j.secret_dir);
     return fx_done();

@@ -93,13 +93,23 @@ TEST_IMPL(dmn_ring_hop_slowest)
     fx_etcd_start(&c.etcd, 0);
     for (int i = 0; i < 3; i++)
         node_init(&c, i, "1", "3");
+    /* The trainers stop themselves after the last step: a node whose
+     * trainers have all ended steps out of the job, and its record (which
+     * ringctl status reads) goes with it. */
+    rc_stop_after = "299";
     c.trainer[0][0] = trainer(&c, 0, 0, "300");
     rc_step_delay = "20";
     c.trainer[1][0] = trainer(&c, 1, 0, "300");
     rc_step_delay = NULL;
     c.trainer[2][0] = trainer(&c, 2, 0, "300");
-    for (int i = 0; i < 3; i++)
-        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    rc_stop_after = NULL;
+    for (int i = 0; i < 3; i++) {
+        int st;
+        ASSERT_EQ(waitpid(c.trainer[i][0], &st, WUNTRACED),
+                  c.trainer[i][0]);
+        ASSERT_MSG(WIFSTOPPED(st), "trainer of n%d ended before its last "
+                   "step", i);
+    }
     for (int i = 0; i < 3; i++)
         ASSERT_MSG(td_file_has(c.d[i].log, ": 3 members, me #") &&
                        !td_file_has(c.d[i].log, "ring backend: view 2"),
@@ -123,6 +133,10 @@ TEST_IMPL(dmn_ring_hop_slowest)
                "ringctl status never named a slowest node");
     td_dump(st.out);
     ASSERT(td_file_has(st.out, "slowest:     n1 "));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(kill(c.trainer[i][0], SIGCONT), 0);
+        expect_exit0(&c, i, 0, c.trainer[i][0]);
+    }
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
