@@ -117,14 +117,19 @@ static inline int dmn__conn_counted(const dmn_conn_t *c)
 }
 
 /*
- * The node's step state. Ordered: IDLE < RUNNING < REDUCING mark the normal
- * cycle; BROKEN is a step aborted by a view change or a lost trainer (every
- * later collective of the step answers RINGD_ERESHAPE); DRAINED is final.
+ * The node's step state. IDLE, RUNNING, REDUCING are the normal cycle;
+ * BROKEN is a step aborted by a view change or a lost trainer (every
+ * later collective of the step answers RINGD_ERESHAPE); ABORTING is a
+ * break asked for while a collective is with the backend, which must come
+ * back before the step can be broken (its buffers are in use); DRAINED is
+ * final. dmn__step_set_state (step.c) holds the table of allowed moves.
  */
 typedef enum {
     DMN_STEP_IDLE = 0,     /* between steps: collecting step_begins */
     DMN_STEP_RUNNING,      /* step begun: collecting collectives */
     DMN_STEP_REDUCING,     /* a collective is with the backend */
+    DMN_STEP_ABORTING,     /* REDUCING, and the step is to break when the
+                              collective comes back */
     DMN_STEP_BROKEN,       /* aborted: waiting for everyone to leave it */
     DMN_STEP_COMMITTING,   /* every trainer ended it: the backend's commit
                               decides whether it counts (job.h) */
@@ -187,7 +192,6 @@ typedef struct {
 enum {
     /* The step being run (step.c). */
     DMN_F_ANY_REDO = 1u << 0,         /* a trainer left it to redo it */
-    DMN_F_BREAK_PENDING = 1u << 2,    /* a trainer was lost in REDUCING */
     DMN_F_RESTORED_PENDING = 1u << 3, /* the job replaced the state: tell
                                          the trainers at the next start */
     DMN_F_RESTORE_CHECKED = 1u << 4,  /* the checkpoint restore was tried */
@@ -289,6 +293,8 @@ struct dmn {
     void **coll_bufs;
     uint32_t coll_bufs_cap;
     int coll_in_flight;    /* the backend holds coll_bufs / staging */
+    int state_lent;        /* the backend holds the state region (an
+                              install's resync reads or restores it) */
     int coll_direct;       /* it works in the one trainer's buffer */
     int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
     /* Mappings of trainers that went away while the backend held their
@@ -371,8 +377,9 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
 /* --step-timeout: (re)arm the one-shot timer for the earliest deadline of
  * the ACTIVE trainers, or stop it when none is (a no-op when off). */
 void dmn__step_stall_arm(dmn_t *d);
-/* Unmap a client buffer now, or once the collective in flight (which may
- * be writing into it on the backend's thread) completes. */
+/* Unmap a client buffer now, or once the collective in flight or the
+ * install that holds the state region (either may be reading or writing
+ * it on the backend's thread) completes. */
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
 /* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
 void dmn__held_release(dmn_t *d);
@@ -385,6 +392,10 @@ void dmn__step_on_view(void *arg, const job_view_t *view);
 void dmn__step_try_start(dmn_t *d);
 /* The node's primary state region (for the backend); NULL/0 if none. */
 void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
+/* The same, lent to the backend for a view install: the trainers'
+ * mappings stay mapped (dmn__buf_unmap) until it is given back. */
+void dmn__step_lend_state(void *arg, void **ptr_p, size_t *bytes_p);
+void dmn__step_return_state(void *arg);
 /* dmn.c */
 void dmn__on_backend_drain(void *arg);
 void dmn__step_drain(dmn_t *d);

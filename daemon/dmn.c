@@ -17,6 +17,7 @@ static void dmn_free(dmn_t *d)
 {
     /* The backend's thread is gone: nothing writes the buffers now. */
     d->coll_in_flight = 0;
+    d->state_lent = 0;
     dmn__held_release(d);
     free(d->held);
     free(d->coll_bufs);
@@ -93,7 +94,8 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
 static job_cbs_t job_cbs(dmn_t *d)
 {
     return (job_cbs_t){.on_view = dmn__step_on_view, .arg = d,
-                       .get_state = dmn__step_get_state,
+                       .get_state = dmn__step_lend_state,
+                       .put_state = dmn__step_return_state,
                        .on_drain = dmn__on_backend_drain};
 }
 

@@ -9,6 +9,9 @@
 
 /* The one transition function of the step state (step.c). */
 void dmn__step_set_state(dmn_t *d, dmn_step_state_t to);
+/* The step cannot complete: BROKEN now, or ABORTING while a collective
+ * is with the backend (BROKEN when it comes back). */
+void dmn__step_break(dmn_t *d);
 /* Close the step once every trainer has left it. */
 void dmn__step_maybe_close(dmn_t *d);
 /* c leaves the step it is in to redo it: the step cannot complete. */

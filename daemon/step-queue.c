@@ -72,7 +72,7 @@ static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 {
     /* A checkpoint writer may be copying the state out of it. */
-    if (!d->coll_in_flight && !d->ckpt_copying) {
+    if (!d->coll_in_flight && !d->ckpt_copying && !d->state_lent) {
         munmap(addr, size);
         return;
     }
@@ -94,7 +94,7 @@ void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 
 void dmn__held_release(dmn_t *d)
 {
-    if (d->coll_in_flight || d->ckpt_copying)
+    if (d->coll_in_flight || d->ckpt_copying || d->state_lent)
         return;
     for (uint32_t i = 0; i < d->nheld; i++)
         munmap(d->held[i].addr, d->held[i].size);
@@ -136,7 +136,7 @@ static void coll_done(void *arg, int status)
         return;
     d->coll_in_flight = 0;
     dmn__held_release(d);
-    if (d->state != DMN_STEP_REDUCING)
+    if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING)
         return;
     if (status == 0 && superseded(d))
         status = ST_ERESHAPE;
@@ -185,14 +185,15 @@ static void coll_done(void *arg, int status)
     d->stats.coll_seconds += secs;
     if (proto_coll_is_allreduce(r->kind) && secs > 0)
         d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
-    dmn__step_set_state(d, DMN_STEP_RUNNING);
-    if (d->flags & DMN_F_BREAK_PENDING) {
-        /* A trainer went back to step_begin while this ran: the step is
-         * broken, and closes now if nobody else is still in it (else the
-         * step_begin would wait for an event that never comes). */
+    if (d->state == DMN_STEP_ABORTING) {
+        /* A trainer went back to step_begin (or was lost) while this
+         * ran: the step is broken, and closes now if nobody else is still
+         * in it (else the step_begin would wait for an event that never
+         * comes). */
         dmn__step_set_state(d, DMN_STEP_BROKEN);
         dmn__step_maybe_close(d);
     } else {
+        dmn__step_set_state(d, DMN_STEP_RUNNING);
         try_launch(d); /* the next one queued: no round trip between */
     }
 }
@@ -425,7 +426,8 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         return;
     }
     if (!dmn__conn_in_step(c) || (d->state != DMN_STEP_RUNNING &&
-                                  d->state != DMN_STEP_REDUCING)) {
+                                  d->state != DMN_STEP_REDUCING &&
+                                  d->state != DMN_STEP_ABORTING)) {
         dmn__reply_error(c, seq, RINGD_ESTATE,
                          "collective outside a step (state %s)",
                          dmn__step_state_name(d->state));

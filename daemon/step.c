@@ -42,8 +42,9 @@ uint64_t dmn__now_ms(void)
 
 const char *dmn__step_state_name(dmn_step_state_t s)
 {
-    static const char *const names[] = {"idle", "running", "reducing",
-                                        "broken", "committing",
+    static const char *const names[] = {"idle",       "running",
+                                        "reducing",   "aborting",
+                                        "broken",     "committing",
                                         "drained"};
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
@@ -152,14 +153,38 @@ static void on_leave(void *arg, int status)
     check_done(d);
 }
 
+#define S_(x) (1u << DMN_STEP_##x)
+/* The states each step state may go to. REDUCING ends only when its
+ * collective comes back (coll_done); DRAINED is final (the exit's
+ * dmn__step_force_drained is the one move outside this table). */
+static const unsigned step_next_ok[] = {
+    [DMN_STEP_IDLE] = S_(RUNNING) | S_(DRAINED),
+    [DMN_STEP_RUNNING] = S_(REDUCING) | S_(BROKEN) | S_(COMMITTING) |
+                         S_(IDLE),
+    [DMN_STEP_REDUCING] = S_(RUNNING) | S_(ABORTING) | S_(BROKEN),
+    [DMN_STEP_ABORTING] = S_(BROKEN),
+    [DMN_STEP_BROKEN] = S_(COMMITTING) | S_(IDLE),
+    [DMN_STEP_COMMITTING] = S_(IDLE),
+    [DMN_STEP_DRAINED] = 0,
+};
+#undef S_
+
 /*
- * The one transition function: exit/entry actions of every state change.
+ * The one transition function: exit/entry actions of every state change,
+ * and a refusal (logged, nothing done) of a move the table has not.
  */
 void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
 {
     dmn_step_state_t from = d->state;
-    if (from == to || from == DMN_STEP_DRAINED)
+    if (from == to)
         return;
+    if (!(step_next_ok[from] & (1u << to))) {
+        if (from != DMN_STEP_DRAINED) /* a late event after the drain */
+            RD_ERROR("step %llu: %s -> %s refused",
+                     (unsigned long long)d->step, dmn__step_state_name(from),
+                     dmn__step_state_name(to));
+        return;
+    }
     RD_DEBUG("step %llu: %s -> %s", (unsigned long long)d->step,
              dmn__step_state_name(from), dmn__step_state_name(to));
     d->state = to;
@@ -168,7 +193,6 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
         d->stats.aborted_steps++;
         if (d->break_ms == 0)
             d->break_ms = dmn__now_ms();
-        d->flags &= ~DMN_F_BREAK_PENDING;
         dmn__step_fail_posted(d, RINGD_ERESHAPE, 1);
         break;
     case DMN_STEP_DRAINED:
@@ -277,6 +301,14 @@ static void on_committed(void *arg, int status)
     }
     step_counted(d);
     step_closed(d, 0);
+}
+
+void dmn__step_break(dmn_t *d)
+{
+    if (d->state == DMN_STEP_RUNNING)
+        dmn__step_set_state(d, DMN_STEP_BROKEN);
+    else if (d->state == DMN_STEP_REDUCING)
+        dmn__step_set_state(d, DMN_STEP_ABORTING);
 }
 
 /* Close the step once every trainer has left it. */
@@ -459,10 +491,7 @@ void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq)
          * buffers stay mapped until then (dmn__buf_unmap). */
         dmn__step_answer_queue(c, 0, RINGD_ERESHAPE);
         dmn__step_leave_to_redo(d, c);
-        if (d->state == DMN_STEP_RUNNING)
-            dmn__step_set_state(d, DMN_STEP_BROKEN);
-        else if (d->state == DMN_STEP_REDUCING)
-            d->flags |= DMN_F_BREAK_PENDING;
+        dmn__step_break(d);
     }
     c->flags &= ~DMN_CONN_F_REDO;
     c->begin_seq = seq;
@@ -519,10 +548,7 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     int in_step = dmn__conn_in_step(c);
     dmn__conn_set_state(c, DMN_CONN_CLOSED);
     if (in_step) {
-        if (d->state == DMN_STEP_RUNNING)
-            dmn__step_set_state(d, DMN_STEP_BROKEN);
-        else if (d->state == DMN_STEP_REDUCING)
-            d->flags |= DMN_F_BREAK_PENDING;
+        dmn__step_break(d);
     }
     /* The backend hears of a lost trainer, and of a clean leave (BYE) by
      * the node's last one: the other nodes would wait for this node's
@@ -568,8 +594,7 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
     c->flags &= ~DMN_CONN_F_MEMBER;
     if (in_step)
         dmn__step_leave_to_redo(d, c);
-    if (d->state == DMN_STEP_RUNNING)
-        dmn__step_set_state(d, DMN_STEP_BROKEN);
+    dmn__step_break(d);
     if (d->be->ops->trainer_lost != NULL) {
         uint32_t remaining = 0;
         for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
@@ -673,6 +698,20 @@ void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
     dmn_conn_t *c = state_primary(arg, &p);
     *ptr_p = c ? p : NULL;
     *bytes_p = c ? (size_t)c->state.bytes : 0;
+}
+
+void dmn__step_lend_state(void *arg, void **ptr_p, size_t *bytes_p)
+{
+    dmn_t *d = arg;
+    dmn__step_get_state(d, ptr_p, bytes_p);
+    d->state_lent = 1;
+}
+
+void dmn__step_return_state(void *arg)
+{
+    dmn_t *d = arg;
+    d->state_lent = 0;
+    dmn__held_release(d);
 }
 
 /* The other local trainers' state regions of p's size, into f (room

@@ -184,6 +184,7 @@ typedef struct {
     float *params, *grads, *stats;
     long nparams;
     FILE *hash_log;
+    unsigned long long next_step; /* after the last step this one ended */
 } trainer_t;
 
 static int setup(trainer_t *t)
@@ -365,7 +366,7 @@ static int begin_step(trainer_t *t, ringd_view_t *v, int *fenced_tries)
     int rc = ringd_step_begin(t->c, v);
     if (rc == RINGD_ESHUTDOWN) {
         printf("daemon drains: stopping before step %llu\n",
-               (unsigned long long)v->step);
+               t->next_step);
         return 2;
     }
     if (rc == RINGD_EFENCED && ++*fenced_tries <= 600) {
@@ -379,6 +380,7 @@ static int begin_step(trainer_t *t, ringd_view_t *v, int *fenced_tries)
         return -1;
     }
     *fenced_tries = 0;
+    t->next_step = v->step; /* until it ends: a drain now stops before it */
     if (v->restored)
         printf("joined at step %llu: parameters restored\n",
                (unsigned long long)v->step);
@@ -468,6 +470,7 @@ static int train(trainer_t *t)
                     ringd_last_error(t->c));
             continue; /* step_begin reconnects */
         }
+        t->next_step = (unsigned long long)s + 1;
         if (after_step(t, &v, s, shard_loss) != 0)
             return -1;
         if (s == o->stop_after && t->c != NULL)

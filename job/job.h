@@ -297,6 +297,10 @@ typedef struct {
      * broadcasts to joiners and overwrites on resync; NULL/0 when none is
      * registered. May be NULL. */
     void (*get_state)(void *arg, void **ptr_p, size_t *bytes_p);
+    /* The region get_state gave is no longer read nor written (the view
+     * install that used it ended): the daemon may unmap it again. Called
+     * once after each get_state. May be NULL. */
+    void (*put_state)(void *arg);
     /* Membership asked this node to leave (drain key). May be NULL. */
     void (*on_drain)(void *arg);
 } job_cbs_t;

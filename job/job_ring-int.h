@@ -160,6 +160,8 @@ typedef struct {
     uint64_t agreements;  /* AGREE commands run (a counter) */
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
+    int leave_waits;      /* a leave waits for the install (rb_leave) */
+    int state_lent;       /* a REBUILD holds cbs.get_state's region */
     /* The step's commit (job_ring_commit.c): the daemon's callback,
      * pending until the round (cmd CMD_COMMIT) or a verdict decides. */
     job_done_cb commit_cb;

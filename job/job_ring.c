@@ -140,6 +140,7 @@ static void fill_dview(rb_t *b)
 }
 
 static void post_rebuild(rb_t *b);
+static void leave_deferred(rb_t *b);
 
 /* Install the pending view and have the ring thread build and resync. */
 static void install_pending(rb_t *b)
@@ -170,8 +171,10 @@ static void post_rebuild(rb_t *b)
                         .my_trainers = b->local_trainers,
                         .ckpt_req = b->ckpt_req,
                         .ckpt_root = b->ckpt_root};
-    if (b->cbs.get_state != NULL)
+    if (b->cbs.get_state != NULL) {
         b->cbs.get_state(b->cbs.arg, &b->cmd.state, &b->cmd.state_bytes);
+        b->state_lent = 1;
+    }
     job__ring_set_state(b, JOB_SYNCING, "a view to install");
     job__ring_post(b);
 }
@@ -256,6 +259,11 @@ static void on_retry(uv_timer_t *t)
 
 static void on_rebuilt(rb_t *b, rb_cmd_t *c)
 {
+    if (b->state_lent) { /* the ring thread is done with the region */
+        b->state_lent = 0;
+        if (b->cbs.put_state != NULL)
+            b->cbs.put_state(b->cbs.arg);
+    }
     if (c->status != 0) {
         RD_WARN("ring backend: generation %llu could not resync: %s",
                 (unsigned long long)c->view->generation,
@@ -272,14 +280,20 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
             job__ring_peer_failure(b, ST_EPEER, c->unreachable);
         if (b->state == JOB_SYNCING)
             job__ring_set_state(b, JOB_WAITING, "resync failed");
+        if (b->leave_waits) {
+            leave_deferred(b);
+            return;
+        }
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
             c->status != ST_ECONFIG && c->view == b->cur &&
             b->retries < RB_REBUILD_RETRIES)
             uv_timer_start(&b->retry, on_retry, RB_RETRY_MS, 0);
         return;
     }
-    if (b->state != JOB_SYNCING)
+    if (b->state != JOB_SYNCING) {
+        leave_deferred(b);
         return; /* fenced or stepped out meanwhile: not in this view */
+    }
     b->step = c->step_out;
     b->agree_due = 0; /* the REBUILD agreed the counts */
     b->attempt_open = 0;
@@ -292,6 +306,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         b->cbs.on_view(b->cbs.arg, &b->dview);
     b->dview.restored = 0;
     ready_fire(b, 0);
+    leave_deferred(b);
 }
 
 /*
@@ -591,6 +606,57 @@ static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
     return job__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
 }
 
+/*
+ * 1 when this node is the only member of the view being installed that
+ * holds the job's state, and joiners wait for it: leaving now would
+ * leave them a view of none of the job's members, which starts the job
+ * anew (a rolling restart that reaches this node while the node
+ * restarted before it is still being taken back in).
+ */
+static int sole_state_holder(const rb_t *b)
+{
+    const mb_view_t *v = b->cur;
+    if (b->state != JOB_SYNCING || v == NULL || v->n_joiners == 0 ||
+        v->my_index < 0 || (size_t)v->my_index >= v->n_members ||
+        v->members[v->my_index].joiner)
+        return 0;
+    size_t holders = 0;
+    for (size_t i = 0; i < v->n_members; i++)
+        holders += !v->members[i].joiner;
+    return holders == 1;
+}
+
+/* Leave now; 0 when mb_on_left will call leave_cb, else as rb_leave. */
+static int leave_now(rb_t *b)
+{
+    job_state_t prev = b->state;
+    job__ring_set_state(b, JOB_LEAVING, "leave");
+    if (prev == JOB_STEPPING_OUT)
+        return 0; /* the standby's mb_leave finishes it (mb_on_left) */
+    int rc = mb_leave(b->mb);
+    if (rc != 0)
+        job__ring_set_state(b, JOB_LEFT, "not registered");
+    return rc;
+}
+
+/* The install a leave waited for has ended (installed or failed). */
+static void leave_deferred(rb_t *b)
+{
+    if (!b->leave_waits)
+        return;
+    b->leave_waits = 0;
+    RD_INFO("ring backend: generation %llu %s: leaving now",
+            (unsigned long long)b->cur->generation,
+            b->state == JOB_READY ? "installed, the joiners have the state"
+                                  : "not installed");
+    if (leave_now(b) != 0) {
+        job_done_cb cb = b->leave_cb;
+        b->leave_cb = NULL;
+        if (cb != NULL)
+            cb(b->leave_arg, 0);
+    }
+}
+
 static int rb_leave(job_t *be, job_done_cb cb, void *arg)
 {
     rb_t *b = (rb_t *)be;
@@ -598,17 +664,23 @@ static int rb_leave(job_t *be, job_done_cb cb, void *arg)
         job__ring_set_state(b, JOB_LEFT, "leave: already out of the job");
         return 1;
     }
-    job_state_t prev = b->state;
     b->leave_cb = cb;
     b->leave_arg = arg;
-    job__ring_set_state(b, JOB_LEAVING, "leave");
-    if (prev == JOB_STEPPING_OUT)
-        return 0; /* the standby's mb_leave finishes it (mb_on_left) */
-    int rc = mb_leave(b->mb);
-    if (rc != 0) {
-        b->leave_cb = NULL;
-        job__ring_set_state(b, JOB_LEFT, "not registered");
+    if (sole_state_holder(b)) {
+        /* Bounded: the install ends, installed or failed (a joiner that
+         * never comes is suspected after the ring deadline), and the
+         * daemon's drain timeout bounds the whole drain. */
+        RD_INFO("ring backend: leaving once generation %llu is installed: "
+                "this node holds the only copy of the job's state, which "
+                "%zu joiner%s for",
+                (unsigned long long)b->cur->generation, b->cur->n_joiners,
+                b->cur->n_joiners == 1 ? " waits" : "s wait");
+        b->leave_waits = 1;
+        return 0;
     }
+    int rc = leave_now(b);
+    if (rc != 0)
+        b->leave_cb = NULL;
     return rc;
 }
 

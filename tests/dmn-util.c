@@ -254,6 +254,28 @@ int td_exit_code(pid_t pid, int timeout_ms)
     return WEXITSTATUS(status);
 }
 
+/* A move the daemon's step or connection machine refused ("... a -> b
+ * refused", step.c): a path that tried a transition its table has not.
+ * Prints the line; 1 if there is one. */
+static int refused_move(const char *log)
+{
+    char *s = td_read(log, NULL);
+    int found = 0;
+    for (char *l = s; l != NULL && *l != '\0' && !found;) {
+        char *nl = strchr(l, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        char *arrow = strstr(l, " -> ");
+        if (arrow != NULL && strstr(arrow, " refused") != NULL) {
+            fprintf(stderr, "%s: %s\n", log, l);
+            found = 1;
+        }
+        l = nl != NULL ? nl + 1 : NULL;
+    }
+    free(s);
+    return found;
+}
+
 int td_stop(td_daemon_t *t, int timeout_ms)
 {
     if (t->pid <= 0)
@@ -261,6 +283,8 @@ int td_stop(td_daemon_t *t, int timeout_ms)
     kill(t->pid, SIGTERM);
     int rc = td_exit_code(t->pid, timeout_ms);
     t->pid = 0;
+    if (rc == 0 && refused_move(t->log))
+        return -2;
     return rc;
 }
 

@@ -53,7 +53,9 @@ void td_init(td_daemon_t *t, const char *name);
 int td_start(td_daemon_t *t, const char *const *extra);
 /* Wait for a notify datagram containing needle; 0 or -1 on timeout. */
 int td_notify_wait(td_daemon_t *t, const char *needle, int timeout_ms);
-/* SIGTERM and wait; returns the exit status or -1. */
+/* SIGTERM and wait; returns the exit status, -1 (not running, or no
+ * exit in time) or -2 (it exited 0 but its log shows a state move its
+ * tables refused: a bug even where the test passed). */
 int td_stop(td_daemon_t *t, int timeout_ms);
 
 /* t->dir/name, in a static rotating buffer (8 slots). */

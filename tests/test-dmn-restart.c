@@ -608,6 +608,80 @@ TEST_IMPL(dmn_restart_rolling)
     return fx_done();
 }
 
+/* For td_poll: the log at path shows view 2 installed after it (the
+ * node is in view 2's resync). */
+static int syncing_view2(void *path)
+{
+    char *s = td_read(path, NULL);
+    char *v = s != NULL ? strstr(s, "view 2: 2 members") : NULL;
+    int yes = v != NULL && strstr(v, "-> syncing (a view to install)");
+    free(s);
+    return yes;
+}
+
+/*
+ * A node stopped while the view that takes a new node in is being
+ * installed, when it holds the only copy of the job's state: n0 trains
+ * alone, n1's daemon starts (no trainer yet) and joins, n0 installs
+ * view 2 and waits in its resync for n1; SIGTERM to n0 there. n0 leaves
+ * only once the install has handed the state over, so n1's trainer,
+ * started after the SIGTERM, goes on at the step n0 stopped before, and
+ * the job ends as an uninterrupted run ends. (Leaving at once, n1 would
+ * be a view of none of the job's members, which starts the job anew.)
+ */
+TEST_IMPL(dmn_ring_stop_hands_over)
+{
+    enum { STEPS = 1500 };
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    unsetenv("RINGD_RECONNECT_S");
+    node_init(&c, 0, "1", "1");
+    reference(&c.d[0], "1500");
+    rc_step_delay = "2";
+    c.trainer[0][0] = trainer(&c, 0, 0, "1500");
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "step 50 ", 60000));
+    node_init(&c, 1, "1", "1");
+    ASSERT_MSG(td_poll(syncing_view2, c.d[0].log, 30000) == 0,
+               "n0 never installed view 2");
+    kill(c.d[0].pid, SIGTERM);
+    ASSERT_OK(td_wait_file(c.d[0].log, "leaving once generation 2 is "
+                           "installed", 30000));
+    c.trainer[1][0] = trainer(&c, 1, 0, "1500");
+    rc_step_delay = NULL;
+    ASSERT_EQ(td_exit_code(c.d[0].pid, 30000), 0);
+    c.d[0].pid = 0;
+    ASSERT(td_file_has(c.d[0].log, "installed, the joiners have the "
+                       "state: leaving now"));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    char *t0 = td_read(td_path(&c.d[0], "t0.log"), NULL);
+    const char *key = "daemon drains: stopping before step ";
+    char *at = t0 != NULL ? strstr(t0, key) : NULL;
+    unsigned long long stop = 0;
+    ASSERT_MSG(at != NULL && sscanf(at + strlen(key), "%llu", &stop) == 1,
+               "n0's trainer was not told to stop");
+    free(t0);
+    ASSERT_GT(stop, 50);
+    char want[96];
+    snprintf(want, sizeof(want), "joined at step %llu: parameters restored",
+             stop);
+    ASSERT_MSG(td_file_has(td_path(&c.d[1], "t0.log"), want), "no '%s'",
+               want);
+    static td_hashes_t a, b;
+    td_read_hashes(td_path(&c.d[0], "h0"), &a);
+    td_read_hashes(td_path(&c.d[1], "h0"), &b);
+    for (int s = 0; s < STEPS; s++) {
+        ASSERT_MSG(a.have[s] + b.have[s] == 1, "step %d logged %d times", s,
+                   a.have[s] + b.have[s]);
+        ASSERT_EQ(b.have[s], s >= (int)stop);
+    }
+    ASSERT_EQ(td_param_diff(td_path(&c.d[1], "p0"),
+                            td_path(&c.d[0], "pref")), 0);
+    ASSERT_EQ(td_stop(&c.d[1], 30000), 0);
+    return fx_done();
+}
+
 /* The first bytes of the file at path (a static buffer). */
 static const char *head_of(const char *path)
 {
