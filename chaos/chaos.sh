@@ -42,7 +42,7 @@ ETCD3=${CHAOS_ETCD3:-0}
 ALL_KINDS=(kill_daemon kill_trainer hang_daemon link_down packet_loss
            slow_link scale_up scale_down etcd_kill disk_full job_restart
            slow_trainer hung_trainer kill_adjacent trainer_close daemon_etcd
-           fd_exhaust slow_disk)
+           fd_exhaust slow_disk daemon_restart rolling_restart)
 usage() {
     echo "usage: $0 [-s SEED] [-f FAULTS] [-n NODES] [--quick] [--keep] [--plan]" \
          "[--kinds a,b,c] [--etcd3]" >&2
@@ -249,6 +249,9 @@ for i in $(seq 1 "$FAULTS"); do
         rnd ${#KINDS[@]}; kind=${KINDS[$REPLY]}
     fi
     rnd 1000; PLAN+=("$kind:$REPLY")
+    # A rolling restart is a restart per node, one after the other: the
+    # job gets steps for each (the nodes a scale_up may add included).
+    [ "$kind" = rolling_restart ] && STEPS=$(( STEPS + PER * (NODES + 2) / 2 ))
 done
 echo "chaos: plan: ${PLAN[*]%%:*}"
 [ "$PLAN_ONLY" = 1 ] && exit 0
@@ -370,22 +373,66 @@ start_node() {
         NEXTHOST=$((NEXTHOST + 1))
     fi
     NEXT=$((NEXT + 1)); HOSTOF[$k]=$h
+    start_daemon "$k" "$min"
+    start_trainer "$k"
+    LIVE+=("$k")
+    REPLY=$k
+}
+# start_daemon SLOT MIN_NODES: the slot's daemon (node id, host, socket
+# of the slot), until its socket is there. A restart starts it again
+# with the same (its log goes on).
+start_daemon() {
+    local k=$1 min=$2 dev=lo
     [ "$NETNS" = 1 ] && dev=eth0
-    rd_host_cmd "$h"
+    rd_host_cmd "${HOSTOF[$k]}"
     "${HOST_CMD[@]}" UCX_NET_DEVICES=$dev UCX_TCP_CM_REUSEADDR=y \
         UCX_WARN_UNUSED_ENV_VARS=n prlimit --nofile="$NOFILE:$NOFILE" \
         "$B/ringd" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos \
-        --node-id "node$k" --host "host$h" --socket "$T/node$k.sock" \
+        --node-id "node$k" --host "host${HOSTOF[$k]}" --socket "$T/node$k.sock" \
         --trainers 1 --lease-ttl 2 --min-nodes "$min" --metrics off \
         --step-timeout "$STEP_TIMEOUT_MS" \
-        "${CKPT_ARGS[@]}" >"$T/ringd-$k.log" 2>&1 &
+        "${CKPT_ARGS[@]}" >>"$T/ringd-$k.log" 2>&1 &
     DPID[$k]=$!; PIDS+=($!); ROLE[$!]="daemon node$k"; EXPECT[$!]=ok
     for _ in $(seq 250); do [ -S "$T/node$k.sock" ] && break; sleep 0.02; done
     [ -S "$T/node$k.sock" ] || die "node$k's daemon did not start:
 $(tail -5 "$T/ringd-$k.log")"
-    start_trainer "$k"
-    LIVE+=("$k")
-    REPLY=$k
+}
+# restart_gap SLOT FAULT_MS, after a restart's record: the other nodes'
+# longest time without a step while SLOT was away (from the fault to its
+# first step back, the record's last sample), into RESTART_GAPS. They
+# must not have waited for it the whole time.
+restart_gap() {
+    local k=$1 fms=$2 o=() x away gap
+    for x in "${LIVE[@]}"; do [ "$x" = "$k" ] || o+=("$x"); done
+    [ ${#o[@]} -gt 0 ] || return 0
+    away=${TIMES[$kind]##* }
+    gap=$(gap_in "${o[*]}" "$fms" $(( fms + away )))
+    RESTART_GAPS+=("$gap")
+    log "  the other nodes' longest time without a step meanwhile: $gap ms (node$k away $away ms)"
+    [ "$gap" -lt "$away" ] ||
+        RESTART_BAD+=("the other nodes made no step for $gap ms while node$k's daemon restarted (away $away ms): they waited for it")
+}
+# restart_daemon SLOT: what `systemctl reload ringd` does on the slot's
+# node: SIGUSR2 (the daemon drains for a restart and exits 75), the
+# unit's RestartSec=1, the daemon started again on the same socket. The
+# slot's trainer waits for it meanwhile and must survive. Violations go
+# to RESTART_BAD.
+restart_daemon() {
+    local k=$1 dp=${DPID[$1]} tp=${TPID[$1]} rc
+    EXPECT[$dp]=restarted
+    kill -USR2 "$dp" 2>/dev/null
+    for _ in $(seq 300); do running_snapshot; is_running "$dp" || break; sleep 0.05; done
+    if is_running "$dp"; then
+        RESTART_BAD+=("node$k's daemon did not exit within 15 s of SIGUSR2")
+        kill_reap "$dp"
+    else
+        wait "$dp" 2>/dev/null; rc=$?; STATUS[$dp]=$rc
+        [ "$rc" = 75 ] || RESTART_BAD+=("node$k's daemon exited $rc on SIGUSR2, not 75")
+    fi
+    sleep 1 # the unit's RestartSec=1: systemd's delay, not a wait on an event
+    start_daemon "$k" 1
+    running_snapshot
+    is_running "$tp" || RESTART_BAD+=("node$k's trainer did not outlive its daemon's restart")
 }
 nodes() { local x o=; for x; do o+="${o:+,}node$x"; done; echo "$o"; }
 drop_live() { local k=$1 x n=(); for x in "${LIVE[@]}"; do [ "$x" = "$k" ] || n+=("$x"); done; LIVE=("${n[@]}"); }
@@ -417,6 +464,8 @@ first_newgen() {
     cat "${f[@]}" | awk -v g="$1" -v t="$3" '$1 == "step" && $4 > g && $12 >= t { if (m == "" || $12 < m) { m = $12; st = $2; sg = $4 } } END { if (m != "") print st, m, sg }'
 }
 CRASH_NOTES=()
+RESTART_BAD=()   # a daemon restart that did not go as a reload must
+RESTART_GAPS=()  # per restart: the other nodes' longest time without a step
 RESTARTS=()   # per job_restart: "kill_ms ckpt_step last_step old slots:new slots"
 CKPT_BAD=()   # checkpoint violations
 EVICTED=()    # live nodes evicted for a slow trainer
@@ -527,10 +576,12 @@ record() { # record KIND FAULT_MS VICTIM_SLOT_OR_EMPTY PRE_STEP [JOINER]
     # generation than any step logged before it: a step logged after the
     # fault in the old generation was reduced with the victim's data.
     case "$kind" in
-    kill_daemon|kill_trainer|hang_daemon|link_down|scale_down|hung_trainer|kill_adjacent) g0=$(gen_at "$fms") ;;
+    kill_daemon|kill_trainer|hang_daemon|link_down|scale_down|hung_trainer|kill_adjacent|daemon_restart|rolling_restart) g0=$(gen_at "$fms") ;;
     esac
-    # A joiner: the time until it completes a step of its own.
-    [ -n "${5:-}" ] && { others=("$5"); pre=-2; g0=; }
+    # A joiner: the time until it completes a step of its own; a node
+    # whose daemon restarted: until it completes one in a later
+    # generation (the step in flight at the reload is not the node back).
+    [ -n "${5:-}" ] && { others=("$5"); pre=-2; [ "$kind" = daemon_restart ] || [ "$kind" = rolling_restart ] || g0=; }
     local deadline=$(( $(date +%s) + ${WITHIN:-$RECOVER_S} ))
     while :; do
         if [ -n "$g0" ]; then
@@ -753,9 +804,11 @@ for f in "${PLAN[@]}"; do
     # Some quiet time after the last recovery, and enough steps left.
     sleep "$(awk -v m=$SETTLE_MS 'BEGIN { print m / 1000 }')"
     check_all_alive
-    if [ $(( STEPS - $(max_step) )) -lt "$PER" ]; then
+    need=$PER
+    [ "$kind" = rolling_restart ] && need=$(( PER * (${#LIVE[@]} + 2) / 2 ))
+    if [ $(( STEPS - $(max_step) )) -lt "$need" ]; then
         skip "$kind" "job near its end"
-        log "fault $kind: skipped: fewer than $PER steps left (raise CHAOS_STEPS_PER_FAULT)"
+        log "fault $kind: skipped: fewer than $need steps left (raise CHAOS_STEPS_PER_FAULT)"
         FAIL_EARLY=1; continue
     fi
     case "$kind" in
@@ -1081,6 +1134,46 @@ for f in "${PLAN[@]}"; do
         settle
         sd_check "$fms" "$g0" "$sk0" "$blast"
         ;;
+    daemon_restart)
+        # systemctl reload ringd on one node (a package upgrade): its
+        # trainer waits for the new daemon, which rejoins as a new
+        # incarnation; the others train on. The time: until the node's
+        # own trainer completes a step in a later generation.
+        log "fault $kind: SIGUSR2 node$v's daemon, started again 1 s after its exit (step $pre)"
+        restart_daemon "$v"
+        record "$kind" "$fms" "" "$pre" "$v" && restart_gap "$v" "$fms"
+        ;;
+    rolling_restart)
+        # An upgrade rolled over every live node, one at a time, as
+        # daemon/README.md tells it: ringctl generation, the reload,
+        # ringctl wait-member before the next. No trainer may die, the
+        # job must not stop; each node's time back is recorded.
+        log "fault $kind: every node's daemon restarted in turn (${LIVE[*]}; step $pre)"
+        nback=0
+        for k in "${LIVE[@]}"; do
+            fms=$(now_ms); pre=$(max_step)
+            g=$("$B/ringctl" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos generation 2>"$T/roll-$k.log") ||
+                { RESTART_BAD+=("ringctl generation failed: $(cat "$T/roll-$k.log")"); break; }
+            restart_daemon "$k"
+            if ! "$B/ringctl" --etcd "$ETCD_URL" "${ETCD_SEC[@]}" --job chaos --timeout "$RECOVER_S" \
+                    wait-member "node$k" "$g" >>"$T/roll-$k.log" 2>&1; then
+                RESTART_BAD+=("node$k not back after its restart: $(tail -1 "$T/roll-$k.log")")
+                break
+            fi
+            log "  node$k: $(head -1 "$T/roll-$k.log" | cut -c1-120)"
+            record "$kind" "$fms" "" "$pre" "$k" || break
+            restart_gap "$k" "$fms"
+            nback=$((nback + 1))
+        done
+        # One fault, one recovery (each node's time is in TIMES): the
+        # roll is recovered when every node came back.
+        if [ "$nback" -gt 0 ]; then
+            NREC=$((NREC - nback)); REC[$kind]=$(( REC[$kind] - nback ))
+            if [ "$nback" = "${#LIVE[@]}" ]; then
+                NREC=$((NREC + 1)); REC[$kind]=$(( REC[$kind] + 1 ))
+            fi
+        fi
+        ;;
     scale_up)
         start_node 1; n=$REPLY
         log "fault $kind: node$n started (step $pre)"
@@ -1135,6 +1228,7 @@ for m in "${CKPT_BAD[@]}"; do FAIL+=("$m"); done
 for m in "${EVICTED[@]}"; do FAIL+=("$m"); done
 for m in "${OTHER_BAD[@]}"; do FAIL+=("$m"); done
 for m in "${CRASH_NOTES[@]}"; do FAIL+=("$m"); done
+for m in "${RESTART_BAD[@]}"; do FAIL+=("$m"); done
 CRASHES=${#CRASH_NOTES[@]}
 [ "${FAIL_EARLY:-0}" = 0 ] || FAIL+=("faults skipped because the job neared its end")
 . chaos/run-check.sh

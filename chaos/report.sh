@@ -22,12 +22,19 @@ echo "  (time: from the fault to the first step completed on another node" \
      "in a later view generation than any step logged before the fault" \
      "(kill, hang, link_down, scale_down), or for the others the first" \
      "one that was not in flight at the fault, from the hash logs' t_ms;" \
+     "daemon_restart, rolling_restart: until the restarted node's own" \
+     "trainer completes a step in a later generation;" \
      "job_restart: to the restarted job's first step; etcd_kill: the" \
      "longest time without a step until one after etcd's return)"
 [ -n "${NEEDED_RESTART:-}" ] && echo "  kill_trainer: $NEEDED_RESTART of ${INJ[kill_trainer]}" \
     "made no progress in 20 s without the node's trainer (counted as hangs," \
     "not recovered); with a new trainer the job resumed after:${RESTART_MS:- never} ms"
 for m in "${RESTART_LINES[@]}"; do echo "  $m"; done
+if [ ${#RESTART_GAPS[@]} -gt 0 ]; then
+    read -r gmed _ gmax < <(stats "${RESTART_GAPS[*]}")
+    echo "  daemon restarts: the other nodes' longest time without a step while" \
+         "a node restarted: median $gmed ms, max $gmax ms (${#RESTART_GAPS[@]} restarts)"
+fi
 [ -n "${INJ[trainer_close]:-}" ] && echo "  trainer_close: ${TC_NEWGEN:-0} with a" \
     "view change (the row: to the first step of the new generation)," \
     "${TC_SAMEGEN:-0} without (to the first step not in flight at the fault)"

@@ -319,7 +319,7 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
     c->req.data = c;
     c->d = d;
     c->root = d->ckpt_root;
-    c->dir_only = d->be->ops->ckpt_report == NULL;
+    c->dir_only = !job_records_ckpts(d->job);
     c->step = step;
     c->n = n;
     int rc = uv_queue_work(d->loop, &c->req, complete_work, complete_done);
@@ -366,9 +366,9 @@ static void ckpt_written(dmn_t *d)
         restart_progress(d, want);
         return;
     }
-    if (d->be->ops->ckpt_report != NULL) {
+    if (job_records_ckpts(d->job)) {
         d->ckpt_reported_step = want;
-        int rc = d->be->ops->ckpt_report(d->be, &f, on_reported, d);
+        int rc = job_ckpt_report(d->job, &f, on_reported, d);
         if (rc != 0) {
             d->stats.ckpt_failed++;
             RD_WARN("checkpoint of step %" PRIu64 " not recorded: %s", want,
@@ -645,7 +645,7 @@ static void restart_progress(dmn_t *d, uint64_t ended)
 void dmn__ckpt_restart_take(dmn_t *d)
 {
     uint64_t step = d->step;
-    if (d->ckw[0] == NULL || d->be->ops->ckpt_report != NULL || step == 0 ||
+    if (d->ckw[0] == NULL || job_records_ckpts(d->job) || step == 0 ||
         restart_stored(d, step))
         return;
     RD_INFO("restart: checkpointing step %" PRIu64 " first", step);
@@ -662,13 +662,13 @@ void dmn__ckpt_restart_take(dmn_t *d)
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
     d->stats.ckpt_requests++;
-    if (d->ckw[0] == NULL || d->be->ops->request_ckpt == NULL) {
+    if (d->ckw[0] == NULL || !job_takes_ckpt_requests(d->job)) {
         RD_INFO("client %u asked for a checkpoint, but checkpoints are "
                 "off (--ckpt-interval 0)", c->id);
         dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_ENOTSUP);
         return;
     }
-    d->be->ops->request_ckpt(d->be);
+    job_request_ckpt(d->job);
     RD_INFO("client %u asked for a checkpoint: taken at the end of the "
             "next step", c->id);
     dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_OK);
@@ -716,9 +716,8 @@ static void restore_done(dmn_copy_t *b, int status)
                 r->repaired == 1 ? "" : "s");
         d->stats.restores++;
         d->flags |= DMN_F_RESTORED_PENDING;
-        if (d->be->ops->set_step != NULL)
-            d->be->ops->set_step(d->be, r->step);
-    } else if (rc != -ENOENT && d->be->ops->ckpt_report != NULL) {
+        job_set_step(d->job, r->step);
+    } else if (rc != -ENOENT && job_records_ckpts(d->job)) {
         RD_INFO("no checkpoint this node can restore alone under %s: the "
                 "nodes restore one together if their stores hold it",
                 d->ckpt_root);

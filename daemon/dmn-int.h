@@ -236,7 +236,7 @@ struct dmn {
     uv_loop_t *loop;
     const dmn_config_t *cfg;
     dmn_hooks_t hooks;
-    job_t *be;
+    job_t *job;
     uint64_t start_ms;
     int open_handles;      /* handles of this struct still closing */
     unsigned flags;        /* DMN_F_* */

@@ -112,15 +112,15 @@ int dmn__job_join(dmn_t *d)
     jc.job = d->job_name;
     jc.job_secret_file = d->job_secret[0] != '\0' ? d->job_secret : NULL;
     job_cbs_t cbs = job_cbs(d);
-    job_t *be = NULL;
-    int rc = job_create(d->loop, &jc, &cbs, &be);
+    job_t *job = NULL;
+    int rc = job_create(d->loop, &jc, &cbs, &job);
     if (rc != 0) {
         RD_ERROR("joining job '%s': %s", d->job_name, st_strerror(rc));
         return rc;
     }
-    job_destroy(d->be);
-    d->be = be;
-    d->be->ops->get_view(d->be, &d->view);
+    job_destroy(d->job);
+    d->job = job;
+    job_get_view(d->job, &d->view);
     return 0;
 }
 
@@ -162,10 +162,10 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
                             .host = cfg->host, .trainers = cfg->trainers,
                             .min_nodes = 1}; /* until a trainer names one */
     job_cbs_t cbs = job_cbs(d);
-    int rc = job_create(loop, &jc, &cbs, &d->be);
+    int rc = job_create(loop, &jc, &cbs, &d->job);
     if (rc != 0)
         goto err_timer;
-    d->be->ops->get_view(d->be, &d->view);
+    job_get_view(d->job, &d->view);
     /* The stop functions also undo a start that failed half way. */
     rc = dmn__server_start(d);
     if (rc != 0)
@@ -185,7 +185,7 @@ err_ckpt:
     dmn__ckpt_stop(d);
 err_server:
     dmn__server_stop(d);
-    job_destroy(d->be);
+    job_destroy(d->job);
 err_timer:
     /* d is freed when its last handle has closed (the caller runs the
      * loop, as after dmn_destroy). */
@@ -254,7 +254,7 @@ void dmn_destroy(dmn_t *d)
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
-    job_destroy(d->be);
+    job_destroy(d->job);
     /* d is freed by the last close callback, once the caller runs the
      * loop (dmn.h). */
 }

@@ -98,10 +98,9 @@ static double queued(const dmn_t *d)
  * may hold a quote or a backslash; those are escaped as the format says. */
 static void hop_histograms(sbuf_t *s, dmn_t *d)
 {
-    if (d->be->ops->hop_stats == NULL)
-        return;
     static job_hops_t h; /* the loop's thread only; too big for its stack */
-    d->be->ops->hop_stats(d->be, &h);
+    if (job_hop_stats(d->job, &h) != 0)
+        return;
     const char *n = "ringd_hop_wait_seconds";
     sb_printf(s, "# HELP %s Per step: time this node waited on its ring "
                  "predecessor (peer).\n# TYPE %s histogram\n", n, n);
@@ -130,10 +129,9 @@ static void hop_histograms(sbuf_t *s, dmn_t *d)
 /* Suspicions: what this node reported, kept back, and acted on. */
 static void blame_metrics(sbuf_t *s, dmn_t *d)
 {
-    if (d->be->ops->blame_stats == NULL)
-        return;
     job_blame_t b;
-    d->be->ops->blame_stats(d->be, &b);
+    if (job_blame_stats(d->job, &b) != 0)
+        return;
     const char *n = "ringd_suspicions_reported_total";
     sb_printf(s, "# HELP %s Suspicions of a peer this node reported, by "
                  "kind (hard: its endpoint failed; silent: no heartbeat; "
@@ -158,7 +156,7 @@ static void render_node_metrics(dmn_t *d, sbuf_t *s)
     sb_printf(s, "# HELP ringd_info Build and identity.\n"
                  "# TYPE ringd_info gauge\n"
                  "ringd_info{version=\"%s\",backend=\"%s\",node=\"%s\"} 1\n",
-              DMN_VERSION, d->be->ops->name, d->cfg->node_id);
+              DMN_VERSION, job_name(d->job), d->cfg->node_id);
     metric(s, "ringd_up", "gauge", "1 while serving, 0 once drained.",
            d->state != DMN_STEP_DRAINED);
     metric(s, "ringd_uptime_seconds", "gauge", "Seconds since start.",

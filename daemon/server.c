@@ -243,7 +243,7 @@ static void on_status(dmn_conn_t *c, uint32_t seq)
     r.collectives = d->stats.collectives;
     r.bytes = d->stats.coll_bytes;
     r.uptime_ms = dmn__now_ms() - d->start_ms;
-    snprintf(r.backend, sizeof(r.backend), "%s", d->be->ops->name);
+    snprintf(r.backend, sizeof(r.backend), "%s", job_name(d->job));
     snprintf(r.node_id, sizeof(r.node_id), "%s", d->cfg->node_id);
     snprintf(r.state, sizeof(r.state), "%s",
              dmn__step_state_name(d->state));

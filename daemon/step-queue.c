@@ -110,9 +110,7 @@ void dmn__held_release(dmn_t *d)
  */
 static int superseded(dmn_t *d)
 {
-    if (d->be->ops->newest_generation == NULL)
-        return 0;
-    uint64_t g = d->be->ops->newest_generation(d->be);
+    uint64_t g = job_newest_generation(d->job);
     if (g <= d->view.generation)
         return 0;
     RD_INFO("collective %u of step %llu finished on view %llu after view "
@@ -338,7 +336,7 @@ static void launch(dmn_t *d)
     d->coll_in_flight = 1;
     int rc;
     if (r->kind == PROTO_COLL_BROADCAST) {
-        rc = d->be->ops->broadcast(d->be, buf, bytes, r->root, coll_done,
+        rc = job_broadcast(d->job, buf, bytes, r->root, coll_done,
                                    d);
     } else {
         job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
@@ -349,7 +347,7 @@ static void launch(dmn_t *d)
                                                : 0,
                             .nsegs = g, .seg_counts = d->seg_counts,
                             .wire = (job_wire_t)r->root};
-        rc = d->be->ops->allreduce(d->be, &red, coll_done, d);
+        rc = job_allreduce(d->job, &red, coll_done, d);
     }
     if (rc != 0)
         coll_done(d, rc);

@@ -209,7 +209,7 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
         }
         if (dmn_restarting(d))
             dmn__ckpt_restart_take(d);
-        if (d->be->ops->leave(d->be, on_leave, d) != 0)
+        if (job_leave(d->job, on_leave, d) != 0)
             d->flags |= DMN_F_LEAVE_DONE;
         check_done(d);
         break;
@@ -246,7 +246,7 @@ static void snapshot_state(dmn_t *d)
  * answered: a job of several nodes (job.h, commit). */
 static int commit_needed(const dmn_t *d)
 {
-    return d->be->ops->commit != NULL && d->view.node_count > 1 &&
+    return job_commits(d->job) && d->view.node_count > 1 &&
            d->view.commit;
 }
 
@@ -322,10 +322,10 @@ void dmn__step_maybe_close(dmn_t *d)
     /* Completed only if someone finished it: a step that every trainer
      * abandoned (left, or went back to redo it) is not a step. */
     if (!(d->flags & DMN_F_ANY_REDO) && d->ended > 0) {
-        d->be->ops->step_end(d->be, d->step);
+        job_step_end(d->job, d->step);
         if (commit_needed(d)) {
             dmn__step_set_state(d, DMN_STEP_COMMITTING);
-            int rc = d->be->ops->commit(d->be, on_committed, d);
+            int rc = job_commit(d->job, on_committed, d);
             if (rc == 0)
                 return; /* on_committed goes on */
             on_committed(d, rc);
@@ -422,19 +422,17 @@ static void try_start(dmn_t *d)
 
     if (maybe_restore(d) || fill_joiners(d))
         return; /* the copy's end calls try_start again */
-    d->be->ops->set_local_trainers(d->be, waiting);
-    if (d->be->ops->ready != NULL) {
-        int r = d->be->ops->ready(d->be, on_backend_ready, d);
-        if (r == 0) {
-            set_status(d, "waiting for the job's view (step %llu)", d->step);
-            return; /* on_backend_ready calls try_start again */
-        }
-        if (r < 0) {
-            RD_WARN("backend cannot start a step: %s", st_strerror(r));
-            return;
-        }
+    job_set_local_trainers(d->job, waiting);
+    int r = job_ready(d->job, on_backend_ready, d);
+    if (r == 0) {
+        set_status(d, "waiting for the job's view (step %llu)", d->step);
+        return; /* on_backend_ready calls try_start again */
     }
-    d->be->ops->get_view(d->be, &d->view);
+    if (r < 0) {
+        RD_WARN("backend cannot start a step: %s", st_strerror(r));
+        return;
+    }
+    job_get_view(d->job, &d->view);
     if (d->last_generation != 0 && d->view.generation != d->last_generation)
         d->stats.view_changes++;
     d->last_generation = d->view.generation;
@@ -561,9 +559,8 @@ void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c)
     for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
         remaining += o != c && dmn__conn_counted(o);
     if (counted && (!bye || remaining == 0) &&
-        d->state != DMN_STEP_DRAINED && !(d->flags & DMN_F_DESTROYING) &&
-        d->be->ops->trainer_lost != NULL)
-        d->be->ops->trainer_lost(d->be, in_step, remaining);
+        d->state != DMN_STEP_DRAINED && !(d->flags & DMN_F_DESTROYING))
+        job_trainer_lost(d->job, in_step, remaining);
     if (d->state == DMN_STEP_DRAINED) {
         check_done(d);
         return;
@@ -595,12 +592,10 @@ static void stall(dmn_t *d, dmn_conn_t *c, uint64_t idle_ms)
     if (in_step)
         dmn__step_leave_to_redo(d, c);
     dmn__step_break(d);
-    if (d->be->ops->trainer_lost != NULL) {
-        uint32_t remaining = 0;
-        for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
-            remaining += dmn__conn_counted(o);
-        d->be->ops->trainer_lost(d->be, in_step, remaining);
-    }
+    uint32_t remaining = 0;
+    for (dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        remaining += dmn__conn_counted(o);
+    job_trainer_lost(d->job, in_step, remaining);
     dmn__step_maybe_close(d);
     try_start(d);
 }

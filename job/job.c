@@ -1,7 +1,8 @@
 /*
  * job.c - picks a job's backend from its spec (a new backend adds one line
- * to the table and its create function), and the node-local halves of an
- * allreduce that every backend shares.
+ * to the table and its create function), the daemon's calls into the job
+ * (one per op, each owning the op's "may be NULL"), and the node-local
+ * halves of an allreduce that every backend shares.
  */
 #include "job/job.h"
 
@@ -70,6 +71,119 @@ int job_create(uv_loop_t *loop, const job_config_t *cfg,
     }
     RD_ERROR("unknown backend '%s' (solo, fake:ARGS, ring)", spec);
     return ST_ECONFIG;
+}
+
+/* ---- the daemon's calls (job.h) ---------------------------------------- */
+
+const char *job_name(const job_t *job)
+{
+    return job->ops->name;
+}
+
+void job_set_local_trainers(job_t *job, uint32_t n)
+{
+    job->ops->set_local_trainers(job, n);
+}
+
+int job_ready(job_t *job, job_done_cb cb, void *arg)
+{
+    return job->ops->ready != NULL ? job->ops->ready(job, cb, arg) : 1;
+}
+
+void job_get_view(job_t *job, job_view_t *view_p)
+{
+    job->ops->get_view(job, view_p);
+}
+
+void job_set_step(job_t *job, uint64_t step)
+{
+    if (job->ops->set_step != NULL)
+        job->ops->set_step(job, step);
+}
+
+void job_trainer_lost(job_t *job, int in_step, uint32_t remaining)
+{
+    if (job->ops->trainer_lost != NULL)
+        job->ops->trainer_lost(job, in_step, remaining);
+}
+
+int job_allreduce(job_t *job, const job_reduce_t *r, job_done_cb cb,
+                  void *arg)
+{
+    return job->ops->allreduce(job, r, cb, arg);
+}
+
+int job_broadcast(job_t *job, void *buf, size_t bytes, uint32_t root,
+                  job_done_cb cb, void *arg)
+{
+    return job->ops->broadcast(job, buf, bytes, root, cb, arg);
+}
+
+void job_step_end(job_t *job, uint64_t step)
+{
+    job->ops->step_end(job, step);
+}
+
+int job_commits(const job_t *job)
+{
+    return job->ops->commit != NULL;
+}
+
+int job_commit(job_t *job, job_done_cb cb, void *arg)
+{
+    return job->ops->commit != NULL ? job->ops->commit(job, cb, arg) : 1;
+}
+
+int job_leave(job_t *job, job_done_cb cb, void *arg)
+{
+    return job->ops->leave(job, cb, arg);
+}
+
+int job_takes_ckpt_requests(const job_t *job)
+{
+    return job->ops->request_ckpt != NULL;
+}
+
+void job_request_ckpt(job_t *job)
+{
+    if (job->ops->request_ckpt != NULL)
+        job->ops->request_ckpt(job);
+}
+
+int job_records_ckpts(const job_t *job)
+{
+    return job->ops->ckpt_report != NULL;
+}
+
+int job_ckpt_report(job_t *job, const job_ckpt_files_t *f, job_done_cb cb,
+                    void *arg)
+{
+    if (job->ops->ckpt_report == NULL)
+        return ST_ENOTSUP;
+    return job->ops->ckpt_report(job, f, cb, arg);
+}
+
+int job_hop_stats(job_t *job, job_hops_t *out)
+{
+    if (job->ops->hop_stats == NULL)
+        return ST_ENOTSUP;
+    job->ops->hop_stats(job, out);
+    return 0;
+}
+
+int job_blame_stats(job_t *job, job_blame_t *out)
+{
+    if (job->ops->blame_stats == NULL)
+        return ST_ENOTSUP;
+    job->ops->blame_stats(job, out);
+    return 0;
+}
+
+uint64_t job_newest_generation(job_t *job)
+{
+    return job->ops->newest_generation != NULL
+               ? job->ops->newest_generation(job)
+               : 0;
 }
 
 /* The ring's view of the node's buffers: one reduction order for the

@@ -186,7 +186,7 @@ typedef struct {
      * etcd) so that every node computes the same global_trainers and
      * rank_offset; solo uses it as the whole job.
      */
-    void (*set_local_trainers)(job_t *be, uint32_t n);
+    void (*set_local_trainers)(job_t *job, uint32_t n);
     /*
      * May be NULL (always ready). Called at every step start after
      * set_local_trainers and before get_view: returns 1 when a step can
@@ -195,12 +195,12 @@ typedef struct {
      * change), or < 0. The
      * daemon then calls it again. At most one cb is pending.
      */
-    int (*ready)(job_t *be, job_done_cb cb, void *arg);
-    void (*get_view)(job_t *be, job_view_t *view_p);
+    int (*ready)(job_t *job, job_done_cb cb, void *arg);
+    void (*get_view)(job_t *job, job_view_t *view_p);
     /* May be NULL. The node restored its state from a checkpoint of this
      * step before its first step: start there (a ring backend lets the
      * member furthest ahead send its state to the others). */
-    void (*set_step)(job_t *be, uint64_t step);
+    void (*set_step)(job_t *job, uint64_t step);
     /*
      * May be NULL. A local trainer vanished without BYE. in_step: it had
      * begun the step in progress, whose collectives the other nodes then
@@ -210,23 +210,23 @@ typedef struct {
      * and trainers remain, and, with none left, it steps out of the job
      * until a trainer comes back (at its next ready()).
      */
-    void (*trainer_lost)(job_t *be, int in_step,
+    void (*trainer_lost)(job_t *job, int in_step,
                          uint32_t remaining);
     /*
      * Allreduce of the node's trainers' buffers across nodes (see
      * job_reduce_t): the daemon turns AVG into SUM plus avg_divisor.
      */
-    int (*allreduce)(job_t *be, const job_reduce_t *r, job_done_cb cb,
+    int (*allreduce)(job_t *job, const job_reduce_t *r, job_done_cb cb,
                      void *arg);
     /*
      * Broadcast bytes of buf from the node holding global trainer rank
      * root (its daemon filled buf with that trainer's data) to all nodes.
      */
-    int (*broadcast)(job_t *be, void *buf, size_t bytes,
+    int (*broadcast)(job_t *job, void *buf, size_t bytes,
                      uint32_t root, job_done_cb cb, void *arg);
     /* Every trainer of the node finished `step`: a step boundary, where
      * joins and drains take effect. */
-    void (*step_end)(job_t *be, uint64_t step);
+    void (*step_end)(job_t *job, uint64_t step);
     /*
      * May be NULL (nothing to commit: one node). Called after step_end:
      * cb(0) once every node of the view has finished the step too (a
@@ -239,12 +239,12 @@ typedef struct {
      * No collective is in flight when it is called; at most one cb is
      * pending.
      */
-    int (*commit)(job_t *be, job_done_cb cb, void *arg);
+    int (*commit)(job_t *job, job_done_cb cb, void *arg);
     /*
      * Leave the job at this step boundary (SIGTERM drain): deregister and
      * call cb when gone. No collective is in flight when it is called.
      */
-    int (*leave)(job_t *be, job_done_cb cb, void *arg);
+    int (*leave)(job_t *job, job_done_cb cb, void *arg);
     /*
      * A trainer of this node asked for a checkpoint (ringd_checkpoint).
      * The backend sets ckpt_requested in the view of the next step that
@@ -253,7 +253,7 @@ typedef struct {
      * step's collectives and agrees at the next step start: the
      * checkpoint comes a step later than the request otherwise would).
      */
-    void (*request_ckpt)(job_t *be);
+    void (*request_ckpt)(job_t *job);
     /*
      * May be NULL (solo: the shared directory's MANIFEST.json is the only
      * record). This node's two files of a checkpoint are durable: record
@@ -263,15 +263,15 @@ typedef struct {
      * complete yet, or another node completed it; cb(arg, < 0): an error
      * (logged). f is copied.
      */
-    int (*ckpt_report)(job_t *be, const job_ckpt_files_t *f,
+    int (*ckpt_report)(job_t *job, const job_ckpt_files_t *f,
                        job_done_cb cb, void *arg);
     /* Free everything; in-flight callbacks are dropped, never called.
      * Handles are closed asynchronously: run the loop once after. */
-    void (*destroy)(job_t *be);
+    void (*destroy)(job_t *job);
     /* May be NULL (no ring): the per-step waits on the predecessor. */
-    void (*hop_stats)(job_t *be, job_hops_t *hops_p);
+    void (*hop_stats)(job_t *job, job_hops_t *hops_p);
     /* May be NULL (no membership): blame's counters. */
-    void (*blame_stats)(job_t *be, job_blame_t *stats_p);
+    void (*blame_stats)(job_t *job, job_blame_t *stats_p);
     /*
      * May be NULL (the view never changes under a collective). The newest
      * view generation the backend was given, installed or waiting for the
@@ -282,7 +282,7 @@ typedef struct {
      * redone on the new view, so no step of a view known to be over
      * completes here.
      */
-    uint64_t (*newest_generation)(job_t *be);
+    uint64_t (*newest_generation)(job_t *job);
 } job_ops_t;
 
 /* Every backend struct starts with this. */
@@ -363,11 +363,46 @@ int job__solo_create(uv_loop_t *loop, const char *fake_args,
 int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
                      const job_cbs_t *cbs, job_t **job_p);
 
+/*
+ * The daemon's calls into its job: one wrapper per op of job_ops_t, which
+ * owns the op's "may be NULL" (job.c), so no caller tests an op pointer.
+ * Each does what the op above says; where the op is absent:
+ */
+const char *job_name(const job_t *job);
+void job_set_local_trainers(job_t *job, uint32_t n);
+int job_ready(job_t *job, job_done_cb cb, void *arg); /* absent: 1 */
+void job_get_view(job_t *job, job_view_t *view_p);
+void job_set_step(job_t *job, uint64_t step);       /* absent: nothing */
+void job_trainer_lost(job_t *job, int in_step,
+                      uint32_t remaining);          /* absent: nothing */
+int job_allreduce(job_t *job, const job_reduce_t *r, job_done_cb cb,
+                  void *arg);
+int job_broadcast(job_t *job, void *buf, size_t bytes, uint32_t root,
+                  job_done_cb cb, void *arg);
+void job_step_end(job_t *job, uint64_t step);
+/* 1 when steps need a commit (several nodes can disagree): job_commit
+ * then decides; 0: a step that ended is done. */
+int job_commits(const job_t *job);
+int job_commit(job_t *job, job_done_cb cb, void *arg); /* absent: 1 */
+int job_leave(job_t *job, job_done_cb cb, void *arg);
+/* 1 when trainers may ask for a checkpoint (job_request_ckpt). */
+int job_takes_ckpt_requests(const job_t *job);
+void job_request_ckpt(job_t *job);                  /* absent: nothing */
+/* 1 when checkpoints are recorded by the job (job_ckpt_report), 0 when
+ * the shared directory's MANIFEST.json is the only record. */
+int job_records_ckpts(const job_t *job);
+int job_ckpt_report(job_t *job, const job_ckpt_files_t *f, job_done_cb cb,
+                    void *arg);                     /* absent: ST_ENOTSUP */
+/* 0 and *out filled, or ST_ENOTSUP when the job has no such figures. */
+int job_hop_stats(job_t *job, job_hops_t *out);
+int job_blame_stats(job_t *job, job_blame_t *out);
+uint64_t job_newest_generation(job_t *job);         /* absent: 0 */
+
 /* Accepts NULL. */
-static inline void job_destroy(job_t *be)
+static inline void job_destroy(job_t *job)
 {
-    if (be != NULL)
-        be->ops->destroy(be);
+    if (job != NULL)
+        job->ops->destroy(job);
 }
 
 #endif /* RINGD_JOB_H */

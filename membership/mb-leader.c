@@ -270,6 +270,14 @@ static void on_settle(uv_timer_t *t)
         mb__view_free(&next);
         return;
     }
+    if (mb->view_tries == 0 && next.source_index < 0 &&
+        mb->view.generation > 0)
+        RD_WARN("mb %s: view %llu keeps none of view %llu's members: the "
+                "job's state of step %llu is on no member; the job starts "
+                "anew (from its newest checkpoint where there is one)",
+                mb->me.node, (unsigned long long)next.generation,
+                (unsigned long long)mb->view.generation,
+                (unsigned long long)mb->view.step);
     if (mb->view_tries == 0)
         RD_INFO("mb %s: leader writes view %llu (%zu members)", mb->me.node,
                 (unsigned long long)next.generation, next.n_members);

@@ -265,8 +265,11 @@ static int refused_move(const char *log)
         char *nl = strchr(l, '\n');
         if (nl != NULL)
             *nl = '\0';
+        /* "a -> b refused": the state's name, then the word. */
         char *arrow = strstr(l, " -> ");
-        if (arrow != NULL && strstr(arrow, " refused") != NULL) {
+        char *to = arrow != NULL ? arrow + 4 : NULL;
+        size_t n = to != NULL ? strcspn(to, " ") : 0;
+        if (to != NULL && strncmp(to + n, " refused", 8) == 0) {
             fprintf(stderr, "%s: %s\n", log, l);
             found = 1;
         }

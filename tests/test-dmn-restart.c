@@ -513,7 +513,6 @@ typedef struct {
     const char *node;
     const char *out;
     unsigned long long gen;
-    unsigned long long above; /* node_back: wants a generation above */
 } view_q_t;
 
 static int read_view(view_q_t *q)
@@ -541,18 +540,29 @@ static int read_view(view_q_t *q)
     return member;
 }
 
-/* For td_poll: the node is back in the job after its restart. */
-static int node_back(void *arg)
+/* ringctl generation / wait-member, as the README's rolling upgrade
+ * runs them: the exit code; out gets the output. */
+static int ctl(cluster_t *c, const char *out, const char *const *args)
 {
-    view_q_t *q = arg;
-    return read_view(q) && q->gen > q->above;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ringctl", th_bindir());
+    const char *argv[16] = {path, "--etcd", c->etcd.url, "--job",
+                            "ringtest"};
+    int n = 5;
+    for (int i = 0; args[i] != NULL && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    unlink(out);
+    pid_t p = th_spawn((char *const *)argv, out);
+    td_track(p);
+    return td_exit_code(p, 90000);
 }
 
 /*
  * A rolling restart as daemon/README.md tells it: each daemon of a
  * 2-node job in turn gets SIGUSR2 and is started again, and the next
- * waits until `ringctl view` shows the node back (in a later
- * generation). The leader goes first. Both trainers survive both
+ * waits until the node is back (`ringctl generation` before the reload,
+ * `ringctl wait-member NODE GEN` after it). The leader goes first. Both trainers survive both
  * restarts; every step ran on some node, none twice on one, and the
  * replicas end identical.
  */
@@ -571,10 +581,16 @@ TEST_IMPL(dmn_restart_rolling)
     rc_step_delay = NULL;
     ASSERT_OK(td_wait_file(td_path(&c.d[1], "h0"), "step 100 ", 60000));
     for (int i = 0; i < 2; i++) {
-        view_q_t q = {&c, i ? "n1" : "n0", td_path(&c.d[0], "view.out"),
-                      0, 0};
+        const char *node = i ? "n1" : "n0";
+        const char *out = td_path(&c.d[0], "ctl.out");
+        view_q_t q = {&c, node, td_path(&c.d[0], "view.out"), 0};
         ASSERT_MSG(read_view(&q), "n%d is not in the view", i);
-        q.above = q.gen;
+        const char *gen_args[] = {"generation", NULL};
+        ASSERT_EQ(ctl(&c, out, gen_args), 0);
+        char *g = td_read(out, NULL);
+        ASSERT(g != NULL);
+        g[strcspn(g, "\n")] = '\0';
+        ASSERT_GE(strtoull(g, NULL, 10), q.gen);
         kill(c.d[i].pid, SIGUSR2);
         ASSERT_EQ(td_exit_code(c.d[i].pid, 30000), 75);
         c.d[i].pid = 0;
@@ -582,8 +598,15 @@ TEST_IMPL(dmn_restart_rolling)
                                "ringd: daemon gone", 30000));
         restart_sec();
         restart_node(&c, i, "2");
-        ASSERT_MSG(td_poll(node_back, &q, 60000) == 0,
-                   "n%d not back in the view after its restart", i);
+        const char *wait_args[] = {"--timeout", "60", "wait-member", node,
+                                   g, NULL};
+        int rc = ctl(&c, out, wait_args);
+        if (rc != 0)
+            td_dump(out);
+        ASSERT_MSG(rc == 0, "n%d not back in the view after its restart",
+                   i);
+        ASSERT(td_file_has(out, "is a member of view"));
+        free(g);
     }
     for (int i = 0; i < 2; i++)
         expect_exit0(&c, i, 0, c.trainer[i][0]);

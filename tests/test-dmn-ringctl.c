@@ -179,6 +179,47 @@ static void check_view(const char *log, const char *url, uint64_t want_gen)
     ASSERT(td_file_has(log, "\"members\":[[\"n1\","));
 }
 
+/* generation and wait-member, the rolling upgrade's wait: a member of a
+ * view after GEN returns at once; after the newest one it times out
+ * (exit 1, naming the newest); bad arguments are usage errors. */
+static void check_wait(const char *log, const char *url, uint64_t gen)
+{
+    char g[32], before[32];
+    snprintf(g, sizeof(g), "%llu", (unsigned long long)gen);
+    snprintf(before, sizeof(before), "%llu", (unsigned long long)gen - 1);
+    RUN_OK(log, "--etcd", url, "--job", "ctl", "generation");
+    char *out = td_read(log, NULL);
+    ASSERT(out != NULL);
+    ASSERT_MSG(strtoull(out, NULL, 10) == gen, "generation: %s", out);
+    free(out);
+    RUN_OK(log, "--etcd", url, "--job", "ctl", "wait-member", "n2", before);
+    char want[160];
+    snprintf(want, sizeof(want), "n2 is a member of view %s (", g);
+    ASSERT(td_file_has(log, want));
+    RUN_RC(log, 1, "--etcd", url, "--job", "ctl", "--timeout", "1",
+           "wait-member", "n2", g);
+    snprintf(want, sizeof(want), "after generation %s within 1 s (the "
+             "newest is %s)", g, g);
+    ASSERT(td_file_has(log, want));
+    RUN_RC(log, 1, "--etcd", url, "--job", "ctl", "--timeout", "1",
+           "wait-member", "n9", "0");
+    ASSERT(td_file_has(log, "n9 is not a member of a view after "
+                       "generation 0"));
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "wait-member", "n2",
+           "abc");
+    ASSERT(td_file_has(log, "GEN 'abc' is not a generation"));
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "wait-member", "n2",
+           "-1");
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "wait-member", "n2");
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "wait-member", "a/b",
+           "0");
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "--timeout", "0",
+           "wait-member", "n2", "0");
+    ASSERT(td_file_has(log, "--timeout '0': want seconds, 1..86400"));
+    RUN_RC(log, 2, "--etcd", url, "--job", "ctl", "--timeout", "1x",
+           "wait-member", "n2", "0");
+}
+
 /* No checkpoints yet; drain: an unknown node is refused, n1 gets
  * on_drain. */
 static void check_drain(const char *log, const char *url, ctl_member_t *m)
@@ -302,6 +343,7 @@ TEST_IMPL(dmn_ringctl_etcd)
                "no view with both members");
     check_members(log, url);
     check_view(log, url, m[0].gen);
+    check_wait(log, url, m[0].gen);
     check_drain(log, url, m);
     check_checkpoints(log, url);
     check_hostile(log, url);

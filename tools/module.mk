@@ -13,7 +13,8 @@ install-tools: $(BUILD)/ringctl
 	install -m 755 $(BUILD)/ringctl $(DESTDIR)$(BINDIR)/ringctl
 
 $(BUILD)/ringctl: $(BUILD)/tools/ringctl.o $(BUILD)/tools/ringctl-ckpt.o \
-    $(BUILD)/tools/ringctl-hops.o $(BUILD)/libringd_core.a
+    $(BUILD)/tools/ringctl-hops.o $(BUILD)/tools/ringctl-wait.o \
+    $(BUILD)/libringd_core.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(CORE_LIB) $(PKG_LIBS) \
 	    $(LIBS)

@@ -558,6 +558,10 @@ static const ctl_cmd_t cmds[] = {
      "the current view: generation, step, ring order (etcd)"},
     {"drain", " NODE", 1, 1, cmd_drain,
      "ask NODE to leave the job at the next step boundary (etcd)"},
+    {"generation", "", 0, 1, cmd_generation,
+     "the job's view generation now (0: no view yet) (etcd)"},
+    {"wait-member", " NODE GEN", 2, 1, cmd_wait_member,
+     "wait (--timeout) until NODE is a member of a view after GEN (etcd)"},
     {"checkpoints", "", 0, 1, cmd_checkpoints,
      "checkpoint records of the job (etcd)"},
     {"verify", " STEP", 1, 0, cmd_verify,
@@ -578,7 +582,7 @@ static void usage(FILE *out)
     for (size_t i = 0; i < NCMDS; i++) {
         char left[32];
         snprintf(left, sizeof(left), "%s%s", cmds[i].name, cmds[i].args);
-        fprintf(out, "  %-14s %s\n", left, cmds[i].help);
+        fprintf(out, "  %-16s %s\n", left, cmds[i].help);
     }
     fprintf(out,
 "\n"
@@ -603,11 +607,17 @@ static void usage(FILE *out)
 "                 manifest from etcd with --etcd, else from DIR\n"
 "  --json         machine-readable output (status, members, view,\n"
 "                 checkpoints)\n"
+"  --timeout S    how long wait-member waits, 1..86400 (default 120)\n"
 "  -h, --help     this help\n"
 "\n"
+"\n"
+"A rolling upgrade, one node at a time (daemon/README.md):\n"
+"  g=$(ringctl generation); ssh NODE systemctl reload ringd;\n"
+"  ringctl wait-member NODE \"$g\" || stop\n"
+"\n"
 "Exit status: 0 ok; 1 failure (daemon or etcd unreachable, a bad reply,\n"
-"drain of a node that is not registered, a checkpoint not restorable);\n"
-"2 usage error.\n");
+"drain of a node that is not registered, a checkpoint not restorable,\n"
+"wait-member timed out); 2 usage error.\n");
 }
 
 /* An environment default; empty counts as unset. */
@@ -623,6 +633,7 @@ int main(int argc, char **argv)
                     getenv("RINGD_JOB"), "/var/lib/ringd/ckpt", 0};
     if (o.socket == NULL || o.socket[0] == '\0')
         o.socket = RINGD_DEFAULT_SOCKET;
+    o.timeout_s = 120;
     o.etcd_ca = env_opt("RINGD_ETCD_CA");
     o.etcd_cert = env_opt("RINGD_ETCD_CERT");
     o.etcd_key = env_opt("RINGD_ETCD_KEY");
@@ -661,6 +672,18 @@ int main(int argc, char **argv)
             o.etcd_password_file = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--job-secret-file") == 0) {
             o.job_secret_file = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--timeout") == 0) {
+            char *end;
+            const char *v = argv[++i];
+            errno = 0;
+            unsigned long t = strtoul(v, &end, 10);
+            if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
+                t < 1 || t > 86400) {
+                fprintf(stderr, "ringctl: --timeout '%s': want seconds, "
+                        "1..86400\n", v);
+                return EXIT_USAGE;
+            }
+            o.timeout_s = (unsigned)t;
         } else {
             fprintf(stderr, "ringctl: unknown option or missing value: "
                     "'%s' (see --help)\n", a);

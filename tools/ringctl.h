@@ -22,6 +22,7 @@ typedef struct {
     const char *etcd_ca, *etcd_cert, *etcd_key; /* TLS, as ringd's keys */
     const char *etcd_user, *etcd_password_file; /* auth */
     const char *job_secret_file; /* signs a drain request */
+    unsigned timeout_s;          /* wait-member's bound (--timeout) */
 } ctl_opts_t;
 
 /* What one call left behind: an owned copy of the kvs (values NUL-ended,
@@ -67,6 +68,10 @@ typedef struct {
 /* 0 with s_p filled; 1: fewer than two nodes' records; else an exit
  * code (etcd failed, said on stderr). */
 int ctl_slowest(const ctl_opts_t *o, ctl_slowest_t *s_p);
+
+/* ringctl-wait.c: the rolling upgrade's wait between nodes. */
+int cmd_generation(const ctl_opts_t *o, char **argv);
+int cmd_wait_member(const ctl_opts_t *o, char **argv);
 
 /* ringctl-ckpt.c */
 int cmd_checkpoints(const ctl_opts_t *o, char **argv);
