@@ -471,13 +471,14 @@ static void reserve_work(dmn_copy_t *b)
 static void reserve_done(dmn_copy_t *b, int status)
 {
     reserve_t *r = (reserve_t *)b;
-    if (status == 0 && r->rc == 0 && r->need > b->d->ckpt_reserved)
-        b->d->ckpt_reserved = r->need;
+    dmn_t *d = b->d; /* b is r: gone after the free */
+    if (status == 0 && r->rc == 0 && r->need > d->ckpt_reserved)
+        d->ckpt_reserved = r->need;
     /* else the first snapshot allocates, as before */
-    b->d->ckpt_reserving = 0;
+    d->ckpt_reserving = 0;
     free(r);
     if (status == 0)
-        restart_progress(b->d, 0); /* the writers may be free now */
+        restart_progress(d, 0); /* the writers may be free now */
 }
 
 /* Step `step` is about to start and every trainer ended the one before. */

@@ -348,12 +348,14 @@ static void on_conn_io(uv_poll_t *p, int status, int events)
 static void conn_freed(uv_handle_t *h)
 {
     dmn_conn_t *c = h->data;
+    dmn_t *d = c->d;
     for (uint32_t i = 0; i < c->bufs_cap; i++)
         if (c->bufs[i].addr != NULL)
-            dmn__buf_unmap(c->d, c->bufs[i].addr, c->bufs[i].size);
+            dmn__buf_unmap(d, c->bufs[i].addr, c->bufs[i].size);
     free(c->bufs);
     close(c->fd);
     free(c);
+    dmn__unref(d); /* conn_close's reference */
 }
 
 /* Unlink from the list, tell the step machine, free after uv_close. */
@@ -370,6 +372,9 @@ static void conn_close(dmn_conn_t *c)
     dmn__step_conn_lost(d, c);
     dmn__job_conn_gone(d, c);
     uv_poll_stop(&c->poll);
+    /* conn_freed unmaps through d: d lives until it ran (dmn_destroy
+     * closes its timers in the same loop turn). */
+    d->open_handles++;
     uv_close((uv_handle_t *)&c->poll, conn_freed);
 }
 

@@ -400,6 +400,8 @@ void td_read_hashes(const char *path, td_hashes_t *h)
         h->gen[step] = gen;
         h->world[step] = world;
         h->have[step]++;
+        const char *tm = strstr(line, " t_ms ");
+        h->t_ms[step] = tm != NULL ? atoll(tm + 6) : 0;
         if (step + 1 > h->nsteps)
             h->nsteps = (int)step + 1;
     }

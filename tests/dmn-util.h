@@ -88,6 +88,7 @@ typedef struct {
     int have[TD_MAX_STEPS];
     unsigned world[TD_MAX_STEPS];
     unsigned long long gen[TD_MAX_STEPS];
+    long long t_ms[TD_MAX_STEPS]; /* wall clock of the step's end; 0: none */
     int nsteps;
 } td_hashes_t;
 
