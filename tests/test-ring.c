@@ -405,6 +405,7 @@ static void check_survivors(launch_t *l, int victim, int64_t t_fault,
                   4);
         ASSERT_MSG(code < 0, "survivor %d: rc %s", r, rc);
         named += (int)who == victim;
+        fprintf(stderr, "survivor %d: %s (%s)\n", r, rc, st_strerror(code));
         /* on_fail: once, with the suspect; never for a local abort. */
         ASSERT_EQ(count, code == ST_EABORTED ? 0 : 1);
         if (count == 1)
