@@ -177,6 +177,29 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
 }
 
 /*
+ * After the broadcast of the state, an allreduce every member enters only
+ * once the state is wholly here: the source's install ends only when
+ * every member holds the state. Its sends complete locally before they
+ * arrive, and a source that leaves right after its install (a drain that
+ * waited to hand the only copy over) must not go while a joiner still
+ * receives it. A member that has the state whole keeps it if this fails:
+ * the source may leave as soon as its own allreduce ends, before its last
+ * message of it reaches us, and the view that follows starts from the
+ * state we hold.
+ */
+static int rt_ack_state(ring_t *r, const mb_view_t *v, uint32_t source)
+{
+    int64_t one = 1;
+    int rc = ring_allreduce(r, &one, 1, KERN_I64, KERN_SUM);
+    if (rc == 0 || (uint32_t)v->my_index == source)
+        return rc;
+    RD_INFO("ring backend: generation %llu: the state arrived whole and "
+            "its acknowledgement did not complete (%s): keeping the state",
+            (unsigned long long)v->generation, st_strerror(rc));
+    return 0;
+}
+
+/*
  * REBUILD, step 3: resync the state. A job starting again from step 0
  * restores its newest checkpoint from the members' stores; otherwise the
  * source broadcasts its state when the members disagree on the step or a
@@ -217,7 +240,7 @@ static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
             "member %u to generation %llu", c->state_bytes,
             (unsigned long long)a->max_step, a->source,
             (unsigned long long)v->generation);
-    return 0;
+    return rt_ack_state(r, v, a->source);
 }
 
 /* REBUILD: replace the ring, agree on the step, resync the state. */

@@ -79,22 +79,33 @@ static int side_check(ring_t *r, uint32_t rank, int64_t quiet_ns,
  * socket), and a report from that side too is what lets membership
  * convict at once (membership/README.md, "Blame"). Heartbeats come from
  * the daemon, whatever its trainer does: this is never a slow trainer.
+ * When both are silent the one silent longer is named: a live
+ * neighbour starved of CPU for a moment (a loaded machine, a sanitizer
+ * build) lapses after the one that stopped, and blaming it would evict
+ * a live node and keep the stopped one.
  */
 static int nbr_silent(ring_t *r, int64_t now)
 {
     const ring_link_t *l[2] = {&r->left, &r->right};
+    const ring_link_t *worst = NULL;
+    int64_t worst_heard = 0;
     for (int i = 0; i < 2 && r->opts.live_ms > 0; i++) {
         if (l[i]->peer == NULL || l[i]->fail_rc != 0 ||
             l[i]->rank == r->rank || !ring__silent(r, l[i]->rank, now))
             continue;
-        RD_WARN("ring gen %" PRIu64 " seq %u: rank %u sent no heartbeat "
-                "for %lld ms: it stopped answering", r->generation, r->seq,
-                l[i]->rank,
-                (long long)((now - ring__heard(r, l[i]->rank)) / 1000000));
-        ring__coll_fail(r, ST_EPEER_SILENT, l[i]->rank);
-        return 1;
+        int64_t heard = ring__heard(r, l[i]->rank);
+        if (worst == NULL || heard < worst_heard) {
+            worst = l[i];
+            worst_heard = heard;
+        }
     }
-    return 0;
+    if (worst == NULL)
+        return 0;
+    RD_WARN("ring gen %" PRIu64 " seq %u: rank %u sent no heartbeat for "
+            "%lld ms: it stopped answering", r->generation, r->seq,
+            worst->rank, (long long)((now - worst_heard) / 1000000));
+    ring__coll_fail(r, ST_EPEER_SILENT, worst->rank);
+    return 1;
 }
 
 static int coll_deadline(ring_t *r, int64_t now)

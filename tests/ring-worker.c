@@ -434,13 +434,18 @@ static void mode_big(int abort_it)
     if (W.opts.grid_min_nodes > 0 &&
         ring_allreduce(W.ring, warm, 1024, KERN_F32, KERN_SUM) != 0)
         DIE("warm-up allreduce failed");
+    /* Filled before the heartbeats are awaited: 256 MiB take over a
+     * second under ASan, a second in which nobody services the ring, and
+     * both neighbours would look silent past live_ms when the collective
+     * starts (the test then names whichever was heard last, not the rank
+     * it stopped). */
+    for (size_t i = 0; i < W.count; i++)
+        buf[i] = (float)(i % 8);
     if (W.live_test)
         heard_wait();
     abort_it = abort_it && W.rank == 0;
     if (abort_it && pthread_create(&th, NULL, abort_thread, NULL) != 0)
         DIE("pthread_create");
-    for (size_t i = 0; i < W.count; i++)
-        buf[i] = (float)(i % 8);
     char name[64];
     snprintf(name, sizeof name, "started.%u", W.rank);
     for (int it = 0; it < W.iters; it++) {

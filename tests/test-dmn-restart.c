@@ -655,16 +655,6 @@ static int syncing_view2(void *path)
 TEST_IMPL(dmn_ring_stop_hands_over)
 {
     enum { STEPS = 1500 };
-#if defined(__SANITIZE_ADDRESS__)
-    /* Known open race (issue 25 note): n0 leaves once ITS side of view
-     * 2's install ended; a slow joiner (3 of 6 runs under ASan) still in
-     * the install's last collective then aborts it on view 3 and drops
-     * the state it received, and the job starts anew. The plain build
-     * runs this test; the fix (the joiner keeps a state it received
-     * whole, or n0 waits for its acknowledgement) is still to be made. */
-    TEST_SKIP_WHY("sanitizer build: the joiner's side of the hand-over "
-                  "still races n0's leave (open, see the test's comment)");
-#endif
     cluster_env();
     cluster_t c = {.n = 2};
     fx_etcd_start(&c.etcd, 0);
