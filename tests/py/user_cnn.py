@@ -4,15 +4,16 @@ ringd.torch (tests/test-client-torch-user.c, client_python_torch_user_cnn).
 A residual CNN with BatchNorm and dropout on sklearn's digits, AdamW with
 two parameter groups, warm-up + cosine LambdaLR, clipping through
 synchronize()/skip_synchronize(), bf16 CPU autocast, elastic.DataLoader
-with 2 workers; the global batch stays 24 whatever the world size
-(on_reset sets each rank's share).
+with 2 workers; the global batch stays --global (24) whatever the world
+size (on_reset sets each rank's share). Also run under ringrun on ring
+daemons (tests/test-client-torch-nodes.c).
 
---mode ringd: one trainer (logs every step); --mode ref: one process, the
+--mode ringd: one trainer (logs every step, see user_job.py); --mode
+ref: one process, the
 same global batches, no ringd; --check LOG...: every completed epoch saw
 each sample exactly once, and the trainers logged the same learning rate
 at each step; --loss A B TOL: the final losses of two runs within TOL.
 """
-import argparse
 import math
 import sys
 
@@ -20,7 +21,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-N, GLOBAL, WARMUP, TOTAL = 480, 24, 10, 200
+import user_job
+
+N, WARMUP, TOTAL = 480, 10, 200
 
 
 def digits():
@@ -91,19 +94,20 @@ def eval_loss(model, data):
 def run_ringd(o):
     import ringd.torch as rt
     from ringd.torch import elastic
+    log = user_job.open_log(o)
     rt.init(o.socket, name="user_cnn")
     data = digits()
     model, opt, sched = setup()
-    sampler = elastic.ElasticSampler(data, batch_size=GLOBAL // 2, seed=1)
+    sampler = elastic.ElasticSampler(data, batch_size=o.global_batch // 2,
+                                     seed=1)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler,
                           lr_scheduler=sched)
     dopt = rt.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                    model=model)
     loader = elastic.DataLoader(data, sampler, num_workers=2)
-    log = open(o.log, "a")
 
     def reset(world):
-        sampler.batch_size = GLOBAL // world   # the same global batch
+        sampler.batch_size = o.global_batch // world  # the same global batch
     state.register_reset_callbacks([reset])
 
     def step(state, v):
@@ -111,7 +115,6 @@ def run_ringd(o):
             log.write("restored %d\n" % v.step)
         step.told = True
         reset(v.world)
-        glob = [i for sh in sampler.global_batch() for i in sh]
         x, y = loader.batch()
         dopt.zero_grad()
         loss_of(model, x, y).backward()
@@ -120,21 +123,10 @@ def run_ringd(o):
         with dopt.skip_synchronize():
             dopt.step()
         sched.step()
-        log.write("step %d gen %d rank %d world %d epoch %d lr %r idx %s\n"
-                  % (v.step, v.generation, v.rank, v.world, sampler.epoch,
-                     opt.param_groups[0]["lr"], ",".join(map(str, glob))))
-        log.flush()
-        if o.pace_ms:
-            import time
-            time.sleep(o.pace_ms / 1000.0)  # lets the test kill mid-run
+        user_job.log_step(log, v, sampler, opt.param_groups[0]["lr"],
+                          o.pace_ms)
 
-    def limit():
-        try:
-            with open(o.stop_file) as f:
-                return int(f.read())
-        except (OSError, ValueError):
-            return None
-    v = elastic.run(step, state, steps=limit)
+    v = elastic.run(step, state, steps=user_job.stop_limit(o))
     log.write("final digest %s lr %r loss %.6f step %d\n" %
               (state.digest(), opt.param_groups[0]["lr"],
                eval_loss(model, data), v.step))
@@ -146,7 +138,7 @@ def run_ref(o):
     from ringd.torch.elastic import ElasticSampler
     data = digits()
     model, opt, sched = setup()
-    s = ElasticSampler(data, batch_size=GLOBAL, seed=1)
+    s = ElasticSampler(data, batch_size=o.global_batch, seed=1)
     for _ in range(o.steps):
         if s.done():
             s.set_epoch(s.epoch + 1)
@@ -162,47 +154,14 @@ def run_ref(o):
                                              opt.param_groups[0]["lr"]))
 
 
-def check(logs):
-    steps, lrs = {}, {}
-    for path in logs:
-        for line in open(path):
-            w = line.split()
-            if w[0] != "step":
-                continue
-            s, epoch, lr = int(w[1]), int(w[9]), w[11]
-            idx = [int(i) for i in w[13].split(",")]
-            assert steps.setdefault(s, (epoch, idx)) == (epoch, idx), s
-            assert lrs.setdefault(s, lr) == lr, "lr differs at step %d" % s
-    per = {}
-    for s in sorted(steps):
-        per.setdefault(steps[s][0], []).extend(steps[s][1])
-    done = [e for e in per if e + 1 in per]
-    for e in done:
-        assert sorted(per[e]) == list(range(N)), "epoch %d" % e
-    assert done, "no epoch completed"
-    print("check: %d steps, epochs %s each sample exactly once, one lr per "
-          "step" % (len(steps), done))
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", default="ringd")
-    ap.add_argument("--socket")
-    ap.add_argument("--log")
-    ap.add_argument("--out")
-    ap.add_argument("--stop-file")
-    ap.add_argument("--pace-ms", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=0)
-    ap.add_argument("--check", nargs="+")
-    ap.add_argument("--loss", nargs=3)
+    ap = user_job.parser(__doc__.split("\n")[0])
+    ap.add_argument("--global", dest="global_batch", type=int, default=24)
     o = ap.parse_args()
     if o.check:
-        check(o.check)
+        user_job.check(o.check, N)
     elif o.loss:
-        la, lb = (float(open(p).read().split(" loss ")[-1].split()[0])
-                  for p in o.loss[:2])
-        print("final loss %.4f vs %.4f (tolerance %s)" % (la, lb, o.loss[2]))
-        return 0 if abs(la - lb) <= float(o.loss[2]) else 1
+        return user_job.loss_close(*o.loss)
     elif o.mode == "ref":
         run_ref(o)
     else:

@@ -346,6 +346,11 @@ class Client:
             raise Error(rc, "ringd_connect: " + (why or strerror(rc)))
         self._staging = {}
         self.view = None        # from the last step_begin()
+        # Callables that ringd.torch.elastic.run calls when a step attempt
+        # is abandoned (a view change inside step_fn), before the redo's
+        # step_begin: a DistributedOptimizer puts back the buffers the
+        # attempt's forward moved (ringd/torch/optimizer.py, abandon).
+        self.abandon_hooks = []
         # Base addresses of buffers no array refers to any more; freed at
         # the next call, never from inside a garbage collection.
         self._dead = []

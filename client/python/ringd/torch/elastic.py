@@ -608,6 +608,8 @@ def run(step_fn, state, steps=None, fenced_wait_s=60.0):
         try:
             more = step_fn(state, v)
         except (ringd.Reshape, ringd.Disconnected, ringd.Fenced):
+            for hook in getattr(c, "abandon_hooks", ()):
+                hook()                  # what the attempt moved goes back
             continue                    # redo the step on the new view
         if state.sampler is not None:
             state.sampler.commit()

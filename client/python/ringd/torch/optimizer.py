@@ -345,10 +345,14 @@ class DistributedOptimizer:
                         if model is not None else [])
         self._buf_digests = None
         self._buf_gen = None
+        self._buf_pack = None
         self._pre = (model.register_forward_pre_hook(self._pre_forward)
                      if model is not None else None)
         self.optimizer = optimizer
         self.client = rt._pick(client)
+        hooks = getattr(self.client, "abandon_hooks", None)
+        if self.buffers and hooks is not None:
+            hooks.append(self.abandon)
         self.k = int(backward_passes_per_step)
         if self.k < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
@@ -553,6 +557,7 @@ class DistributedOptimizer:
                     if err is None:
                         err = e
             if err is not None:
+                self.abandon()
                 raise err
             self._sync_buffers()
             self._synced = True
@@ -561,21 +566,51 @@ class DistributedOptimizer:
 
     def _pre_forward(self, *_):
         """The first forward of a step: when the step is redone, buffers
-        go back to the last values all trainers agreed on (the failed
-        attempt had moved them, differently on each); in a new view their
-        digests are taken for the equality check."""
+        go back to the values the step started from (the failed attempt
+        had moved them, differently on each trainer); otherwise those
+        values are kept for a redo (a view that restored the state starts
+        from what it restored). In a new view their digests are taken
+        for the equality check."""
         v = self.client.view
         key = (v.generation, v.step) if v is not None else None
         last = getattr(self, "_buf_key", None)
         if key is None or key == last:
             return
         self._buf_key = key
-        redo = last is not None and last[1] == key[1]
-        if redo and getattr(self, "_buf_pack", None) is not None:
+        redo = last is not None and last[1] == key[1] and not v.restored
+        if redo and self._buf_pack is not None:
             self._unpack_buffers()
+        else:
+            self._pack_buffers()
         if v.generation != self._buf_gen:
             self._buf_gen = v.generation
             self._buf_digests = [_digest([t]) for _, t in self.buffers]
+
+    def abandon(self):
+        """A step attempt failed after its forward (synchronize() raised,
+        or elastic.run saw a view change; ringd.Client.abandon_hooks):
+        buffers go back to the values the step started from at once, not
+        only at the redo's forward. The daemon may take this trainer's
+        state region at the next step start, for a joiner or for the
+        broadcast that makes every replica equal, and that state must not
+        hold the statistics of an attempt that never happened."""
+        if self.buffers and self._buf_pack is not None:
+            self._unpack_buffers()
+
+    def _pack_buffers(self):
+        if not self.buffers:
+            return
+        if self._buf_pack is None:
+            total = sum(t.numel() * t.element_size() for _, t in self.buffers)
+            self._buf_pack = rt.zeros(max(total, 1), dtype=torch.uint8,
+                                      client=self.client)
+            self._buf_views, off = [], 0
+            for _, t in self.buffers:
+                n = t.numel() * t.element_size()
+                self._buf_views.append(self._buf_pack[off:off + n])
+                off += n
+        for (_, t), pv in zip(self.buffers, self._buf_views):
+            pv.copy_(t.detach().contiguous().view(-1).view(torch.uint8))
 
     def _unpack_buffers(self):
         with torch.no_grad():
@@ -590,17 +625,7 @@ class DistributedOptimizer:
         and integer buffers (num_batches_tracked) have no mean."""
         if not self.buffers:
             return
-        if getattr(self, "_buf_pack", None) is None:
-            total = sum(t.numel() * t.element_size() for _, t in self.buffers)
-            self._buf_pack = rt.zeros(max(total, 1), dtype=torch.uint8,
-                                      client=self.client)
-            self._buf_views, off = [], 0
-            for _, t in self.buffers:
-                n = t.numel() * t.element_size()
-                self._buf_views.append(self._buf_pack[off:off + n])
-                off += n
-        for (_, t), pv in zip(self.buffers, self._buf_views):
-            pv.copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+        self._pack_buffers()
         rt.broadcast_(self._buf_pack, root=0, client=self.client)
         self._unpack_buffers()
 
