@@ -1,14 +1,19 @@
 #!/usr/bin/python3
 """bench/torch-overhead.py - what ringd.torch costs a training step.
 
-One model (an MLP 1024-4096-4096-1024, 25.2 M parameters, SGD), three
-ways, in the same run, interleaved round by round:
+One model (an MLP 1024-4096-4096-1024, 25.2 M parameters, SGD), up to
+four ways, in the same run, interleaved round by round:
 
-  local   one process, no communication: the floor
-  ringd   DistributedOptimizer, --procs nodes on loopback (default 2:
-          etcd, a ringd daemon per node, one trainer each)
-  ddp     torch.nn.parallel.DistributedDataParallel, gloo, --procs
-          processes
+  local      one process, no communication: the floor
+  ringd      DistributedOptimizer, --procs trainers on loopback (default
+             2: etcd, a ringd daemon per node, --per-node trainers on
+             each, default 1)
+  ddp        torch.nn.parallel.DistributedDataParallel, gloo, --procs
+             processes
+  ddp-ringd  the same DistributedDataParallel on the `ringd`
+             torch.distributed backend (ringd.torch.distributed), on the
+             ringd way's daemons and trainers (not in the default --ways:
+             `--ways local,ringd,ddp,ddp-ringd`)
 
 Each way runs --steps timed steps after --warmup untimed ones, --reps
 rounds; a way's figure is the median over every timed step of every
@@ -25,7 +30,11 @@ all the way's processes' CPU per step). Needs `make all` (build/ringd,
 build/libringd.so) and etcd.
 
     /usr/bin/python3 bench/torch-overhead.py [--reps 5] [--steps 20]
-        [--procs 4]
+        [--procs 4] [--per-node 2] [--ways local,ringd,ddp,ddp-ringd]
+
+With ddp-ringd among the ways the last line adds ddp_ringd_step_ms= and
+ddp_ringd_vs_gloo= (the ringd backend's median step time over gloo's,
+measured in the same rounds: below 1 is faster).
 """
 import argparse
 import json
@@ -122,7 +131,23 @@ def worker(o):
         opt = rt.DistributedOptimizer(
             torch.optim.SGD(m.parameters(), lr=1e-3),
             named_parameters=m.named_parameters())
+        whole_world(c, o)
+        c.step_end()
         begin, end = c.step_begin, c.step_end
+    elif o.worker == "ddp-ringd":
+        import ringd.torch as rt
+        import ringd.torch.distributed as rdist
+        c = rt.init(o.socket, name="torch-overhead-ddp")
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+        rdist.init_process_group(view=whole_world(c, o))
+        m = torch.nn.parallel.DistributedDataParallel(m)  # in that step
+        rdist.group().flush()
+        c.step_end()
+
+        def end():
+            rdist.group().flush()       # DDP's last bucket, then the end
+            c.step_end()
+        begin = c.step_begin
     else:
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
         begin = end = lambda: None
@@ -151,6 +176,22 @@ def worker(o):
     with open(o.out, "w") as f:
         json.dump({"times": times, "cpu": cpu}, f)
     return 0
+
+
+def whole_world(c, o):
+    """Empty steps until every trainer is in the view (a node's trainers
+    connect one after another, and a view change inside a timed step
+    would be a failure, not a figure); returns the view of the step this
+    leaves begun."""
+    deadline = time.monotonic() + 120
+    while True:
+        v = c.step_begin()
+        if v.world == o.procs:
+            return v
+        if time.monotonic() > deadline:
+            sys.exit("torch-overhead: the view never held %d trainers "
+                     "(world %d)" % (o.procs, v.world))
+        c.step_end()
 
 
 def free_port():
@@ -209,14 +250,15 @@ class Bench:
                 return False
         wait_for(up, "etcd listening")
 
-    def daemons(self, job, nodes=2, env=None):
+    def daemons(self, job, nodes=2, env=None, per_node=1):
         ds = []
         for n in "abcdefgh"[:nodes]:
             sock = self.path("%s-%s.sock" % (job, n))
             ds.append((self.spawn(
                 [os.path.join(ROOT, self.o.build, "ringd"), "--etcd",
                  self.etcd_url, "--job", job, "--node-id", n, "--socket",
-                 sock, "--trainers", "1", "--min-nodes", str(nodes),
+                 sock, "--trainers", str(per_node), "--min-nodes",
+                 str(nodes),
                  "--metrics", "off"], self.path("%s-%s.log" % (job, n)),
                 env), sock))
         for _, sock in ds:
@@ -228,11 +270,16 @@ class Bench:
         n = 1 if way == "local" else o.procs
         extra = [[] for _ in range(n)]
         ds = []
-        if way.startswith("ringd"):
-            ds = self.daemons("tb%d-%d%s" % (os.getpid(), rnd, way[5:]), n,
-                              WAY_ENV.get(way))
-            extra = [["--socket", s, "--daemon-pid", str(p.pid)]
-                     for p, s in ds]
+        if way.startswith("ringd") or way == "ddp-ringd":
+            k = o.per_node
+            ds = self.daemons("tb%d-%d%s" % (os.getpid(), rnd,
+                                             way.replace("ringd", "")),
+                              n // k, WAY_ENV.get(way), k)
+            # The daemons' CPU is counted once, by each node's first
+            # trainer.
+            extra = [["--socket", ds[r // k][1]] +
+                     (["--daemon-pid", str(ds[r // k][0].pid)]
+                      if r % k == 0 else []) for r in range(n)]
             extra[0] += ["--etcd-pid", str(self.etcd.pid)]
         elif way == "ddp":
             port = free_port()
@@ -241,7 +288,8 @@ class Bench:
         for r in range(n):
             out = self.path("%s-%d-%d.json" % (way, rnd, r))
             argv = [sys.executable, os.path.abspath(__file__), "--worker",
-                    way.split("-")[0], "--rank", str(r), "--out", out,
+                    "ddp-ringd" if way == "ddp-ringd" else way.split("-")[0],
+                    "--rank", str(r), "--out", out,
                     "--batch", str(o.batch), "--steps", str(o.steps),
                     "--warmup", str(o.warmup), "--threads", str(o.threads),
                     "--procs", str(n)] + extra[r]
@@ -282,7 +330,8 @@ class Bench:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", choices=("local", "ringd", "ddp"))
+    ap.add_argument("--worker", choices=("local", "ringd", "ddp",
+                                         "ddp-ringd"))
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--socket")
     ap.add_argument("--port", type=int)
@@ -294,23 +343,31 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--procs", type=int, default=2,
-                    help="processes of ringd and of ddp (ringd: that many "
-                    "nodes, one trainer each; at most 8)")
+                    help="processes of ringd and of ddp (ringd: "
+                    "--procs / --per-node nodes; at most 8 nodes)")
+    ap.add_argument("--per-node", type=int, default=1,
+                    help="trainers per ringd node (--procs a multiple "
+                    "of it)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per process (the same for all)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--ways", default="local,ringd,ddp",
                     help="the ways to run, of local,ringd,ddp (the last "
-                    "line needs all three) and ringd-fixed (ringd with "
-                    "the fixed spin policy, to compare)")
+                    "line needs all three), ddp-ringd (DDP on the ringd "
+                    "backend) and ringd-fixed (ringd with the fixed spin "
+                    "policy, to compare)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the temporary directory (logs), say where")
     ap.add_argument("--build", default=os.environ.get("BUILD", "build"))
     o = ap.parse_args()
     if o.worker:
         return worker(o)
-    if not set(o.ways.split(",")) <= {"local", "ringd", "ddp"} | set(WAY_ENV):
-        ap.error("--ways: of local, ringd, ddp, " + ", ".join(WAY_ENV))
+    ways = {"local", "ringd", "ddp", "ddp-ringd"} | set(WAY_ENV)
+    if not set(o.ways.split(",")) <= ways:
+        ap.error("--ways: of " + ", ".join(sorted(ways)))
+    if o.per_node < 1 or o.procs % o.per_node or o.procs // o.per_node > 8:
+        ap.error("--per-node: --procs (%d) must be a multiple of it, in "
+                 "at most 8 nodes" % o.procs)
     b = Bench(o)
     try:
         b.start_etcd()
@@ -327,22 +384,26 @@ def main():
     nparams = sum(DIMS[i] * DIMS[i + 1] + DIMS[i + 1]
                   for i in range(len(DIMS) - 1))
     print("model: MLP %s, %.1f M parameters, batch %d per process, "
-          "%d round(s) of %d steps, %d processes" % (
+          "%d round(s) of %d steps, %d processes (ringd: %d a node)" % (
               "-".join(map(str, DIMS)), nparams / 1e6, o.batch, o.reps,
-              o.steps, o.procs))
+              o.steps, o.procs, o.per_node))
     print("way\tprocs\tmedian_ms\tmin_ms\tmax_ms\tsteps")
     for w, t in times.items():
         print("%s\t%d\t%.1f\t%.1f\t%.1f\t%d" % (
             w, 1 if w == "local" else o.procs, med[w], min(t), max(t),
             len(t)))
     total = print_cpu(cpus, o.steps)
-    if set(times) != {"local", "ringd", "ddp"}:
+    if not {"local", "ringd", "ddp"} <= set(times):
         return 0
+    more = ""
+    if "ddp-ringd" in times:
+        more = " ddp_ringd_step_ms=%.1f ddp_ringd_vs_gloo=%.3f" % (
+            med["ddp-ringd"], med["ddp-ringd"] / med["ddp"])
     print("torch: overhead_pct=%.1f step_ms=%.1f ddp_step_ms=%.1f "
-          "local_cpu_ms=%.1f ringd_cpu_ms=%.1f ddp_cpu_ms=%.1f" % (
+          "local_cpu_ms=%.1f ringd_cpu_ms=%.1f ddp_cpu_ms=%.1f%s" % (
               (med["ringd"] - med["local"]) * 100 / med["local"],
               med["ringd"], med["ddp"], total["local"], total["ringd"],
-              total["ddp"]))
+              total["ddp"], more))
     return 0
 
 

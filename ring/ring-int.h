@@ -176,7 +176,7 @@ struct ring {
      * stops carrying one direction, at a chosen point of a collective
      * (iptables makes the same cut, but not at a chosen point). */
     uint8_t *barrier_bytes; /* ring_barrier's allgather: n bytes */
-    int hb_stall;       /* RINGD_TEST_HB_STALL: beat every third tick */
+    int hb_stall;       /* RINGD_TEST_HB_STALL: beat every fourth tick */
     uint32_t hb_ticks;
     int cut_armed;
     uint32_t cut_seq;
@@ -204,6 +204,12 @@ int ring__wire_slots(ring_t *r);
  * when rank was last heard from (ns, 0: never); 1 when it was heard on
  * this ring and is silent past opts.live_ms; the teardown. */
 void ring__hb_tick(ring_t *r, int64_t now);
+/* Data from l's rank was applied at now (the lossy-link test: a link
+ * whose data flows is not stalled, whatever its heartbeats show). */
+void ring__hb_data(ring_link_t *l, int64_t now);
+/* RINGD_TEST_HB_STALL (ring_setup.c): 1 while this rank's data sends are
+ * held, as a stalled TCP stream holds them. */
+int ring__test_held(const ring_t *r);
 int64_t ring__heard(const ring_t *r, uint32_t rank);
 int ring__silent(const ring_t *r, uint32_t rank, int64_t now);
 void ring__hb_close(ring_t *r);

@@ -311,6 +311,7 @@ static int chan_consume(ring_chan_t *c)
     sl->state = SLOT_FREE;
     c->next_proc++;
     c->last_rx = rd_now_ns();
+    ring__hb_data(c->from, c->last_rx);
     return 1;
 }
 
@@ -398,7 +399,8 @@ static int chan_advance(ring_chan_t *c)
         msg_send(c, c->next_send, &seg, &dep);
         if (dep != RING_NO_DEP && dep >= c->next_proc)
             break;
-        if (c->ss[c->next_send % r->opts.send_depth].state != SLOT_FREE)
+        if (c->ss[c->next_send % r->opts.send_depth].state != SLOT_FREE ||
+            ring__test_held(r))
             break;
         int rc = post_send(c, c->next_send);
         if (rc != 0) {

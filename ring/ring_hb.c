@@ -18,7 +18,12 @@
  * a retransmission timeout (200 ms at least on Linux), so heartbeats come
  * late in bursts although the link is never silent for live_ms. A
  * heartbeat HB_STALL_NS after the one before, less the sender's own
- * lateness (its thread did not run), while this rank's other links were
+ * lateness (its thread did not run) and this rank's (the heartbeat
+ * waited in the socket while this thread did not run: a loaded host, a
+ * ring of two whose receiver was starved of CPU by its trainers), and
+ * only as long as no data from that rank came either (a heartbeat that
+ * waited behind data in the stream says nothing; a stalled TCP stream
+ * holds the data too), while this rank's other links were
  * on time (else it is this rank that did not run), is a stall of that
  * link, reported through opts.on_lossy. Both ends of a lossy link see
  * it; membership convicts only a node that two members report
@@ -60,6 +65,15 @@ struct ring_hb {
     int64_t gap_end;  /* when a gap of HB_QUIET_NS or more last ended */
     int64_t reported; /* the last on_lossy for this link */
     int64_t stalled;  /* two ranks: the last stall seen */
+    /* Data from the rank since its last heartbeat (ring__hb_data): when
+     * the last came, and the longest time without any. */
+    int64_t data_at, data_quiet;
+    /* A stall seen at the last heartbeat, judged at the next one
+     * (pending_stall): by how much it passed the thresholds (0: none),
+     * its gap, the sender's delay then, and whether the ring is two. */
+    int64_t pend_excess, pend_gap;
+    uint32_t pend_late;
+    int pend_two;
 };
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -89,9 +103,9 @@ static ring_hb_t **hb_at(ring_t *r, uint32_t i);
 static uint32_t nlinks(const ring_t *r);
 
 /* 1 when another link of this rank was quiet too: this rank's thread
- * (or its host) stalled, not h's link. With no other link (two ranks),
- * nothing here tells them apart: then two stalls within a second are
- * asked for (the reporter's own path is checked by membership). */
+ * (or its host) stalled, not h's link; 0 when the others were on time;
+ * -1 when there is no other link (two ranks): nothing here tells them
+ * apart, see two_ranks_again. */
 static int others_quiet(ring_t *r, ring_hb_t *h, int64_t now)
 {
     int others = 0;
@@ -104,23 +118,67 @@ static int others_quiet(ring_t *r, ring_hb_t *h, int64_t now)
             now - (*o)->gap_end < HB_TOGETHER_NS)
             return 1;
     }
-    if (others > 0)
-        return 0;
-    int again = h->stalled != 0 && now - h->stalled < HB_REPORT_NS;
-    h->stalled = now;
-    return !again;
+    return others > 0 ? 0 : -1;
 }
 
-/* A valid heartbeat from sender came gap ns after the last one, sent
- * late_ms after its tick was due. */
-static void hb_gap(ring_t *r, ring_hb_t *h, uint32_t sender, int64_t gap,
-                   uint32_t late_ms, int64_t now)
+/* Two ranks: a stall counts when it is the second within a second (the
+ * reporter's own path is checked by membership). */
+static int two_ranks_again(ring_hb_t *h, int64_t now)
 {
-    if (gap >= HB_QUIET_NS)
-        h->gap_end = now;
-    if (r->opts.live_ms <= 0 || r->opts.on_lossy == NULL ||
-        gap - (int64_t)late_ms * MS < HB_STALL_NS ||
-        others_quiet(r, h, now))
+    int again = h->stalled != 0 && now - h->stalled < HB_REPORT_NS;
+    h->stalled = now;
+    return again;
+}
+
+/*
+ * How late this rank's own next tick is at now: its thread did not run
+ * (descheduled on a loaded host, stopped) for about that long, and a
+ * heartbeat that waited in the socket meanwhile says nothing about the
+ * link. The receive callbacks run in the progress call just before the
+ * turn's tick, so hb_next still holds the tick that was due.
+ */
+static int64_t self_late_ns(const ring_t *r, int64_t now)
+{
+    return r->hb_next != 0 && now > r->hb_next ? now - r->hb_next : 0;
+}
+
+/*
+ * How long the link from h's rank delivered nothing, of the gap ns that
+ * ended at now with a heartbeat: the gap itself, unless data from that
+ * rank came in between. A TCP stream that stalls on a lost segment holds
+ * the data too; a heartbeat that waited behind data that kept coming (a
+ * ring of two moving large buckets on a loaded host) is not a stall.
+ */
+static int64_t link_quiet_ns(ring_hb_t *h, int64_t gap, int64_t now)
+{
+    int64_t quiet = gap;
+    if (h->data_at > now - gap) {
+        quiet = h->data_quiet;
+        if (now - h->data_at > quiet)
+            quiet = now - h->data_at;
+    }
+    h->data_at = 0;
+    h->data_quiet = 0;
+    return quiet;
+}
+
+/*
+ * A stall found at the heartbeat before this one, judged now that this
+ * one says how late its tick was: a sender descheduled right after its
+ * tick (a loaded host) sent that heartbeat on time by its clock, but
+ * nothing left its socket until it ran again, and this tick is as late
+ * as that was long. On a lossy link the sender ran on: this one is on
+ * time, and the stall stands.
+ */
+static void pending_stall(ring_t *r, ring_hb_t *h, uint32_t sender,
+                          uint32_t late_ms, int64_t now)
+{
+    int64_t excess = h->pend_excess - (int64_t)late_ms * MS;
+    int64_t gap = h->pend_gap;
+    uint32_t late0 = h->pend_late;
+    int two = h->pend_two;
+    h->pend_excess = 0;
+    if (excess < HB_STALL_NS || (two && !two_ranks_again(h, now)))
         return;
     r->stats.hb_stalls++;
     if (h->reported != 0 && now - h->reported < HB_REPORT_NS)
@@ -128,9 +186,51 @@ static void hb_gap(ring_t *r, ring_hb_t *h, uint32_t sender, int64_t gap,
     h->reported = now;
     r->stats.hb_lossy++;
     RD_WARN("ring gen %" PRIu64 ": rank %u's heartbeat came %lld ms late "
-            "(its own delay %u ms): its link stalls",
-            r->generation, sender, (long long)(gap / MS), late_ms);
+            "(its own delay %u ms, the next one's %u ms): its link stalls",
+            r->generation, sender, (long long)(gap / MS), late0, late_ms);
     r->opts.on_lossy(r->opts.on_lossy_arg, r->generation, sender);
+}
+
+/* A valid heartbeat from sender came gap ns after the last one, sent
+ * late_ms after its tick was due; what either end's own delay explains
+ * is not the link's, nor is a gap the link's data filled. A stall is
+ * judged at the next heartbeat (pending_stall). */
+static void hb_gap(ring_t *r, ring_hb_t *h, uint32_t sender, int64_t gap,
+                   uint32_t late_ms, int64_t now)
+{
+    if (gap >= HB_QUIET_NS)
+        h->gap_end = now;
+    int64_t quiet = link_quiet_ns(h, gap, now);
+    if (r->opts.live_ms <= 0 || r->opts.on_lossy == NULL)
+        return;
+    if (h->pend_excess > 0)
+        pending_stall(r, h, sender, late_ms, now);
+    int64_t excess = quiet - (int64_t)late_ms * MS - self_late_ns(r, now);
+    if (excess < HB_STALL_NS)
+        return;
+    int others = others_quiet(r, h, now);
+    if (others == 1)
+        return;
+    h->pend_excess = excess;
+    h->pend_gap = gap;
+    h->pend_late = late_ms;
+    h->pend_two = others < 0;
+}
+
+int ring__test_held(const ring_t *r)
+{
+    return r->hb_stall && r->hb_ticks % 4 != 1;
+}
+
+void ring__hb_data(ring_link_t *l, int64_t now)
+{
+    ring_hb_t *h = l->hb;
+    if (h == NULL || h->heard == 0)
+        return;
+    int64_t since = h->data_at > h->heard ? h->data_at : h->heard;
+    if (now - since > h->data_quiet)
+        h->data_quiet = now - since;
+    h->data_at = now;
 }
 
 static uint64_t hb_tag(const ring_t *r, uint32_t sender)
@@ -242,7 +342,7 @@ void ring__hb_tick(ring_t *r, int64_t now)
     uint32_t late_ms = late > 0xffff ? 0xffff : (uint32_t)late;
     if (send)
         r->hb_next = now + RING_HB_PERIOD_MS * MS;
-    if (send && r->hb_stall && r->hb_ticks++ % 3 != 0)
+    if (send && r->hb_stall && r->hb_ticks++ % 4 != 0)
         send = 0; /* the test stall (ring_setup.c) */
     for (uint32_t i = 0, n = nlinks(r); i < n; i++) {
         ring_link_t *l = link_at(r, i);

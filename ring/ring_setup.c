@@ -254,13 +254,15 @@ static void cut_setup(ring_t *r)
     unsigned long long gen;
     unsigned seq;
     /* RINGD_TEST_HB_STALL=GEN, for tests only: in the ring of generation
-     * GEN this rank sends its heartbeats every third tick (300 ms apart,
-     * on time by its own clock) while its data flows: its links stall as
-     * a lossy link's do, seen from its neighbours only. */
+     * GEN this rank's sends stall as a TCP stream on a lossy link does:
+     * heartbeats every fourth tick (400 ms apart, on time by its own
+     * clock), data only in the tick after each of them (held 300 ms of
+     * every 400), seen from its neighbours only (ring__test_held). */
     if (e != NULL && sscanf(e, "%llu", &gen) == 1 && gen == r->generation) {
         r->hb_stall = 1;
         RD_WARN("ring gen %" PRIu64 ": RINGD_TEST_HB_STALL: heartbeats "
-                "every third tick", r->generation);
+                "every fourth tick, data held between them",
+                r->generation);
     }
     e = getenv("RINGD_TEST_CUT_RIGHT");
     if (e == NULL || sscanf(e, "%llu:%u", &gen, &seq) != 2 ||

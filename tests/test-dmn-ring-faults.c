@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "include/ringd.h"
@@ -464,24 +465,24 @@ TEST_IMPL(dmn_ring_slow_trainer)
     return fx_done();
 }
 
-/* Every trainer of the three nodes exits 0, no step is logged twice by
- * one (a stale step), the steps two of them logged agree, and the last
- * step ran on all three. */
+/* Every trainer of the c->n nodes (3 at most) exits 0, no step is
+ * logged twice by one (a stale step), the steps two of them logged
+ * agree, and the last step ran on all of them. */
 static void expect_one_history(cluster_t *c, int steps)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < c->n; i++)
         expect_exit0(c, i, 0, c->trainer[i][0]);
     static td_hashes_t h[3];
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < c->n; i++)
         td_read_hashes(td_path(&c->d[i], "h0"), &h[i]);
     for (int s = 0; s < steps; s++)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < c->n; i++)
             ASSERT_MSG(h[i].have[s] <= 1, "n%d logged step %d %d times: "
                        "it took as done a step the job redid (stale)", i,
                        s, h[i].have[s]);
     for (int s = 0; s < steps; s++)
-        for (int i = 0; i < 3; i++)
-            for (int j = i + 1; j < 3; j++)
+        for (int i = 0; i < c->n; i++)
+            for (int j = i + 1; j < c->n; j++)
                 ASSERT_MSG(!h[i].have[s] || !h[j].have[s] ||
                                (h[i].gen[s] == h[j].gen[s] &&
                                 h[i].hash[s] == h[j].hash[s]),
@@ -491,10 +492,10 @@ static void expect_one_history(cluster_t *c, int steps)
                            h[i].world[s], j, h[j].gen[s], h[j].world[s],
                            h[i].hash[s] == h[j].hash[s] ? "equal"
                                                         : "differ");
-    ASSERT_EQ(h[0].world[steps - 1], 3);
+    ASSERT_EQ(h[0].world[steps - 1], (unsigned)c->n);
     char p0[300];
     snprintf(p0, sizeof(p0), "%s", td_path(&c->d[0], "p0"));
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < c->n; i++)
         ASSERT_EQ(td_param_diff(td_path(&c->d[i], "p0"), p0), 0);
 }
 
@@ -541,9 +542,9 @@ TEST_IMPL(dmn_ring_no_stale_step)
 
 /*
  * A lossy link (ring/README.md, "A lossy link"; membership/README.md,
- * "Blame"). In generation 1, n1 sends its heartbeats every third tick
- * (RINGD_TEST_HB_STALL): its links stall as a lossy node's do, while its
- * data flows and it is never silent for the liveness timeout. Both its
+ * "Blame"). In generation 1, n1's sends stall as a TCP stream on a lossy
+ * link does (RINGD_TEST_HB_STALL: heartbeats every fourth tick, data held
+ * 300 ms of every 400), and it is never silent for the liveness timeout. Both its
  * neighbours report it (lossy), the leader convicts it on two reports
  * (lease TTL 30 s: nothing else could evict it), it registers again and
  * the job goes on with it, and no other node is ever evicted. Before,
@@ -593,6 +594,59 @@ TEST_IMPL(dmn_ring_lossy_node)
         if (i != 1)
             ASSERT_MSG(!td_file_has(c.d[i].log, "-> FENCED"),
                        "the healthy n%d was evicted", i);
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    }
+    return fx_done();
+}
+
+/* Sleeps for ms: how long a fault lasts, not a wait for an event. */
+static void fault_for_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/*
+ * A receiver that did not run is not a lossy link. In a ring of two
+ * (nothing to compare with: two stalls within a second are a report),
+ * n1's daemon is stopped for 300 ms four times, 400 ms apart, as a
+ * daemon starved of CPU by its node's trainers is: n0's heartbeats wait
+ * in n1's socket meanwhile, and n1 finds them 300 ms and more apart.
+ * Its own tick was as late, which explains them: neither daemon reports
+ * the other, nobody is evicted (lease TTL 30 s: only a report could),
+ * and the job ends as one history. Before, n1 reported its healthy
+ * neighbour after the second stop and had it evicted.
+ */
+TEST_IMPL(dmn_ring_stopped_receiver_not_lossy)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    rc_lease_ttl = "30";
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    rc_lease_ttl = "2";
+    const int steps = 3000;
+    rc_step_delay = "1";
+    for (int i = 0; i < 2; i++)
+        c.trainer[i][0] = trainer(&c, i, 0, "3000");
+    rc_step_delay = NULL;
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "step 100 ", 60000));
+    for (int k = 0; k < 4; k++) {
+        ASSERT_OK(kill(c.d[1].pid, SIGSTOP));
+        fault_for_ms(300);
+        ASSERT_OK(kill(c.d[1].pid, SIGCONT));
+        fault_for_ms(400);
+    }
+    expect_one_history(&c, steps);
+    for (int i = 0; i < 2; i++) {
+        if (td_file_has(c.d[i].log, "its link stalls"))
+            td_dump(c.d[i].log);
+        ASSERT_MSG(!td_file_has(c.d[i].log, "its link stalls"),
+                   "n%d took a stopped receiver for a lossy link", i);
+        ASSERT_MSG(!td_file_has(c.d[i].log, "-> FENCED"), "n%d was evicted",
+                   i);
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     }
     return fx_done();

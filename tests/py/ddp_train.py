@@ -122,7 +122,12 @@ def ddp(args):
     def setup(v):
         log(args, "setup rank %d world %d step %d" % (v.rank, v.world,
                                                       v.step))
-        return DDP(net)
+        # Buckets of 4 KiB (the first one too): several allreduces in
+        # flight while backward goes on, each bucket's ringd buffer made
+        # in the first steps while the completion thread tests the
+        # handles before it (a real model's 25 MiB buckets do the same).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 4096
+        return DDP(net, bucket_cap_mb=4096 / (1 << 20))
 
     def step(state, v, m):
         if sampler.done():

@@ -99,9 +99,16 @@ class ProcessGroupRingd(dist.ProcessGroup):
 
     # -- buffers -----------------------------------------------------------
     def _take(self, nbytes):
-        free = self._pool[nbytes]
-        return free.pop() if free else rt.empty(max(nbytes, 1), torch.uint8,
-                                                 self.client)
+        # Under the lock: a new buffer is a request to the daemon on the
+        # client's socket, which the completion thread uses meanwhile to
+        # test handles (a ringd.Client is not thread-safe: two requests
+        # interleaved there broke the connection, "reply out of
+        # sequence", as soon as DDP's second bucket was made while the
+        # first one's allreduce was tested), and the pool is shared too.
+        with self._lock:
+            free = self._pool[nbytes]
+            return free.pop() if free else rt.empty(max(nbytes, 1),
+                                                     torch.uint8, self.client)
 
     def _give(self, bufs):
         for b in bufs:
