@@ -279,6 +279,22 @@ static int refused_move(const char *log)
     return found;
 }
 
+/* The last lines of the file at path on stderr (a failed stop says why
+ * without the test's temp dir, which is gone by the time CI reports). */
+static void dump_tail(const char *path, int lines)
+{
+    char *s = td_read(path, NULL);
+    if (s == NULL)
+        return;
+    char *from = s + strlen(s);
+    while (from > s && lines >= 0)
+        if (*--from == '\n')
+            lines--;
+    fprintf(stderr, "---- last lines of %s ----\n%s\n----\n", path,
+            from == s ? s : from + 1);
+    free(s);
+}
+
 int td_stop(td_daemon_t *t, int timeout_ms)
 {
     if (t->pid <= 0)
@@ -288,6 +304,8 @@ int td_stop(td_daemon_t *t, int timeout_ms)
     t->pid = 0;
     if (rc == 0 && refused_move(t->log))
         return -2;
+    if (rc != 0)
+        dump_tail(t->log, 40);
     return rc;
 }
 
