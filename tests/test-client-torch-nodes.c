@@ -30,6 +30,7 @@
 #include "tests/helpers.h"
 #include "tests/mb-fixture.h"
 #include "tests/py-util.h"
+#include "tests/ring-cluster.h"
 #include "tests/task.h"
 
 #define PY "/usr/bin/python3"
@@ -137,18 +138,6 @@ static pid_t trainer_pid(const char *path)
     return (pid_t)atol(p);
 }
 
-/* How often needle is in the file at path. */
-static int count_in(const char *path, const char *needle)
-{
-    char *s = td_read(path, NULL);
-    int n = 0;
-    for (char *p = s; p != NULL && (p = strstr(p, needle)) != NULL;
-         p += strlen(needle))
-        n++;
-    free(s);
-    return n;
-}
-
 static int run_tool(const char *const *argv, const char *out)
 {
     pid_t p = th_spawn((char *const *)argv, out);
@@ -182,7 +171,7 @@ static void replace_trainer(un_job_t *j)
     pid_t victim = trainer_pid(t);
     ASSERT_OK(kill(victim, SIGKILL));
     ASSERT_OK(td_wait_file(t, "restored ", 120000));
-    ASSERT_EQ(count_in(t, "start pid="), 2);
+    ASSERT_EQ(td_count(t, "start pid="), 2);
     wait_world(tlog(j, 0, 0), gen, 4);
     ASSERT_OK(td_wait_file(j->out[1], "trainer 1 ", 10000));
     ASSERT(td_file_has(j->out[1], "; restart 1 of "));

@@ -135,39 +135,10 @@ def run_ringd(o):
 
 
 def run_ref(o):
-    from ringd.torch.elastic import ElasticSampler
     data = digits()
     model, opt, sched = setup()
-    s = ElasticSampler(data, batch_size=o.global_batch, seed=1)
-    for _ in range(o.steps):
-        if s.done():
-            s.set_epoch(s.epoch + 1)
-        x, y = data[s.batch()]
-        opt.zero_grad()
-        loss_of(model, x, y).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        s.commit()
-    with open(o.log, "w") as f:
-        f.write("final loss %.6f lr %r\n" % (eval_loss(model, data),
-                                             opt.param_groups[0]["lr"]))
-
-
-def main():
-    ap = user_job.parser(__doc__.split("\n")[0])
-    ap.add_argument("--global", dest="global_batch", type=int, default=24)
-    o = ap.parse_args()
-    if o.check:
-        user_job.check(o.check, N)
-    elif o.loss:
-        return user_job.loss_close(*o.loss)
-    elif o.mode == "ref":
-        run_ref(o)
-    else:
-        run_ringd(o)
-    return 0
+    user_job.run_ref(o, data, model, opt, sched, loss_of, eval_loss, 1.0, 1)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(user_job.main(__doc__, N, 24, run_ringd, run_ref))

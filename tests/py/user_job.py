@@ -98,3 +98,42 @@ def loss_close(a, b, tol):
               for p in (a, b))
     print("final loss %.4f vs %.4f (tolerance %s)" % (la, lb, tol))
     return 0 if abs(la - lb) <= float(tol) else 1
+
+
+def run_ref(o, data, model, opt, sched, loss_of, eval_loss, clip, seed):
+    """--mode ref: one process on the same global batches as the job (the
+    sampler's order for seed at --global), clipping at clip, no ringd;
+    writes "final loss L lr LR" to --log."""
+    import torch
+    from ringd.torch.elastic import ElasticSampler
+    s = ElasticSampler(data, batch_size=o.global_batch, seed=seed)
+    for _ in range(o.steps):
+        if s.done():
+            s.set_epoch(s.epoch + 1)
+        x, y = data[s.batch()]
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+        s.commit()
+    with open(o.log, "w") as f:
+        f.write("final loss %.6f lr %r\n" % (eval_loss(model, data),
+                                             opt.param_groups[0]["lr"]))
+
+
+def main(doc, n, default_global, run_ringd, run_ref):
+    """A script's command line: --check, --loss, --mode ref or ringd."""
+    ap = parser(doc.split("\n")[0])
+    ap.add_argument("--global", dest="global_batch", type=int,
+                    default=default_global)
+    o = ap.parse_args()
+    if o.check:
+        check(o.check, n)
+    elif o.loss:
+        return loss_close(*o.loss)
+    elif o.mode == "ref":
+        run_ref(o)
+    else:
+        run_ringd(o)
+    return 0
