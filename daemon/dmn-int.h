@@ -70,6 +70,13 @@ typedef struct dmn_conn {
     dmn_t *d;
     uv_poll_t poll;
     int fd;
+    /* The peer process's pidfd, readable once it exited: a child it
+     * forked (a DataLoader worker) inherits the socket and holds it open
+     * after the trainer died, so EOF alone never says so. -1: not
+     * watched (no pidfd_open, or a peer outside our pid namespace). */
+    uv_poll_t exit_poll;
+    int pidfd;
+    int polls_open;       /* handles conn_freed waits for */
     uint32_t id;
     pid_t pid;            /* the kernel's (SO_PEERCRED), not the HELLO's */
     uid_t uid;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <grp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -349,6 +350,10 @@ static void conn_freed(uv_handle_t *h)
 {
     dmn_conn_t *c = h->data;
     dmn_t *d = c->d;
+    if (--c->polls_open > 0)
+        return;
+    if (c->pidfd >= 0)
+        close(c->pidfd);
     for (uint32_t i = 0; i < c->bufs_cap; i++)
         if (c->bufs[i].addr != NULL)
             dmn__buf_unmap(d, c->bufs[i].addr, c->bufs[i].size);
@@ -375,7 +380,46 @@ static void conn_close(dmn_conn_t *c)
     /* conn_freed unmaps through d: d lives until it ran (dmn_destroy
      * closes its timers in the same loop turn). */
     d->open_handles++;
+    c->polls_open = 1;
+    if (c->pidfd >= 0) {
+        c->polls_open++;
+        uv_close((uv_handle_t *)&c->exit_poll, conn_freed);
+    }
     uv_close((uv_handle_t *)&c->poll, conn_freed);
+}
+
+/* The peer process exited: its connection is over even if a child of it
+ * still holds the socket (on a clean exit EOF usually comes first). */
+static void on_peer_exit(uv_poll_t *p, int status, int events)
+{
+    dmn_conn_t *c = p->data;
+    (void)status;
+    (void)events;
+    RD_WARN("client %u (pid %d) exited while a process it forked still "
+            "holds its connection open: closing it", c->id, (int)c->pid);
+    conn_close(c);
+}
+
+static void watch_exit(dmn_t *d, dmn_conn_t *c)
+{
+    c->pidfd = -1;
+#ifdef SYS_pidfd_open
+    if (c->pid <= 0)
+        return;         /* the peer is outside our pid namespace */
+    int fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    if (fd < 0)
+        return;         /* old kernel, or seccomp: EOF alone, as before */
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (uv_poll_init(d->loop, &c->exit_poll, fd) != 0) {
+        close(fd);
+        return;
+    }
+    c->pidfd = fd;
+    c->exit_poll.data = c;
+    uv_poll_start(&c->exit_poll, UV_READABLE, on_peer_exit);
+#else
+    (void)d;
+#endif
 }
 
 static void on_accept(uv_poll_t *p, int status, int events);
@@ -554,6 +598,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
     *tail = c;
     d->nconns++;
     uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_conn_io);
+    watch_exit(d, c);
 }
 
 /*

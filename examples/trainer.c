@@ -49,6 +49,7 @@ typedef struct {
     long async_n;    /* > 0: the gradients in that many asynchronous
                         allreduces */
     int fuse;        /* ... issued as one fusion group */
+    long fork_at;    /* fault injection: a child holding our socket */
 } opts_t;
 
 /* ---- the training loop ------------------------------------------------ */
@@ -82,6 +83,10 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --stop-in-step S  fault injection for tests: SIGSTOP itself once step S\n"
 "                    has begun, before its collectives\n"
 "  --step-delay-ms N a straggler for tests: N ms more compute per step\n"
+"  --fork-at-step S  fault injection for tests: once step S has begun, fork\n"
+"                    a child that keeps every descriptor (the daemon's socket\n"
+"                    too, as a DataLoader worker does) and sleeps 120 s;\n"
+"                    prints 'forked child PID'\n"
 "  --ckpt-at S       ask ringd for a checkpoint after step S (once)\n"
 "  --dump PREFIX     write the parameters (raw f32) to PREFIX.<step> ...\n"
 "  --dump-every N    ... after every N-th step (default 0: never)\n"
@@ -96,7 +101,7 @@ RINGD_DEFAULT_SOCKET ")\n"
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
-                  NULL, 0, 0, -1, -1, -1, 0, NULL, -1};
+                  NULL, 0, 0, -1, -1, -1, 0, NULL, -1, 0, 0, 0, -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -154,6 +159,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->dump = v;
         } else if (strcmp(a, "--async") == 0) {
             o->async_n = strtol(v, &end, 10);
+        } else if (strcmp(a, "--fork-at-step") == 0) {
+            o->fork_at = strtol(v, &end, 10);
         } else {
             fprintf(stderr, "trainer: unknown option '%s'\n", a);
             return -1;
@@ -278,6 +285,19 @@ static int close_if_asked(trainer_t *t, volatile sig_atomic_t *flag,
     printf("connection closed %s step %ld and reopened: %s\n", where, s,
            ringd_strerror(rc));
     return 1;
+}
+
+/* A child that holds every descriptor of ours and sleeps, as a forked
+ * DataLoader worker does: the daemon's socket stays open after we die. */
+static void fork_holder(void)
+{
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+        sleep(120);
+        _exit(0);
+    }
+    printf("forked child %d\n", (int)p);
 }
 
 /* A collective; returns 0, 1 to redo the step, -1 to stop. */
@@ -435,6 +455,10 @@ static int train(trainer_t *t)
         long s = (long)v.step;
         if (s == o->crash_at && t->c != NULL)
             raise(SIGKILL); /* mid-step: the daemon counts us in it */
+        if (s == o->fork_at && t->c != NULL) {
+            t->o.fork_at = -1;
+            fork_holder();
+        }
         if (s == o->stop_in && t->c != NULL) {
             t->o.stop_in = -1; /* once: not again when the step is redone */
             raise(SIGSTOP);    /* mid-step: the others wait in a collective */

@@ -123,3 +123,64 @@ TEST_IMPL(dmn_trainers_replace)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/* The pid after "forked child " in path, or 0. */
+static pid_t forked_child(const char *path)
+{
+    char *s = td_read(path, NULL);
+    char *hit = s ? strstr(s, "forked child ") : NULL;
+    pid_t p = hit ? (pid_t)atol(hit + strlen("forked child ")) : 0;
+    free(s);
+    return p;
+}
+
+/*
+ * A trainer that forked a child (a DataLoader worker does) and is then
+ * SIGKILLed: the child holds the trainer's socket to the daemon open, so
+ * no EOF comes. 2 nodes x 2 trainers; n0's second trainer forks at step
+ * 10 and dies at step 20. The daemon watches the peer process itself (a
+ * pidfd): it sees the trainer gone, the job goes on at world 3, and the
+ * others end bitwise identical. Before, the daemon kept counting the dead
+ * trainer in its step and the whole job waited for it.
+ */
+TEST_IMPL(dmn_trainers_forked_child_holds_socket)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    rc_deadline = "600000";
+    node_init(&c, 0, "2", "2");
+    node_init(&c, 1, "2", "2");
+    rc_deadline = NULL;
+    const char *steps = "1500";
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    const char *args[] = {"--steps", steps, "--hash-log",
+                          td_path(&c.d[0], "h1"), "--log-every", "20",
+                          "--crash-at-step", "20", "--fork-at-step", "10",
+                          NULL};
+    const char *t1 = td_path(&c.d[0], "t1.log");
+    c.trainer[0][1] = td_trainer(&c.d[0], args, t1);
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    c.trainer[1][1] = trainer(&c, 1, 1, steps);
+
+    ASSERT_EQ(td_exit_code(c.trainer[0][1], 60000), 128 + SIGKILL);
+    pid_t child = forked_child(t1);
+    ASSERT_MSG(child > 0, "no 'forked child' line in %s", t1);
+    td_track(child);
+    ASSERT_EQ(kill(child, 0), 0); /* it holds the socket now */
+    const char *h10 = td_path(&c.d[1], "h0");
+    ASSERT_OK(td_wait_file(h10, "world 3", 60000));
+    ASSERT(td_file_has(c.d[0].log, "exited while a process it forked still "
+                       "holds its connection open"));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    expect_exit0(&c, 1, 0, c.trainer[1][0]);
+    expect_exit0(&c, 1, 1, c.trainer[1][1]);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p0")),
+              0);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[1], "p0"), td_path(&c.d[1], "p1")),
+              0);
+    kill(child, SIGKILL);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}

@@ -37,9 +37,13 @@ too, so it hashes what commit() would leave.
 """
 import array
 import base64
+import ctypes
+import functools
 import hashlib
 import json
+import os
 import random
+import signal
 import struct
 import time
 
@@ -201,6 +205,23 @@ class _Tagged(torch.utils.data.Dataset):
         return len(self.dataset)
 
 
+def _worker_init(trainer_pid, user_fn, worker_id):
+    """A loader worker dies with its trainer. torch's own watchdog
+    compares the parent pid with the one it saw at the worker's start,
+    so a worker forked just before its trainer was killed saw init's and
+    lived on, holding the trainer's socket to the daemon and its memory
+    (seen here: one left for minutes after a SIGKILL)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass                                      # not Linux: torch's watchdog
+    if os.getppid() != trainer_pid:
+        os._exit(0)                               # the trainer is gone
+    if user_fn is not None:
+        user_fn(worker_id)
+
+
 class DataLoader:
     """A torch DataLoader (num_workers, pin_memory, ... as keywords) over
     an ElasticSampler's steps: batch() is this rank's collated batch of
@@ -215,6 +236,9 @@ class DataLoader:
     def __init__(self, dataset, sampler, collate_fn=None, **kw):
         self.sampler = sampler
         self._collate = collate_fn or torch.utils.data.default_collate
+        if kw.get("num_workers", 0) > 0:
+            kw["worker_init_fn"] = functools.partial(
+                _worker_init, os.getpid(), kw.get("worker_init_fn"))
         self._loader = torch.utils.data.DataLoader(
             _Tagged(dataset), batch_sampler=_StepBatches(sampler),
             collate_fn=self._collate_tagged, **kw)
