@@ -51,6 +51,7 @@ enum {
     ST_EABORTED = -4300,     /* collective aborted (ring_abort or a failure) */
     ST_ERESHAPE = -4301,     /* view changed: redo the step on the new view */
     ST_ESTALE = -4302,       /* object belongs to an older generation */
+    ST_EMISMATCH = -4303,    /* nodes posted collectives of different sizes */
     ST_LAST_RING_FAILURE = -4399,
 
     /* Job failures: this node cannot take part; stop and report. */
@@ -101,6 +102,7 @@ static inline const char *st_strerror(int rc)
     case ST_EABORTED: return "operation aborted";
     case ST_ERESHAPE: return "view changed, redo the step";
     case ST_ESTALE: return "stale generation";
+    case ST_EMISMATCH: return "nodes posted collectives of different sizes";
     case ST_EFENCED: return "node fenced (lease lost)";
     case ST_ECONFIG: return "invalid configuration";
     case ST_ECORRUPT: return "data failed verification";

@@ -141,9 +141,10 @@ static void coll_done(void *arg, int status)
     const proto_coll_req_t *r = &d->coll;
     size_t esz = proto_dtype_size(r->dtype);
     if (status != 0) {
-        int32_t wire = status == ST_ERESHAPE  ? RINGD_ERESHAPE
-                       : status == ST_EFENCED ? RINGD_EFENCED
-                                              : RINGD_EABORTED;
+        int32_t wire = status == ST_ERESHAPE    ? RINGD_ERESHAPE
+                       : status == ST_EFENCED   ? RINGD_EFENCED
+                       : status == ST_EMISMATCH ? RINGD_EMISMATCH
+                                                : RINGD_EABORTED;
         if (status != ST_ERESHAPE)
             RD_WARN("collective %u of step %llu failed: %s", r->coll_seq,
                     (unsigned long long)d->step, st_strerror(status));

@@ -158,6 +158,16 @@ typedef struct {
     unsigned attempt_flags; /* their OR over the attempt */
     unsigned my_flags;    /* RB_FLAG_* this node raises in the attempt */
     uint64_t agreements;  /* AGREE commands run (a counter) */
+    /* 1 + the step whose collective last met another size on a
+     * neighbour (0: none): the same step again on agreed counts is the
+     * trainers' own mismatch, not a count change. */
+    uint64_t mismatch_step;
+    int mismatch_status;  /* what the aborted collective answers, or 0 */
+    struct {              /* from the ring thread (under mu); gen 0: none */
+        uint64_t gen;
+        uint32_t rank;
+        unsigned flags;
+    } mismatch;
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
     int leave_waits;      /* a leave waits for the install (rb_leave) */

@@ -410,6 +410,46 @@ static int attempt_account(rb_t *b, const rb_cmd_t *c)
     return 1;
 }
 
+/*
+ * A neighbour posted the running collective with another size (on the
+ * main loop, from rt_mismatch). In a void attempt (a node's trainer count
+ * changed: its trainers were told another world) that is expected of any
+ * collective whose size follows the world (DDP's allgather of its
+ * parameter counts): the nodes cannot finish it alike, so a new
+ * generation aborts it everywhere and the step is redone on the counts
+ * agreed again. The same step meeting it again on agreed counts is the
+ * trainers' own: their collectives differ (a bug in the script), and they
+ * are told so when the new generation aborts it (which frees the others).
+ * The ring waits meanwhile: failing the collective here would close its
+ * endpoints and get this node suspected by its neighbours.
+ */
+static void on_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
+                        unsigned flags)
+{
+    if (b->cur == NULL || b->cur->generation != gen ||
+        b->state != JOB_READY)
+        return; /* that ring is gone already */
+    unsigned f = flags | b->my_flags;
+    int counted = !(f & RB_FLAG_VOID) && b->mismatch_step == b->step + 1;
+    b->mismatch_step = b->step + 1;
+    b->mismatch_status = counted ? ST_EMISMATCH : ST_ERESHAPE;
+    const char *node = rank < b->cur->n_members ? b->cur->members[rank].node
+                                                : "?";
+    if (counted)
+        RD_ERROR("ring backend: step %llu: %s posted a collective of "
+                 "another size than this node's trainers did, on agreed "
+                 "trainer counts: the trainers' collectives differ",
+                 (unsigned long long)b->step, node);
+    else
+        RD_INFO("ring backend: step %llu: %s posted a collective of "
+                "another size (%s): asking for a new generation, every "
+                "node redoes the step", (unsigned long long)b->step, node,
+                f & RB_FLAG_VOID ? "a node's trainer count changed"
+                                 : "a trainer count may have changed");
+    if (b->pending == NULL)
+        (void)mb_request_view(b->mb, "collectives of different sizes");
+}
+
 static void on_collective_done(rb_t *b, rb_cmd_t *c)
 {
     job_done_cb cb = b->op_cb;
@@ -432,13 +472,17 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
             cb(arg, ST_ERESHAPE); /* void: every node redoes the step */
         return;
     }
+    int mismatch = b->mismatch_status;
+    b->mismatch_status = 0;
     if (status != 0) {
         /* Whatever broke the ring, the step is redone on a new view. */
         job__ring_peer_failure(b, status, c->suspect);
         job__ring_peer_failure(b, ST_EPEER, c->suspect2);
         if (b->state == JOB_READY)
             job__ring_set_state(b, JOB_WAITING, "collective failed");
-        status = b->state == JOB_FENCED ? ST_EFENCED : ST_ERESHAPE;
+        status = b->state == JOB_FENCED ? ST_EFENCED
+                 : mismatch != 0        ? mismatch
+                                        : ST_ERESHAPE;
     }
     if (cb != NULL)
         cb(arg, status);
@@ -469,9 +513,15 @@ static void on_async(uv_async_t *h)
     rb_lossy_t lossy[2];
     memcpy(lossy, b->lossy, sizeof(lossy));
     memset(b->lossy, 0, sizeof(b->lossy));
+    uint64_t mm_gen = b->mismatch.gen;
+    uint32_t mm_rank = b->mismatch.rank;
+    unsigned mm_flags = b->mismatch.flags;
+    b->mismatch.gen = 0;
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < 2; i++)
         job__ring_lossy(b, lossy[i].gen, lossy[i].rank);
+    if (mm_gen != 0)
+        on_mismatch(b, mm_gen, mm_rank, mm_flags);
     if (!done)
         return;
     rb_cmd_t c = b->cmd;
@@ -821,6 +871,19 @@ static void rt_lossy(void *arg, uint64_t generation, uint32_t rank)
     uv_async_send(&b->async);
 }
 
+/* A neighbour's message of another size (ring thread): for on_mismatch. */
+static void rt_mismatch(void *arg, uint64_t generation, uint32_t rank,
+                        unsigned flags)
+{
+    rb_t *b = arg;
+    pthread_mutex_lock(&b->mu);
+    b->mismatch.gen = generation;
+    b->mismatch.rank = rank;
+    b->mismatch.flags = flags;
+    pthread_mutex_unlock(&b->mu);
+    uv_async_send(&b->async);
+}
+
 /* The main loop's handles and the command slot's lock: first, so that
  * every later failure unwinds through close_handles. */
 static void init_sync(rb_t *b, uv_loop_t *loop)
@@ -857,6 +920,8 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     b->my_opts.on_quiet_arg = b;
     b->my_opts.on_lossy = rt_lossy;
     b->my_opts.on_lossy_arg = b;
+    b->my_opts.on_mismatch = rt_mismatch;
+    b->my_opts.on_mismatch_arg = b;
     b->ring_opts = b->my_opts;
     init_sync(b, loop);
 

@@ -192,6 +192,8 @@ void job__opts_install(rb_t *b, const mb_view_t *v)
     o.on_quiet_arg = b->ring_opts.on_quiet_arg;
     o.on_lossy = b->ring_opts.on_lossy;
     o.on_lossy_arg = b->ring_opts.on_lossy_arg;
+    o.on_mismatch = b->ring_opts.on_mismatch;
+    o.on_mismatch_arg = b->ring_opts.on_mismatch_arg;
     b->ring_opts = o;
     b->commit = commit;
     if (b->opts_seen != NULL && strcmp(b->opts_seen, text) == 0)

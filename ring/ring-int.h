@@ -65,6 +65,7 @@ typedef struct {
     const ring_local_t *local;
     int err;             /* first error of this collective */
     uint32_t err_rank;   /* its suspect */
+    int mismatch_told;   /* opts.on_mismatch called for it */
 } ring_coll_desc_t;
 
 /* What a received message does to the user's buffer. */

@@ -284,10 +284,25 @@ static int chan_consume(ring_chan_t *c)
              c->next_proc, seg, sl->req.status, sl->req.length, want);
     if (sl->req.status == ST_EPEER_FORGED ||
         (sl->req.status == 0 && sl->req.length != want)) {
-        /* A well-tagged message of the wrong size: drop it, wait again. */
+        /* A well-tagged message of the wrong size: drop it, wait again.
+         * From a job member it means the neighbour posted a collective of
+         * another size here: the owner is told (once a collective) and
+         * decides, by a new view that aborts this wait. A longer one was
+         * truncated (ST_EPEER_FORGED): its flags are unknown. */
         r->stats.forged++;
-        RD_WARN("ring: rejected message %u of %zu bytes (want %zu)",
-                c->next_proc, sl->req.length, want);
+        RD_WARN("ring gen %" PRIu64 " seq %u: rejected message %u of rank "
+                "%u: %s than %zu bytes", r->generation, r->seq,
+                c->next_proc, c->from->rank,
+                sl->req.status == 0 ? "shorter" : "longer", want);
+        if (!r->coll.mismatch_told && r->opts.on_mismatch != NULL) {
+            r->coll.mismatch_told = 1;
+            unsigned f = sl->req.status == 0
+                             ? (unsigned)(sl->req.tag >> RING_FLAG_SHIFT) &
+                                   RING_FLAGS_MASK
+                             : 0;
+            r->opts.on_mismatch(r->opts.on_mismatch_arg, r->generation,
+                                c->from->rank, f | r->flags_out);
+        }
         sl->state = SLOT_FREE;
         int rc = post_recv(c, c->next_proc);
         if (rc != 0)

@@ -66,6 +66,8 @@ typedef void (*ring_fail_cb)(void *arg, uint32_t rank, int status);
 /* A neighbour's link stalls (ring_hb.c, "A lossy link"): called on the
  * ring's thread with the ring's generation and the neighbour's rank. */
 typedef void (*ring_lossy_cb)(void *arg, uint64_t generation, uint32_t rank);
+typedef void (*ring_mismatch_cb)(void *arg, uint64_t generation,
+                                 uint32_t rank, unsigned flags);
 
 typedef struct {
     size_t chunk_bytes;   /* pipeline chunk (default RING_CHUNK_DEFAULT) */
@@ -103,6 +105,15 @@ typedef struct {
      * a second; which end is at fault is membership's to tell. */
     ring_lossy_cb on_lossy;
     void *on_lossy_arg;
+    /* A neighbour's message of the running collective has another size
+     * than this rank's (it posted another collective here): called once a
+     * collective, on the ring's thread, with the generation, the sender
+     * and the flags of that message ORed with this rank's (0 for a longer
+     * message, which the transport truncates). The collective waits on,
+     * as for any missing message, until the owner aborts it (a new view);
+     * the message is dropped and counted in stats.forged. NULL: waits. */
+    ring_mismatch_cb on_mismatch;
+    void *on_mismatch_arg;
     /* The two-level (grid) allreduce, when nranks >= grid_min_nodes (0:
      * never) and the message is at most grid_max_bytes (0: any size).
      * Every rank of a view must use the same three values. Not with wire
@@ -296,7 +307,7 @@ int ring_other_failed(const ring_t *ring, uint32_t named, uint32_t *rank_p);
 typedef struct {
     uint64_t collectives;    /* completed successfully */
     uint64_t stale_dropped;  /* messages of old generations/collectives */
-    uint64_t forged;         /* messages with a valid tag, wrong size */
+    uint64_t forged;         /* messages of a collective, of another size */
     uint32_t left_rank;      /* whom the waits below are spent on */
     uint64_t last_wait_us;   /* last collective: time idle waiting */
     uint64_t max_wait_us;

@@ -651,3 +651,51 @@ TEST_IMPL(dmn_ring_stopped_receiver_not_lossy)
     }
     return fx_done();
 }
+
+/*
+ * The trainers of two nodes post collectives of different sizes (n0
+ * splits its gradient into 2 allreduces, n1 into 3; the state is the
+ * same): a bug in the job, not a fault. The ring used to drop the message
+ * of the wrong size and wait for one of the right size for ever ("quiet
+ * but alive"). Now the first such message asks for a new generation, and
+ * the same step meeting it again on agreed trainer counts is the
+ * trainers' own: a trainer that meets it is told (RINGD_EMISMATCH,
+ * "trainers posted different collectives") and exits 1. Its node then has
+ * no trainer and leaves; the other node (min nodes 1) either met it too
+ * or goes on alone and finishes. Nobody hangs, no daemon dies.
+ */
+TEST_IMPL(dmn_ring_size_mismatch)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "1");
+    ASSERT_OK(td_wait_file(c.d[1].log, ", 2 members, index", 30000));
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--steps", "50", "--async", i ? "3" : "2",
+                              NULL};
+        c.trainer[i][0] = td_trainer(&c.d[i], args, td_path(&c.d[i],
+                                                            "t0.log"));
+    }
+    int failed = 0, told = 0, convicted = 0;
+    for (int i = 0; i < 2; i++) {
+        int rc = td_exit_code(c.trainer[i][0], 60000);
+        td_dump(td_path(&c.d[i], "t0.log"));
+        ASSERT_MSG(rc == 0 || rc == 1, "n%d's trainer: exit %d, want 0 or "
+                   "a failure of its own", i, rc);
+        failed += rc == 1;
+        told += td_file_has(td_path(&c.d[i], "t0.log"),
+                            "posted different collectives") != 0;
+        convicted += td_file_has(c.d[i].log, "the trainers' collectives "
+                                 "differ") != 0;
+        ASSERT(td_file_has(c.d[i].log, "posted a collective of another "
+                           "size"));
+    }
+    ASSERT_MSG(failed > 0 && told == failed, "%d trainers failed, %d told "
+               "the collectives differ", failed, told);
+    ASSERT(convicted > 0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
