@@ -13,6 +13,7 @@
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 #include "tests/py-util.h"
+#include "tests/ring-cluster.h"
 #include "tests/task.h"
 
 static int ddp_env(td_daemon_t *t, const char *name, char *script,
@@ -135,6 +136,54 @@ TEST_IMPL(client_python_ddp_train)
     ASSERT_EQ(rc, 0);
     printf("# ddp on ringd: 2 replicas %s, within 1e-4 of one process\n",
            d0);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* A collective that fails while DDP's backward waits for it (a view
+ * change mid-backward, injected in the client: ddp_train.py --inject):
+ * torch 1.13's reducer died with SIGSEGV on a future holding an
+ * exception. The attempt must fail, not apply its gradients, and be
+ * redone: one trainer ends within 1e-4 of one process, as if nothing
+ * happened. */
+TEST_IMPL(client_python_ddp_fail_in_backward)
+{
+    char script[600];
+    td_daemon_t t;
+    int rc = ddp_env(&t, "client-ddpf", script, sizeof(script));
+    if (rc != 0)
+        return rc;
+    const char *flags[] = {"--trainers", "1", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    char log[320], out[320], ref[320];
+    snprintf(log, sizeof(log), "%s", td_path(&t, "ddp.log"));
+    snprintf(out, sizeof(out), "%s", td_path(&t, "ddp.pt"));
+    snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref.pt"));
+    const char *argv[] = {"/usr/bin/python3", script, "--mode", "ddp",
+                          "--socket", t.sock, "--log", log, "--out", out,
+                          "--trainers", "1", "--inject", "3", NULL};
+    const char *o = td_path(&t, "ddp.out");
+    pid_t p = th_spawn((char *const *)argv, o);
+    td_track(p);
+    rc = td_exit_code(p, 240000);
+    if (rc != 0)
+        td_dump(o);
+    ASSERT_EQ(rc, 0);
+    ASSERT(td_file_has(log, "injected a failure into attempt 3"));
+    ASSERT_EQ(td_count(log, "step 2 world 1"), 1); /* redone, logged once */
+    const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
+                           "--out", ref, NULL};
+    p = th_spawn((char *const *)rargv, td_path(&t, "ref.out"));
+    td_track(p);
+    ASSERT_EQ(td_exit_code(p, 120000), 0);
+    const char *cargv[] = {"/usr/bin/python3", script, "--compare", out, ref,
+                           "1e-4", NULL};
+    const char *clog = td_path(&t, "cmp.out");
+    p = th_spawn((char *const *)cargv, clog);
+    td_track(p);
+    rc = td_exit_code(p, 120000);
+    td_dump(clog);
+    ASSERT_EQ(rc, 0);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }

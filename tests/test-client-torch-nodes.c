@@ -311,3 +311,11 @@ TEST_IMPL(client_python_torch_user_lm_nodes)
 {
     return user_nodes("tests/py/user_lm.py", "import torch", "0.15");
 }
+
+/* The BatchNorm CNN in DistributedDataParallel on the ringd backend
+ * (rdist.run re-makes DDP after each view change). */
+TEST_IMPL(client_python_torch_user_ddp_nodes)
+{
+    return user_nodes("tests/py/user_ddp.py", "import torch, sklearn",
+                      "0.1");
+}

@@ -8,6 +8,10 @@
   ringd.torch.distributed.run on an ElasticSampler's shares of a fixed
   global batch; logs "final digest D" (parameters and buffers) and saves
   the parameters to --out.
+  With --inject K, the K-th attempt's first allreduce still in flight
+  fails (the client's test() raises ringd.Reshape once, as a view change
+  does): its future completes while backward waits, and the step must be
+  redone, not applied twice (torch's DDP died there with SIGSEGV).
 --mode ref: the same model on the whole global batch in one process.
 --compare A B TOL: parameters of A and B within TOL.
 """
@@ -100,10 +104,52 @@ def unit(args):
     w.wait()
     dist.barrier()
     ok.append("barrier")
+    syncbn(r, n, ok)
     rdist.group().flush()
     rt.client().step_end()
     rdist.destroy()
     print("PASS ddp unit (%d checks, rank %d of %d)" % (len(ok), r, n))
+
+
+def syncbn(r, n, ok):
+    """rdist.SyncBatchNorm over this rank's share of a batch against one
+    BatchNorm2d on the whole batch: the outputs and input gradients of the
+    share, the weight and bias gradients summed over the ranks, and the
+    running statistics."""
+    import ringd.torch.distributed as rdist
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4 * n, 3, 5, 5, generator=g) * 2 + 1
+    w = torch.randn(4 * n, 3, 5, 5, generator=g)
+    ref = nn.BatchNorm2d(3)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5, generator=g)
+        ref.bias.uniform_(-0.5, 0.5, generator=g)
+    sbn = rdist.SyncBatchNorm.convert_sync_batchnorm(
+        nn.Sequential(nn.BatchNorm2d(3)))[0]
+    sbn.load_state_dict(ref.state_dict())
+    xr = x.clone().requires_grad_(True)
+    (ref(xr) * w).sum().backward()
+    share = slice(4 * r, 4 * (r + 1))
+    xs = x[share].clone().requires_grad_(True)
+    ys = sbn(xs)
+    (ys * w[share]).sum().backward()
+
+    def close(name, got, want):
+        err = (got - want).abs().max().item()
+        if err > 1e-4:
+            print("FAIL syncbn %s: off by %g" % (name, err))
+            sys.exit(1)
+        ok.append("syncbn " + name)
+    close("output", ys.detach(), nn.functional.batch_norm(
+        x, None, None, ref.weight.detach(), ref.bias.detach(), True)[share])
+    close("input grad", xs.grad, xr.grad[share])
+    gw, gb = sbn.weight.grad.clone(), sbn.bias.grad.clone()
+    dist.all_reduce(gw)
+    dist.all_reduce(gb)
+    close("weight grad", gw, ref.weight.grad)
+    close("bias grad", gb, ref.bias.grad)
+    close("running mean", sbn.running_mean, ref.running_mean)
+    close("running var", sbn.running_var, ref.running_var)
 
 
 def ddp(args):
@@ -114,10 +160,23 @@ def ddp(args):
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     x, y = data()
-    sampler = elastic.ElasticSampler(x, batch_size=GLOBAL_BATCH // 2,
-                                     shuffle=False)
+    sampler = elastic.ElasticSampler(x, batch_size=GLOBAL_BATCH //
+                                     args.trainers, shuffle=False)
     state = elastic.State(model=net, optimizer=opt, sampler=sampler)
     losses = []
+    attempts = {"n": 0, "armed": False}
+    if args.inject:
+        real_test = rt.client().test
+
+        def test(h):
+            if attempts["armed"]:
+                attempts["armed"] = False
+                log(args, "injected a failure into attempt %d" %
+                    attempts["n"])
+                import ringd
+                raise ringd.Reshape(ringd.ERESHAPE, "injected")
+            return real_test(h)
+        rt.client().test = test
 
     def setup(v):
         log(args, "setup rank %d world %d step %d" % (v.rank, v.world,
@@ -126,6 +185,11 @@ def ddp(args):
         # flight while backward goes on, each bucket's ringd buffer made
         # in the first steps while the completion thread tests the
         # handles before it (a real model's 25 MiB buckets do the same).
+        if args.inject:
+            # One bucket, issued before its failure is seen: backward
+            # then ends normally and only the optimizer's guard stops
+            # the update (with several, the next bucket's issue raises).
+            return DDP(net)
         dist._DEFAULT_FIRST_BUCKET_BYTES = 4096
         return DDP(net, bucket_cap_mb=4096 / (1 << 20))
 
@@ -133,6 +197,8 @@ def ddp(args):
         if sampler.done():
             return False
         idx = torch.tensor(list(sampler.batch()), dtype=torch.long)
+        attempts["n"] += 1
+        attempts["armed"] = attempts["n"] == args.inject
         opt.zero_grad()
         out = m(x[idx])
         # DDP averages over the world: scale so the step equals one
@@ -178,6 +244,8 @@ def main():
     p.add_argument("--out", default="/dev/null")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--slow", type=float, default=0.0)
+    p.add_argument("--inject", type=int, default=0)
+    p.add_argument("--trainers", type=int, default=2)
     p.add_argument("--compare", nargs=3)
     args = p.parse_args()
     if args.compare:

@@ -36,7 +36,7 @@ def open_log(o):
     if path is None:
         path = os.path.join(o.log_dir,
                             "t%s.log" % os.environ.get("LOCAL_RANK", "0"))
-    log = open(path, "a")
+    log = open(path, "a", buffering=1)   # whole lines, even at a crash
     log.write("start pid=%d\n" % os.getpid())
     log.flush()
     return log

@@ -31,17 +31,24 @@ DDP's bucket allreduces overlap its backward. Tensors outside ringd memory
 are copied into ringd buffers kept in a pool by (bytes); results are
 copied back before the future completes.
 
-A view change surfaces as ViewChanged (a ringd.Reshape): raised by the
-next collective, and set on the futures of those in flight (through
-DDP's C++ reducer it reaches Python as a RuntimeError; run() tells it
-apart by the process group's `failed`). run() then re-creates the process
-group with the new rank and world size and calls setup() again (a fresh
-DDP: the reducer of an aborted backward is not reused), and redoes the
-step, as TorchFT's managed process group does.
+A view change surfaces as ViewChanged (a ringd.Reshape), raised by the
+next collective issued, by flush() and, under run(), by the optimizer's
+step. The futures of collectives in flight complete with this rank's own
+values instead (see _poison: torch 1.13's DDP dies on a future holding
+an exception, and its Work.wait() ignores one). Through DDP's C++ reducer
+it reaches Python as a RuntimeError; run() tells it apart by the process
+group's `failed`. run() then re-creates the process group with the new
+rank and world size and calls setup() again (a fresh DDP: the reducer of
+an aborted backward is freed, not reused), and redoes the step, as
+TorchFT's managed process group does.
 """
 import collections
+import functools
+import gc
+import logging
 import threading
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -49,8 +56,10 @@ import torch.distributed as dist
 import ringd
 import ringd.torch as rt
 from ringd.torch import elastic
+from ringd.torch.syncbn import SyncBatchNorm  # noqa: F401 (exported)
 
 BACKEND = "ringd"
+_log = logging.getLogger("ringd.torch.distributed")
 _make_work = torch._C._distributed_c10d._create_work_from_future
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg",
         dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
@@ -62,6 +71,18 @@ class ViewChanged(ringd.Reshape):
     new view (run() does)."""
 
 
+def _poison_tensor(t):
+    """NaN, or -1 (all bits set), where a failed collective's output is."""
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    elif t.dtype == torch.uint8:
+        t.fill_(255)
+    else:
+        t.fill_(-1)
+
+
 def _op_name(op):
     for k, v in _OPS.items():
         if op == k:
@@ -71,10 +92,11 @@ def _op_name(op):
 
 
 class _Pending:
-    __slots__ = ("handle", "fut", "post", "bufs")
+    __slots__ = ("handle", "fut", "post", "bufs", "poison")
 
-    def __init__(self, handle, fut, post, bufs):
+    def __init__(self, handle, fut, post, bufs, poison):
         self.handle, self.fut, self.post, self.bufs = handle, fut, post, bufs
+        self.poison = poison
 
 
 class ProcessGroupRingd(dist.ProcessGroup):
@@ -84,7 +106,7 @@ class ProcessGroupRingd(dist.ProcessGroup):
         super().__init__(rank, size)
         self._r, self._n = rank, size
         self.client = rt._pick(client)
-        self.failed = None          # the ringd error that ended this group
+        self._failure = None        # (class, code, message) that ended it
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
         self._queue = collections.deque()
@@ -138,37 +160,56 @@ class ProcessGroupRingd(dist.ProcessGroup):
             off += n
 
     # -- issue and completion ---------------------------------------------
-    def _issue(self, issue, post, bufs, result):
+    # A failure is kept as (class, code, message) and each raise or future
+    # gets a fresh exception: one raised keeps its traceback, whose frames
+    # hold the step's DDP, and a future that held it (the reducer holds
+    # the futures, in C++) would keep that DDP and its autograd hooks on
+    # the parameters alive past the view change, in a cycle no collector
+    # sees. Its hooks then fire in the next DDP's backward ("Expected to
+    # mark a variable ready only once") until a collection frees the old
+    # reducer in the middle of one (SIGSEGV, seen here).
+    @property
+    def failed(self):
+        """The ringd error that ended this group (a fresh exception),
+        or None."""
+        if self._failure is None:
+            return None
+        cls, code, msg = self._failure
+        return cls(code, msg)
+
+    def _issue(self, issue, post, bufs, result, poison=None):
         """issue() -> ringd.Handle (None: nothing to wait for), under the
-        lock; the Work completes once the handle is done and post() ran."""
+        lock; the Work completes once the handle is done and post() ran.
+        poison() runs instead of post() when the collective fails."""
         fut = torch.futures.Future()
         with self._cv:
-            if self.failed is not None:
+            if self._failure is not None:
                 self._give(bufs)
                 raise self.failed
             try:
                 h = issue()
             except ringd.Error as e:
                 self._give(bufs)
-                raise self._fail(e)
+                self._fail(e)
+                raise self.failed from None
             if h is None:
                 post()
                 self._give(bufs)
                 fut.set_result(result)
             else:
-                self._queue.append(_Pending(h, fut, (post, result), bufs))
+                self._queue.append(_Pending(h, fut, (post, result), bufs,
+                                            poison))
                 self._cv.notify()
         return _make_work(fut)
 
     def _fail(self, e):
         """Remember the first failure as the group's; a Reshape becomes
         ViewChanged. Called with the lock held."""
-        if self.failed is None:
+        if self._failure is None:
             cls = ViewChanged if isinstance(e, (ringd.Reshape, ringd.Fenced,
                                                 ringd.Disconnected)) \
                 else ringd.Error
-            self.failed = cls(e.code, str(e))
-        return self.failed
+            self._failure = (cls, e.code, str(e))
 
     def _complete(self):
         pause = 0.0
@@ -184,7 +225,8 @@ class ProcessGroupRingd(dist.ProcessGroup):
                 try:
                     done = self.client.test(p.handle)
                 except ringd.Error as e:
-                    done, err = True, self._fail(e)
+                    self._fail(e)
+                    done, err = True, self.failed
                 if done:
                     self._queue.popleft()
                     self._finish(p, err)
@@ -201,39 +243,63 @@ class ProcessGroupRingd(dist.ProcessGroup):
         if err is None:
             try:
                 post()
-            except Exception as e:   # noqa: BLE001 (handed to the waiter)
-                err = e
+            except Exception as e:   # noqa: BLE001 (the group's failure)
+                self._fail(ringd.Error(ringd.EINVAL, "ringd backend: "
+                                       "copying a result out failed: %s" % e))
+                err = self.failed
         self._give(p.bufs)
         if err is not None:
-            p.fut.set_exception(err)
-        else:
-            p.fut.set_result(result)
+            self._poison(p)
+        p.fut.set_result(result)
+
+    @staticmethod
+    def _poison(p):
+        # A failed collective's future completes with its result, not an
+        # exception: torch 1.13's DDP dies (SIGSEGV in
+        # Reducer::finalize_backward) on a bucket future that holds one,
+        # and its Work made from a future returns from wait() on an error
+        # anyway, from C++ and from Python. The failure is raised by the
+        # group's next collective, by flush() and, under run(), by the
+        # optimizer's step. Outputs that are fresh (allgather's) read as
+        # visibly wrong (NaN, -1), so that what waits and reads them (DDP's
+        # check of the parameter counts) fails rather than trusting stale
+        # memory; in-place ones (allreduce, broadcast: a module's buffers
+        # and parameters) keep this rank's values.
+        if p.poison is not None:
+            p.poison()
 
     def flush(self, timeout_s=600.0):
         """Wait until every collective issued is complete; raises the
         group's failure (ViewChanged) if there was one."""
         end = time.monotonic() + timeout_s
         with self._cv:
-            while self._queue and self.failed is None:
+            while self._queue and self._failure is None:
                 left = end - time.monotonic()
                 if left <= 0:
                     raise ringd.Error(ringd.ETIMEDOUT, "ringd backend: "
                                       "collectives still in flight")
                 self._cv.wait(left)
-            if self.failed is not None:
+            if self._failure is not None:
+                raise self.failed
+
+    def check(self):
+        """Raise the group's failure (ViewChanged) if it has one."""
+        with self._cv:
+            if self._failure is not None:
                 raise self.failed
 
     def abort(self):
         """Fail every collective in flight (before a new step_begin voids
         their handles) and stop the completion thread."""
         with self._cv:
-            e = self.failed or ViewChanged(ringd.ERESHAPE, "ringd backend: "
-                                           "the process group was aborted")
-            self.failed = e
+            if self._failure is None:
+                self._failure = (ViewChanged, ringd.ERESHAPE, "ringd backend:"
+                                 " the process group was aborted")
             while self._queue:
                 p = self._queue.popleft()
                 self._give(p.bufs)
-                p.fut.set_exception(e)
+                self._poison(p)
+                p.fut.set_result(p.post[1])
             self._closed = True
             self._cv.notify()
         if self._thread is not threading.current_thread():
@@ -298,8 +364,12 @@ class ProcessGroupRingd(dist.ProcessGroup):
 
         def issue():
             return c.allgather_async(buf) if nb else None
+
+        def poison():
+            for o in outs:
+                _poison_tensor(o)
         return self._issue(issue, lambda: self._unstage(buf, outs), [buf],
-                           outs)
+                           outs, poison)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1 or len(output_tensors) != 1:
@@ -398,36 +468,94 @@ def destroy():
         dist.destroy_process_group()
 
 
+def _retire(cur):
+    """Drop what setup() made for the last view (cur["made"], the only
+    reference run() holds), for good: a DDP whose reducer outlives the
+    view keeps its hooks on the parameters, and they fire in the next
+    DDP's backward. Collected here, at a step boundary, not in the
+    middle of the next backward."""
+    ref = None
+    try:
+        ref = weakref.ref(cur["made"]) if cur["made"] is not None else None
+    except TypeError:
+        pass                    # not weakly referable: nothing to check
+    cur["made"] = None
+    if ref is not None and ref() is not None:
+        gc.collect()
+        if ref() is not None:
+            _log.warning("what setup() made for the last view is still "
+                         "referenced after the view change (kept in a "
+                         "global or a closure?): a DDP's hooks stay on the "
+                         "parameters and break the next one's backward")
+
+
+def _guard_step(opt):
+    """opt.step() raises the group's failure first: a collective that
+    failed mid-backward completes DDP's future with this rank's own
+    gradients (see _poison), and they must not be applied."""
+    if opt is None or getattr(opt.step, "_ringd_guard", False):
+        return
+    inner = opt.step
+
+    @functools.wraps(inner)
+    def step(*args, **kwargs):
+        if dist.is_initialized():
+            pg = group()
+            if isinstance(pg, ProcessGroupRingd):
+                pg.check()
+        return inner(*args, **kwargs)
+    step._ringd_guard = True
+    opt.step = step
+
+
 def run(step_fn, state, setup, steps=None, **kw):
     """elastic.run for DDP loops: in the first step and after every view
     change, (re)make the default ringd process group with the view's rank
     and world size and call setup(view) (build DDP there); then
     step_fn(state, view, made) with what setup returned. A view change
-    inside the step (ViewChanged, or DDP's RuntimeError over it) redoes
-    the step with a fresh group and setup(). Returns the last view."""
+    inside the step or setup() (ViewChanged, or DDP's RuntimeError over
+    it) redoes the step with a fresh group and setup(). Keep no other
+    reference to what setup() returns (run() checks it died). Returns the
+    last view."""
     cur = {"view": None, "made": None}
+    _guard_step(getattr(state, "optimizer", None))
+
+    def fresh(v):
+        _log.info("process group for step %d: generation %d, rank %d of %d",
+                  v.step, v.generation, v.rank, v.world)
+        destroy()
+        _retire(cur)
+        init_process_group(view=v)
+        cur["made"] = setup(v)
 
     def step(state, v):
-        if cur["view"] is None or cur["view"].generation != v.generation \
-                or (cur["view"].rank, cur["view"].world) != (v.rank, v.world):
-            destroy()
-            init_process_group(view=v)
-            cur["made"] = setup(v)
-        cur["view"] = v
         try:
+            if cur["view"] is None or \
+                    (cur["view"].generation, cur["view"].rank,
+                     cur["view"].world) != (v.generation, v.rank, v.world):
+                cur["view"] = None
+                fresh(v)
+            cur["view"] = v
             more = step_fn(state, v, cur["made"])
             group().flush()     # every collective of the step done
             return more
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (re-raised below)
             pg = group() if dist.is_initialized() else None
             failed = getattr(pg, "failed", None)
-            destroy()
+            _log.info("step %d failed on generation %d: %s", v.step,
+                      v.generation, failed or e)
             cur["view"] = None
+            destroy()
             if isinstance(e, ringd.Reshape) or isinstance(failed,
                                                           ringd.Reshape):
-                raise (failed or e) from e
+                # A fresh exception, no traceback chained: the frames of
+                # the failed attempt hold its DDP.
+                err = failed or type(e)(e.code, str(e))
+                del e
+                raise err from None
             raise
     try:
         return elastic.run(step, state, steps=steps, **kw)
     finally:
+        cur["made"] = None
         destroy()
