@@ -472,15 +472,16 @@ static uint32_t client_cap(const dmn_t *d)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return cap;
-    rlim_t room = rl.rlim_cur > 2 * DMN_FD_RESERVE
+    rlim_t left = rl.rlim_cur > 2 * DMN_FD_RESERVE
                       ? rl.rlim_cur - DMN_FD_RESERVE
                       : rl.rlim_cur / 2;
+    rlim_t room = left / 2; /* a client holds two: its socket, a pidfd */
     if (room < cap) {
         RD_WARN("serving at most %u local clients, not max-clients %u: "
-                "ulimit -n is %llu, and %llu descriptors stay for etcd, UCX "
-                "and checkpoints", (unsigned)room, (unsigned)cap,
-                (unsigned long long)rl.rlim_cur,
-                (unsigned long long)(rl.rlim_cur - room));
+                "ulimit -n is %llu, %llu descriptors stay for etcd, UCX "
+                "and checkpoints, and each client takes 2", (unsigned)room,
+                (unsigned)cap, (unsigned long long)rl.rlim_cur,
+                (unsigned long long)(rl.rlim_cur - left));
         cap = (uint32_t)room;
     }
     return cap;
