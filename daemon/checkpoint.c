@@ -251,7 +251,7 @@ static int build_manifest(const char *root, uint64_t step, uint32_t n,
 typedef struct {
     uv_work_t req;
     dmn_t *d;    /* held through open_handles until complete_done */
-    const char *root;
+    char *root;  /* ours: dmn__ckpt_stop frees d's while this may run */
     int dir_only; /* no job-wide record: this one counts, with retention */
     uint64_t step;
     uint32_t n;
@@ -303,6 +303,7 @@ static void complete_done(uv_work_t *w, int status)
                  c->step);
     }
     restart_progress(d, c->step);
+    free(c->root);
     free(c);
     dmn__unref(d);
 }
@@ -318,7 +319,13 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
     }
     c->req.data = c;
     c->d = d;
-    c->root = d->ckpt_root;
+    c->root = strdup(d->ckpt_root);
+    if (c->root == NULL) {
+        RD_WARN("checkpoint of step %" PRIu64 " not completed: out of "
+                "memory", step);
+        free(c);
+        return;
+    }
     c->dir_only = !job_records_ckpts(d->job);
     c->step = step;
     c->n = n;
@@ -326,6 +333,7 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
     if (rc != 0) {
         RD_WARN("checkpoint of step %" PRIu64 " not completed: %s", step,
                 uv_strerror(rc));
+        free(c->root);
         free(c);
         return;
     }
