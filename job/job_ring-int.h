@@ -163,6 +163,7 @@ typedef struct {
      * trainers' own mismatch, not a count change. */
     uint64_t mismatch_step;
     int mismatch_status;  /* what the aborted collective answers, or 0 */
+    int replaced_carry;   /* a resync replaced the state; not told yet */
     struct {              /* from the ring thread (under mu); gen 0: none */
         uint64_t gen;
         uint32_t rank;

@@ -298,9 +298,22 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
     b->agree_due = 0; /* the REBUILD agreed the counts */
     b->attempt_open = 0;
     mb_set_step(b->mb, b->step);
+    b->replaced_carry |= c->state_replaced;
+    if (b->pending != NULL) {
+        /* A newer view came while this one resynced, and its abort was
+         * too late: install that one next, from WAITING (READY ->
+         * SYNCING is no move; refused, it left the node READY with the
+         * newer ring built and ignored, and the job hung under ASan in
+         * dmn_ring_lossy_node). Whether the state was replaced carries
+         * over to the view the trainers are told of. */
+        job__ring_set_state(b, JOB_WAITING, "a newer view waits");
+        leave_deferred(b);
+        return;
+    }
     fill_dview(b);
     b->dview.ckpt_requested = (uint32_t)c->ckpt_out;
-    b->dview.restored = c->state_replaced;
+    b->dview.restored = b->replaced_carry;
+    b->replaced_carry = 0;
     job__ring_set_state(b, JOB_READY, "resynced");
     if (b->cbs.on_view != NULL)
         b->cbs.on_view(b->cbs.arg, &b->dview);
