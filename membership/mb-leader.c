@@ -124,7 +124,14 @@ static int reshape_wanted(mb_t *mb)
             wanted = 1;
         } else if (gen < 0 || (uint64_t)gen < mb->view.generation ||
                    !member) {
-            etcd_delete(mb->etcd, kv->key, 0, NULL, NULL);
+            /* Only the request we read: the node may already have asked
+             * again, for the view just written (a mismatch does within
+             * milliseconds), and a plain delete landing after that put
+             * dropped the new request (dmn_ring_size_mismatch hung). */
+            etcd_cmp_t cmp = {.key = kv->key, .target = ETCD_CMP_MOD,
+                              .result = ETCD_CMP_EQUAL, .number = kv->mod};
+            etcd_op_t del = {.type = ETCD_OP_DELETE, .key = kv->key};
+            etcd_txn(mb->etcd, &cmp, 1, &del, 1, NULL, 0, NULL, NULL);
         }
     }
     return wanted;
