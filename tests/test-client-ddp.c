@@ -97,6 +97,28 @@ static void digest(const char *path, char *out, size_t len)
     free(s);
 }
 
+/* The parameters saved at pt within 1e-4 of one process's (ddp_train.py
+ * --mode ref) on the same global batches. */
+static void near_one_process(td_daemon_t *t, const char *script,
+                             const char *pt)
+{
+    char ref[320];
+    snprintf(ref, sizeof(ref), "%s", td_path(t, "ref.pt"));
+    const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
+                           "--out", ref, NULL};
+    pid_t p = th_spawn((char *const *)rargv, td_path(t, "ref.out"));
+    td_track(p);
+    ASSERT_EQ(td_exit_code(p, 120000), 0);
+    const char *cargv[] = {"/usr/bin/python3", script, "--compare", pt, ref,
+                           "1e-4", NULL};
+    const char *clog = td_path(t, "cmp.out");
+    p = th_spawn((char *const *)cargv, clog);
+    td_track(p);
+    int rc = td_exit_code(p, 120000);
+    td_dump(clog);
+    ASSERT_EQ(rc, 0);
+}
+
 TEST_IMPL(client_python_ddp_train)
 {
     char script[600];
@@ -118,22 +140,9 @@ TEST_IMPL(client_python_ddp_train)
     ASSERT_STR_EQ(d0, d1);
     ASSERT(td_file_has(l0, "world 2"));
 
-    char ref[320], pt[320];
-    snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref.pt"));
-    const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
-                           "--out", ref, NULL};
-    pid_t p = th_spawn((char *const *)rargv, td_path(&t, "ref.out"));
-    td_track(p);
-    ASSERT_EQ(td_exit_code(p, 120000), 0);
+    char pt[320];
     snprintf(pt, sizeof(pt), "%s.pt", td_path(&t, "ddp0"));
-    const char *cargv[] = {"/usr/bin/python3", script, "--compare", pt, ref,
-                           "1e-4", NULL};
-    const char *clog = td_path(&t, "cmp.out");
-    p = th_spawn((char *const *)cargv, clog);
-    td_track(p);
-    rc = td_exit_code(p, 120000);
-    td_dump(clog);
-    ASSERT_EQ(rc, 0);
+    near_one_process(&t, script, pt);
     printf("# ddp on ringd: 2 replicas %s, within 1e-4 of one process\n",
            d0);
     ASSERT_EQ(td_stop(&t, 30000), 0);
@@ -155,10 +164,9 @@ TEST_IMPL(client_python_ddp_fail_in_backward)
         return rc;
     const char *flags[] = {"--trainers", "1", NULL};
     ASSERT_OK(td_start(&t, flags));
-    char log[320], out[320], ref[320];
+    char log[320], out[320];
     snprintf(log, sizeof(log), "%s", td_path(&t, "ddp.log"));
     snprintf(out, sizeof(out), "%s", td_path(&t, "ddp.pt"));
-    snprintf(ref, sizeof(ref), "%s", td_path(&t, "ref.pt"));
     const char *argv[] = {"/usr/bin/python3", script, "--mode", "ddp",
                           "--socket", t.sock, "--log", log, "--out", out,
                           "--trainers", "1", "--inject", "3", NULL};
@@ -171,19 +179,7 @@ TEST_IMPL(client_python_ddp_fail_in_backward)
     ASSERT_EQ(rc, 0);
     ASSERT(td_file_has(log, "injected a failure into attempt 3"));
     ASSERT_EQ(td_count(log, "step 2 world 1"), 1); /* redone, logged once */
-    const char *rargv[] = {"/usr/bin/python3", script, "--mode", "ref",
-                           "--out", ref, NULL};
-    p = th_spawn((char *const *)rargv, td_path(&t, "ref.out"));
-    td_track(p);
-    ASSERT_EQ(td_exit_code(p, 120000), 0);
-    const char *cargv[] = {"/usr/bin/python3", script, "--compare", out, ref,
-                           "1e-4", NULL};
-    const char *clog = td_path(&t, "cmp.out");
-    p = th_spawn((char *const *)cargv, clog);
-    td_track(p);
-    rc = td_exit_code(p, 120000);
-    td_dump(clog);
-    ASSERT_EQ(rc, 0);
+    near_one_process(&t, script, out);
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
