@@ -225,6 +225,9 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank);
 /* job_ring_mb.c: the ring thread found the link to rank of ring
  * generation gen lossy: a lossy report, when that ring is current. */
 void job__ring_lossy(rb_t *b, uint64_t gen, uint32_t rank);
+/* A neighbour posted the running collective with another size. */
+void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
+                        unsigned flags);
 
 /* job_ring_commit.c: the step's commit round. The backend op; a round
  * came back; a view or a fence may have decided a waiting commit. */

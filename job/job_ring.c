@@ -423,46 +423,6 @@ static int attempt_account(rb_t *b, const rb_cmd_t *c)
     return 1;
 }
 
-/*
- * A neighbour posted the running collective with another size (on the
- * main loop, from rt_mismatch). In a void attempt (a node's trainer count
- * changed: its trainers were told another world) that is expected of any
- * collective whose size follows the world (DDP's allgather of its
- * parameter counts): the nodes cannot finish it alike, so a new
- * generation aborts it everywhere and the step is redone on the counts
- * agreed again. The same step meeting it again on agreed counts is the
- * trainers' own: their collectives differ (a bug in the script), and they
- * are told so when the new generation aborts it (which frees the others).
- * The ring waits meanwhile: failing the collective here would close its
- * endpoints and get this node suspected by its neighbours.
- */
-static void on_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
-                        unsigned flags)
-{
-    if (b->cur == NULL || b->cur->generation != gen ||
-        b->state != JOB_READY)
-        return; /* that ring is gone already */
-    unsigned f = flags | b->my_flags;
-    int counted = !(f & RB_FLAG_VOID) && b->mismatch_step == b->step + 1;
-    b->mismatch_step = b->step + 1;
-    b->mismatch_status = counted ? ST_EMISMATCH : ST_ERESHAPE;
-    const char *node = rank < b->cur->n_members ? b->cur->members[rank].node
-                                                : "?";
-    if (counted)
-        RD_ERROR("ring backend: step %llu: %s posted a collective of "
-                 "another size than this node's trainers did, on agreed "
-                 "trainer counts: the trainers' collectives differ",
-                 (unsigned long long)b->step, node);
-    else
-        RD_INFO("ring backend: step %llu: %s posted a collective of "
-                "another size (%s): asking for a new generation, every "
-                "node redoes the step", (unsigned long long)b->step, node,
-                f & RB_FLAG_VOID ? "a node's trainer count changed"
-                                 : "a trainer count may have changed");
-    if (b->pending == NULL)
-        (void)mb_request_view(b->mb, "collectives of different sizes");
-}
-
 static void on_collective_done(rb_t *b, rb_cmd_t *c)
 {
     job_done_cb cb = b->op_cb;
@@ -534,7 +494,7 @@ static void on_async(uv_async_t *h)
     for (int i = 0; i < 2; i++)
         job__ring_lossy(b, lossy[i].gen, lossy[i].rank);
     if (mm_gen != 0)
-        on_mismatch(b, mm_gen, mm_rank, mm_flags);
+        job__ring_mismatch(b, mm_gen, mm_rank, mm_flags);
     if (!done)
         return;
     rb_cmd_t c = b->cmd;
@@ -884,7 +844,8 @@ static void rt_lossy(void *arg, uint64_t generation, uint32_t rank)
     uv_async_send(&b->async);
 }
 
-/* A neighbour's message of another size (ring thread): for on_mismatch. */
+/* A neighbour's message of another size (ring thread): for
+ * job__ring_mismatch. */
 static void rt_mismatch(void *arg, uint64_t generation, uint32_t rank,
                         unsigned flags)
 {

@@ -269,6 +269,46 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
     }
 }
 
+/*
+ * A neighbour posted the running collective with another size (on the
+ * main loop, from rt_mismatch). In a void attempt (a node's trainer count
+ * changed: its trainers were told another world) that is expected of any
+ * collective whose size follows the world (DDP's allgather of its
+ * parameter counts): the nodes cannot finish it alike, so a new
+ * generation aborts it everywhere and the step is redone on the counts
+ * agreed again. The same step meeting it again on agreed counts is the
+ * trainers' own: their collectives differ (a bug in the script), and they
+ * are told so when the new generation aborts it (which frees the others).
+ * The ring waits meanwhile: failing the collective here would close its
+ * endpoints and get this node suspected by its neighbours.
+ */
+void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
+                        unsigned flags)
+{
+    if (b->cur == NULL || b->cur->generation != gen ||
+        b->state != JOB_READY)
+        return; /* that ring is gone already */
+    unsigned f = flags | b->my_flags;
+    int counted = !(f & RB_FLAG_VOID) && b->mismatch_step == b->step + 1;
+    b->mismatch_step = b->step + 1;
+    b->mismatch_status = counted ? ST_EMISMATCH : ST_ERESHAPE;
+    const char *node = rank < b->cur->n_members ? b->cur->members[rank].node
+                                                : "?";
+    if (counted)
+        RD_ERROR("ring backend: step %llu: %s posted a collective of "
+                 "another size than this node's trainers did, on agreed "
+                 "trainer counts: the trainers' collectives differ",
+                 (unsigned long long)b->step, node);
+    else
+        RD_INFO("ring backend: step %llu: %s posted a collective of "
+                "another size (%s): asking for a new generation, every "
+                "node redoes the step", (unsigned long long)b->step, node,
+                f & RB_FLAG_VOID ? "a node's trainer count changed"
+                                 : "a trainer count may have changed");
+    if (b->pending == NULL)
+        (void)mb_request_view(b->mb, "collectives of different sizes");
+}
+
 /* A lossy link seen on the current ring is a soft report on that
  * neighbour: membership convicts it only when another member reports it
  * too (membership/README.md, "Blame"). */

@@ -62,6 +62,17 @@ TEST_IMPL(dmn_trainers_clean_leave)
     return fx_done();
 }
 
+/* 2 nodes that take 2 trainers each, on a ring deadline no test outlives. */
+static void two_nodes_two_trainers(cluster_t *c)
+{
+    cluster_env();
+    fx_etcd_start(&c->etcd, 0);
+    rc_deadline = "600000";
+    node_init(c, 0, "2", "2");
+    node_init(c, 1, "2", "2");
+    rc_deadline = NULL;
+}
+
 /*
  * 2 nodes x 2 trainers; n0's second trainer is SIGKILLed in step 20 and a
  * new one started on the same socket while n0 keeps its first trainer:
@@ -71,13 +82,8 @@ TEST_IMPL(dmn_trainers_clean_leave)
  */
 TEST_IMPL(dmn_trainers_replace)
 {
-    cluster_env();
     cluster_t c = {.n = 2};
-    fx_etcd_start(&c.etcd, 0);
-    rc_deadline = "600000";
-    node_init(&c, 0, "2", "2");
-    node_init(&c, 1, "2", "2");
-    rc_deadline = NULL;
+    two_nodes_two_trainers(&c);
     const char *steps = "3000";
     c.trainer[0][0] = trainer(&c, 0, 0, steps);
     rc_crash_at = "20";
@@ -145,13 +151,8 @@ static pid_t forked_child(const char *path)
  */
 TEST_IMPL(dmn_trainers_forked_child_holds_socket)
 {
-    cluster_env();
     cluster_t c = {.n = 2};
-    fx_etcd_start(&c.etcd, 0);
-    rc_deadline = "600000";
-    node_init(&c, 0, "2", "2");
-    node_init(&c, 1, "2", "2");
-    rc_deadline = NULL;
+    two_nodes_two_trainers(&c);
     const char *steps = "1500";
     c.trainer[0][0] = trainer(&c, 0, 0, steps);
     const char *args[] = {"--steps", steps, "--hash-log",
