@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -389,12 +390,22 @@ static void conn_close(dmn_conn_t *c)
 }
 
 /* The peer process exited: its connection is over even if a child of it
- * still holds the socket (on a clean exit EOF usually comes first). */
+ * still holds the socket. What it sent before (a BYE: a clean leave, not
+ * a loss) is read first (a bounded number: a child that keeps sending
+ * gets no more), and an EOF among it closes the usual way: the exit and
+ * the socket's close come in one loop turn, in either order. */
 static void on_peer_exit(uv_poll_t *p, int status, int events)
 {
     dmn_conn_t *c = p->data;
     (void)status;
     (void)events;
+    struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+    for (int n = 0; n < 64 && poll(&pf, 1, 0) == 1; n++) {
+        if (conn_read(c) != 0) {
+            conn_close(c);
+            return;
+        }
+    }
     RD_WARN("client %u (pid %d) exited while a process it forked still "
             "holds its connection open: closing it", c->id, (int)c->pid);
     conn_close(c);
