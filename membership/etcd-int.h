@@ -69,6 +69,8 @@ struct etcd_req {
     int stream_rc;    /* why we cut the watch stream (0: we did not) */
     int to_add;       /* launched, waiting for the kick timer */
     int quiet;        /* failures logged at debug (a watch retrying) */
+    int fresh;        /* this attempt opens its own connection */
+    char err[CURL_ERROR_SIZE]; /* libcurl's own words on a failure */
     etcd_req_t *prev, *next;
 };
 
@@ -115,6 +117,9 @@ struct etcd {
     uint64_t auth_retry_ms;  /* loop time before which none is sent */
     long auth_backoff_ms;
     unsigned auth_rnd;
+    /* A request failed to send on a connection libcurl reused: until one
+     * completes, the rest open their own rather than try the cache. */
+    int distrust_cache;
     etcd_req_t *reqs;
     etcd_watch_t *watches;
     etcd_stats_t stats;

@@ -282,6 +282,28 @@ static int transport_status(CURLcode cc)
     }
 }
 
+/*
+ * A send that failed on a connection libcurl took from its cache says
+ * the cache holds a dead one (libcurl itself gives up after five such
+ * reuses): the same endpoint is asked once more on a connection of its
+ * own, and the requests after it skip the cache until one completes. A
+ * send failure means the request never reached etcd whole, so asking
+ * again cannot apply it twice. Seen once in CI: every request to an etcd
+ * restarted healthy failed this way for 10 s, and the member never
+ * registered again.
+ */
+static int retry_fresh(etcd_req_t *r, CURLcode cc)
+{
+    if (cc != CURLE_SEND_ERROR || r->kind == ETCD_K_WATCH)
+        return 0;
+    r->e->distrust_cache = 1;
+    if (r->fresh)
+        return 0;
+    r->fresh = 1;
+    req_launch(r);
+    return 1;
+}
+
 static void req_done(etcd_req_t *r, CURLcode cc)
 {
     etcd_t *e = r->e;
@@ -308,12 +330,15 @@ static void req_done(etcd_req_t *r, CURLcode cc)
     }
     if (cc != CURLE_OK || http >= 500 || http < 100) {
         int status = cc != CURLE_OK ? transport_status(cc) : ST_EUNAVAIL;
+        const char *why = r->err[0] != '\0' ? r->err : curl_easy_strerror(cc);
         if (r->quiet)
             RD_DEBUG("etcd %s%s: %s (HTTP %ld)", e->eps[r->ep], r->path,
-                     curl_easy_strerror(cc), http);
+                     why, http);
         else
             RD_WARN("etcd %s%s: %s (HTTP %ld)", e->eps[r->ep], r->path,
-                    curl_easy_strerror(cc), http);
+                    why, http);
+        if (retry_fresh(r, cc))
+            return;
         if (++r->attempts < e->n_eps && r->kind != ETCD_K_WATCH) {
             r->ep = (r->ep + 1) % e->n_eps;
             req_launch(r);
@@ -327,6 +352,7 @@ static void req_done(etcd_req_t *r, CURLcode cc)
         return;
     }
     e->cur_ep = r->ep;
+    e->distrust_cache = 0;
     req_http_done(r, http);
 }
 
@@ -420,6 +446,10 @@ static void req_launch(etcd_req_t *r)
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
                      r->kind == ETCD_K_WATCH ? 0L : e->request_ms);
     curl_easy_setopt(c, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+    r->err[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->err);
+    curl_easy_setopt(c, CURLOPT_FRESH_CONNECT,
+                     (long)(r->fresh || e->distrust_cache));
     if (e->ca != NULL)
         curl_easy_setopt(c, CURLOPT_CAINFO, e->ca);
     if (e->cert != NULL)
@@ -438,6 +468,7 @@ void etcd__req_submit(etcd_req_t *r)
 {
     etcd_t *e = r->e;
     r->attempts = 0;
+    r->fresh = 0;
     r->ep = e->cur_ep;
     if (e->user != NULL && e->token == NULL && r->kind != ETCD_K_AUTH) {
         r->waiting_auth = 1;
