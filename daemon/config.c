@@ -68,6 +68,13 @@ static const cfg_key_t keys[] = {
      "without --job: job NAME's secret is DIR/NAME.secret (same rules as "
      "--job-secret-file; a job without its file is refused); default: "
      "--job-secret-file for every job"},
+    {"job-grace", K_U32, F(job_grace_ms), 0, 3600000, "MS",
+     "without --job: when the job's last trainer here dies (no clean "
+     "leave), the node stays in the job, stepped out, for MS milliseconds "
+     "so that a replacement (ringrun restarts it) rejoins at a step "
+     "boundary with the job's state; then it leaves the job. A clean "
+     "leave of the last trainer leaves at once. 0: at once (default "
+     "10000)"},
     {"node-id", K_STR, F(node_id), 0, 0, "ID",
      "this node's id in the job (default: the hostname)"},
     {"host", K_STR, F(host), 0, 0, "NAME",
@@ -188,6 +195,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->min_nodes = 1;
     cfg->ring_deadline_ms = 10000;
     cfg->liveness_ms = 1000;
+    cfg->job_grace_ms = 10000;
     cfg->step_commit = 1;
     cfg->ring_grid_min_nodes = 16;
     cfg->ring_chunk_kib = 1024;

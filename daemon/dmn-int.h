@@ -278,6 +278,10 @@ struct dmn {
     char job_name[RINGD_JOB_NAME_MAX + 1];
     int job_pinned;
     char job_secret[4096];
+    /* Armed when the job's last trainer was lost (not a BYE): the node
+     * stays in the job, stepped out, this long for its replacement
+     * (--job-grace) before it leaves. */
+    uv_timer_t job_grace_timer;
     job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */

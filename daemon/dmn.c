@@ -150,6 +150,8 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->stall_timer.data = d;
     uv_timer_init(loop, &d->lag_timer);
     d->lag_timer.data = d;
+    uv_timer_init(loop, &d->job_grace_timer);
+    d->job_grace_timer.data = d;
     d->lag_due_ns = rd_now_ns() + DMN_LAG_PERIOD_MS * 1000000ULL;
     uv_timer_start(&d->lag_timer, on_lag_timer, DMN_LAG_PERIOD_MS,
                    DMN_LAG_PERIOD_MS);
@@ -190,10 +192,11 @@ err_timer:
     /* d is freed when its last handle has closed (the caller runs the
      * loop, as after dmn_destroy). */
     d->flags |= DMN_F_DESTROYING;
-    d->open_handles += 3;
+    d->open_handles += 4;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->job_grace_timer, dmn__handle_closed);
     return rc;
 }
 
@@ -250,10 +253,11 @@ void dmn_destroy(dmn_t *d)
     dmn__server_stop(d);
     dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
-    d->open_handles += 3;
+    d->open_handles += 4;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
+    uv_close((uv_handle_t *)&d->job_grace_timer, dmn__handle_closed);
     job_destroy(d->job);
     /* d is freed by the last close callback, once the caller runs the
      * loop (dmn.h). */

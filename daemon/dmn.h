@@ -30,6 +30,8 @@ typedef struct dmn_config {
     char *job;              /* NULL: the job its first trainer names */
     char *jobs;             /* without job: names allowed (a,b,pre*) */
     char *job_secret_dir;   /* without job: DIR/NAME.secret */
+    uint32_t job_grace_ms;  /* without job: a lost last trainer's
+                               replacement may come this long */
     char *node_id;          /* default: hostname */
     char *host;             /* ring grouping; default: hostname */
     uint32_t min_nodes;     /* the first view waits for this many */

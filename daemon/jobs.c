@@ -9,7 +9,11 @@
  * (dmn__job_join). One job at a time: a trainer naming another while it
  * runs is refused with both names. When the job's last trainer is gone the
  * node drains and leaves the job like a stop, and main.c builds a fresh
- * daemon object for the next job (dmn_job_ended).
+ * daemon object for the next job (dmn_job_ended). A last trainer that
+ * died (no BYE) is likely restarted (ringrun): the node keeps the job,
+ * stepped out like a pinned node without trainers, for --job-grace, and
+ * a trainer naming the job in that time rejoins at a step boundary with
+ * the job's state instead of finding the daemon gone or draining.
  */
 #include "daemon/dmn-int.h"
 #include "daemon/dmn-parse.h"
@@ -95,6 +99,15 @@ static int job_check(dmn_conn_t *c, const char *name, char *why, size_t n)
     if (d->job_name[0] != '\0') {
         if (strcmp(d->job_name, name) == 0)
             return 0;
+        if (uv_is_active((uv_handle_t *)&d->job_grace_timer)) {
+            /* The asker knows its own name; the held one is what helps.
+             * Grace is at most an hour, so its seconds fit a short. */
+            uint64_t due = uv_timer_get_due_in(&d->job_grace_timer);
+            snprintf(why, n, "job '%s' is kept %hus for a lost trainer "
+                     "(--job-grace)", d->job_name,
+                     (unsigned short)((due + 999) / 1000));
+            return RINGD_ESTATE;
+        }
         snprintf(why, n, d->job_pinned
                  ? "ringd runs job '%s' (pinned by its config), not '%s'"
                  : "ringd runs job '%s' until its trainers leave; not '%s'",
@@ -145,6 +158,11 @@ void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j)
         return;
     }
     c->flags |= DMN_CONN_F_JOB;
+    if (uv_is_active((uv_handle_t *)&c->d->job_grace_timer)) {
+        uv_timer_stop(&c->d->job_grace_timer);
+        RD_INFO("job '%s': a trainer is back (client %u, pid %d): the node "
+                "keeps the job", c->d->job_name, c->id, (int)c->pid);
+    }
     dmn__reply_status(c, PROTO_T_JOB, seq, 0);
 }
 
@@ -158,18 +176,48 @@ int dmn__job_may_step(dmn_conn_t *c, uint32_t seq)
     return RINGD_ESTATE;
 }
 
+static int leaving(const dmn_t *d)
+{
+    return (d->flags & (DMN_F_DRAIN_REQUESTED | DMN_F_DESTROYING)) != 0;
+}
+
+static void leave_job(dmn_t *d)
+{
+    d->flags |= DMN_F_JOB_ENDED;
+    dmn_drain(d);
+}
+
+static void on_job_grace(uv_timer_t *t)
+{
+    dmn_t *d = t->data;
+    if (leaving(d))
+        return;
+    for (const dmn_conn_t *o = d->conns; o != NULL; o = o->next)
+        if (o->flags & DMN_CONN_F_JOB)
+            return; /* one named the job: dmn__job_named stopped us */
+    RD_INFO("job '%s': no trainer came back within %u ms (--job-grace); "
+            "leaving the job", d->job_name, d->cfg->job_grace_ms);
+    leave_job(d);
+}
+
 void dmn__job_conn_gone(dmn_t *d, const dmn_conn_t *c)
 {
-    if (!(c->flags & DMN_CONN_F_JOB) || !unpinned(d) ||
-        (d->flags & (DMN_F_DRAIN_REQUESTED | DMN_F_DESTROYING)))
+    if (!(c->flags & DMN_CONN_F_JOB) || !unpinned(d) || leaving(d))
         return;
     for (const dmn_conn_t *o = d->conns; o != NULL; o = o->next)
         if (o != c && (o->flags & DMN_CONN_F_JOB))
             return;
+    if (!(c->flags & DMN_CONN_F_BYE) && d->cfg->job_grace_ms > 0) {
+        RD_INFO("job '%s': its last trainer was lost; the node keeps the "
+                "job for %u ms (--job-grace) for a replacement",
+                d->job_name, d->cfg->job_grace_ms);
+        uv_timer_start(&d->job_grace_timer, on_job_grace,
+                       d->cfg->job_grace_ms, 0);
+        return;
+    }
     RD_INFO("job '%s': its last trainer left; leaving the job",
             d->job_name);
-    d->flags |= DMN_F_JOB_ENDED;
-    dmn_drain(d);
+    leave_job(d);
 }
 
 int dmn_job_ended(const dmn_t *d)

@@ -374,3 +374,101 @@ TEST_IMPL(dmn_jobs_secret_dir)
     ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
     return fx_done();
 }
+
+/*
+ * --job-grace: n1's only trainer dies in step 20 (no BYE). n1 keeps job
+ * alpha, stepped out (n0 goes on alone), refuses another job meanwhile
+ * with a message naming the grace, and the replacement started on its
+ * socket rejoins with the job's state: both replicas end identical, and
+ * n1 never left the job (joined once; "ready for the next one" only
+ * after the replacement's clean end).
+ */
+TEST_IMPL(dmn_jobs_grace_replacement)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    const char *extra[] = {"--job-grace", "600000", NULL};
+    for (int i = 0; i < 2; i++)
+        node_unpinned(&c, i, "2", extra);
+    const char *steps = "3000";
+    setenv("RINGD_JOB", "alpha", 1);
+    rc_step_delay = "5"; /* n0 alone must not finish before n1 is back */
+    c.trainer[0][0] = trainer(&c, 0, 0, steps);
+    rc_crash_at = "20";
+    c.trainer[1][0] = trainer(&c, 1, 0, steps);
+    rc_crash_at = NULL;
+    ASSERT_NE(td_exit_code(c.trainer[1][0], 60000), 0);
+    ASSERT_OK(td_wait_file(c.d[1].log, "keeps the job for 600000 ms",
+                           30000));
+    ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "world 1", 60000));
+    char why[256];
+    ASSERT_EQ(connect_job(&c.d[1], "beta", why, sizeof(why), NULL),
+              RINGD_ESTATE);
+    ASSERT_MSG(strstr(why, "lost trainer") && strstr(why, "'alpha'") &&
+                   strstr(why, "--job-grace"), "%s", why);
+    const char *args[] = {"--steps", steps, "--hash-log",
+                          td_path(&c.d[1], "h2"), "--save",
+                          td_path(&c.d[1], "p2"), "--log-every", "20",
+                          "--step-delay-ms", "5", NULL};
+    pid_t repl = td_trainer(&c.d[1], args, td_path(&c.d[1], "t2.log"));
+    unsetenv("RINGD_JOB");
+    rc_step_delay = NULL;
+    ASSERT_OK(td_wait_file(c.d[1].log, "a trainer is back", 30000));
+    ASSERT_OK(td_wait_file(td_path(&c.d[1], "h2"), "world 2", 60000));
+    expect_exit0(&c, 0, 0, c.trainer[0][0]);
+    int rc = td_exit_code(repl, 180000);
+    if (rc != 0) {
+        td_dump(td_path(&c.d[1], "t2.log"));
+        td_dump(c.d[1].log);
+    }
+    ASSERT_MSG(rc == 0, "the replacement exited %d", rc);
+    ASSERT(td_file_has(td_path(&c.d[1], "t2.log"), "restored"));
+
+    static td_hashes_t h0, h2;
+    td_read_hashes(td_path(&c.d[0], "h0"), &h0);
+    td_read_hashes(td_path(&c.d[1], "h2"), &h2);
+    ASSERT_EQ(h0.world[2999], 2);
+    ASSERT_EQ(h0.hash[2999], h2.hash[2999]);
+    ASSERT_EQ(td_param_diff(td_path(&c.d[0], "p0"), td_path(&c.d[1], "p2")),
+              0);
+    ASSERT_EQ(td_count(c.d[1].log, "joined job 'alpha'"), 1);
+    /* Once: when the replacement finished, not during the grace. */
+    ASSERT_OK(td_wait_file(c.d[1].log, "ready for the next one", 30000));
+    ASSERT_EQ(td_count(c.d[1].log, "ready for the next one"), 1);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
+
+/*
+ * --job-grace that runs out: the only trainer dies and none comes back
+ * within 300 ms, so the node leaves job alpha ("no trainer came back"),
+ * and the same daemon then serves job beta.
+ */
+TEST_IMPL(dmn_jobs_grace_expires)
+{
+    cluster_env();
+    cluster_t c = {.n = 1};
+    fx_etcd_start(&c.etcd, 0);
+    const char *extra[] = {"--job-grace", "300", NULL};
+    node_unpinned(&c, 0, "1", extra);
+    pid_t pid = c.d[0].pid;
+    setenv("RINGD_JOB", "alpha", 1);
+    rc_crash_at = "10";
+    c.trainer[0][0] = trainer(&c, 0, 0, "1000");
+    rc_crash_at = NULL;
+    unsetenv("RINGD_JOB");
+    ASSERT_NE(td_exit_code(c.trainer[0][0], 60000), 0);
+    ASSERT_OK(td_wait_file(c.d[0].log, "no trainer came back within 300 ms",
+                           30000));
+    ASSERT_OK(td_wait_file(c.d[0].log, "ready for the next one", 30000));
+    setenv("RINGD_JOB", "beta", 1);
+    c.trainer[0][1] = trainer(&c, 0, 1, "50");
+    unsetenv("RINGD_JOB");
+    expect_exit0(&c, 0, 1, c.trainer[0][1]);
+    ASSERT(td_file_has(c.d[0].log, "joined job 'beta'"));
+    ASSERT_EQ(c.d[0].pid, pid);
+    ASSERT_EQ(td_stop(&c.d[0], 30000), 0);
+    return fx_done();
+}
