@@ -61,7 +61,8 @@ static const char *conn_state_name(dmn_conn_state_t s)
 static const unsigned conn_next_ok[] = {
     [DMN_CONN_NEW] = C_(IDLE) | C_(CLOSED),
     [DMN_CONN_IDLE] = C_(WAITING) | C_(SHUTDOWN) | C_(CLOSED),
-    [DMN_CONN_WAITING] = C_(ACTIVE) | C_(SHUTDOWN) | C_(CLOSED),
+    /* waiting -> idle: a begin the job cannot serve is refused. */
+    [DMN_CONN_WAITING] = C_(ACTIVE) | C_(IDLE) | C_(SHUTDOWN) | C_(CLOSED),
     [DMN_CONN_ACTIVE] = C_(POSTED) | C_(IDLE) | C_(SHUTDOWN) | C_(CLOSED),
     [DMN_CONN_POSTED] = C_(ACTIVE) | C_(IDLE) | C_(CLOSED),
     [DMN_CONN_SHUTDOWN] = C_(CLOSED),
@@ -402,6 +403,17 @@ void dmn__step_try_start(dmn_t *d)
     try_start(d);
 }
 
+/* What no retry mends: the waiting trainers' step_begin fails with it. */
+static void fail_waiting(dmn_t *d, int32_t code, const char *why)
+{
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_WAITING)
+            continue;
+        dmn__conn_set_state(c, DMN_CONN_IDLE);
+        dmn__reply_error(c, c->begin_seq, code, "%s", why);
+    }
+}
+
 /* Start a step if every member and at least the gathering quorum wait. */
 static void try_start(dmn_t *d)
 {
@@ -430,6 +442,11 @@ static void try_start(dmn_t *d)
     }
     if (r < 0) {
         RD_WARN("backend cannot start a step: %s", st_strerror(r));
+        if (r == ST_EMISMATCH)
+            fail_waiting(d, RINGD_EMISMATCH,
+                         "the trainers' states differ in size across the "
+                         "job's nodes: they do not run the same model "
+                         "(see the daemons' logs)");
         return;
     }
     job_get_view(d->job, &d->view);

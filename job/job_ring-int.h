@@ -164,6 +164,11 @@ typedef struct {
     uint64_t mismatch_step;
     int mismatch_status;  /* what the aborted collective answers, or 0 */
     int replaced_carry;   /* a resync replaced the state; not told yet */
+    /* A REBUILD found what no retry mends (the trainers' states differ in
+     * size across nodes): step starts in that generation fail with it,
+     * so the trainers hear why instead of waiting; a new view clears it. */
+    int fatal;
+    uint64_t fatal_gen;
     struct {              /* from the ring thread (under mu); gen 0: none */
         uint64_t gen;
         uint32_t rank;

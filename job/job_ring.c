@@ -284,6 +284,12 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
             leave_deferred(b);
             return;
         }
+        if (c->status == ST_EMISMATCH && c->view == b->cur) {
+            b->fatal = ST_EMISMATCH;
+            b->fatal_gen = c->view->generation;
+            ready_fire(b, ST_EMISMATCH);
+            return;
+        }
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
             c->status != ST_ECONFIG && c->view == b->cur &&
             b->retries < RB_REBUILD_RETRIES)
@@ -543,6 +549,9 @@ static int rb_ready(job_t *be, job_done_cb cb, void *arg)
         return 1;
     if (b->state >= JOB_LEAVING)
         return ST_EINVAL;
+    if (b->fatal != 0 && b->pending == NULL && b->cur != NULL &&
+        b->cur->generation == b->fatal_gen)
+        return b->fatal;
     if (b->ready_cb == NULL) {
         b->ready_cb = cb;
         b->ready_arg = arg;

@@ -166,7 +166,7 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
         RD_ERROR("ring backend: state sizes differ across nodes (%lld vs "
                  "%lld bytes): the trainers are not the same job",
                  (long long)-agree[3], (long long)agree[2]);
-        return ST_ECONFIG;
+        return ST_EMISMATCH;
     }
     a->max_step = ((uint64_t)agree[0] >> 20) & ((1ull << 42) - 1);
     a->source = 0xfffffu - (uint32_t)(agree[0] & 0xfffff);

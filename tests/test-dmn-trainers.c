@@ -185,3 +185,32 @@ TEST_IMPL(dmn_trainers_forked_child_holds_socket)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
+
+/*
+ * Two nodes whose trainers hold models of different sizes (--hidden 64
+ * and 32): the first view's REBUILD finds the state sizes differ, and
+ * both trainers' step_begin fails with RINGD_EMISMATCH saying so, where
+ * they used to wait for ever.
+ */
+TEST_IMPL(dmn_trainers_state_sizes_differ)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    node_init(&c, 0, "1", "2");
+    node_init(&c, 1, "1", "2");
+    c.trainer[0][0] = trainer(&c, 0, 0, "100");
+    const char *args[] = {"--steps", "100", "--hidden", "32", NULL};
+    pid_t t1 = td_trainer(&c.d[1], args, td_path(&c.d[1], "t1.log"));
+    ASSERT_NE(td_exit_code(c.trainer[0][0], 60000), 0);
+    ASSERT_NE(td_exit_code(t1, 60000), 0);
+    for (int i = 0; i < 2; i++) {
+        const char *log = td_path(&c.d[i], i == 0 ? "t0.log" : "t1.log");
+        ASSERT_MSG(td_file_has(log, "states differ in size"), "%s",
+                   td_read(log, NULL));
+        ASSERT(td_file_has(c.d[i].log, "state sizes differ"));
+    }
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    return fx_done();
+}
