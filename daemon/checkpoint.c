@@ -94,7 +94,7 @@ static void on_replica(void *arg, int status, const ckpt_shard_info_t *info,
 
 int dmn__ckpt_hold(dmn_t *d, int status)
 {
-    if (!d->copies_holding || status != 0)
+    if (!dmn__copy_holding(&d->pool) || status != 0)
         return 0;
     if (!d->coll_held) {
         d->stats.ckpt_holds++;
@@ -128,6 +128,13 @@ typedef struct {
     int rc[2];
     uint64_t step;
 } ckpt_copy_t;
+
+/* Pool work of the checkpoint's (copy.c). */
+static int ckpt_copy_queue(dmn_t *d, dmn_copy_t *c)
+{
+    c->d = d;
+    return dmn__copy_queue(&d->pool, c);
+}
 
 static void ckpt_copy_work(dmn_copy_t *b)
 {
@@ -426,7 +433,7 @@ int dmn__ckpt_start(dmn_t *d)
 
 void dmn__ckpt_stop(dmn_t *d)
 {
-    dmn__copy_stop(d); /* nothing submits to the writers any more */
+    dmn__copy_stop(&d->pool); /* nothing submits to the writers any more */
     for (int i = 0; i < 2; i++) {
         ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
         d->ckw[i] = NULL;
@@ -499,7 +506,7 @@ void dmn__ckpt_prepare(dmn_t *d)
     if (d->ckw[0] == NULL || d->ckpt_reserving || d->ckpt_submitting)
         return;
     uint64_t t0 = rd_now_ns();
-    dmn__step_get_state(d, &state, &bytes);
+    dmn__state_get(d, &state, &bytes);
     uint32_t n = d->view.node_count ? d->view.node_count : 1;
     size_t need = state == NULL ? 0 : bytes / n + 64; /* aligned ranges */
     reserve_t *r = need > d->ckpt_reserved ? calloc(1, sizeof(*r)) : NULL;
@@ -515,8 +522,8 @@ void dmn__ckpt_prepare(dmn_t *d)
         }
         r->base.work = reserve_work;
         r->base.done = reserve_done;
-        r->base.no_hold = 1;
-        if (dmn__copy_queue(d, &r->base) == 0)
+        r->base.flags |= DMN_COPY_F_NO_HOLD;
+        if (ckpt_copy_queue(d, &r->base) == 0)
             d->ckpt_reserving = 1;
         else
             free(r);
@@ -564,7 +571,7 @@ static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
     /* Before the writers can report: on_ckpt_async matches this step. */
     d->ckpt_pending_step = step;
     d->ckpt_pending_n = n;
-    if (dmn__copy_queue(d, &c->base) != 0) {
+    if (ckpt_copy_queue(d, &c->base) != 0) {
         d->ckpt_pending_step = 0;
         d->stats.ckpt_failed++;
         free(c);
@@ -582,7 +589,7 @@ void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
     uint64_t t0 = rd_now_ns();
     void *state;
     size_t bytes;
-    dmn__step_get_state(d, &state, &bytes);
+    dmn__state_get(d, &state, &bytes);
     if (state != NULL && bytes != 0)
         boundary_submit(d, step, state, bytes);
     d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
@@ -644,7 +651,7 @@ static void restart_progress(dmn_t *d, uint64_t ended)
         return; /* ours is under way, or the writers are not free yet */
     void *state;
     size_t bytes;
-    dmn__step_get_state(d, &state, &bytes);
+    dmn__state_get(d, &state, &bytes);
     if (state != NULL && bytes != 0)
         boundary_submit(d, step, state, bytes);
     if (!d->ckpt_submitting) /* not taken: nothing to wait for */
@@ -734,9 +741,7 @@ static void restore_done(dmn_copy_t *b, int status)
         RD_ERROR("no usable checkpoint under %s: starting from the "
                  "trainers' initial state", d->ckpt_root);
     }
-    free(r);
-    if (status == 0)
-        dmn__step_try_start(d);
+    free(r); /* the copy kicks the step start that waits for it */
 }
 
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
@@ -753,7 +758,8 @@ int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
     memcpy(r->f, f, n * sizeof(*f));
     r->base.work = restore_work;
     r->base.done = restore_done;
-    int rc = dmn__copy_queue(d, &r->base);
+    r->base.flags |= DMN_COPY_F_KICK;
+    int rc = ckpt_copy_queue(d, &r->base);
     if (rc != 0) {
         free(r);
         return rc;

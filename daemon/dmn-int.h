@@ -1,6 +1,6 @@
 /*
- * dmn-int.h - internals shared by the daemon's files (server.c, step.c,
- * metrics.c, dmn.c). Not a public header.
+ * dmn-int.h - internals shared by the daemon's files. Not a public
+ * header. Which file may call which: daemon/README.md, "Files".
  */
 #ifndef RINGD_DMN_INT_H
 #define RINGD_DMN_INT_H
@@ -23,7 +23,7 @@ typedef struct {
 
 /*
  * A connection's life, as the step machine sees it. One transition
- * function (dmn__conn_set_state in step.c) changes it.
+ * function (dmn__conn_set_state in conn.c) changes it.
  *
  *   NEW -HELLO-> IDLE -step_begin-> WAITING -step starts-> ACTIVE
  *   ACTIVE -COLL-> POSTED -its last queued COLL answered-> ACTIVE
@@ -115,6 +115,18 @@ static inline dmn_qcoll_t *dmn__conn_q(dmn_conn_t *c, uint32_t i)
 static inline int dmn__conn_in_step(const dmn_conn_t *c)
 {
     return c->cstate == DMN_CONN_ACTIVE || c->cstate == DMN_CONN_POSTED;
+}
+
+/* Took part in a step of the node already. */
+static inline int dmn__conn_is_member(const dmn_conn_t *c)
+{
+    return (c->flags & DMN_CONN_F_MEMBER) != 0;
+}
+
+/* Registered a state region. */
+static inline int dmn__conn_has_state(const dmn_conn_t *c)
+{
+    return (c->flags & DMN_CONN_F_HAS_STATE) != 0;
 }
 
 /* Counts as a trainer of the node: a member, or waiting to join. */
@@ -213,7 +225,6 @@ enum {
     DMN_F_CKPT_ASYNC_ON = 1u << 10,
     DMN_F_CKPT_MU_INIT = 1u << 11,
     DMN_F_DESTROYING = 1u << 12,      /* freed when the last handle closes */
-    DMN_F_COPY_SYNC_INIT = 1u << 13,  /* copy_mu, copy_cv (copy.c) */
     DMN_F_RESTART = 1u << 14,         /* the drain is dmn_restart()'s */
     DMN_F_JOB_ENDED = 1u << 15,       /* the drain is the end of a job its
                                          trainers named (jobs.c) */
@@ -223,20 +234,52 @@ enum {
  * A copy of trainer state on libuv's pool (copy.c): work() runs there,
  * done() on the loop (status ST_EABORTED: the daemon is being destroyed,
  * work() may not have run; touch nothing but d's own fields), and frees
- * the struct it is embedded in.
+ * the struct it is embedded in. The caller fills d, work, done, flags.
  */
 typedef struct dmn_copy dmn_copy_t;
+typedef struct dmn_copy_pool dmn_copy_pool_t;
+enum {
+    DMN_COPY_F_NO_HOLD = 1u << 0, /* copies no state: holds no collective */
+    DMN_COPY_F_KICK = 1u << 1,    /* a step start waits for it */
+};
 struct dmn_copy {
     uv_work_t req;
-    dmn_t *d;
+    dmn_t *d;               /* the caller's: work() and done() read it */
     void (*work)(dmn_copy_t *c);
     void (*done)(dmn_copy_t *c, int status);
-    dmn_copy_t *next;       /* d->copies */
-    int no_hold;            /* copies no state: holds no collective */
-    int ran;                /* guarded by d->copy_mu */
+    unsigned flags;         /* DMN_COPY_F_* */
+    dmn_copy_t *next;       /* the pool's list (copy.c) */
+    dmn_copy_pool_t *pool;
+    int ran;                /* guarded by the pool's mu */
     uint64_t queued_ns;
     uint64_t work_ns;       /* work() itself, on the pool thread */
     uint64_t wall_ns;       /* queued to done() */
+};
+
+/* The pool's owner's side (dmn.c): after() runs once per copy, after its
+ * done(), with the copy's flags and status. */
+typedef struct {
+    uv_loop_t *loop;
+    int *refs;              /* +1 per copy in flight; after() drops it */
+    double *loop_seconds;   /* the loop's time in done() */
+    void (*after)(void *arg, unsigned flags, int status);
+    void *arg;
+} dmn_copy_pool_opts_t;
+
+/* The pool (copy.c's alone: others use its functions). */
+struct dmn_copy_pool {
+    uv_loop_t *loop;
+    dmn_copy_t *copies;
+    pthread_mutex_t mu;     /* dmn_copy_t.ran, for dmn__copy_stop */
+    pthread_cond_t cv;
+    int sync_init;
+    int busy;               /* queued, not yet after() */
+    int holding;            /* ... of them, without DMN_COPY_F_NO_HOLD */
+    int stopping;
+    int *refs;
+    double *loop_seconds;
+    void (*after)(void *arg, unsigned flags, int status);
+    void *arg;
 };
 
 struct dmn {
@@ -246,6 +289,9 @@ struct dmn {
     job_t *job;
     uint64_t start_ms;
     int open_handles;      /* handles of this struct still closing */
+    void (*free_fn)(dmn_t *d); /* the last reference frees d (dmn.c) */
+    /* A connection changed state (conn.c; the step's stall timer). */
+    void (*conn_changed)(dmn_t *d);
     unsigned flags;        /* DMN_F_* */
     uint64_t status_ms;    /* last STATUS= sent */
 
@@ -337,11 +383,7 @@ struct dmn {
     /* Copies of trainer state run on the pool while the next step runs;
      * a collective that completes before they are done is answered
      * after (copy.c). */
-    int ckpt_copying;            /* pool work on mappings (copy.c) */
-    int copies_holding;          /* ... of it, copies a hold waits for */
-    dmn_copy_t *copies;
-    pthread_mutex_t copy_mu;     /* dmn_copy_t.ran, for dmn__copy_stop */
-    pthread_cond_t copy_cv;
+    dmn_copy_pool_t pool;
     int coll_held;               /* coll_done(coll_held_status) waits */
     int coll_held_status;
     uint64_t coll_held_ns;       /* since when */
@@ -362,6 +404,8 @@ struct dmn {
 /* server.c */
 int dmn__server_start(dmn_t *d);
 void dmn__server_stop(dmn_t *d);
+
+/* conn.c: a connection's replies, buffers and state. */
 /* Send a reply body of the type's size. Returns 0 or a negative errno. */
 int dmn__reply(dmn_conn_t *c, uint32_t type, uint32_t seq, const void *body,
                size_t len);
@@ -373,46 +417,39 @@ void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
 /* A pointer into a client's mapped buffer, range-checked; NULL if bad. */
 void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
                    uint64_t len);
-
-/* step.c, step-queue.c */
-const char *dmn__step_state_name(dmn_step_state_t s);
+/* Unmap a client buffer now, or once the collective in flight, the
+ * install that holds the state region or a copy on the pool (any may be
+ * reading or writing it on another thread) completes. */
+void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
+/* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
+void dmn__held_release(dmn_t *d);
 /* The one place a connection's state changes; a move its table does not
  * allow is logged as an error and refused. */
 void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next);
+
+/* step.c: the step state machine (step-int.h: what the queue drives). */
 void dmn__step_begin(dmn_t *d, dmn_conn_t *c, uint32_t seq);
-void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
-                    const proto_coll_req_t *req);
 void dmn__step_end(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* The connection is going away (before its buffers are unmapped). */
 void dmn__step_conn_lost(dmn_t *d, dmn_conn_t *c);
 /* --step-timeout: (re)arm the one-shot timer for the earliest deadline of
  * the ACTIVE trainers, or stop it when none is (a no-op when off). */
 void dmn__step_stall_arm(dmn_t *d);
-/* Unmap a client buffer now, or once the collective in flight or the
- * install that holds the state region (either may be reading or writing
- * it on the backend's thread) completes. */
-void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
-/* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
-void dmn__held_release(dmn_t *d);
-/* 1 when coll_done must wait for the checkpoint copies (it is called
- * again by dmn__ckpt_copies_done). */
-int dmn__ckpt_hold(dmn_t *d, int status);
-void dmn__coll_release(dmn_t *d);
 void dmn__step_on_view(void *arg, const job_view_t *view);
 /* Start a step if the trainers are all there (after an off-loop copy). */
 void dmn__step_try_start(dmn_t *d);
-/* The node's primary state region (for the backend); NULL/0 if none. */
-void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p);
-/* The same, lent to the backend for a view install: the trainers'
- * mappings stay mapped (dmn__buf_unmap) until it is given back. */
-void dmn__step_lend_state(void *arg, void **ptr_p, size_t *bytes_p);
-void dmn__step_return_state(void *arg);
-/* dmn.c */
-void dmn__on_backend_drain(void *arg);
 void dmn__step_drain(dmn_t *d);
 /* Drain timed out: mark drained without telling anyone (exiting). */
 void dmn__step_force_drained(dmn_t *d);
-uint32_t dmn__trainer_count(const dmn_t *d);
+
+/* step-queue.c: the collectives within a step. */
+void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
+                    const proto_coll_req_t *req);
+/* The checkpoint copies are done: answer the collective they held. */
+void dmn__coll_release(dmn_t *d);
+
+/* drain.c (dmn_drain, dmn_restart: dmn.h); the job's drain key. */
+void dmn__on_backend_drain(void *arg);
 
 /* checkpoint.c */
 int dmn__ckpt_start(dmn_t *d);
@@ -427,47 +464,65 @@ void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq);
 /* A standalone daemon drained for a restart checkpoints that boundary
  * (the next one resumes there); dmn_done() waits while it is busy. */
 void dmn__ckpt_restart_take(dmn_t *d);
+/* 1 when the queue's finished collective must wait for the checkpoint
+ * copies (dmn__coll_release answers it when they are done). */
+int dmn__ckpt_hold(dmn_t *d, int status);
 
-/* copy.c */
-int dmn__copy_init(dmn_t *d);
+/* copy.c: the pool */
+int dmn__copy_init(dmn_copy_pool_t *p, const dmn_copy_pool_opts_t *o);
 /* 0, or ST_ENOMEM (nothing queued, done() never called). */
-int dmn__copy_queue(dmn_t *d, dmn_copy_t *c);
-void dmn__copy_stop(dmn_t *d);
-void dmn__copy_fini(dmn_t *d);
-/* Every copy of state bytes says so here: those made on the loop's thread
- * are counted (ringd_loop_copy_bytes_total), which must stay 0 for the
- * copies that moved to the pool. Thread-safe. */
-void dmn__state_copied(dmn_t *d, size_t bytes);
-/* The last copy in flight is done (checkpoint.c: the hold's figures). */
-void dmn__ckpt_copies_done(dmn_t *d);
-/* A one-node job's boundary: copy the state (src, bytes) off the loop
- * for a trainer that joins after every local one died. */
-void dmn__ckpt_snapshot(dmn_t *d, const void *src, size_t bytes,
-                        uint64_t step);
-/* Joiner j's state region gets src's bytes off the loop; try_start
- * runs again when they are there (j->restored_mark set). */
+int dmn__copy_queue(dmn_copy_pool_t *p, dmn_copy_t *c);
+/* Copies in flight; of them, those a held collective waits for. */
+int dmn__copy_busy(const dmn_copy_pool_t *p);
+int dmn__copy_holding(const dmn_copy_pool_t *p);
+void dmn__copy_stop(dmn_copy_pool_t *p);
+void dmn__copy_fini(dmn_copy_pool_t *p);
+
+/* state.c: the trainers' state regions and the copies between them. */
 typedef struct { uint32_t conn_id; void *dst; const void *src;
                  size_t bytes; } dmn_fill_t;
-int dmn__ckpt_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n);
-/* The same for the node's other trainers after the job replaced the
- * primary state; no step starts until it is done. 0 or ST_ENOMEM. */
-int dmn__copy_propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+/* The first trainer with a state region, members first (the one the
+ * backend sends and replaces); *ptr_p its region. NULL if none. */
+dmn_conn_t *dmn__state_primary(dmn_t *d, void **ptr_p);
+/* The node's primary state region (for the backend); NULL/0 if none. */
+void dmn__state_get(void *arg, void **ptr_p, size_t *bytes_p);
+/* The same, lent to the backend for a view install: the trainers'
+ * mappings stay mapped (dmn__buf_unmap) until it is given back. */
+void dmn__state_lend(void *arg, void **ptr_p, size_t *bytes_p);
+void dmn__state_put(void *arg);
+/* The other local trainers' state regions of p's size, into f (room
+ * for d->nconns), src unset. */
+uint32_t dmn__state_others(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f);
+/* The backend replaced the primary state: the node's other trainers get
+ * the same bytes, off the loop; no step starts before they are there. */
+void dmn__state_propagate(dmn_t *d);
+/* A one-node job's boundary: copy the state (src, bytes) off the loop
+ * for a trainer that joins after every local one died. */
+void dmn__state_snapshot(dmn_t *d, const void *src, size_t bytes,
+                         uint64_t step);
+/* Joiner j's state region gets src's bytes off the loop; the step start
+ * is tried again when they are there (j->restored_mark set). */
+int dmn__state_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n);
 /* At the node's first start: restore the newest usable checkpoint into
  * state (bytes) and copy it to f[n] (the other trainers), on the pool;
- * then the step is set, RESTORED_PENDING too, and try_start runs. 0:
- * started (d->ckpt_restoring until done), else nothing to do. */
+ * then the step is set, RESTORED_PENDING too, and the start is tried
+ * again. 0: started (d->ckpt_restoring until done), else nothing to do
+ * (checkpoint.c). */
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
                             const dmn_fill_t *f, uint32_t n);
+/* The last copy a held collective waited for is done (checkpoint.c: the
+ * hold's figures). */
+void dmn__ckpt_copies_done(dmn_t *d);
 
 /* jobs.c: the job a trainer names (PROTO_T_JOB), and the end of a job
  * that trainers named. */
-void dmn__job_init(dmn_t *d);
+/* The daemon's first job object (dmn_create): the pinned job, or an idle
+ * placeholder until a trainer names one. */
+int dmn__job_start(dmn_t *d);
 void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j);
 /* 0 when c may begin a step, else the status it was refused with. */
 int dmn__job_may_step(dmn_conn_t *c, uint32_t seq);
 void dmn__job_conn_gone(dmn_t *d, const dmn_conn_t *c);
-/* dmn.c: replace the idle placeholder backend with job d->job_name's. */
-int dmn__job_join(dmn_t *d);
 
 /* metrics.c */
 int dmn__metrics_start(dmn_t *d);
@@ -475,7 +530,14 @@ void dmn__metrics_stop(dmn_t *d);
 /* Count one recovery of s seconds in the recovery histogram. */
 void dmn__metrics_observe_recovery(dmn_t *d, double s);
 
+/* base.c: the clock, the daemon's references, questions about it. */
 uint64_t dmn__now_ms(void);
+const char *dmn__step_state_name(dmn_step_state_t s);
+uint32_t dmn__trainer_count(const dmn_t *d);
+/* Every copy of state bytes says so here: those made on the loop's thread
+ * are counted (ringd_loop_copy_bytes_total), which must stay 0 for the
+ * copies that moved to the pool. Thread-safe. */
+void dmn__state_copied(dmn_t *d, size_t bytes);
 /* Close callback for handles embedded in dmn_t (data = d). */
 void dmn__handle_closed(uv_handle_t *h);
 /* Drops a reference counted in open_handles that is not a handle (work

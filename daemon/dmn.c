@@ -11,8 +11,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-#define DMN_DRAIN_TIMEOUT_MS 10000
-
 static void dmn_free(dmn_t *d)
 {
     /* The backend's thread is gone: nothing writes the buffers now. */
@@ -24,20 +22,30 @@ static void dmn_free(dmn_t *d)
     free(d->seg_counts);
     free(d->staging);
     free(d->snapshot);
-    dmn__copy_fini(d);
+    dmn__copy_fini(&d->pool);
     free(d);
 }
 
-void dmn__unref(dmn_t *d)
+/*
+ * A copy on the pool is done (copy.c calls this after its done()): a
+ * collective held for the copies is answered once the last one it waits
+ * for is, the unmaps deferred while any ran happen when none does, and a
+ * step start that waited for the copy is tried again. Last, the reference
+ * the copy held on d goes (it may free d).
+ */
+static void copy_after(void *arg, unsigned flags, int status)
 {
-    if (--d->open_handles == 0 && (d->flags & DMN_F_DESTROYING))
-        dmn_free(d);
-}
-
-/* The handles live inside d: the last one to close frees it. */
-void dmn__handle_closed(uv_handle_t *h)
-{
-    dmn__unref(h->data);
+    dmn_t *d = arg;
+    if (!(flags & DMN_COPY_F_NO_HOLD) && status == 0 &&
+        dmn__copy_holding(&d->pool) == 0) {
+        dmn__ckpt_copies_done(d);
+        dmn__coll_release(d);
+    }
+    if (dmn__copy_busy(&d->pool) == 0)
+        dmn__held_release(d);
+    if ((flags & DMN_COPY_F_KICK) && status == 0)
+        dmn__step_try_start(d);
+    dmn__unref(d);
 }
 
 /*
@@ -58,72 +66,6 @@ static void on_lag_timer(uv_timer_t *t)
     d->lag_due_ns = now + DMN_LAG_PERIOD_MS * 1000000ULL;
 }
 
-/* The job's part of the daemon's settings. */
-static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
-{
-    *jc = (job_config_t){
-        .spec = cfg->backend != NULL ? cfg->backend : "solo",
-        .etcd = cfg->etcd,
-        .etcd_ca = cfg->etcd_ca,
-        .etcd_cert = cfg->etcd_cert,
-        .etcd_key = cfg->etcd_key,
-        .etcd_user = cfg->etcd_user,
-        .etcd_password_file = cfg->etcd_password_file,
-        .job_secret_file = cfg->job_secret_file,
-        .job = cfg->job,
-        .node = cfg->node_id,
-        .host = cfg->host,
-        .trainers = cfg->trainers,
-        .min_nodes = cfg->min_nodes,
-        .lease_ttl = cfg->lease_ttl,
-        .ring_deadline_ms = cfg->ring_deadline_ms,
-        .ring_live_ms = cfg->liveness_ms,
-        .ring_grid_min_nodes = cfg->ring_grid_min_nodes,
-        .ring_grid_max_bytes = (uint64_t)cfg->ring_grid_max_kib * 1024,
-        .ring_grid_cols = cfg->ring_grid_cols,
-        .step_commit_off = cfg->step_commit == 0,
-        .ring_chunk_bytes = (uint64_t)cfg->ring_chunk_kib * 1024,
-        .ring_bidirectional = (uint32_t)cfg->ring_bidirectional,
-        .ring_wire = strcmp(cfg->ring_wire, "bf16") == 0  ? JOB_WIRE_BF16
-                     : strcmp(cfg->ring_wire, "f16") == 0 ? JOB_WIRE_F16
-                                                          : JOB_WIRE_NONE,
-        .ckpt_dir = cfg->ckpt_interval > 0 ? cfg->ckpt_dir : NULL,
-    };
-}
-
-static job_cbs_t job_cbs(dmn_t *d)
-{
-    return (job_cbs_t){.on_view = dmn__step_on_view, .arg = d,
-                       .get_state = dmn__step_lend_state,
-                       .put_state = dmn__step_return_state,
-                       .on_drain = dmn__on_backend_drain};
-}
-
-/*
- * The first trainer named job d->job_name (jobs.c): swap the placeholder
- * backend, which no step used, for the job's. The options are the
- * daemon's config, as for a pinned job (the job's first view fixes the
- * job-wide ones).
- */
-int dmn__job_join(dmn_t *d)
-{
-    job_config_t jc;
-    job_config_from(d->cfg, &jc);
-    jc.job = d->job_name;
-    jc.job_secret_file = d->job_secret[0] != '\0' ? d->job_secret : NULL;
-    job_cbs_t cbs = job_cbs(d);
-    job_t *job = NULL;
-    int rc = job_create(d->loop, &jc, &cbs, &job);
-    if (rc != 0) {
-        RD_ERROR("joining job '%s': %s", d->job_name, st_strerror(rc));
-        return rc;
-    }
-    job_destroy(d->job);
-    d->job = job;
-    job_get_view(d->job, &d->view);
-    return 0;
-}
-
 int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
                const dmn_hooks_t *hooks, dmn_t **d_p)
 {
@@ -132,13 +74,17 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
         return ST_ENOMEM;
     d->loop = loop;
     d->cfg = cfg;
+    d->free_fn = dmn_free;
+    d->conn_changed = dmn__step_stall_arm;
     d->listen_fd = -1;
     /* The copying path stays selectable, to compare results with it. */
     const char *zc = getenv("RINGD_ZERO_COPY");
     d->zero_copy = zc == NULL || strcmp(zc, "0") != 0;
     d->start_ms = dmn__now_ms();
     d->loop_thread = pthread_self();
-    if (dmn__copy_init(d) != 0) {
+    dmn_copy_pool_opts_t po = {loop, &d->open_handles,
+                               &d->stats.ckpt_loop_seconds, copy_after, d};
+    if (dmn__copy_init(&d->pool, &po) != 0) {
         free(d);
         return ST_ENOMEM;
     }
@@ -156,18 +102,9 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     uv_timer_start(&d->lag_timer, on_lag_timer, DMN_LAG_PERIOD_MS,
                    DMN_LAG_PERIOD_MS);
 
-    job_config_t jc;
-    job_config_from(cfg, &jc);
-    dmn__job_init(d);
-    if (jc.job == NULL && jc.etcd != NULL && !cfg->standalone)
-        jc = (job_config_t){.spec = "solo", .node = cfg->node_id,
-                            .host = cfg->host, .trainers = cfg->trainers,
-                            .min_nodes = 1}; /* until a trainer names one */
-    job_cbs_t cbs = job_cbs(d);
-    int rc = job_create(loop, &jc, &cbs, &d->job);
+    int rc = dmn__job_start(d);
     if (rc != 0)
         goto err_timer;
-    job_get_view(d->job, &d->view);
     /* The stop functions also undo a start that failed half way. */
     rc = dmn__server_start(d);
     if (rc != 0)
@@ -198,51 +135,6 @@ err_timer:
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->job_grace_timer, dmn__handle_closed);
     return rc;
-}
-
-static void on_drain_timeout(uv_timer_t *t)
-{
-    dmn_t *d = t->data;
-    RD_WARN("drain: trainers did not come back within %d ms; exiting",
-            DMN_DRAIN_TIMEOUT_MS);
-    /* A trainer stuck mid-step never lets the step close: give up on it
-     * (dmn_done() accepts a timed-out drain). */
-    d->flags |= DMN_F_DRAIN_TIMED_OUT;
-    d->flags |= DMN_F_LEAVE_DONE;
-    dmn__step_force_drained(d);
-    uv_stop(d->loop);
-}
-
-/* Membership's drain key: the same as SIGTERM. */
-void dmn__on_backend_drain(void *arg)
-{
-    dmn_drain(arg);
-}
-
-void dmn_drain(dmn_t *d)
-{
-    if (d->flags & DMN_F_DRAIN_REQUESTED)
-        return;
-    RD_INFO("drain requested: finishing step %llu",
-            (unsigned long long)d->step);
-    uv_timer_start(&d->drain_timer, on_drain_timeout, DMN_DRAIN_TIMEOUT_MS,
-                   0);
-    dmn__step_drain(d);
-}
-
-int dmn_restart(dmn_t *d)
-{
-    if (d->flags & DMN_F_DRAIN_REQUESTED)
-        return dmn_restarting(d); /* a stop under way stays a stop */
-    d->flags |= DMN_F_RESTART;
-    RD_INFO("restart requested: trainers will wait for the next ringd");
-    dmn_drain(d);
-    return 1;
-}
-
-int dmn_restarting(const dmn_t *d)
-{
-    return (d->flags & DMN_F_RESTART) != 0;
 }
 
 void dmn_destroy(dmn_t *d)

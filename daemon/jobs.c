@@ -6,7 +6,7 @@
  * --etcd and no --job serves the job its first trainer names: until then
  * its backend is an idle placeholder (no etcd, no ring); the first name
  * (allowed by --jobs, with its secret) makes it join that job in etcd
- * (dmn__job_join). One job at a time: a trainer naming another while it
+ * (job_join). One job at a time: a trainer naming another while it
  * runs is refused with both names. When the job's last trainer is gone the
  * node drains and leaves the job like a stop, and main.c builds a fresh
  * daemon object for the next job (dmn_job_ended). A last trainer that
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/status.h"
 
 /* Names the daemon's trainers may name without --job (--etcd given). */
 static int unpinned(const dmn_t *d)
@@ -29,11 +30,95 @@ static int unpinned(const dmn_t *d)
     return !d->job_pinned && d->cfg->etcd != NULL && !d->cfg->standalone;
 }
 
-void dmn__job_init(dmn_t *d)
+/* The job's part of the daemon's settings. */
+static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
 {
-    d->job_pinned = d->cfg->job != NULL;
+    *jc = (job_config_t){
+        .spec = cfg->backend != NULL ? cfg->backend : "solo",
+        .etcd = cfg->etcd,
+        .etcd_ca = cfg->etcd_ca,
+        .etcd_cert = cfg->etcd_cert,
+        .etcd_key = cfg->etcd_key,
+        .etcd_user = cfg->etcd_user,
+        .etcd_password_file = cfg->etcd_password_file,
+        .job_secret_file = cfg->job_secret_file,
+        .job = cfg->job,
+        .node = cfg->node_id,
+        .host = cfg->host,
+        .trainers = cfg->trainers,
+        .min_nodes = cfg->min_nodes,
+        .lease_ttl = cfg->lease_ttl,
+        .ring_deadline_ms = cfg->ring_deadline_ms,
+        .ring_live_ms = cfg->liveness_ms,
+        .ring_grid_min_nodes = cfg->ring_grid_min_nodes,
+        .ring_grid_max_bytes = (uint64_t)cfg->ring_grid_max_kib * 1024,
+        .ring_grid_cols = cfg->ring_grid_cols,
+        .step_commit_off = cfg->step_commit == 0,
+        .ring_chunk_bytes = (uint64_t)cfg->ring_chunk_kib * 1024,
+        .ring_bidirectional = (uint32_t)cfg->ring_bidirectional,
+        .ring_wire = strcmp(cfg->ring_wire, "bf16") == 0  ? JOB_WIRE_BF16
+                     : strcmp(cfg->ring_wire, "f16") == 0 ? JOB_WIRE_F16
+                                                          : JOB_WIRE_NONE,
+        .ckpt_dir = cfg->ckpt_interval > 0 ? cfg->ckpt_dir : NULL,
+    };
+}
+
+static job_cbs_t job_cbs(dmn_t *d)
+{
+    return (job_cbs_t){.on_view = dmn__step_on_view, .arg = d,
+                       .get_state = dmn__state_lend,
+                       .put_state = dmn__state_put,
+                       .on_drain = dmn__on_backend_drain};
+}
+
+/*
+ * The first trainer named job d->job_name: swap the placeholder
+ * backend, which no step used, for the job's. The options are the
+ * daemon's config, as for a pinned job (the job's first view fixes the
+ * job-wide ones).
+ */
+static int job_join(dmn_t *d)
+{
+    job_config_t jc;
+    job_config_from(d->cfg, &jc);
+    jc.job = d->job_name;
+    jc.job_secret_file = d->job_secret[0] != '\0' ? d->job_secret : NULL;
+    job_cbs_t cbs = job_cbs(d);
+    job_t *job = NULL;
+    int rc = job_create(d->loop, &jc, &cbs, &job);
+    if (rc != 0) {
+        RD_ERROR("joining job '%s': %s", d->job_name, st_strerror(rc));
+        return rc;
+    }
+    job_destroy(d->job);
+    d->job = job;
+    job_get_view(d->job, &d->view);
+    return 0;
+}
+
+/*
+ * The daemon's first job object: the config's job, or, for a daemon that
+ * serves the job its trainers name, an idle placeholder (no etcd, no
+ * ring) until one does (job_join).
+ */
+int dmn__job_start(dmn_t *d)
+{
+    const dmn_config_t *cfg = d->cfg;
+    d->job_pinned = cfg->job != NULL;
     if (d->job_pinned)
-        snprintf(d->job_name, sizeof(d->job_name), "%s", d->cfg->job);
+        snprintf(d->job_name, sizeof(d->job_name), "%s", cfg->job);
+    job_config_t jc;
+    job_config_from(cfg, &jc);
+    if (jc.job == NULL && jc.etcd != NULL && !cfg->standalone)
+        jc = (job_config_t){.spec = "solo", .node = cfg->node_id,
+                            .host = cfg->host, .trainers = cfg->trainers,
+                            .min_nodes = 1}; /* until a trainer names one */
+    job_cbs_t cbs = job_cbs(d);
+    int rc = job_create(d->loop, &jc, &cbs, &d->job);
+    if (rc != 0)
+        return rc;
+    job_get_view(d->job, &d->view);
+    return 0;
 }
 
 int dmn__job_allowed(const char *list, const char *name)
@@ -129,7 +214,7 @@ static int job_check(dmn_conn_t *c, const char *name, char *why, size_t n)
     if (rc != 0)
         return rc;
     snprintf(d->job_name, sizeof(d->job_name), "%s", name);
-    if (dmn__job_join(d) != 0) {
+    if (job_join(d) != 0) {
         d->job_name[0] = '\0';
         snprintf(why, n, "ringd could not join job '%s' (see its log)",
                  name);

@@ -30,46 +30,6 @@
 
 static void conn_close(dmn_conn_t *c);
 
-int dmn__reply(dmn_conn_t *c, uint32_t type, uint32_t seq, const void *body,
-               size_t len)
-{
-    char buf[PROTO_MAX_MSG];
-    proto_hdr_t h = {PROTO_MAGIC, PROTO_VERSION,
-                     (uint16_t)(type | PROTO_REPLY), (uint32_t)len, seq};
-    memcpy(buf, &h, sizeof(h));
-    memcpy(buf + sizeof(h), body, len);
-    /* One request plus PROTO_MAX_OUTSTANDING collectives in flight per
-     * client fit in the socket's buffer; if it fills up, the client is
-     * not reading and the reply is lost. */
-    if (send(c->fd, buf, sizeof(h) + len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-        RD_WARN("client %u (pid %d): send reply: %s", c->id, (int)c->pid,
-                strerror(errno));
-        return -errno;
-    }
-    return 0;
-}
-
-void dmn__reply_status(dmn_conn_t *c, uint32_t type, uint32_t seq,
-                       int32_t status)
-{
-    /* The body size is fixed by the type; the status always comes first. */
-    _Alignas(8) char body[PROTO_MAX_MSG] = {0};
-    proto_status_rep_t r = {status, c->id};
-    memcpy(body, &r, sizeof(r));
-    (void)dmn__reply(c, type, seq, body, proto_rep_size(type));
-}
-
-void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
-                      const char *fmt, ...)
-{
-    proto_error_rep_t e = {status, 0, {0}};
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e.text, sizeof(e.text), fmt, ap);
-    va_end(ap);
-    (void)dmn__reply(c, PROTO_T_ERROR, seq, &e, sizeof(e));
-}
-
 /* Log and answer a message that failed validation. */
 static void bad_msg(dmn_conn_t *c, uint32_t seq, int32_t status,
                     const char *why)
@@ -78,16 +38,6 @@ static void bad_msg(dmn_conn_t *c, uint32_t seq, int32_t status,
     RD_WARN("client %u (pid %d): rejected message: %s", c->id, (int)c->pid,
             why);
     dmn__reply_error(c, seq, status, "%s", why);
-}
-
-void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
-                   uint64_t len)
-{
-    if (buf_id >= c->bufs_cap || c->bufs[buf_id].addr == NULL)
-        return NULL;
-    if (!proto_range_ok(off, len, c->bufs[buf_id].size))
-        return NULL;
-    return (char *)c->bufs[buf_id].addr + off;
 }
 
 static void on_hello(dmn_conn_t *c, uint32_t seq, const proto_hello_t *h)

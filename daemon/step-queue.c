@@ -25,80 +25,12 @@
 
 static void try_launch(dmn_t *d);
 
-/* Answer c's queued collectives from the keep-th on with status, oldest
- * first, and forget them. */
-void dmn__step_answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status)
-{
-    for (uint32_t i = keep; i < c->q_len; i++)
-        dmn__reply_status(c, PROTO_T_COLL, dmn__conn_q(c, i)->msg_seq,
-                          status);
-    if (c->q_len > keep)
-        c->q_len = keep;
-}
-
-/* Some trainer of the step has a collective queued. */
-/*
- * Reply to every trainer whose collective is pending, and forget it. The
- * step is void only if someone is told to redo it (leave_to_redo): when
- * none waits (a trainer lost after the step's last collective), the
- * survivors have the whole result, apply it and end the step, and voiding
- * it then would make them apply it twice; a later collective of the step
- * still answers RINGD_ERESHAPE (dmn__step_coll) and voids it there.
- */
-void dmn__step_fail_posted(dmn_t *d, int32_t status, int redo)
-{
-    /* The head of every queue that the backend holds completes in
-     * coll_done; only a mismatch comes while one is in flight. */
-    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        dmn__step_answer_queue(c, keep, status);
-        if (redo)
-            dmn__step_leave_to_redo(d, c);
-        else if (c->q_len == 0)
-            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-    }
-}
-
 static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 {
     return a->kind == b->kind && a->coll_seq == b->coll_seq &&
            a->count == b->count && a->dtype == b->dtype &&
            (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
            a->root == b->root; /* broadcast root; allreduce wire */
-}
-
-void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
-{
-    /* A checkpoint writer may be copying the state out of it. */
-    if (!d->coll_in_flight && !d->ckpt_copying && !d->state_lent) {
-        munmap(addr, size);
-        return;
-    }
-    if (d->nheld == d->held_cap) {
-        uint32_t cap = d->held_cap ? 2 * d->held_cap : 4;
-        struct dmn_held *p = realloc(d->held, cap * sizeof(*p));
-        if (p == NULL) {
-            /* Unmapping under the backend's thread could crash the
-             * daemon: losing the address space is the lesser evil. */
-            RD_WARN("no memory to defer an unmap: %zu bytes stay mapped",
-                    size);
-            return;
-        }
-        d->held = p;
-        d->held_cap = cap;
-    }
-    d->held[d->nheld++] = (struct dmn_held){addr, size};
-}
-
-void dmn__held_release(dmn_t *d)
-{
-    if (d->coll_in_flight || d->ckpt_copying || d->state_lent)
-        return;
-    for (uint32_t i = 0; i < d->nheld; i++)
-        munmap(d->held[i].addr, d->held[i].size);
-    d->nheld = 0;
 }
 
 /*

@@ -35,84 +35,47 @@ static void try_start(dmn_t *d);
 static void on_backend_ready(void *arg, int status);
 static int maybe_restore(dmn_t *d);
 
-uint64_t dmn__now_ms(void)
-{
-    return rd_now_ns() / 1000000;
-}
-
-const char *dmn__step_state_name(dmn_step_state_t s)
-{
-    static const char *const names[] = {"idle",       "running",
-                                        "reducing",   "aborting",
-                                        "broken",     "committing",
-                                        "drained"};
-    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
-}
-
-static const char *conn_state_name(dmn_conn_state_t s)
-{
-    static const char *const names[] = {"new", "idle", "waiting", "active",
-                                        "posted", "shutdown", "closed"};
-    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
-}
-
-#define C_(x) (1u << DMN_CONN_##x)
-/* The states each connection state may go to. */
-static const unsigned conn_next_ok[] = {
-    [DMN_CONN_NEW] = C_(IDLE) | C_(CLOSED),
-    [DMN_CONN_IDLE] = C_(WAITING) | C_(SHUTDOWN) | C_(CLOSED),
-    /* waiting -> idle: a begin the job cannot serve is refused. */
-    [DMN_CONN_WAITING] = C_(ACTIVE) | C_(IDLE) | C_(SHUTDOWN) | C_(CLOSED),
-    [DMN_CONN_ACTIVE] = C_(POSTED) | C_(IDLE) | C_(SHUTDOWN) | C_(CLOSED),
-    [DMN_CONN_POSTED] = C_(ACTIVE) | C_(IDLE) | C_(CLOSED),
-    [DMN_CONN_SHUTDOWN] = C_(CLOSED),
-    [DMN_CONN_CLOSED] = 0,
-};
-#undef C_
-
-void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
-{
-    if (c->cstate == next)
-        return;
-    if (!(conn_next_ok[c->cstate] & (1u << next))) {
-        RD_ERROR("client %u: %s -> %s refused", c->id,
-                 conn_state_name(c->cstate), conn_state_name(next));
-        return;
-    }
-    RD_DEBUG("client %u: %s -> %s", c->id, conn_state_name(c->cstate),
-             conn_state_name(next));
-    if (next == DMN_CONN_CLOSED) /* no longer a trainer here */
-        c->flags &= ~(DMN_CONN_F_MEMBER | DMN_CONN_F_END_HELD);
-    if (next == DMN_CONN_ACTIVE || next == DMN_CONN_IDLE)
-        c->active_ms = dmn__now_ms(); /* the trainer's turn may begin */
-    c->cstate = next;
-    dmn__step_stall_arm(c->d);
-}
-
-uint32_t dmn__trainer_count(const dmn_t *d)
-{
-    uint32_t n = 0;
-    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        n += dmn__conn_counted(c);
-    return n;
-}
-
-static int is_member(const dmn_conn_t *c)
-{
-    return (c->flags & DMN_CONN_F_MEMBER) != 0;
-}
-
-static int has_state(const dmn_conn_t *c)
-{
-    return (c->flags & DMN_CONN_F_HAS_STATE) != 0;
-}
-
 /* c leaves the step it is in to redo it: the step cannot complete. */
 void dmn__step_leave_to_redo(dmn_t *d, dmn_conn_t *c)
 {
     dmn__conn_set_state(c, DMN_CONN_IDLE);
     c->flags |= DMN_CONN_F_REDO;
     d->flags |= DMN_F_ANY_REDO;
+}
+
+/* Answer c's queued collectives from the keep-th on with status, oldest
+ * first, and forget them. */
+void dmn__step_answer_queue(dmn_conn_t *c, uint32_t keep, int32_t status)
+{
+    for (uint32_t i = keep; i < c->q_len; i++)
+        dmn__reply_status(c, PROTO_T_COLL, dmn__conn_q(c, i)->msg_seq,
+                          status);
+    if (c->q_len > keep)
+        c->q_len = keep;
+}
+
+/*
+ * Reply to every trainer whose collective is pending, and forget it. The
+ * step is void only if someone is told to redo it (leave_to_redo): when
+ * none waits (a trainer lost after the step's last collective), the
+ * survivors have the whole result, apply it and end the step, and voiding
+ * it then would make them apply it twice; a later collective of the step
+ * still answers RINGD_ERESHAPE (dmn__step_coll) and voids it there.
+ */
+void dmn__step_fail_posted(dmn_t *d, int32_t status, int redo)
+{
+    /* The head of every queue that the backend holds completes in
+     * coll_done; only a mismatch comes while one is in flight. */
+    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        dmn__step_answer_queue(c, keep, status);
+        if (redo)
+            dmn__step_leave_to_redo(d, c);
+        else if (c->q_len == 0)
+            dmn__conn_set_state(c, DMN_CONN_ACTIVE);
+    }
 }
 
 static int any_queued(const dmn_t *d)
@@ -233,12 +196,12 @@ static void snapshot_state(dmn_t *d)
     if (d->view.node_count > 1)
         return;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!is_member(c) || !has_state(c))
+        if (!dmn__conn_is_member(c) || !dmn__conn_has_state(c))
             continue;
         const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                        c->state.bytes);
         if (src != NULL) /* the step it is the input of: */
-            dmn__ckpt_snapshot(d, src, c->state.bytes, d->step + 1);
+            dmn__state_snapshot(d, src, c->state.bytes, d->step + 1);
         return;
     }
 }
@@ -342,7 +305,7 @@ static const void *joiner_source(dmn_t *d, const dmn_conn_t *j)
 {
     const void *src = NULL;
     for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
-        if (is_member(c) && has_state(c) &&
+        if (dmn__conn_is_member(c) && dmn__conn_has_state(c) &&
             c->state.bytes == j->state.bytes)
             src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
                                c->state.bytes);
@@ -364,8 +327,8 @@ static int fill_joiners(dmn_t *d)
     dmn_fill_t *f = NULL;
     uint32_t n = 0;
     for (dmn_conn_t *j = d->conns; j != NULL; j = j->next) {
-        if (j->cstate != DMN_CONN_WAITING || is_member(j) ||
-            !has_state(j) || j->restored_mark == d->stats.steps + 1)
+        if (j->cstate != DMN_CONN_WAITING || dmn__conn_is_member(j) ||
+            !dmn__conn_has_state(j) || j->restored_mark == d->stats.steps + 1)
             continue;
         if (d->snapshot_copying) {
             free(f);
@@ -379,7 +342,7 @@ static int fill_joiners(dmn_t *d)
         if (src != NULL && dst != NULL)
             f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
     }
-    int queued = n > 0 && dmn__ckpt_fill_joiners(d, f, n) == 0;
+    int queued = n > 0 && dmn__state_fill_joiners(d, f, n) == 0;
     if (n > 0 && !queued)
         RD_WARN("joiners start without the job's state: out of memory");
     free(f);
@@ -389,7 +352,7 @@ static int fill_joiners(dmn_t *d)
 /* The joiner's state was filled for this start: 1 when restored. */
 static int restore_joiner(dmn_t *d, dmn_conn_t *j)
 {
-    if (!has_state(j) || j->restored_mark != d->stats.steps + 1)
+    if (!dmn__conn_has_state(j) || j->restored_mark != d->stats.steps + 1)
         return 0;
     j->restored_mark = 0;
     d->stats.restores++;
@@ -422,10 +385,10 @@ static void try_start(dmn_t *d)
     uint32_t waiting = 0, members = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         int w = c->cstate == DMN_CONN_WAITING;
-        if (is_member(c) && !w)
+        if (dmn__conn_is_member(c) && !w)
             return; /* a member is still busy with the last step */
         waiting += w;
-        members += is_member(c);
+        members += dmn__conn_is_member(c);
     }
     /* --trainers N gathers N trainers before a job (re)starts from no
      * member; afterwards trainers may leave and join at boundaries. */
@@ -464,7 +427,7 @@ static void try_start(dmn_t *d)
         if (c->cstate != DMN_CONN_WAITING)
             continue;
         int restored = (d->flags & DMN_F_RESTORED_PENDING) != 0;
-        if (!is_member(c)) {
+        if (!dmn__conn_is_member(c)) {
             restored |= restore_joiner(d, c);
             d->stats.trainers_joined++;
         }
@@ -687,82 +650,6 @@ void dmn__step_stall_arm(dmn_t *d)
                    0);
 }
 
-/* The first trainer with a state region, members first: the one whose
- * state the backend sends and replaces. */
-static dmn_conn_t *state_primary(dmn_t *d, void **ptr_p)
-{
-    for (int pass = 0; pass < 2; pass++)
-        for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-            if (!has_state(c) || (pass == 0 ? !is_member(c)
-                                            : c->cstate != DMN_CONN_WAITING))
-                continue;
-            *ptr_p = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                                  c->state.bytes);
-            if (*ptr_p != NULL)
-                return c;
-        }
-    return NULL;
-}
-
-void dmn__step_get_state(void *arg, void **ptr_p, size_t *bytes_p)
-{
-    void *p = NULL;
-    dmn_conn_t *c = state_primary(arg, &p);
-    *ptr_p = c ? p : NULL;
-    *bytes_p = c ? (size_t)c->state.bytes : 0;
-}
-
-void dmn__step_lend_state(void *arg, void **ptr_p, size_t *bytes_p)
-{
-    dmn_t *d = arg;
-    dmn__step_get_state(d, ptr_p, bytes_p);
-    d->state_lent = 1;
-}
-
-void dmn__step_return_state(void *arg)
-{
-    dmn_t *d = arg;
-    d->state_lent = 0;
-    dmn__held_release(d);
-}
-
-/* The other local trainers' state regions of p's size, into f (room
- * for d->nconns). */
-static uint32_t other_states(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f)
-{
-    uint32_t n = 0;
-    for (dmn_conn_t *c = d->conns; c != NULL && n < d->nconns;
-         c = c->next) {
-        if (c == p || !has_state(c) || c->state.bytes != p->state.bytes)
-            continue;
-        void *dst = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                                 c->state.bytes);
-        if (dst != NULL)
-            f[n++] = (dmn_fill_t){c->id, dst, NULL, c->state.bytes};
-    }
-    return n;
-}
-
-/* The backend replaced the primary state: give every local trainer the
- * same bytes, so the node's replicas stay identical (off the loop; no
- * step starts before they are there). */
-static void propagate_state(dmn_t *d)
-{
-    void *src = NULL;
-    dmn_conn_t *p = state_primary(d, &src);
-    if (p == NULL)
-        return;
-    dmn_fill_t *f = calloc(d->nconns, sizeof(*f));
-    uint32_t n = f != NULL ? other_states(d, p, f) : 0;
-    for (uint32_t i = 0; i < n; i++)
-        f[i].src = src;
-    if (f == NULL || (n > 0 && dmn__copy_propagate(d, f, n) != 0))
-        RD_WARN("the restored state was not copied to the node's other "
-                "trainers: out of memory");
-    free(f);
-    d->stats.restores++;
-}
-
 /*
  * A node's first step start, once its trainers registered their state:
  * the newest usable checkpoint, if any, becomes the state and the step,
@@ -776,7 +663,7 @@ static int maybe_restore(dmn_t *d)
         return 1;
     if ((d->flags & DMN_F_RESTORE_CHECKED) || d->ckpt_root == NULL)
         return 0;
-    dmn_conn_t *p = state_primary(d, &state);
+    dmn_conn_t *p = dmn__state_primary(d, &state);
     if (p == NULL)
         return 0; /* no state registered yet: look again next time */
     d->flags |= DMN_F_RESTORE_CHECKED;
@@ -785,7 +672,7 @@ static int maybe_restore(dmn_t *d)
         RD_WARN("no checkpoint restore: out of memory");
         return 0;
     }
-    uint32_t n = other_states(d, p, f);
+    uint32_t n = dmn__state_others(d, p, f);
     int started = dmn__ckpt_restore_start(d, state, p->state.bytes, f, n);
     free(f);
     return started == 0;
@@ -803,7 +690,7 @@ void dmn__step_on_view(void *arg, const job_view_t *view)
 {
     dmn_t *d = arg;
     if (view->restored) {
-        propagate_state(d);
+        dmn__state_propagate(d);
         d->flags |= DMN_F_RESTORED_PENDING;
     }
     if (d->state == DMN_STEP_RUNNING &&
@@ -825,16 +712,3 @@ void dmn__step_drain(dmn_t *d)
         dmn__step_set_state(d, DMN_STEP_DRAINED);
 }
 
-int dmn_done(const dmn_t *d)
-{
-    if (d->state != DMN_STEP_DRAINED || !(d->flags & DMN_F_LEAVE_DONE))
-        return 0;
-    if (d->flags & DMN_F_DRAIN_TIMED_OUT)
-        return 1;
-    if (d->flags & DMN_F_RESTART) /* tells the trainers nothing */
-        return !d->ckpt_restart_busy;
-    for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
-        if (is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
-            return 0;
-    return 1;
-}

@@ -1,7 +1,8 @@
 /*
- * tools/calls.py, the check of which file of a folder calls which (issue
- * 26's layering rule): the folders that already form a tree pass, and a
- * folder of two files calling each other is caught.
+ * tools/calls.py, the check of which file of a folder calls which: the
+ * folders that form a tree pass (daemon/ among them: no daemon file calls
+ * into one that uses it, and the copy pool calls none), and a folder of
+ * two files calling each other is caught.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,9 @@ static int calls(const char *const *folders, const char *log)
 {
     char script[600];
     src_path(script, sizeof(script), "tools/calls.py");
-    const char *argv[8] = {"/usr/bin/python3", script, "--check"};
+    const char *argv[10] = {"/usr/bin/python3", script, "--check"};
     int n = 3;
-    for (int i = 0; folders[i] != NULL && n < 7; i++)
+    for (int i = 0; folders[i] != NULL && n < 9; i++)
         argv[n++] = folders[i];
     argv[n] = NULL;
     pid_t p = th_spawn((char *const *)argv, log);
@@ -33,21 +34,25 @@ TEST_IMPL(tools_calls_no_cycle)
     td_daemon_t t;
     td_init(&t, "tools-calls");
     /* The source folders, relative to the source root. */
-    char root[600], dirs[4][700];
+    char root[600], dirs[5][700];
     src_path(root, sizeof(root), "kernels");
     root[strlen(root) - strlen("kernels")] = '\0';
-    const char *names[] = {"transport", "kernels", "client", "common"};
-    const char *folders[5];
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"transport", "kernels", "client", "common",
+                           "daemon"};
+    const char *folders[6];
+    for (int i = 0; i < 5; i++) {
         snprintf(dirs[i], sizeof(dirs[i]), "%s%s", root, names[i]);
         folders[i] = dirs[i];
     }
-    folders[4] = NULL;
+    folders[5] = NULL;
     const char *log = td_path(&t, "tree.log");
     int rc = calls(folders, log);
     td_dump(log);
     ASSERT_EQ(rc, 0);
     ASSERT(td_file_has(log, "no cycle"));
+    ASSERT(!td_file_has(log, "CYCLE"));
+    ASSERT(td_file_has(log, "  copy.c           -> -\n"));
+    ASSERT(td_file_has(log, "  base.c           -> -\n"));
 
     /* a.c calls b.c, b.c calls a.c: a cycle, exit 1, both named. */
     char a[400], b[400];
