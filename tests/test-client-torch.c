@@ -475,6 +475,37 @@ TEST_IMPL(client_python_torch_cuda_nodes)
     return fx_done();
 }
 
+/* The joiner (c.log) got the state of the step before it: its restored
+ * digest and Adam step are those b logged after that step. */
+static void joiner_got_state_before(td_daemon_t *t)
+{
+    char rs[32], rd[64], ra[32], want[200];
+    last_field(td_path(t, "c.log"), "restored ", rs, sizeof(rs));
+    last_field(td_path(t, "c.log"), " adam_step ", ra, sizeof(ra));
+    (void)ra;
+    char *cl = td_read(td_path(t, "c.log"), NULL);
+    ASSERT(cl != NULL);
+    char adam[32];
+    ASSERT_EQ(sscanf(strstr(cl, "restored "),
+                     "restored %*d digest %63s adam_step %31s", rd, adam),
+              2);
+    free(cl);
+    snprintf(want, sizeof(want), "step %d gen ", atoi(rs) - 1);
+    char *bl = td_read(td_path(t, "b.log"), NULL);
+    ASSERT(bl != NULL);
+    char *line = strstr(bl, want);
+    ASSERT_MSG(line != NULL, "b.log lacks '%s'", want);
+    char bd[64], ba[32];
+    ASSERT_EQ(sscanf(strstr(line, "digest "), "digest %63s adam_step %31s",
+                     bd, ba), 2);
+    free(bl);
+    ASSERT_STR_EQ(rd, bd);
+    ASSERT_STR_EQ(adam, ba);
+    ASSERT_EQ(atoi(adam), atoi(rs)); /* one Adam step per job step */
+    printf("# joiner restored at step %s: digest %s, adam_step %s\n", rs, rd,
+           adam);
+}
+
 /*
  * elastic.run through a trainer killed and one joining: 2 trainers start,
  * a third joins (restored: it gets the model, Adam's moments and step
@@ -524,32 +555,7 @@ static int kill_join(const char *name, const char *const *more,
     ASSERT_EQ(td_exit_code(b, 120000), 0);
     ASSERT_EQ(td_exit_code(c, 120000), 0);
 
-    /* The joiner got the state of the step before it. */
-    char rs[32], rd[64], ra[32], want[200];
-    last_field(td_path(&t, "c.log"), "restored ", rs, sizeof(rs));
-    last_field(td_path(&t, "c.log"), " adam_step ", ra, sizeof(ra));
-    (void)ra;
-    char *cl = td_read(td_path(&t, "c.log"), NULL);
-    ASSERT(cl != NULL);
-    char adam[32];
-    ASSERT_EQ(sscanf(strstr(cl, "restored "),
-                     "restored %*d digest %63s adam_step %31s", rd, adam),
-              2);
-    free(cl);
-    snprintf(want, sizeof(want), "step %d gen ", atoi(rs) - 1);
-    char *bl = td_read(td_path(&t, "b.log"), NULL);
-    ASSERT(bl != NULL);
-    char *line = strstr(bl, want);
-    ASSERT_MSG(line != NULL, "b.log lacks '%s'", want);
-    char bd[64], ba[32];
-    ASSERT_EQ(sscanf(strstr(line, "digest "), "digest %63s adam_step %31s",
-                     bd, ba), 2);
-    free(bl);
-    ASSERT_STR_EQ(rd, bd);
-    ASSERT_STR_EQ(adam, ba);
-    ASSERT_EQ(atoi(adam), atoi(rs)); /* one Adam step per job step */
-    printf("# joiner restored at step %s: digest %s, adam_step %s\n", rs, rd,
-           adam);
+    joiner_got_state_before(&t);
 
     char fb[64], fc[64];
     last_field(td_path(&t, "b.log"), "final digest ", fb, sizeof(fb));

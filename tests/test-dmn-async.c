@@ -152,6 +152,64 @@ TEST_IMPL(dmn_async_out_of_order)
  * freeing a buffer with a collective outstanding, handles of a step that
  * was left.
  */
+/* The bound: RINGD_MAX_OUTSTANDING handles not waited for (in a step). */
+static void outstanding_bound(ringd_client_t *c, float *buf, float *other)
+{
+    ringd_handle_t h, hs[RINGD_MAX_OUTSTANDING];
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++) {
+        buf[i] = (float)i;
+        ASSERT_OK(ringd_allreduce_async(c, buf + i, 1, RINGD_F32,
+                                        RINGD_SUM, &hs[i]));
+    }
+    ASSERT_EQ(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM, &h),
+              RINGD_ELIMIT);
+    ASSERT(strstr(ringd_last_error(c), "not waited for"));
+    ASSERT_STR_EQ(ringd_strerror(RINGD_ELIMIT),
+                  "too many collectives outstanding");
+    ASSERT_EQ(ringd_wait(c, hs[5]), 0);
+    ASSERT_OK(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM,
+                                    &hs[5]));
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
+        ASSERT_EQ(ringd_wait(c, hs[i]), 0);
+    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
+        ASSERT(buf[i] == (float)i);
+}
+
+/* Freeing a buffer a queued collective names: refused by the library,
+ * and by the daemon (dmn_async_queue_bound). */
+static void free_while_queued(void)
+{
+    td_daemon_t t;
+    start_daemon(&t, "dmn-async-misuse2", "2");
+    ringd_client_t *cc[2];
+    float *bb[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&cc[k], t.sock, NULL));
+        bb[k] = ringd_buffer(cc[k], 4096);
+        ASSERT(bb[k] != NULL);
+    }
+    ringd_view_t vv[2];
+    begin_both(cc, vv);
+    ringd_handle_t h, h1;
+    int done = 0;
+    ASSERT_OK(ringd_allreduce_async(cc[0], bb[0], 4, RINGD_F32, RINGD_SUM,
+                                    &h));
+    ASSERT_EQ(ringd_buffer_free(cc[0], bb[0]), RINGD_ESTATE);
+    ASSERT(strstr(ringd_last_error(cc[0]), "outstanding"));
+    ASSERT_OK(ringd_test(cc[0], h, &done));
+    ASSERT_EQ(done, 0); /* trainer 1 has not issued it */
+    ASSERT_OK(ringd_allreduce_async(cc[1], bb[1], 4, RINGD_F32, RINGD_SUM,
+                                    &h1));
+    ASSERT_EQ(ringd_wait(cc[0], h), 0);
+    ASSERT_EQ(ringd_wait(cc[1], h1), 0);
+    ASSERT_OK(ringd_buffer_free(cc[0], bb[0]));
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_step_end(cc[k]));
+        ringd_close(cc[k]);
+    }
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+}
+
 TEST_IMPL(dmn_async_misuse)
 {
     td_daemon_t t;
@@ -182,25 +240,7 @@ TEST_IMPL(dmn_async_misuse)
     ASSERT_EQ(ringd_wait(c, h), RINGD_EINVAL);    /* double wait */
     ASSERT_EQ(ringd_test(c, h, &done), RINGD_EINVAL);
 
-    /* The bound: RINGD_MAX_OUTSTANDING handles not waited for. */
-    ringd_handle_t hs[RINGD_MAX_OUTSTANDING];
-    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++) {
-        buf[i] = (float)i;
-        ASSERT_OK(ringd_allreduce_async(c, buf + i, 1, RINGD_F32,
-                                        RINGD_SUM, &hs[i]));
-    }
-    ASSERT_EQ(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM, &h),
-              RINGD_ELIMIT);
-    ASSERT(strstr(ringd_last_error(c), "not waited for"));
-    ASSERT_STR_EQ(ringd_strerror(RINGD_ELIMIT),
-                  "too many collectives outstanding");
-    ASSERT_EQ(ringd_wait(c, hs[5]), 0);
-    ASSERT_OK(ringd_allreduce_async(c, other, 1, RINGD_F32, RINGD_SUM,
-                                    &hs[5]));
-    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
-        ASSERT_EQ(ringd_wait(c, hs[i]), 0);
-    for (int i = 0; i < RINGD_MAX_OUTSTANDING; i++)
-        ASSERT(buf[i] == (float)i);
+    outstanding_bound(c, buf, other);
     ASSERT_OK(ringd_step_end(c));
 
     /* Handles of a step left by step_begin are void. */
@@ -212,36 +252,7 @@ TEST_IMPL(dmn_async_misuse)
     ASSERT_OK(ringd_step_end(c));
     ringd_close(c);
     ASSERT_EQ(td_stop(&t, 30000), 0);
-
-    /* Freeing a buffer a queued collective names: refused by the
-     * library, and by the daemon (dmn_async_queue_bound). */
-    start_daemon(&t, "dmn-async-misuse2", "2");
-    ringd_client_t *cc[2];
-    float *bb[2];
-    for (int k = 0; k < 2; k++) {
-        ASSERT_OK(ringd_connect(&cc[k], t.sock, NULL));
-        bb[k] = ringd_buffer(cc[k], 4096);
-        ASSERT(bb[k] != NULL);
-    }
-    ringd_view_t vv[2];
-    begin_both(cc, vv);
-    ASSERT_OK(ringd_allreduce_async(cc[0], bb[0], 4, RINGD_F32, RINGD_SUM,
-                                    &h));
-    ASSERT_EQ(ringd_buffer_free(cc[0], bb[0]), RINGD_ESTATE);
-    ASSERT(strstr(ringd_last_error(cc[0]), "outstanding"));
-    ASSERT_OK(ringd_test(cc[0], h, &done));
-    ASSERT_EQ(done, 0); /* trainer 1 has not issued it */
-    ringd_handle_t h1;
-    ASSERT_OK(ringd_allreduce_async(cc[1], bb[1], 4, RINGD_F32, RINGD_SUM,
-                                    &h1));
-    ASSERT_EQ(ringd_wait(cc[0], h), 0);
-    ASSERT_EQ(ringd_wait(cc[1], h1), 0);
-    ASSERT_OK(ringd_buffer_free(cc[0], bb[0]));
-    for (int k = 0; k < 2; k++) {
-        ASSERT_OK(ringd_step_end(cc[k]));
-        ringd_close(cc[k]);
-    }
-    ASSERT_EQ(td_stop(&t, 30000), 0);
+    free_while_queued();
     return 0;
 }
 
@@ -673,9 +684,81 @@ TEST_IMPL(dmn_async_allgather_barrier)
  * that differs between the trainers is a mismatch, and the daemon serves
  * on.
  */
+/* dmn_async_fused's group: NS f32 sums, NA f32 averages, a broadcast, NM
+ * i32 maxima, of L elements each. */
+enum { FU_NS = 10, FU_NA = 5, FU_NM = 4, FU_L = 300,
+       FU_NF = (FU_NS + FU_NA + 1) * FU_L,
+       FU_NH = FU_NS + FU_NA + 1 + FU_NM };
+
+/* Trainer k's inputs, issued as one group in h (backwards through the
+ * buffer: fusion needs no adjacency); inside the group, a wait, a test, a
+ * blocking collective and step_end are refused. */
+static void issue_group(ringd_client_t *c, int k, float *f, int32_t *m,
+                        ringd_handle_t *h)
+{
+    for (int i = 0; i < FU_NF; i++)
+        f[i] = input(k, 0, i / FU_L, i % FU_L);
+    for (int i = 0; i < FU_NM * FU_L; i++)
+        m[i] = (k == 1) == (i % 2) ? i : -i;
+    ASSERT_OK(ringd_group_start(c));
+    ASSERT_EQ(ringd_group_start(c), RINGD_ESTATE);
+    int n = 0;
+    for (int i = FU_NS - 1; i >= 0; i--)
+        ASSERT_OK(ringd_allreduce_async(c, f + i * FU_L, FU_L, RINGD_F32,
+                                        RINGD_SUM, &h[n++]));
+    for (int i = FU_NS; i < FU_NS + FU_NA; i++)
+        ASSERT_OK(ringd_allreduce_async(c, f + i * FU_L, FU_L, RINGD_F32,
+                                        RINGD_AVG, &h[n++]));
+    ASSERT_OK(ringd_broadcast_async(c, f + (FU_NS + FU_NA) * FU_L,
+                                    FU_L * sizeof(float), 0, &h[n++]));
+    for (int i = 0; i < FU_NM; i++)
+        ASSERT_OK(ringd_allreduce_async(c, m + i * FU_L, FU_L, RINGD_I32,
+                                        RINGD_MAX, &h[n++]));
+    ASSERT_EQ(ringd_wait(c, h[0]), RINGD_ESTATE);
+    int done = -1;
+    ASSERT_EQ(ringd_test(c, h[0], &done), RINGD_ESTATE);
+    ASSERT_EQ(done, 0);
+    ASSERT_EQ(ringd_allreduce(c, f, 1, RINGD_F32, RINGD_SUM), RINGD_ESTATE);
+    ASSERT_EQ(ringd_step_end(c), RINGD_ESTATE);
+    ASSERT_OK(ringd_group_end(c));
+    ASSERT_EQ(ringd_group_end(c), RINGD_ESTATE);
+}
+
+/* Trainer k's results: the closed-form sums, averages, root's bytes and
+ * maxima. */
+static void check_group(int k, const float *f, const int32_t *m)
+{
+    for (int i = 0; i < FU_NF; i++) {
+        int tsr = i / FU_L, j = i % FU_L;
+        float sum = input(0, 0, tsr, j) + input(1, 0, tsr, j);
+        float want = tsr < FU_NS             ? sum
+                     : tsr < FU_NS + FU_NA ? sum / 2
+                                           : input(0, 0, tsr, j);
+        ASSERT_MSG(f[i] == want, "trainer %d tensor %d [%d]: %g, want %g",
+                   k, tsr, j, (double)f[i], (double)want);
+    }
+    for (int i = 0; i < FU_NM * FU_L; i++)
+        ASSERT_EQ(m[i], i);
+}
+
+/* Trainer 0 groups two allreduces, trainer 1 issues them apart. */
+static void group_mismatch(ringd_client_t *const *c, float *const *f)
+{
+    ringd_handle_t g0[2], g1[2];
+    ASSERT_OK(ringd_group_start(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[0], f[0] + i * FU_L, FU_L,
+                                        RINGD_F32, RINGD_SUM, &g0[i]));
+    ASSERT_OK(ringd_group_end(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[1], f[1] + i * FU_L, FU_L,
+                                        RINGD_F32, RINGD_SUM, &g1[i]));
+    ASSERT_EQ(ringd_wait(c[1], g1[0]), RINGD_EMISMATCH);
+    ASSERT_EQ(ringd_wait(c[0], g0[0]), RINGD_EMISMATCH);
+}
+
 TEST_IMPL(dmn_async_fused)
 {
-    enum { NS = 10, NA = 5, NM = 4, L = 300 };
     td_daemon_t t;
     start_daemon(&t, "dmn-async-fuse", "2");
     ringd_client_t *c[2];
@@ -683,78 +766,25 @@ TEST_IMPL(dmn_async_fused)
     int32_t *m[2];
     for (int k = 0; k < 2; k++) {
         ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
-        f[k] = ringd_buffer(c[k], (NS + NA + 1) * L * sizeof(float));
-        m[k] = ringd_buffer(c[k], NM * L * sizeof(int32_t));
+        f[k] = ringd_buffer(c[k], FU_NF * sizeof(float));
+        m[k] = ringd_buffer(c[k], FU_NM * FU_L * sizeof(int32_t));
         ASSERT(f[k] != NULL && m[k] != NULL);
     }
     ringd_view_t v[2];
     begin_both(c, v);
-    enum { NH = NS + NA + 1 + NM };
-    ringd_handle_t h[2][NH];
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < (NS + NA + 1) * L; i++)
-            f[k][i] = input(k, 0, i / L, i % L);
-        for (int i = 0; i < NM * L; i++)
-            m[k][i] = (k == 1) == (i % 2) ? i : -i;
-        ASSERT_OK(ringd_group_start(c[k]));
-        ASSERT_EQ(ringd_group_start(c[k]), RINGD_ESTATE);
-        int n = 0;
-        /* Backwards through the buffer: fusion needs no adjacency. */
-        for (int i = NS - 1; i >= 0; i--)
-            ASSERT_OK(ringd_allreduce_async(c[k], f[k] + i * L, L,
-                                            RINGD_F32, RINGD_SUM,
-                                            &h[k][n++]));
-        for (int i = NS; i < NS + NA; i++)
-            ASSERT_OK(ringd_allreduce_async(c[k], f[k] + i * L, L,
-                                            RINGD_F32, RINGD_AVG,
-                                            &h[k][n++]));
-        ASSERT_OK(ringd_broadcast_async(c[k], f[k] + (NS + NA) * L,
-                                        L * sizeof(float), 0, &h[k][n++]));
-        for (int i = 0; i < NM; i++)
-            ASSERT_OK(ringd_allreduce_async(c[k], m[k] + i * L, L,
-                                            RINGD_I32, RINGD_MAX,
-                                            &h[k][n++]));
-        ASSERT_EQ(ringd_wait(c[k], h[k][0]), RINGD_ESTATE);
-        int done = -1;
-        ASSERT_EQ(ringd_test(c[k], h[k][0], &done), RINGD_ESTATE);
-        ASSERT_EQ(done, 0);
-        ASSERT_EQ(ringd_allreduce(c[k], f[k], 1, RINGD_F32, RINGD_SUM),
-                  RINGD_ESTATE);
-        ASSERT_EQ(ringd_step_end(c[k]), RINGD_ESTATE);
-        ASSERT_OK(ringd_group_end(c[k]));
-        ASSERT_EQ(ringd_group_end(c[k]), RINGD_ESTATE);
-    }
+    ringd_handle_t h[2][FU_NH];
     for (int k = 0; k < 2; k++)
-        for (int i = NH - 1; i >= 0; i--)
+        issue_group(c[k], k, f[k], m[k], h[k]);
+    for (int k = 0; k < 2; k++)
+        for (int i = FU_NH - 1; i >= 0; i--)
             ASSERT_EQ(ringd_wait(c[k], h[k][i]), 0);
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < (NS + NA + 1) * L; i++) {
-            int tsr = i / L, j = i % L;
-            float sum = input(0, 0, tsr, j) + input(1, 0, tsr, j);
-            float want = tsr < NS ? sum : tsr < NS + NA ? sum / 2
-                                        : input(0, 0, tsr, j);
-            ASSERT_MSG(f[k][i] == want, "trainer %d tensor %d [%d]: %g, "
-                       "want %g", k, tsr, j, (double)f[k][i],
-                       (double)want);
-        }
-        for (int i = 0; i < NM * L; i++)
-            ASSERT_EQ(m[k][i], i);
-    }
-    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_total"), NS + NA + NM);
-    ASSERT_EQ(td_metric(&t, "ringd_collectives_total"), NH);
+    for (int k = 0; k < 2; k++)
+        check_group(k, f[k], m[k]);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_total"),
+              FU_NS + FU_NA + FU_NM);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_total"), FU_NH);
 
-    /* Trainer 0 groups two allreduces, trainer 1 issues them apart. */
-    ringd_handle_t g0[2], g1[2];
-    ASSERT_OK(ringd_group_start(c[0]));
-    for (int i = 0; i < 2; i++)
-        ASSERT_OK(ringd_allreduce_async(c[0], f[0] + i * L, L, RINGD_F32,
-                                        RINGD_SUM, &g0[i]));
-    ASSERT_OK(ringd_group_end(c[0]));
-    for (int i = 0; i < 2; i++)
-        ASSERT_OK(ringd_allreduce_async(c[1], f[1] + i * L, L, RINGD_F32,
-                                        RINGD_SUM, &g1[i]));
-    ASSERT_EQ(ringd_wait(c[1], g1[0]), RINGD_EMISMATCH);
-    ASSERT_EQ(ringd_wait(c[0], g0[0]), RINGD_EMISMATCH);
+    group_mismatch(c, f);
     for (int k = 0; k < 2; k++)
         ringd_close(c[k]);
     ASSERT(td_file_has(t.log, "does not match"));

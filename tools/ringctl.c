@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,63 +628,78 @@ static const char *env_opt(const char *name)
     return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-int main(int argc, char **argv)
+/* The defaults, from the environment where it says. */
+static void opts_init(ctl_opts_t *o)
 {
-    ctl_opts_t o = {getenv("RINGD_SOCKET"), getenv("RINGD_ETCD"),
-                    getenv("RINGD_JOB"), "/var/lib/ringd/ckpt", 0};
-    if (o.socket == NULL || o.socket[0] == '\0')
-        o.socket = RINGD_DEFAULT_SOCKET;
-    o.timeout_s = 120;
-    o.etcd_ca = env_opt("RINGD_ETCD_CA");
-    o.etcd_cert = env_opt("RINGD_ETCD_CERT");
-    o.etcd_key = env_opt("RINGD_ETCD_KEY");
-    o.etcd_user = env_opt("RINGD_ETCD_USER");
-    o.etcd_password_file = env_opt("RINGD_ETCD_PASSWORD_FILE");
-    /* The etcd client logs each endpoint that fails over; an operator
-     * wants the one line ringctl prints, unless asked for more. */
-    if (getenv("RINGD_LOG_LEVEL") == NULL)
-        rd_log_set_level(RD_LOG_ERROR);
+    *o = (ctl_opts_t){getenv("RINGD_SOCKET"), getenv("RINGD_ETCD"),
+                      getenv("RINGD_JOB"), "/var/lib/ringd/ckpt", 0};
+    if (o->socket == NULL || o->socket[0] == '\0')
+        o->socket = RINGD_DEFAULT_SOCKET;
+    o->timeout_s = 120;
+    o->etcd_ca = env_opt("RINGD_ETCD_CA");
+    o->etcd_cert = env_opt("RINGD_ETCD_CERT");
+    o->etcd_key = env_opt("RINGD_ETCD_KEY");
+    o->etcd_user = env_opt("RINGD_ETCD_USER");
+    o->etcd_password_file = env_opt("RINGD_ETCD_PASSWORD_FILE");
+}
+
+/* --timeout's value: seconds, 1..86400. */
+static int parse_timeout(const char *v, unsigned *t_p)
+{
+    char *end;
+    errno = 0;
+    unsigned long t = strtoul(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 || t < 1 ||
+        t > 86400) {
+        fprintf(stderr, "ringctl: --timeout '%s': want seconds, 1..86400\n",
+                v);
+        return EXIT_USAGE;
+    }
+    *t_p = (unsigned)t;
+    return 0;
+}
+
+/* The options that take a value, and where it goes. */
+static const char **value_opt(ctl_opts_t *o, const char *a)
+{
+    static const struct { const char *name; size_t off; } v[] = {
+        {"--socket", offsetof(ctl_opts_t, socket)},
+        {"--etcd", offsetof(ctl_opts_t, etcd)},
+        {"--job", offsetof(ctl_opts_t, job)},
+        {"--ckpt-dir", offsetof(ctl_opts_t, ckpt_dir)},
+        {"--etcd-ca", offsetof(ctl_opts_t, etcd_ca)},
+        {"--etcd-cert", offsetof(ctl_opts_t, etcd_cert)},
+        {"--etcd-key", offsetof(ctl_opts_t, etcd_key)},
+        {"--etcd-user", offsetof(ctl_opts_t, etcd_user)},
+        {"--etcd-password-file", offsetof(ctl_opts_t, etcd_password_file)},
+        {"--job-secret-file", offsetof(ctl_opts_t, job_secret_file)},
+    };
+    for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++)
+        if (strcmp(a, v[k].name) == 0)
+            return (const char **)((char *)o + v[k].off);
+    return NULL;
+}
+
+/*
+ * The options before the command; *i_p: the command's index. -1: go on,
+ * else the exit status (help printed, or a usage error).
+ */
+static int parse_opts(int argc, char **argv, ctl_opts_t *o, int *i_p)
+{
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
+        const char **slot = i + 1 < argc ? value_opt(o, a) : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
-            o.json = 1;
-        } else if (i + 1 < argc && strcmp(a, "--socket") == 0) {
-            o.socket = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--etcd") == 0) {
-            o.etcd = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--job") == 0) {
-            o.job = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--ckpt-dir") == 0) {
-            o.ckpt_dir = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--etcd-ca") == 0) {
-            o.etcd_ca = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--etcd-cert") == 0) {
-            o.etcd_cert = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--etcd-key") == 0) {
-            o.etcd_key = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--etcd-user") == 0) {
-            o.etcd_user = argv[++i];
-        } else if (i + 1 < argc &&
-                   strcmp(a, "--etcd-password-file") == 0) {
-            o.etcd_password_file = argv[++i];
-        } else if (i + 1 < argc && strcmp(a, "--job-secret-file") == 0) {
-            o.job_secret_file = argv[++i];
+            o->json = 1;
+        } else if (slot != NULL) {
+            *slot = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--timeout") == 0) {
-            char *end;
-            const char *v = argv[++i];
-            errno = 0;
-            unsigned long t = strtoul(v, &end, 10);
-            if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
-                t < 1 || t > 86400) {
-                fprintf(stderr, "ringctl: --timeout '%s': want seconds, "
-                        "1..86400\n", v);
+            if (parse_timeout(argv[++i], &o->timeout_s) != 0)
                 return EXIT_USAGE;
-            }
-            o.timeout_s = (unsigned)t;
         } else {
             fprintf(stderr, "ringctl: unknown option or missing value: "
                     "'%s' (see --help)\n", a);
@@ -694,26 +710,46 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    *i_p = i;
+    return -1;
+}
+
+/* Run the command argv[0] with its arguments. */
+static int run_cmd(const ctl_opts_t *o, int argc, char **argv)
+{
     for (size_t k = 0; k < NCMDS; k++) {
-        if (strcmp(argv[i], cmds[k].name) != 0)
+        if (strcmp(argv[0], cmds[k].name) != 0)
             continue;
-        if (argc - i - 1 != cmds[k].nargs) {
+        if (argc - 1 != cmds[k].nargs) {
             fprintf(stderr, "ringctl: usage: ringctl %s%s\n", cmds[k].name,
                     cmds[k].args);
             return EXIT_USAGE;
         }
-        if (cmds[k].etcd && (o.etcd == NULL || o.etcd[0] == '\0' ||
-                             o.job == NULL || o.job[0] == '\0' ||
-                             strchr(o.job, '/') != NULL)) {
+        if (cmds[k].etcd && (o->etcd == NULL || o->etcd[0] == '\0' ||
+                             o->job == NULL || o->job[0] == '\0' ||
+                             strchr(o->job, '/') != NULL)) {
             fprintf(stderr, "ringctl: '%s' needs --etcd URLS and --job "
                     "NAME (or $RINGD_ETCD and $RINGD_JOB; a job name has "
                     "no '/')\n\n", cmds[k].name);
             usage(stderr);
             return EXIT_USAGE;
         }
-        return cmds[k].fn(&o, argv + i);
+        return cmds[k].fn(o, argv);
     }
     fprintf(stderr, "ringctl: unknown command '%s' (see --help)\n",
-            argv[i]);
+            argv[0]);
     return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    ctl_opts_t o;
+    opts_init(&o);
+    /* The etcd client logs each endpoint that fails over; an operator
+     * wants the one line ringctl prints, unless asked for more. */
+    if (getenv("RINGD_LOG_LEVEL") == NULL)
+        rd_log_set_level(RD_LOG_ERROR);
+    int i = 0;
+    int rc = parse_opts(argc, argv, &o, &i);
+    return rc >= 0 ? rc : run_cmd(&o, argc - i, argv + i);
 }
