@@ -347,7 +347,7 @@ static void launch(dmn_t *d)
                                                ? d->view.global_trainers
                                                : 0,
                             .nsegs = g, .seg_counts = d->seg_counts,
-                            .wire = (job_wire_t)r->root};
+                            .wire = (rd_wire_t)r->root};
         rc = job_allreduce(d->job, &red, coll_done, d);
     }
     if (rc != 0)

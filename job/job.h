@@ -43,6 +43,7 @@
 #include <uv.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/wire.h"
 #include "kernels/kern.h"
 
 typedef struct {
@@ -117,19 +118,6 @@ void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
 int64_t job_hop_period_ms(size_t n_members, const char *node);
 
 /*
- * Compression on the wire of an f32 allreduce: 16 bits a value between
- * nodes, accumulated in f32 (ring/README.md, "Wire compression"). Per
- * call JOB_WIRE_JOB takes the job's default (job_config_t.ring_wire, as
- * the job's first view fixed it); as that default it means none.
- */
-typedef enum {
-    JOB_WIRE_JOB = 0,
-    JOB_WIRE_NONE,
-    JOB_WIRE_BF16,
-    JOB_WIRE_F16,
-} job_wire_t;
-
-/*
  * The node's part of an allreduce: the buffers of the node's trainers that
  * posted it, in local-rank order. The backend combines them with the other
  * nodes' and writes the result into every one of them, all on its own
@@ -163,7 +151,9 @@ typedef struct {
                               owner, ring_allreduce_avg) */
     uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
     const size_t *seg_counts; /* [nsegs] elements of each, when fused */
-    job_wire_t wire;       /* f32 only; every node must pass the same */
+    rd_wire_t wire;        /* f32 only; every node must pass the same;
+                              RD_WIRE_DEFAULT: the job's (its view's
+                              ring options) */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding
@@ -336,7 +326,7 @@ typedef struct {
      * (job/README.md, "The job's ring options"). */
     uint64_t ring_chunk_bytes;    /* 0: the ring's default */
     uint32_t ring_bidirectional;  /* 0 or 1 */
-    job_wire_t ring_wire;         /* JOB_WIRE_JOB: none */
+    rd_wire_t ring_wire;          /* RD_WIRE_DEFAULT: none */
     uint32_t ring_grid_min_nodes; /* 0: never */
     uint64_t ring_grid_max_bytes; /* 0: any size */
     uint32_t ring_grid_cols;      /* 0: rows by host, else sqrt */

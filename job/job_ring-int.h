@@ -294,7 +294,6 @@ int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
                    uint32_t *suspect_p);
 
 /* job_ring_opts.c: the ring options a job shares, carried in its views. */
-const char *job__wire_name(ring_wire_t w);
 /* The shared fields of o from the config (the environment does not set
  * them: a warning for each variable that tries). */
 void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);

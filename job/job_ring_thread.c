@@ -290,10 +290,9 @@ static void rt_tell_local(rb_t *b, ring_t *r, uint64_t pipelined_before,
  */
 static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
 {
-    ring_wire_t wire = red->wire == JOB_WIRE_BF16  ? RING_WIRE_BF16
-                       : red->wire == JOB_WIRE_F16 ? RING_WIRE_F16
-                       : red->wire == JOB_WIRE_NONE ? RING_WIRE_NONE
-                                                    : b->ring_opts.wire;
+    /* RD_WIRE_DEFAULT stays: the ring takes its opts.wire, the job's
+     * format that every rank of this ring runs with. */
+    rd_wire_t wire = red->wire;
     /* The ring divides each chunk as its owner finishes it: no pass of
      * its own over the buffer for an average. */
     kern_op_t op = red->avg_divisor != 0 ? KERN_AVG : red->op;

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/wire.h"
 #include "include/ringd.h"
 
 #define PROTO_MAGIC 0x52474e44u /* "RNGD" */
@@ -190,6 +191,13 @@ _Static_assert(sizeof(proto_coll_req_t) == 40, "coll layout");
 _Static_assert(sizeof(proto_status_rep_t) == 8, "status layout");
 _Static_assert(sizeof(proto_step_rep_t) == 40, "step layout");
 _Static_assert(sizeof(proto_error_rep_t) == 128, "error layout");
+/* A request's wire format is the daemon's rd_wire_t as it comes. */
+_Static_assert(RINGD_WIRE_DEFAULT == (int)RD_WIRE_DEFAULT &&
+                   RINGD_WIRE_NONE == (int)RD_WIRE_NONE &&
+                   RINGD_WIRE_BF16 == (int)RD_WIRE_BF16 &&
+                   RINGD_WIRE_F16 == (int)RD_WIRE_F16 &&
+                   RD_WIRE_COUNT == RINGD_WIRE_F16 + 1,
+               "ringd_wire_t must match rd_wire_t");
 
 /* Body size of a request type (types are checked separately). */
 static inline size_t proto_req_size(uint32_t type)

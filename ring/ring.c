@@ -219,7 +219,7 @@ static int post_recv(ring_chan_t *c, uint32_t m)
 /* Round f32 values to the wire format and back: what everyone receives. */
 static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 {
-    if (r->coll.wire_fmt == RING_WIRE_BF16) {
+    if (r->coll.wire_fmt == RD_WIRE_BF16) {
         kern_f32_to_bf16(tmp, x, n);
         kern_bf16_to_f32(x, tmp, n);
     } else {
@@ -230,7 +230,7 @@ static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 
 static kern_dtype_t wire_dt(const ring_t *r)
 {
-    return r->coll.wire_fmt == RING_WIRE_BF16 ? KERN_BF16 : KERN_F16;
+    return r->coll.wire_fmt == RD_WIRE_BF16 ? KERN_BF16 : KERN_F16;
 }
 
 /* Apply a validated message to the user's buffer. */
@@ -243,7 +243,7 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
         if (sl->inplace)
             return; /* it landed there */
         if (r->coll.wire && r->coll.wire_es == 2) {
-            if (r->coll.wire_fmt == RING_WIRE_BF16)
+            if (r->coll.wire_fmt == RD_WIRE_BF16)
                 kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
             else
                 kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
@@ -343,7 +343,7 @@ static int post_send(ring_chan_t *c, uint32_t m)
     const void *src = c->base + off * r->coll.es;
     tp_mem_t *mem = NULL;
     if (r->coll.wire) {
-        if (r->coll.wire_fmt == RING_WIRE_BF16)
+        if (r->coll.wire_fmt == RD_WIRE_BF16)
             kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
         else
             kern_f32_to_f16((uint16_t *)sl->buf, src, cnt);
@@ -776,11 +776,11 @@ bad:
 /* local: the sources ring_allreduce_local reduces into buf, else NULL. */
 static int allreduce_run(ring_t *r, void *buf, size_t count,
                          kern_dtype_t dt, kern_op_t op, uint32_t avg_div,
-                         ring_wire_t wire_fmt, const ring_local_t *local)
+                         rd_wire_t wire_fmt, const ring_local_t *local)
 {
     size_t es = kern_dtype_size(dt);
     if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
-        avg_div == 0 || (unsigned)wire_fmt > RING_WIRE_F16) {
+        avg_div == 0 || (unsigned)wire_fmt >= RD_WIRE_COUNT) {
         RD_ERROR("ring_allreduce: bad dtype %d, op %d, divisor %u or wire "
                  "%d", (int)dt, (int)op, avg_div, (int)wire_fmt);
         return ST_EINVAL;
@@ -789,7 +789,8 @@ static int allreduce_run(ring_t *r, void *buf, size_t count,
     if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)) ||
         (local != NULL && (rc = local_check(local, count))))
         return rc;
-    int wire = wire_fmt != RING_WIRE_NONE && dt == KERN_F32 && r->n > 1;
+    wire_fmt = rd_wire_concrete(wire_fmt, r->opts.wire);
+    int wire = rd_wire_compresses(wire_fmt) && dt == KERN_F32 && r->n > 1;
     if (wire && (rc = ring__wire_slots(r)) != 0)
         return rc;
     r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
@@ -818,7 +819,7 @@ int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
 }
 
 int ring_allreduce_wire(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
-                        kern_op_t op, uint32_t divisor, ring_wire_t wire)
+                        kern_op_t op, uint32_t divisor, rd_wire_t wire)
 {
     return allreduce_run(r, buf, count, dt, op,
                          op == KERN_AVG && divisor ? divisor : r->n, wire,
@@ -827,7 +828,7 @@ int ring_allreduce_wire(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
 
 int ring_allreduce_local(ring_t *r, const ring_local_t *local, void *region,
                          size_t count, kern_dtype_t dt, kern_op_t op,
-                         uint32_t divisor, ring_wire_t wire)
+                         uint32_t divisor, rd_wire_t wire)
 {
     if (local == NULL) {
         RD_ERROR("ring_allreduce_local: no sources");

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/wire.h"
 #include "kernels/kern.h"
 #include "transport/tp.h"
 
@@ -56,12 +57,6 @@ typedef struct {
     uint32_t tag_gen;
 } ring_view_t;
 
-typedef enum {
-    RING_WIRE_NONE = 0,
-    RING_WIRE_BF16, /* f32 allreduce sent as bf16, accumulated in f32 */
-    RING_WIRE_F16,  /* f32 allreduce sent as f16, accumulated in f32 */
-} ring_wire_t;
-
 typedef void (*ring_fail_cb)(void *arg, uint32_t rank, int status);
 /* A neighbour's link stalls (ring_hb.c, "A lossy link"): called on the
  * ring's thread with the ring's generation and the neighbour's rank. */
@@ -82,7 +77,9 @@ typedef struct {
                              allgather half, broadcast) land in the
                              user's buffer, not in a staging slot; a
                              rank's own choice, nothing on the wire */
-    ring_wire_t wire;     /* compression of f32 allreduce */
+    rd_wire_t wire;       /* compression of f32 allreduce: NONE, BF16
+                             or F16 (DEFAULT is what a call's DEFAULT
+                             means, so the ring has none of its own) */
     ring_fail_cb on_fail; /* called once with the suspect's rank */
     void *on_fail_arg;
     /* At a deadline, on the ring's thread: 1 when the quiet rank is known
@@ -175,11 +172,11 @@ int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
  * Every rank must pass the same. The first compressed call of a ring made
  * with wire none allocates its send slots (send_depth chunks a channel):
  * ST_ENOMEM then, the ring stays usable. ST_EINVAL for a wire outside
- * ring_wire_t.
+ * rd_wire_t (RD_WIRE_DEFAULT: opts.wire).
  */
 int ring_allreduce_wire(ring_t *ring, void *buf, size_t count,
                         kern_dtype_t dt, kern_op_t op, uint32_t divisor,
-                        ring_wire_t wire);
+                        rd_wire_t wire);
 /*
  * The node's local sources of an allreduce (its trainers' buffers), for
  * ring_allreduce_local. Source i holds the whole region in bufs[i] (nsegs
@@ -222,7 +219,7 @@ void ring_local_scatter(const ring_local_t *l, size_t es, const void *src,
  */
 int ring_allreduce_local(ring_t *ring, const ring_local_t *local,
                          void *region, size_t count, kern_dtype_t dt,
-                         kern_op_t op, uint32_t divisor, ring_wire_t wire);
+                         kern_op_t op, uint32_t divisor, rd_wire_t wire);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*

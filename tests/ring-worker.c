@@ -759,7 +759,7 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--f32")) W.f32_only = 1;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
         else if (!strcmp(a, "--wire")) {
-            W.opts.wire = !strcmp(v, "bf16") ? RING_WIRE_BF16 : RING_WIRE_F16;
+            W.opts.wire = !strcmp(v, "bf16") ? RD_WIRE_BF16 : RD_WIRE_F16;
             i++;
         } else DIE("unknown option %s", a);
     }
