@@ -317,7 +317,6 @@ static void launch(dmn_t *d)
     d->staging_size = scap;
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
-    kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
     void *buf = d->staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
         /* The one trainer's buffer is sent from or received into. */
@@ -344,10 +343,13 @@ static void launch(dmn_t *d)
     } else {
         job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
                             .staging = d->staging, .count = r->count,
-                            .dt = (kern_dtype_t)r->dtype, .op = op,
-                            .avg_divisor = r->op == RINGD_AVG
-                                               ? d->view.global_trainers
-                                               : 0,
+                            .dt = (kern_dtype_t)r->dtype,
+                            .op = (kern_op_t)r->op,
+                            /* AVG is over the job's trainers, not its
+                             * nodes (the ring's ranks) */
+                            .divisor = r->op == RINGD_AVG
+                                           ? d->view.global_trainers
+                                           : 0,
                             .nsegs = g, .seg_counts = d->seg_counts,
                             .wire = (rd_wire_t)r->wire};
         rc = job_allreduce(d->job, &red, coll_done, d);

@@ -144,11 +144,11 @@ typedef struct {
     void *staging;         /* count elements; read only when nbufs > 1 */
     size_t count;
     kern_dtype_t dt;
-    kern_op_t op;          /* SUM, PROD, MIN or MAX */
-    uint32_t avg_divisor;  /* non-zero: divide the result by it, once
-                              (AVG over the job's trainers; the ring
+    kern_op_t op;          /* SUM, PROD, MIN, MAX or AVG */
+    uint32_t divisor;      /* AVG: the sum is divided by it once (the
+                              job's trainers, not its nodes; the ring
                               backend's ring divides each chunk at its
-                              owner, ring_allreduce_avg) */
+                              owner); 0 for the other ops */
     uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
     const size_t *seg_counts; /* [nsegs] elements of each, when fused */
     rd_wire_t wire;        /* f32 only; every node must pass the same;
@@ -204,7 +204,7 @@ typedef struct {
                          uint32_t remaining);
     /*
      * Allreduce of the node's trainers' buffers across nodes (see
-     * job_reduce_t): the daemon turns AVG into SUM plus avg_divisor.
+     * job_reduce_t), already checked by job_allreduce().
      */
     int (*allreduce)(job_t *job, const job_reduce_t *r, job_done_cb cb,
                      void *arg);
@@ -365,6 +365,9 @@ void job_get_view(job_t *job, job_view_t *view_p);
 void job_set_step(job_t *job, uint64_t step);       /* absent: nothing */
 void job_trainer_lost(job_t *job, int in_step,
                       uint32_t remaining);          /* absent: nothing */
+/* ST_EINVAL, before any backend sees it, for an op outside kern_op_t, a
+ * divisor that is not non-zero exactly for AVG, a wire outside rd_wire_t
+ * or a compressing one for a dtype other than f32, or no buffers. */
 int job_allreduce(job_t *job, const job_reduce_t *r, job_done_cb cb,
                   void *arg);
 int job_broadcast(job_t *job, void *buf, size_t bytes, uint32_t root,

@@ -295,8 +295,8 @@ static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
     rd_wire_t wire = red->wire;
     /* The ring divides each chunk as its owner finishes it: no pass of
      * its own over the buffer for an average. */
-    kern_op_t op = red->avg_divisor != 0 ? KERN_AVG : red->op;
-    uint32_t div = red->avg_divisor;
+    kern_op_t op = red->op;
+    uint32_t div = red->divisor;
     if (red->nbufs == 1 && red->nsegs <= 1)
         return ring_allreduce_wire(r, red->bufs[0], red->count, red->dt, op,
                                    div, wire);
