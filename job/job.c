@@ -210,7 +210,8 @@ uint64_t job_newest_generation(job_t *job)
 }
 
 /* The ring's view of the node's buffers: one reduction order for the
- * staged path here and the ring's pipelined one (ring_allreduce_local). */
+ * staged path here and the ring's pipelined one (ring_allreduce_t's
+ * local). */
 static ring_local_t local_of(const job_reduce_t *r)
 {
     return (ring_local_t){.bufs = r->bufs, .nbufs = r->nbufs,

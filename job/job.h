@@ -128,7 +128,7 @@ int64_t job_hop_period_ms(size_t n_members, const char *node);
  *  - several: the cross-node allreduce runs in staging, which holds their
  *    reduction (in local-rank order) where it runs and whose result is
  *    copied back into each (the ring backend: chunk by chunk, pipelined
- *    with the ring, ring_allreduce_local).
+ *    with the ring, ring_allreduce_t.local).
  *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
  *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
  *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
