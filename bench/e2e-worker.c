@@ -252,8 +252,9 @@ static int ring_op(void *arg, void *buf, size_t bytes, int ms, int pieces,
     (void)pieces;
     ((float *)buf)[0] = 1.0f;
     int64_t t0 = (int64_t)rd_now_ns();
-    int rc = ring_allreduce(r->ring, buf, bytes / sizeof(float), KERN_F32,
-                            KERN_AVG);
+    ring_allreduce_t a = {.buf = buf, .count = bytes / sizeof(float),
+                          .dt = KERN_F32, .op = KERN_AVG};
+    int rc = ring_allreduce(r->ring, &a);
     *us = (double)((int64_t)rd_now_ns() - t0) / 1000.0;
     if (rc == 0 && ((float *)buf)[0] != 1.0f)
         return -EIO;

@@ -242,7 +242,9 @@ static int iters_for(size_t bytes)
 /* Mean ns per call of the slowest rank: an allreduce tells everyone. */
 static double agree_max(ring_t *r, double ns)
 {
-    int rc = ring_allreduce(r, &ns, 1, KERN_F64, KERN_MAX);
+    ring_allreduce_t a = {.buf = &ns, .count = 1, .dt = KERN_F64,
+                          .op = KERN_MAX};
+    int rc = ring_allreduce(r, &a);
     if (rc != 0)
         die("allreduce of timings", rc);
     return ns;
@@ -263,7 +265,9 @@ static double measure(ring_t *r, float *x, size_t bytes)
         if (ring_barrier(r) != 0)
             die("barrier", ST_EABORTED);
         int64_t t0 = now_ns();
-        int rc = ring_allreduce(r, x, bytes / 4, KERN_F32, KERN_SUM);
+        ring_allreduce_t s = {.buf = x, .count = bytes / 4, .dt = KERN_F32,
+                              .op = KERN_SUM};
+        int rc = ring_allreduce(r, &s);
         if (rc != 0)
             die("allreduce", rc);
         double a = agree_max(r, (double)(now_ns() - t0));

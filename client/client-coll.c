@@ -120,14 +120,14 @@ int ringd_group_start(ringd_client_t *c)
 }
 
 /* Consecutive allreduces of a group with the same dtype, op and wire
- * format are sent
- * as one fused run: each but the last says the next one joins it. */
+ * format are sent as one fused run: each but the last says the next one
+ * joins it. */
 static int cl_joins_next(const proto_coll_req_t *a, const cl_pend_t *next)
 {
     return next != NULL && a->kind == PROTO_COLL_ALLREDUCE &&
            next->req.kind == PROTO_COLL_ALLREDUCE &&
            next->req.dtype == a->dtype && next->req.op == a->op &&
-           next->req.root == a->root;
+           next->req.wire == a->wire;
 }
 
 int ringd_group_end(ringd_client_t *c)
@@ -237,7 +237,7 @@ int ringd_allreduce_wire_async(ringd_client_t *c, void *ptr, size_t count,
                         "allreduces only");
     proto_coll_req_t r = {.kind = PROTO_COLL_ALLREDUCE,
                           .dtype = (uint32_t)dtype, .count = count,
-                          .op = (uint32_t)op, .root = (uint32_t)wire};
+                          .op = (uint32_t)op, .wire = (uint32_t)wire};
     return cl_issue(c, &r, ptr, h_p);
 }
 

@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "common/wire.h"
 #include "proto/proto.h"
 
 typedef enum { K_STR, K_U32, K_BOOL, K_UCX } key_type_t;
@@ -634,9 +635,8 @@ static int validate(dmn_config_t *cfg, FILE *err)
                 "debug)\n", cfg->log_level);
         return ST_ECONFIG;
     }
-    if (strcmp(cfg->ring_wire, "none") != 0 &&
-        strcmp(cfg->ring_wire, "bf16") != 0 &&
-        strcmp(cfg->ring_wire, "f16") != 0) {
+    rd_wire_t wire;
+    if (rd_wire_parse(cfg->ring_wire, &wire) != 0) {
         fprintf(err, "ringd: bad ring-wire '%s' (want none, bf16 or f16)\n",
                 cfg->ring_wire);
         return ST_ECONFIG;

@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "common/wire.h"
 
 /* Names the daemon's trainers may name without --job (--etcd given). */
 static int unpinned(const dmn_t *d)
@@ -33,6 +34,9 @@ static int unpinned(const dmn_t *d)
 /* The job's part of the daemon's settings. */
 static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
 {
+    /* config.c accepted only concrete names; anything else is none. */
+    rd_wire_t ring_wire = RD_WIRE_NONE;
+    (void)rd_wire_parse(cfg->ring_wire, &ring_wire);
     *jc = (job_config_t){
         .spec = cfg->backend != NULL ? cfg->backend : "solo",
         .etcd = cfg->etcd,
@@ -56,9 +60,7 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
         .step_commit_off = cfg->step_commit == 0,
         .ring_chunk_bytes = (uint64_t)cfg->ring_chunk_kib * 1024,
         .ring_bidirectional = (uint32_t)cfg->ring_bidirectional,
-        .ring_wire = strcmp(cfg->ring_wire, "bf16") == 0  ? JOB_WIRE_BF16
-                     : strcmp(cfg->ring_wire, "f16") == 0 ? JOB_WIRE_F16
-                                                          : JOB_WIRE_NONE,
+        .ring_wire = ring_wire,
         .ckpt_dir = cfg->ckpt_interval > 0 ? cfg->ckpt_dir : NULL,
     };
 }

@@ -2,9 +2,9 @@
  * step-queue.c - the collectives within a step (step.c).
  *
  * A collective proceeds when every trainer of the step has posted the same
- * one (same index, kind, count, dtype, op, root or wire format): their
- * buffers are reduced
- * into a staging area in local-rank order, handed once to the backend, and
+ * one (same index, kind, count and dtype; an allreduce's op and wire
+ * format, a broadcast's root): their buffers are reduced into a staging
+ * area in local-rank order, handed once to the backend, and
  * the result is copied back into every trainer's buffer. Because all
  * trainers receive the very same bytes, replicas stay bitwise identical.
  * Collectives are asynchronous: each trainer's queue holds those it sent
@@ -27,10 +27,12 @@ static void try_launch(dmn_t *d);
 
 static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 {
-    return a->kind == b->kind && a->coll_seq == b->coll_seq &&
-           a->count == b->count && a->dtype == b->dtype &&
-           (!proto_coll_is_allreduce(a->kind) || a->op == b->op) &&
-           a->root == b->root; /* broadcast root; allreduce wire */
+    if (a->kind != b->kind || a->coll_seq != b->coll_seq ||
+        a->count != b->count || a->dtype != b->dtype)
+        return 0;
+    if (proto_coll_is_allreduce(a->kind))
+        return a->op == b->op && a->wire == b->wire;
+    return a->root == b->root;
 }
 
 /*
@@ -247,7 +249,6 @@ static void launch(dmn_t *d)
     d->staging_size = scap;
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
-    kern_op_t op = r->op == RINGD_AVG ? KERN_SUM : (kern_op_t)r->op;
     void *buf = d->staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
         /* The one trainer's buffer is sent from or received into. */
@@ -274,12 +275,15 @@ static void launch(dmn_t *d)
     } else {
         job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
                             .staging = d->staging, .count = r->count,
-                            .dt = (kern_dtype_t)r->dtype, .op = op,
-                            .avg_divisor = r->op == RINGD_AVG
-                                               ? d->view.global_trainers
-                                               : 0,
+                            .dt = (kern_dtype_t)r->dtype,
+                            .op = (kern_op_t)r->op,
+                            /* AVG is over the job's trainers, not its
+                             * nodes (the ring's ranks) */
+                            .divisor = r->op == RINGD_AVG
+                                           ? d->view.global_trainers
+                                           : 0,
                             .nsegs = g, .seg_counts = d->seg_counts,
-                            .wire = (job_wire_t)r->root};
+                            .wire = (rd_wire_t)r->wire};
         rc = job_allreduce(d->job, &red, coll_done, d);
     }
     if (rc != 0)
@@ -387,7 +391,7 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
         if (prev->kind == PROTO_COLL_ALLREDUCE_MORE &&
             (!proto_coll_is_allreduce(req->kind) ||
              req->dtype != prev->dtype || req->op != prev->op ||
-             req->root != prev->root)) {
+             req->wire != prev->wire)) {
             dmn__reply_error(c, seq, RINGD_EINVAL, "a fused group must be "
                              "allreduces of one dtype, op and wire");
             return;

@@ -28,7 +28,11 @@
 _Static_assert(RINGD_F32 == (int)KERN_F32 && RINGD_U8 == (int)KERN_U8 &&
                    RINGD_BF16 == (int)KERN_BF16,
                "ringd_dtype_t must match kern_dtype_t");
-_Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_AVG == (int)KERN_AVG,
+/* A request's op goes to the job as it comes (step-queue.c's launch). */
+_Static_assert(RINGD_SUM == (int)KERN_SUM && RINGD_PROD == (int)KERN_PROD &&
+                   RINGD_MIN == (int)KERN_MIN && RINGD_MAX == (int)KERN_MAX &&
+                   RINGD_AVG == (int)KERN_AVG &&
+                   RINGD_AVG + 1 == (int)KERN_OP_COUNT,
                "ringd_op_t must match kern_op_t");
 
 static void try_start(dmn_t *d);

@@ -107,10 +107,33 @@ void job_trainer_lost(job_t *job, int in_step, uint32_t remaining)
         job->ops->trainer_lost(job, in_step, remaining);
 }
 
+/*
+ * The same checks whatever the backend, so a caller's mistake fails the
+ * same way on one node as on many: an AVG without its divisor (or a SUM
+ * with one) would otherwise be a silently wrong sum on one backend and an
+ * error on another.
+ */
+static int reduce_check(const job_reduce_t *r)
+{
+    if ((unsigned)r->op >= KERN_OP_COUNT ||
+        (r->op == KERN_AVG) != (r->divisor != 0) ||
+        (unsigned)r->wire >= RD_WIRE_COUNT ||
+        kern_dtype_size(r->dt) == 0 ||
+        (rd_wire_compresses(r->wire) && r->dt != KERN_F32) ||
+        r->bufs == NULL || r->nbufs == 0) {
+        RD_ERROR("job_allreduce: bad op %s, divisor %u, wire %s, dtype %s "
+                 "or %u buffers", kern_op_name(r->op), r->divisor,
+                 rd_wire_name(r->wire), kern_dtype_name(r->dt), r->nbufs);
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
 int job_allreduce(job_t *job, const job_reduce_t *r, job_done_cb cb,
                   void *arg)
 {
-    return job->ops->allreduce(job, r, cb, arg);
+    int rc = reduce_check(r);
+    return rc != 0 ? rc : job->ops->allreduce(job, r, cb, arg);
 }
 
 int job_broadcast(job_t *job, void *buf, size_t bytes, uint32_t root,
@@ -187,7 +210,8 @@ uint64_t job_newest_generation(job_t *job)
 }
 
 /* The ring's view of the node's buffers: one reduction order for the
- * staged path here and the ring's pipelined one (ring_allreduce_local). */
+ * staged path here and the ring's pipelined one (ring_allreduce_t's
+ * local). */
 static ring_local_t local_of(const job_reduce_t *r)
 {
     return (ring_local_t){.bufs = r->bufs, .nbufs = r->nbufs,

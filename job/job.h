@@ -43,6 +43,7 @@
 #include <uv.h>
 
 #include "checkpoint/ckpt.h"
+#include "common/wire.h"
 #include "kernels/kern.h"
 
 typedef struct {
@@ -117,19 +118,6 @@ void job_hops_record(job_hops_t *h, const char *peer, double wait_s);
 int64_t job_hop_period_ms(size_t n_members, const char *node);
 
 /*
- * Compression on the wire of an f32 allreduce: 16 bits a value between
- * nodes, accumulated in f32 (ring/README.md, "Wire compression"). Per
- * call JOB_WIRE_JOB takes the job's default (job_config_t.ring_wire, as
- * the job's first view fixed it); as that default it means none.
- */
-typedef enum {
-    JOB_WIRE_JOB = 0,
-    JOB_WIRE_NONE,
-    JOB_WIRE_BF16,
-    JOB_WIRE_F16,
-} job_wire_t;
-
-/*
  * The node's part of an allreduce: the buffers of the node's trainers that
  * posted it, in local-rank order. The backend combines them with the other
  * nodes' and writes the result into every one of them, all on its own
@@ -140,7 +128,7 @@ typedef enum {
  *  - several: the cross-node allreduce runs in staging, which holds their
  *    reduction (in local-rank order) where it runs and whose result is
  *    copied back into each (the ring backend: chunk by chunk, pipelined
- *    with the ring, ring_allreduce_local).
+ *    with the ring, ring_allreduce_t.local).
  *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
  *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
  *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
@@ -156,14 +144,16 @@ typedef struct {
     void *staging;         /* count elements; read only when nbufs > 1 */
     size_t count;
     kern_dtype_t dt;
-    kern_op_t op;          /* SUM, PROD, MIN or MAX */
-    uint32_t avg_divisor;  /* non-zero: divide the result by it, once
-                              (AVG over the job's trainers; the ring
+    kern_op_t op;          /* SUM, PROD, MIN, MAX or AVG */
+    uint32_t divisor;      /* AVG: the sum is divided by it once (the
+                              job's trainers, not its nodes; the ring
                               backend's ring divides each chunk at its
-                              owner, ring_allreduce_avg) */
+                              owner); 0 for the other ops */
     uint32_t nsegs;        /* 0 or 1: one collective; more: fused */
     const size_t *seg_counts; /* [nsegs] elements of each, when fused */
-    job_wire_t wire;       /* f32 only; every node must pass the same */
+    rd_wire_t wire;        /* f32 only; every node must pass the same;
+                              RD_WIRE_DEFAULT: the job's (its view's
+                              ring options) */
 } job_reduce_t;
 
 /* The buffer the cross-node part runs on: bufs[0], or staging holding
@@ -214,7 +204,7 @@ typedef struct {
                          uint32_t remaining);
     /*
      * Allreduce of the node's trainers' buffers across nodes (see
-     * job_reduce_t): the daemon turns AVG into SUM plus avg_divisor.
+     * job_reduce_t), already checked by job_allreduce().
      */
     int (*allreduce)(job_t *job, const job_reduce_t *r, job_done_cb cb,
                      void *arg);
@@ -336,7 +326,7 @@ typedef struct {
      * (job/README.md, "The job's ring options"). */
     uint64_t ring_chunk_bytes;    /* 0: the ring's default */
     uint32_t ring_bidirectional;  /* 0 or 1 */
-    job_wire_t ring_wire;         /* JOB_WIRE_JOB: none */
+    rd_wire_t ring_wire;          /* RD_WIRE_DEFAULT: none */
     uint32_t ring_grid_min_nodes; /* 0: never */
     uint64_t ring_grid_max_bytes; /* 0: any size */
     uint32_t ring_grid_cols;      /* 0: rows by host, else sqrt */
@@ -375,6 +365,9 @@ void job_get_view(job_t *job, job_view_t *view_p);
 void job_set_step(job_t *job, uint64_t step);       /* absent: nothing */
 void job_trainer_lost(job_t *job, int in_step,
                       uint32_t remaining);          /* absent: nothing */
+/* ST_EINVAL, before any backend sees it, for an op outside kern_op_t, a
+ * divisor that is not non-zero exactly for AVG, a wire outside rd_wire_t
+ * or a compressing one for a dtype other than f32, or no buffers. */
 int job_allreduce(job_t *job, const job_reduce_t *r, job_done_cb cb,
                   void *arg);
 int job_broadcast(job_t *job, void *buf, size_t bytes, uint32_t root,

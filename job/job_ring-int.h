@@ -134,7 +134,7 @@ typedef struct {
     /* Ring thread only. Several local buffers: 1 sums them all into
      * staging before the ring and copies back after it (the staged path,
      * RINGD_LOCAL_PIPE=0, kept for comparison), 0 pipelines the local
-     * reduce with the ring (ring_allreduce_local). local_told: the path
+     * reduce with the ring (ring_allreduce_t.local). local_told: the path
      * was logged once. */
     int local_staged, local_told;
     uv_async_t async;
@@ -268,6 +268,14 @@ void job__hops_get(job_t *be, job_hops_t *hops_p);
 #define RB_FLAG_VOID 2u
 
 /*
+ * job_ring_thread.c, on the ring thread: the members' values v[0..n)
+ * reduced under op (KERN_MAX, KERN_SUM), the same on every member. The
+ * job's own agreements (steps, sizes, holders) are int64 and never
+ * compressed, whatever the job's wire format.
+ */
+int job__ring_agree(ring_t *r, int64_t *v, size_t n, kern_op_t op);
+
+/*
  * job_ring_restore.c, on the ring thread during a REBUILD in which no
  * member has any state ahead of step 0 (the whole job started again):
  * restore the newest checkpoint whose every shard some member holds.
@@ -294,7 +302,6 @@ int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
                    uint32_t *suspect_p);
 
 /* job_ring_opts.c: the ring options a job shares, carried in its views. */
-const char *job__wire_name(ring_wire_t w);
 /* The shared fields of o from the config (the environment does not set
  * them: a warning for each variable that tries). */
 void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);

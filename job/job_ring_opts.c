@@ -20,13 +20,6 @@
 #include "common/log.h"
 #include "common/status.h"
 
-static const char *const wire_names[] = {"none", "bf16", "f16"};
-
-const char *job__wire_name(ring_wire_t w)
-{
-    return (unsigned)w < 3 ? wire_names[w] : "?";
-}
-
 /* The environment variables ring_opts_default() reads for these fields:
  * a daemon takes them from its config, so that a job can agree on them. */
 static const char *const shared_env[] = {
@@ -45,9 +38,7 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
     o->chunk_bytes = cfg->ring_chunk_bytes > 0
                          ? (size_t)cfg->ring_chunk_bytes : RING_CHUNK_DEFAULT;
     o->bidirectional = cfg->ring_bidirectional != 0;
-    o->wire = cfg->ring_wire == JOB_WIRE_BF16  ? RING_WIRE_BF16
-              : cfg->ring_wire == JOB_WIRE_F16 ? RING_WIRE_F16
-                                               : RING_WIRE_NONE;
+    o->wire = rd_wire_concrete(cfg->ring_wire, RD_WIRE_NONE);
     o->grid_min_nodes = cfg->ring_grid_min_nodes;
     o->grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
     o->grid_cols = cfg->ring_grid_cols;
@@ -60,7 +51,7 @@ char *job__opts_json(const ring_opts_t *o, int commit)
                  "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u,"
                  "\"commit\":%d}",
                  o->chunk_bytes, o->bidirectional ? 1 : 0,
-                 job__wire_name(o->wire), o->grid_min_nodes,
+                 rd_wire_name(o->wire), o->grid_min_nodes,
                  o->grid_max_bytes, o->grid_cols, commit ? 1 : 0) < 0)
         return NULL;
     return s;
@@ -80,17 +71,15 @@ static int take_num(const cJSON *o, const char *key, double lo, double hi,
     return 0;
 }
 
-static int take_wire(const cJSON *o, ring_wire_t *w)
+/* The view names a concrete format ("none", "bf16", "f16"). */
+static int take_wire(const cJSON *o, rd_wire_t *w)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "wire");
     if (j == NULL)
         return 0;
-    for (int i = 0; cJSON_IsString(j) && i < 3; i++)
-        if (strcmp(j->valuestring, wire_names[i]) == 0) {
-            *w = (ring_wire_t)i;
-            return 0;
-        }
-    return ST_EPROTO;
+    if (!cJSON_IsString(j) || rd_wire_parse(j->valuestring, w) != 0)
+        return ST_EPROTO;
+    return 0;
 }
 
 /* The fields of json over *o and *commit; a field the view lacks keeps
@@ -102,7 +91,7 @@ static int parse_opts(const char *json, ring_opts_t *o, int *commit)
     uint64_t com = (uint64_t)*commit;
     uint64_t gmin = o->grid_min_nodes, gmax = o->grid_max_bytes;
     uint64_t gcols = o->grid_cols;
-    ring_wire_t wire = o->wire;
+    rd_wire_t wire = o->wire;
     int rc = cJSON_IsObject(j) ? 0 : ST_EPROTO;
     if (rc == 0)
         rc = take_num(j, "chunk", 64, 1 << 30, &chunk);
@@ -153,7 +142,7 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
          "bidirectional %d (job's %d)", mine->bidirectional,
          job->bidirectional);
     DIFF(mine->wire != job->wire, "wire %s (job's %s)",
-         job__wire_name(mine->wire), job__wire_name(job->wire));
+         rd_wire_name(mine->wire), rd_wire_name(job->wire));
     DIFF(mine->grid_min_nodes != job->grid_min_nodes,
          "grid-min-nodes %u (job's %u)", mine->grid_min_nodes,
          job->grid_min_nodes);
@@ -185,7 +174,7 @@ void job__opts_install(rb_t *b, const mb_view_t *v)
                  "cannot use (%.200s): keeping chunk %zu B, wire %s",
                  (unsigned long long)v->generation, v->opts,
                  b->ring_opts.chunk_bytes,
-                 job__wire_name(b->ring_opts.wire));
+                 rd_wire_name(b->ring_opts.wire));
         return;
     }
     o.on_quiet = b->ring_opts.on_quiet;
@@ -203,7 +192,7 @@ void job__opts_install(rb_t *b, const mb_view_t *v)
     RD_INFO("ring backend: the job's ring options: chunk %zu B, wire %s, "
             "bidirectional %d, grid from %u nodes (max %zu B, %u cols), "
             "step commit %s%s",
-            o.chunk_bytes, job__wire_name(o.wire), o.bidirectional,
+            o.chunk_bytes, rd_wire_name(o.wire), o.bidirectional,
             o.grid_min_nodes, o.grid_max_bytes, o.grid_cols,
             commit ? "on" : "off",
             v->opts != NULL ? "" : " (the view has none: this node's)");

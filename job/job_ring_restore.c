@@ -60,12 +60,12 @@ static int agree_manifest(ring_t *r, uint32_t me, const char *root,
         (void)ckpt_manifest_to_json(mine, &json);
     ckpt_manifest_free(mine);
     int64_t who = json != NULL ? (int64_t)(NO_INDEX - me) : -1;
-    int rc = ring_allreduce(r, &who, 1, KERN_I64, KERN_MAX);
+    int rc = job__ring_agree(r, &who, 1, KERN_MAX);
     uint32_t src = (uint32_t)(NO_INDEX - (uint64_t)who);
     int64_t len = rc == 0 && who >= 0 && src == me ? (int64_t)strlen(json)
                                                    : 0;
     if (rc == 0 && who >= 0)
-        rc = ring_allreduce(r, &len, 1, KERN_I64, KERN_MAX);
+        rc = job__ring_agree(r, &len, 1, KERN_MAX);
     if (rc != 0 || who < 0 || len <= 0 || len > (1 << 26)) {
         free(json);
         return rc;
@@ -109,7 +109,7 @@ static int restore_from(ring_t *r, uint32_t me, const char *root,
         }
     }
     if (rc == 0)
-        rc = ring_allreduce(r, key, n, KERN_I64, KERN_MAX);
+        rc = job__ring_agree(r, key, n, KERN_MAX);
     uint32_t missing = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++)
         missing += key[i] == 0;
@@ -169,7 +169,7 @@ int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
             ckpt_manifest_free(m);
         }
         int64_t next = (int64_t)job__newest_local(root, step);
-        rc = ring_allreduce(r, &next, 1, KERN_I64, KERN_MAX);
+        rc = job__ring_agree(r, &next, 1, KERN_MAX);
         if (rc != 0)
             return rc;
         cand = (uint64_t)next;

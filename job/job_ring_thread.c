@@ -125,6 +125,13 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     return rc;
 }
 
+int job__ring_agree(ring_t *r, int64_t *v, size_t n, kern_op_t op)
+{
+    ring_allreduce_t a = {.buf = v, .count = n, .dt = KERN_I64, .op = op,
+                          .wire = RD_WIRE_NONE};
+    return ring_allreduce(r, &a);
+}
+
 /* What the members agreed on in step 2. */
 typedef struct {
     uint64_t max_step, min_step;
@@ -158,7 +165,7 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
      * for a job that starts again with its state in per-node stores. */
     int64_t agree[5] = {key, -(int64_t)c->my_step, (int64_t)c->state_bytes,
                         -(int64_t)c->state_bytes, (int64_t)newest};
-    int rc = ring_allreduce(r, agree, 5, KERN_I64, KERN_MAX);
+    int rc = job__ring_agree(r, agree, 5, KERN_MAX);
     if (rc != 0)
         return rc;
     ring_set_deadline(r, b->ring_opts.deadline_ms);
@@ -190,7 +197,7 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
 static int rt_ack_state(ring_t *r, const mb_view_t *v, uint32_t source)
 {
     int64_t one = 1;
-    int rc = ring_allreduce(r, &one, 1, KERN_I64, KERN_SUM);
+    int rc = job__ring_agree(r, &one, 1, KERN_SUM);
     if (rc == 0 || (uint32_t)v->my_index == source)
         return rc;
     RD_INFO("ring backend: generation %llu: the state arrived whole and "
@@ -286,35 +293,35 @@ static void rt_tell_local(rb_t *b, ring_t *r, uint64_t pipelined_before,
  * it) never waits for tensor bytes. One trainer's buffer is the ring's;
  * several are reduced chunk by chunk into staging as the ring needs each
  * chunk, and each chunk goes back to every buffer as it becomes final,
- * so the local work overlaps the ring (ring_allreduce_local).
+ * so the local work overlaps the ring (ring_allreduce_t.local).
+ *
+ * The descriptor goes to the ring as job_allreduce checked it: AVG with
+ * the job's divisor (the ring divides each chunk as its owner finishes
+ * it, no pass of its own over the buffer), and RD_WIRE_DEFAULT left for
+ * the ring to resolve to its opts.wire, the job's format that every rank
+ * of this ring runs with.
  */
 static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
 {
-    ring_wire_t wire = red->wire == JOB_WIRE_BF16  ? RING_WIRE_BF16
-                       : red->wire == JOB_WIRE_F16 ? RING_WIRE_F16
-                       : red->wire == JOB_WIRE_NONE ? RING_WIRE_NONE
-                                                    : b->ring_opts.wire;
-    /* The ring divides each chunk as its owner finishes it: no pass of
-     * its own over the buffer for an average. */
-    kern_op_t op = red->avg_divisor != 0 ? KERN_AVG : red->op;
-    uint32_t div = red->avg_divisor;
+    ring_allreduce_t a = {.buf = red->bufs[0], .count = red->count,
+                          .dt = red->dt, .op = red->op,
+                          .divisor = red->divisor, .wire = red->wire};
     if (red->nbufs == 1 && red->nsegs <= 1)
-        return ring_allreduce_wire(r, red->bufs[0], red->count, red->dt, op,
-                                   div, wire);
+        return ring_allreduce(r, &a);
     ring_stats_t st;
     ring_stats(r, &st);
+    ring_local_t l = {.bufs = red->bufs, .nbufs = red->nbufs,
+                      .nsegs = red->nsegs, .seg_counts = red->seg_counts};
     int rc;
     if (b->local_staged) {
-        void *buf = job_reduce_local(red);
-        rc = ring_allreduce_wire(r, buf, red->count, red->dt, op, div, wire);
+        a.buf = job_reduce_local(red);
+        rc = ring_allreduce(r, &a);
         if (rc == 0)
-            job_reduce_copy_back(red, buf);
+            job_reduce_copy_back(red, a.buf);
     } else {
-        ring_local_t l = {.bufs = red->bufs, .nbufs = red->nbufs,
-                          .nsegs = red->nsegs,
-                          .seg_counts = red->seg_counts};
-        rc = ring_allreduce_local(r, &l, red->staging, red->count, red->dt,
-                                  op, div, wire);
+        a.buf = red->staging;
+        a.local = &l;
+        rc = ring_allreduce(r, &a);
     }
     if (rc == 0 && !b->local_told)
         rt_tell_local(b, r, st.local_pipelined, red->nbufs);

@@ -107,9 +107,9 @@ static void solo_reduce(uv_work_t *w)
 {
     solo_t *s = w->data;
     void *buf = job_reduce_local(&s->red);
-    if (s->red.avg_divisor != 0)
+    if (s->red.op == KERN_AVG)
         (void)kern_avg_finish(s->red.dt, buf, s->red.count,
-                              s->red.avg_divisor);
+                              s->red.divisor);
     job_reduce_copy_back(&s->red, buf);
     pthread_mutex_lock(&s->mu);
     s->reduced = 1;

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/wire.h"
 #include "include/ringd.h"
 
 #define PROTO_MAGIC 0x52474e44u /* "RNGD" */
@@ -72,8 +73,8 @@ typedef enum {
     PROTO_COLL_ALLREDUCE = 0,
     PROTO_COLL_BROADCAST = 1,
     /* An allreduce fused with the next collective, which is an allreduce
-     * of the same dtype and op (of either kind): a run of these and the
-     * plain ALLREDUCE that ends it is one ring operation. */
+     * of the same dtype, op and wire format (of either kind): a run of
+     * these and the plain ALLREDUCE that ends it is one ring operation. */
     PROTO_COLL_ALLREDUCE_MORE = 2,
     PROTO_COLL_COUNT
 } proto_coll_t;
@@ -125,8 +126,13 @@ typedef struct {
     uint64_t offset;
     uint64_t count;    /* elements */
     uint32_t op;       /* ringd_op_t; ignored for broadcast */
-    uint32_t root;     /* broadcast: root (global rank); allreduce: the
-                          wire format, ringd_wire_t (0: the job's) */
+    /* One word, read by kind (the broadcast's root or the allreduce's
+     * wire format), so the message stays 40 bytes. */
+    union {
+        uint32_t root; /* broadcast: the root's global trainer rank */
+        uint32_t wire; /* allreduce (and _MORE): ringd_wire_t, 0 the
+                          job's */
+    };
 } proto_coll_req_t;
 
 /* The job a trainer names: RINGD_JOB_NAME_MAX characters at most of
@@ -187,9 +193,22 @@ _Static_assert(sizeof(proto_buf_add_t) == 16, "buf_add layout");
 _Static_assert(sizeof(proto_state_set_t) == 24, "state_set layout");
 _Static_assert(sizeof(proto_buf_free_t) == 8, "buf_free layout");
 _Static_assert(sizeof(proto_coll_req_t) == 40, "coll layout");
+_Static_assert(offsetof(proto_coll_req_t, offset) == 16 &&
+                   offsetof(proto_coll_req_t, count) == 24 &&
+                   offsetof(proto_coll_req_t, op) == 32 &&
+                   offsetof(proto_coll_req_t, root) == 36 &&
+                   offsetof(proto_coll_req_t, wire) == 36,
+               "coll layout: root and wire share the last word");
 _Static_assert(sizeof(proto_status_rep_t) == 8, "status layout");
 _Static_assert(sizeof(proto_step_rep_t) == 40, "step layout");
 _Static_assert(sizeof(proto_error_rep_t) == 128, "error layout");
+/* A request's wire format is the daemon's rd_wire_t as it comes. */
+_Static_assert(RINGD_WIRE_DEFAULT == (int)RD_WIRE_DEFAULT &&
+                   RINGD_WIRE_NONE == (int)RD_WIRE_NONE &&
+                   RINGD_WIRE_BF16 == (int)RD_WIRE_BF16 &&
+                   RINGD_WIRE_F16 == (int)RD_WIRE_F16 &&
+                   RD_WIRE_COUNT == RINGD_WIRE_F16 + 1,
+               "ringd_wire_t must match rd_wire_t");
 
 /* Body size of a request type (types are checked separately). */
 static inline size_t proto_req_size(uint32_t type)
@@ -305,8 +324,8 @@ static inline int proto_check_coll(const proto_coll_req_t *r,
         return RINGD_EPROTO;
     }
     if (proto_coll_is_allreduce(r->kind) &&
-        (r->root > RINGD_WIRE_F16 ||
-         (r->root > RINGD_WIRE_NONE && r->dtype != RINGD_F32))) {
+        (r->wire > RINGD_WIRE_F16 ||
+         (r->wire > RINGD_WIRE_NONE && r->dtype != RINGD_F32))) {
         *why_p = "unknown wire format, or one for a dtype other than f32";
         return RINGD_EPROTO;
     }

@@ -57,11 +57,11 @@ typedef struct {
     uint32_t avg_div;    /* KERN_AVG: what each owned chunk is divided by */
     size_t es, wire_es;  /* element size in the buffer, on the wire */
     int wire;            /* f32 sent as 16-bit, in wire_fmt */
-    ring_wire_t wire_fmt;
+    rd_wire_t wire_fmt;  /* concrete: DEFAULT resolved to opts.wire */
     uint32_t root;       /* COLL_BCAST */
-    /* ring_allreduce_local on the flat ring: the buffer is the region,
-     * filled from and written back to these sources chunk by chunk
-     * (ring_local.c); NULL otherwise. */
+    /* An allreduce of local sources on the flat ring: the buffer is the
+     * region, filled from and written back to these sources chunk by
+     * chunk (ring_local.c); NULL otherwise. */
     const ring_local_t *local;
     int err;             /* first error of this collective */
     uint32_t err_rank;   /* its suspect */

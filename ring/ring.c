@@ -219,7 +219,7 @@ static int post_recv(ring_chan_t *c, uint32_t m)
 /* Round f32 values to the wire format and back: what everyone receives. */
 static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 {
-    if (r->coll.wire_fmt == RING_WIRE_BF16) {
+    if (r->coll.wire_fmt == RD_WIRE_BF16) {
         kern_f32_to_bf16(tmp, x, n);
         kern_bf16_to_f32(x, tmp, n);
     } else {
@@ -230,7 +230,7 @@ static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
 
 static kern_dtype_t wire_dt(const ring_t *r)
 {
-    return r->coll.wire_fmt == RING_WIRE_BF16 ? KERN_BF16 : KERN_F16;
+    return r->coll.wire_fmt == RD_WIRE_BF16 ? KERN_BF16 : KERN_F16;
 }
 
 /* Apply a validated message to the user's buffer. */
@@ -243,7 +243,7 @@ static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
         if (sl->inplace)
             return; /* it landed there */
         if (r->coll.wire && r->coll.wire_es == 2) {
-            if (r->coll.wire_fmt == RING_WIRE_BF16)
+            if (r->coll.wire_fmt == RD_WIRE_BF16)
                 kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
             else
                 kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
@@ -343,7 +343,7 @@ static int post_send(ring_chan_t *c, uint32_t m)
     const void *src = c->base + off * r->coll.es;
     tp_mem_t *mem = NULL;
     if (r->coll.wire) {
-        if (r->coll.wire_fmt == RING_WIRE_BF16)
+        if (r->coll.wire_fmt == RD_WIRE_BF16)
             kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
         else
             kern_f32_to_f16((uint16_t *)sl->buf, src, cnt);
@@ -768,74 +768,56 @@ static int local_check(const ring_local_t *l, size_t count)
         goto bad;
     return 0;
 bad:
-    RD_ERROR("ring_allreduce_local: %u sources of %u pieces do not make "
+    RD_ERROR("ring_allreduce: %u local sources of %u pieces do not make "
              "%zu elements", l->nbufs, l->nsegs, count);
     return ST_EINVAL;
 }
 
-/* local: the sources ring_allreduce_local reduces into buf, else NULL. */
-static int allreduce_run(ring_t *r, void *buf, size_t count,
-                         kern_dtype_t dt, kern_op_t op, uint32_t avg_div,
-                         ring_wire_t wire_fmt, const ring_local_t *local)
+static int allreduce_check(const ring_allreduce_t *a)
 {
-    size_t es = kern_dtype_size(dt);
-    if (es == 0 || (unsigned)op >= KERN_OP_COUNT || (count && !buf) ||
-        avg_div == 0 || (unsigned)wire_fmt > RING_WIRE_F16) {
-        RD_ERROR("ring_allreduce: bad dtype %d, op %d, divisor %u or wire "
-                 "%d", (int)dt, (int)op, avg_div, (int)wire_fmt);
+    if (a == NULL) {
+        RD_ERROR("ring_allreduce: no descriptor");
         return ST_EINVAL;
     }
-    int rc = ring__coll_check(r);
+    if (kern_dtype_size(a->dt) == 0 || (unsigned)a->op >= KERN_OP_COUNT ||
+        (a->count && !a->buf) || (a->op != KERN_AVG && a->divisor != 0) ||
+        (unsigned)a->wire >= RD_WIRE_COUNT) {
+        RD_ERROR("ring_allreduce: bad dtype %s, op %s, divisor %u, wire %s "
+                 "or buffer %p of %zu elements", kern_dtype_name(a->dt),
+                 kern_op_name(a->op), a->divisor, rd_wire_name(a->wire),
+                 a->buf, a->count);
+        return ST_EINVAL;
+    }
+    return 0;
+}
+
+int ring_allreduce(ring_t *r, const ring_allreduce_t *a)
+{
+    int rc = allreduce_check(a);
+    if (rc != 0)
+        return rc;
+    size_t es = kern_dtype_size(a->dt), count = a->count;
+    void *buf = a->buf;
+    const ring_local_t *local = a->local;
+    rc = ring__coll_check(r);
     if (rc != 0 || count == 0 || (rc = coll_setup_check(r, count, es)) ||
         (local != NULL && (rc = local_check(local, count))))
         return rc;
-    int wire = wire_fmt != RING_WIRE_NONE && dt == KERN_F32 && r->n > 1;
+    rd_wire_t wire_fmt = rd_wire_concrete(a->wire, r->opts.wire);
+    int wire = rd_wire_compresses(wire_fmt) && a->dt == KERN_F32 && r->n > 1;
     if (wire && (rc = ring__wire_slots(r)) != 0)
         return rc;
-    r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = dt, .op = op,
-                                 .avg_div = avg_div, .es = es,
-                                 .wire_es = wire ? 2 : es, .wire = wire,
-                                 .wire_fmt = wire_fmt};
+    r->coll = (ring_coll_desc_t){.kind = COLL_ALLREDUCE, .dt = a->dt,
+                                 .op = a->op,
+                                 .avg_div = a->divisor ? a->divisor : r->n,
+                                 .es = es, .wire_es = wire ? 2 : es,
+                                 .wire = wire, .wire_fmt = wire_fmt};
     if (r->n == 1)
         return allreduce_one(r, buf, count, local);
     if (!wire && ring__grid_wants(r, count, es))
         return local != NULL ? ring__local_staged(r, local, buf, count)
                              : ring__grid_allreduce(r, buf, count);
     return allreduce_flat(r, buf, count, local);
-}
-
-int ring_allreduce(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
-                   kern_op_t op)
-{
-    return allreduce_run(r, buf, count, dt, op, r->n, r->opts.wire, NULL);
-}
-
-int ring_allreduce_avg(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
-                       uint32_t divisor)
-{
-    return allreduce_run(r, buf, count, dt, KERN_AVG, divisor,
-                         r->opts.wire, NULL);
-}
-
-int ring_allreduce_wire(ring_t *r, void *buf, size_t count, kern_dtype_t dt,
-                        kern_op_t op, uint32_t divisor, ring_wire_t wire)
-{
-    return allreduce_run(r, buf, count, dt, op,
-                         op == KERN_AVG && divisor ? divisor : r->n, wire,
-                         NULL);
-}
-
-int ring_allreduce_local(ring_t *r, const ring_local_t *local, void *region,
-                         size_t count, kern_dtype_t dt, kern_op_t op,
-                         uint32_t divisor, ring_wire_t wire)
-{
-    if (local == NULL) {
-        RD_ERROR("ring_allreduce_local: no sources");
-        return ST_EINVAL;
-    }
-    return allreduce_run(r, region, count, dt, op,
-                         op == KERN_AVG && divisor ? divisor : r->n, wire,
-                         local);
 }
 
 int ring_allgather(ring_t *r, void *buf, size_t block_bytes)
@@ -894,7 +876,9 @@ int ring_barrier(ring_t *r)
      */
     if (r->grid != NULL && ring__grid_wants(r, 1, 1)) {
         uint8_t token = 1;
-        return ring_allreduce(r, &token, 1, KERN_U8, KERN_MAX);
+        ring_allreduce_t a = {.buf = &token, .count = 1, .dt = KERN_U8,
+                              .op = KERN_MAX};
+        return ring_allreduce(r, &a);
     }
     if (r->barrier_bytes == NULL &&
         (r->barrier_bytes = calloc(r->n, 1)) == NULL)

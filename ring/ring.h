@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/wire.h"
 #include "kernels/kern.h"
 #include "transport/tp.h"
 
@@ -56,12 +57,6 @@ typedef struct {
     uint32_t tag_gen;
 } ring_view_t;
 
-typedef enum {
-    RING_WIRE_NONE = 0,
-    RING_WIRE_BF16, /* f32 allreduce sent as bf16, accumulated in f32 */
-    RING_WIRE_F16,  /* f32 allreduce sent as f16, accumulated in f32 */
-} ring_wire_t;
-
 typedef void (*ring_fail_cb)(void *arg, uint32_t rank, int status);
 /* A neighbour's link stalls (ring_hb.c, "A lossy link"): called on the
  * ring's thread with the ring's generation and the neighbour's rank. */
@@ -82,7 +77,9 @@ typedef struct {
                              allgather half, broadcast) land in the
                              user's buffer, not in a staging slot; a
                              rank's own choice, nothing on the wire */
-    ring_wire_t wire;     /* compression of f32 allreduce */
+    rd_wire_t wire;       /* compression of f32 allreduce: NONE, BF16
+                             or F16 (DEFAULT is what a call's DEFAULT
+                             means, so the ring has none of its own) */
     ring_fail_cb on_fail; /* called once with the suspect's rank */
     void *on_fail_arg;
     /* At a deadline, on the ring's thread: 1 when the quiet rank is known
@@ -155,35 +152,9 @@ int ring_create(tp_t *tp, const ring_view_t *view, const ring_opts_t *opts,
 void ring_destroy(ring_t *ring);
 
 /*
- * In place: buf[0..count) of dt becomes the reduction over all ranks,
- * bitwise identical on every rank. KERN_AVG divides once at the end.
- */
-int ring_allreduce(ring_t *ring, void *buf, size_t count, kern_dtype_t dt,
-                   kern_op_t op);
-/*
- * As ring_allreduce with KERN_AVG, dividing by divisor (>= 1) instead of
- * the number of ranks: a daemon averages over the job's trainers, not its
- * nodes. Each chunk is divided once, by the rank that owns it after the
- * reduce-scatter, so there is no extra pass over buf. ST_EINVAL for 0.
- */
-int ring_allreduce_avg(ring_t *ring, void *buf, size_t count,
-                       kern_dtype_t dt, uint32_t divisor);
-/*
- * As ring_allreduce (op KERN_AVG: divided by divisor, 0 the ranks), with
- * the wire format of this call instead of opts.wire: an f32 allreduce is
- * sent as 16-bit values and accumulated in f32 (other dtypes ignore it).
- * Every rank must pass the same. The first compressed call of a ring made
- * with wire none allocates its send slots (send_depth chunks a channel):
- * ST_ENOMEM then, the ring stays usable. ST_EINVAL for a wire outside
- * ring_wire_t.
- */
-int ring_allreduce_wire(ring_t *ring, void *buf, size_t count,
-                        kern_dtype_t dt, kern_op_t op, uint32_t divisor,
-                        ring_wire_t wire);
-/*
  * The node's local sources of an allreduce (its trainers' buffers), for
- * ring_allreduce_local. Source i holds the whole region in bufs[i] (nsegs
- * 0 or 1), or, fused, the region's nsegs consecutive pieces of
+ * ring_allreduce_t.local. Source i holds the whole region in bufs[i]
+ * (nsegs 0 or 1), or, fused, the region's nsegs consecutive pieces of
  * seg_counts[s] elements at bufs[i * nsegs + s]. They are reduced in
  * source order, per element (two: kern_reduce3 of both; otherwise the
  * first copied, then kern_reduce of each next one), whatever range is
@@ -206,23 +177,57 @@ void ring_local_scatter(const ring_local_t *l, size_t es, const void *src,
                         size_t first, size_t count);
 
 /*
- * As ring_allreduce_wire, of the node's local sources instead of one
- * buffer, run in region (count elements, the ring's staging): each chunk
- * of region is filled with the sources' reduction (ring_local_gather)
- * just before the ring first uses it, in the order the ring needs them,
- * and while the ring waits for the network a few chunks ahead; each
- * chunk is written back into every source as it becomes final (the own
- * chunks after the last reduce-scatter step, the others as the allgather
- * delivers them). Every receive is validated in a staging slot before
- * it touches region. The result is bitwise that of gathering the whole
- * region first, ring_allreduce_wire on it, and scattering it back. The
- * grid keeps that staged order (it gathers all, runs, scatters all);
- * ring_stats' local_pipelined counts the calls that ran pipelined. On
- * failure the sources and region hold undefined data.
+ * One allreduce, described whole: every field but local must be the same
+ * on every rank (local is a rank's own business). Zeroed fields are the
+ * plain case: no divisor, the ring's wire format, one buffer.
  */
-int ring_allreduce_local(ring_t *ring, const ring_local_t *local,
-                         void *region, size_t count, kern_dtype_t dt,
-                         kern_op_t op, uint32_t divisor, ring_wire_t wire);
+typedef struct {
+    void *buf;       /* count elements of dt, reduced in place; with
+                        local, the region the ring runs in (staging,
+                        whose contents on entry do not matter) */
+    size_t count;
+    kern_dtype_t dt;
+    kern_op_t op;
+    /* KERN_AVG: what the sum is divided by; 0: the number of ranks. A
+     * daemon passes the job's trainers, not its nodes. Each chunk is
+     * divided once, by the rank that owns it after the reduce-scatter,
+     * so there is no extra pass over buf. Must be 0 for the other ops. */
+    uint32_t divisor;
+    /* An f32 allreduce sent as 16-bit values and accumulated in f32
+     * (other dtypes ignore it); RD_WIRE_DEFAULT: opts.wire. */
+    rd_wire_t wire;
+    /* NULL: buf holds this rank's input. Otherwise the input is the
+     * reduction of these sources, and the result goes back into each of
+     * them as well as into buf (see ring_allreduce). */
+    const ring_local_t *local;
+} ring_allreduce_t;
+
+/*
+ * buf[0..count) of dt becomes the reduction under op over all ranks,
+ * bitwise identical on every rank. a is read during the call only.
+ *
+ * Wire compression: the first compressed call of a ring made with wire
+ * none allocates its send slots (send_depth chunks a channel): ST_ENOMEM
+ * then, and the ring stays usable.
+ *
+ * Local sources: each chunk of buf is filled with the sources' reduction
+ * (ring_local_gather) just before the ring first uses it, in the order
+ * the ring needs them, and while the ring waits for the network a few
+ * chunks ahead; each chunk is written back into every source as it
+ * becomes final (the own chunks after the last reduce-scatter step, the
+ * others as the allgather delivers them). Every receive is validated in a
+ * staging slot before it touches buf. The result is bitwise that of
+ * gathering the whole region first, reducing it without local, and
+ * scattering it back. The grid keeps that staged order (it gathers all,
+ * runs, scatters all); ring_stats' local_pipelined counts the calls that
+ * ran pipelined. On failure the sources and buf hold undefined data.
+ *
+ * ST_EINVAL (logged, the ring stays usable) for a dt or op outside
+ * kern's, a NULL buf with count > 0, a divisor with an op other than
+ * KERN_AVG, a wire outside rd_wire_t, or local sources that do not make
+ * count elements.
+ */
+int ring_allreduce(ring_t *ring, const ring_allreduce_t *a);
 /* bytes of buf on rank root end up on every rank. */
 int ring_broadcast(ring_t *ring, void *buf, size_t bytes, uint32_t root);
 /*
@@ -316,8 +321,8 @@ typedef struct {
     uint32_t next_seq;       /* sequence number of the next collective */
     uint64_t grid;           /* allreduces that ran on the grid */
     uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
-    uint64_t local_pipelined; /* ring_allreduce_local calls that reduced
-                                 the sources chunk by chunk in the ring */
+    uint64_t local_pipelined; /* allreduces of local sources that reduced
+                                 them chunk by chunk in the ring */
     uint64_t recv_inplace;  /* receives applied that had landed in the
                                user's buffer (no staging copy) */
     /* Idle spells of collectives (no work from UCX or the channels until

@@ -31,7 +31,7 @@
 int ring__grid_on(const ring_opts_t *o, uint32_t n)
 {
     return o->grid_min_nodes > 0 && n >= o->grid_min_nodes &&
-           n >= GRID_MIN_RANKS && o->wire == RING_WIRE_NONE;
+           n >= GRID_MIN_RANKS && !rd_wire_compresses(o->wire);
 }
 
 /* A row per host when every host has the same number (>= 2) of nodes. */

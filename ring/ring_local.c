@@ -1,6 +1,6 @@
 /*
  * ring_local.c - the node's local sources of an allreduce
- * (ring_allreduce_local): reduced into the ring's region chunk by chunk,
+ * (ring_allreduce_t.local): reduced into the ring's region chunk by chunk,
  * in the order the ring first uses the chunks, and each chunk written
  * back to every source as it becomes final (ring/README.md, "Local
  * sources").

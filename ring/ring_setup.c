@@ -38,11 +38,9 @@ void ring_opts_default(ring_opts_t *o)
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
     o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
     o->grid_cols = (uint32_t)env_long("RINGD_RING_GRID_COLS", 0);
-    const char *w = getenv("RINGD_RING_WIRE");
-    if (w != NULL && strcmp(w, "bf16") == 0)
-        o->wire = RING_WIRE_BF16;
-    else if (w != NULL && strcmp(w, "f16") == 0)
-        o->wire = RING_WIRE_F16;
+    /* Anything but a concrete name sends f32, as an unset variable. */
+    if (rd_wire_parse(getenv("RINGD_RING_WIRE"), &o->wire) != 0)
+        o->wire = RD_WIRE_NONE;
 }
 
 void ring_abort(ring_t *r)
@@ -92,9 +90,11 @@ void ring_stats(const ring_t *r, ring_stats_t *stats_p)
 static int opts_check(const ring_opts_t *o)
 {
     if (o->chunk_bytes < 64 || o->recv_depth < 1 || o->send_depth < 1 ||
-        o->deadline_ms < 1 || o->spin_us < 0 || o->live_ms < 0) {
-        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u)",
-                 o->chunk_bytes, o->recv_depth, o->send_depth);
+        o->deadline_ms < 1 || o->spin_us < 0 || o->live_ms < 0 ||
+        o->wire == RD_WIRE_DEFAULT || (unsigned)o->wire >= RD_WIRE_COUNT) {
+        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u, wire %s)",
+                 o->chunk_bytes, o->recv_depth, o->send_depth,
+                 rd_wire_name(o->wire));
         return ST_EINVAL;
     }
     return 0;
@@ -122,7 +122,7 @@ static int arena_setup(ring_t *r)
 {
     unsigned nchan = ring__grid_on(&r->opts, r->n) ? RING_NCHAN
                    : r->opts.bidirectional ? 2 : 1;
-    unsigned nsend = r->opts.wire != RING_WIRE_NONE ? r->opts.send_depth : 0;
+    unsigned nsend = rd_wire_compresses(r->opts.wire) ? r->opts.send_depth : 0;
     unsigned per = r->opts.recv_depth + nsend;
     r->arena_len = (size_t)per * nchan * r->opts.chunk_bytes;
     r->arena = aligned_alloc(4096, (r->arena_len + 4095) & ~(size_t)4095);

@@ -97,7 +97,7 @@ static double tol_for(kern_dtype_t dt, int wire)
     double t = dt == KERN_F64 ? 1e-12 : dt == KERN_F32 ? 1e-5
              : dt == KERN_F16 ? 4e-3 : 3e-2;
     if (wire)
-        t = W.opts.wire == RING_WIRE_BF16 ? 3e-2 : 4e-3;
+        t = W.opts.wire == RD_WIRE_BF16 ? 3e-2 : 4e-3;
     return t * W.n;
 }
 
@@ -128,7 +128,7 @@ void check_float(kern_dtype_t dt, kern_op_t op, const void *buf,
     if (op == KERN_PROD)
         mag = fabs(ref);
     double got = get(dt, buf, i);
-    int wire = dt == KERN_F32 && W.opts.wire != RING_WIRE_NONE;
+    int wire = dt == KERN_F32 && rd_wire_compresses(W.opts.wire);
     int exact = (op == KERN_MIN || op == KERN_MAX) && !wire;
     double tol = exact ? 0 : tol_for(dt, wire) * (mag + 1e-3);
     if (!(fabs(got - ref) <= tol))

@@ -1,6 +1,6 @@
 /*
  * ring-worker-local.c - the ring test worker's local sources: MODE local,
- * ring_allreduce_local of --locals sources per rank (whole buffers, or
+ * ring_allreduce of --locals local sources per rank (whole buffers, or
  * --fused: three pieces each) through the pipelined local reduce, checked
  * bitwise against the staged path (ring/README.md, "Local sources").
  */
@@ -99,13 +99,16 @@ static void one_local(kern_dtype_t dt, kern_op_t op, size_t count)
     local_make(&piped, dt, op, count);
     uint8_t *ref = malloc(count * es + 1), *region = malloc(count * es + 1);
     ring_local_gather(&staged.l, dt, op, ref, 0, count);
-    int rc = ring_allreduce_wire(W.ring, ref, count, dt, op, div,
-                                 W.opts.wire);
+    ring_allreduce_t a = {.buf = ref, .count = count, .dt = dt, .op = op,
+                          .divisor = op == KERN_AVG ? div : 0,
+                          .wire = W.opts.wire};
+    int rc = ring_allreduce(W.ring, &a);
     if (rc != 0)
         DIE("%s, staged: %s", what, st_strerror(rc));
     ring_local_scatter(&staged.l, es, ref, 0, count);
-    rc = ring_allreduce_local(W.ring, &piped.l, region, count, dt, op, div,
-                              W.opts.wire);
+    a.buf = region;
+    a.local = &piped.l;
+    rc = ring_allreduce(W.ring, &a);
     if (rc != 0)
         DIE("%s: %s", what, st_strerror(rc));
     if (count > 0 && memcmp(region, ref, count * es) != 0)

@@ -28,9 +28,9 @@
  *            half of them
  *   local    every dtype x op x count (--counts) with --locals L local
  *            sources per rank (whole buffers, or --fused: three pieces
- *            each): ring_allreduce_local must leave every source and
- *            its region bitwise equal to the staged path (gather all,
- *            ring_allreduce_wire, scatter all); integer sums are checked
+ *            each): an allreduce of local sources must leave every
+ *            source and its region bitwise equal to the staged path
+ *            (gather all, allreduce, scatter all); integer sums are checked
  *            exactly; the hash of every result goes to DIR/out.R
  * Options: --gen G --chunk B --bidir --wire bf16|f16 --deadline MS
  *          --locals L --fused --f32 (local: f32 SUM and AVG only)
@@ -179,6 +179,14 @@ static void form_ring(void)
     new_ring(W.gen);
 }
 
+/* The plain f32 sum most modes run. */
+static int sum_f32(float *f, size_t count)
+{
+    ring_allreduce_t a = {.buf = f, .count = count, .dt = KERN_F32,
+                          .op = KERN_SUM};
+    return ring_allreduce(W.ring, &a);
+}
+
 /* ---- matrix: every dtype x op x count ---------------------------------- */
 
 static void one_allreduce(kern_dtype_t dt, kern_op_t op, size_t count)
@@ -187,7 +195,8 @@ static void one_allreduce(kern_dtype_t dt, kern_op_t op, size_t count)
     void *buf = malloc(count * es + 1);
     for (size_t i = 0; i < count; i++)
         put(dt, buf, i, gen_val(dt, op, W.rank, i));
-    int rc = ring_allreduce(W.ring, buf, count, dt, op);
+    ring_allreduce_t a = {.buf = buf, .count = count, .dt = dt, .op = op};
+    int rc = ring_allreduce(W.ring, &a);
     if (rc != 0)
         DIE("allreduce %s/%s count %zu: %s", kern_dtype_name(dt),
             kern_op_name(op), count, st_strerror(rc));
@@ -247,7 +256,7 @@ static uint8_t pattern(uint32_t who, size_t i)
 }
 
 /*
- * ring_allreduce_avg by 2n + 1 (a daemon's divisor is the job's trainer
+ * KERN_AVG by a divisor of 2n + 1 (a daemon's divisor is the job's trainer
  * count, not the ring's rank count): small integers sum exactly, so the
  * result is that sum divided once, and the same bits on every rank.
  */
@@ -257,7 +266,9 @@ static void avg_by(size_t count)
     float *f = malloc(count * sizeof(float) + 1);
     for (size_t i = 0; i < count; i++)
         f[i] = (float)(W.rank + 1 + i % 7);
-    int rc = ring_allreduce_avg(W.ring, f, count, KERN_F32, div);
+    ring_allreduce_t a = {.buf = f, .count = count, .dt = KERN_F32,
+                          .op = KERN_AVG, .divisor = div};
+    int rc = ring_allreduce(W.ring, &a);
     if (rc != 0)
         DIE("allreduce_avg %zu: %s", count, st_strerror(rc));
     for (size_t i = 0; i < count; i++) {
@@ -339,7 +350,7 @@ static void mode_flags(void)
             ring_set_flags(W.ring, mine);
             for (size_t i = 0; i < len; i++)
                 f[i] = (float)(W.rank + 1);
-            int rc = ring_allreduce(W.ring, f, len, KERN_F32, KERN_SUM);
+            int rc = sum_f32(f, len);
             if (rc != 0)
                 DIE("flags allreduce %zu: %s", len, st_strerror(rc));
             for (size_t i = 0; i < len; i++)
@@ -377,7 +388,7 @@ static void report_failure(int rc)
     write_file(name, line, (size_t)len);
     /* Every later call must fail fast, never hang. */
     float x = 1;
-    int rc2 = ring_allreduce(W.ring, &x, 1, KERN_F32, KERN_SUM);
+    int rc2 = sum_f32(&x, 1);
     if (rc2 == 0)
         DIE("collective on a failed ring succeeded");
 }
@@ -432,7 +443,7 @@ static void mode_big(int abort_it)
      * ring and connects: the faults below are to land on the grid. */
     float warm[1024] = {0};
     if (W.opts.grid_min_nodes > 0 &&
-        ring_allreduce(W.ring, warm, 1024, KERN_F32, KERN_SUM) != 0)
+        sum_f32(warm, 1024) != 0)
         DIE("warm-up allreduce failed");
     /* Filled before the heartbeats are awaited: 256 MiB take over a
      * second under ASan, a second in which nobody services the ring, and
@@ -452,7 +463,7 @@ static void mode_big(int abort_it)
         if (it == 0)
             write_file(name, "1\n", 2);
         atomic_store(&W.running, 1);
-        int rc = ring_allreduce(W.ring, buf, W.count, KERN_F32, KERN_SUM);
+        int rc = sum_f32(buf, W.count);
         /* Complete, but a neighbour died after we no longer needed it
          * (a grid row can finish while another row fails): the ring is
          * dead for the next one, with its cause. */
@@ -759,7 +770,7 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--f32")) W.f32_only = 1;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
         else if (!strcmp(a, "--wire")) {
-            W.opts.wire = !strcmp(v, "bf16") ? RING_WIRE_BF16 : RING_WIRE_F16;
+            W.opts.wire = !strcmp(v, "bf16") ? RD_WIRE_BF16 : RD_WIRE_F16;
             i++;
         } else DIE("unknown option %s", a);
     }

@@ -192,12 +192,12 @@ static void bad_collectives(int fd, const proto_coll_req_t *okp)
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EPROTO, "unknown collective kind");
     r = ok;
-    r.root = RINGD_WIRE_F16 + 1; /* an allreduce's wire format */
+    r.wire = RINGD_WIRE_F16 + 1;
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EPROTO, "unknown wire format");
     r = ok;
     r.dtype = RINGD_I32;
-    r.root = RINGD_WIRE_BF16;
+    r.wire = RINGD_WIRE_BF16;
     send_msg(fd, PROTO_VERSION, PROTO_T_COLL, 27, &r, sizeof(r), -1);
     expect_error(fd, RINGD_EPROTO, "other than f32");
     /* A well-formed collective outside a step. */
@@ -218,8 +218,8 @@ TEST_IMPL(dmn_malformed_messages)
     bad_headers(fd);
     hello(fd);
     bad_buffers(fd);
-    proto_coll_req_t ok = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
-                           RINGD_SUM, 0};
+    proto_coll_req_t ok = {.kind = PROTO_COLL_ALLREDUCE, .dtype = RINGD_F32,
+                           .count = 16, .op = RINGD_SUM};
     bad_collectives(fd, &ok);
     uint32_t type;
 
@@ -331,8 +331,8 @@ TEST_IMPL(dmn_local_collectives)
         r[0].mem[k] = (float)k;
         r[1].mem[k] = 100.0f * (float)k;
     }
-    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
-                            RINGD_SUM, 0};
+    proto_coll_req_t sum = {.kind = PROTO_COLL_ALLREDUCE, .dtype = RINGD_F32,
+                            .count = 16, .op = RINGD_SUM};
     proto_coll_req_t two[2] = {sum, sum};
     both_coll(r, two, 0);
     for (int i = 0; i < 2; i++)
@@ -344,8 +344,9 @@ TEST_IMPL(dmn_local_collectives)
     r[1].mem[0] = 4.0f;
     both_coll(r, two, 0);
     ASSERT(r[0].mem[0] == 3.5f && r[1].mem[0] == 3.5f);
-    proto_coll_req_t bc = {PROTO_COLL_BROADCAST, 2, 0, RINGD_U8, 64, 8, 0,
-                           1};
+    proto_coll_req_t bc = {.kind = PROTO_COLL_BROADCAST, .coll_seq = 2,
+                           .dtype = RINGD_U8, .offset = 64, .count = 8,
+                           .root = 1};
     memcpy((char *)r[1].mem + 64, "rank one", 8);
     two[0] = two[1] = bc;
     both_coll(r, two, 0);
@@ -395,8 +396,8 @@ TEST_IMPL(dmn_lost_trainer_reshapes)
     proto_step_rep_t v0 = raw_step_reply(&r[0]);
     (void)raw_step_reply(&r[1]);
     ASSERT_EQ(v0.world, 2);
-    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
-                            RINGD_SUM, 0};
+    proto_coll_req_t sum = {.kind = PROTO_COLL_ALLREDUCE, .dtype = RINGD_F32,
+                            .count = 16, .op = RINGD_SUM};
     send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 4, &sum, sizeof(sum),
              -1);
     close(r[1].fd); /* as a SIGKILL would: no BYE */
@@ -534,8 +535,8 @@ TEST_IMPL(dmn_buf_free_refusals)
         ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
 
     /* Trainer 0 posts on buffer 1 and waits for trainer 1. */
-    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 1, RINGD_F32, 0, 4,
-                            RINGD_SUM, 0};
+    proto_coll_req_t sum = {.kind = PROTO_COLL_ALLREDUCE, .buf_id = 1,
+                            .dtype = RINGD_F32, .count = 4, .op = RINGD_SUM};
     send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 5, &sum, sizeof(sum),
              -1);
     proto_buf_free_t f = {1, 0};
@@ -599,8 +600,8 @@ TEST_IMPL(dmn_lost_after_collectives_keeps_step)
         raw_step_begin(&r[i], 3);
     proto_step_rep_t v0 = raw_step_reply(&r[0]);
     (void)raw_step_reply(&r[1]);
-    proto_coll_req_t sum = {PROTO_COLL_ALLREDUCE, 0, 0, RINGD_F32, 0, 16,
-                            RINGD_SUM, 0};
+    proto_coll_req_t sum = {.kind = PROTO_COLL_ALLREDUCE, .dtype = RINGD_F32,
+                            .count = 16, .op = RINGD_SUM};
     proto_coll_req_t two[2] = {sum, sum};
     both_coll(r, two, 0);
     close(r[1].fd); /* as a SIGKILL would, before its step_end */
@@ -646,9 +647,10 @@ TEST_IMPL(dmn_async_queue_bound)
         r[1].mem[k] = 1000.0f;
     }
     for (int k = 0; k < N + EXTRA; k++) {
-        proto_coll_req_t q = {PROTO_COLL_ALLREDUCE, (uint32_t)k, 0,
-                              RINGD_F32, (uint64_t)(k % N) * 4, 1,
-                              RINGD_SUM, 0};
+        proto_coll_req_t q = {.kind = PROTO_COLL_ALLREDUCE,
+                              .coll_seq = (uint32_t)k, .dtype = RINGD_F32,
+                              .offset = (uint64_t)(k % N) * 4, .count = 1,
+                              .op = RINGD_SUM};
         send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 1000 + (uint32_t)k,
                  &q, sizeof(q), -1);
     }
@@ -663,8 +665,10 @@ TEST_IMPL(dmn_async_queue_bound)
     /* Trainer 1 issues the same sequence; both see every reply in
      * order, trainer 1 reading each before sending the next. */
     for (int k = 0; k < N; k++) {
-        proto_coll_req_t q = {PROTO_COLL_ALLREDUCE, (uint32_t)k, 0,
-                              RINGD_F32, (uint64_t)k * 4, 1, RINGD_SUM, 0};
+        proto_coll_req_t q = {.kind = PROTO_COLL_ALLREDUCE,
+                              .coll_seq = (uint32_t)k, .dtype = RINGD_F32,
+                              .offset = (uint64_t)k * 4, .count = 1,
+                              .op = RINGD_SUM};
         send_msg(r[1].fd, PROTO_VERSION, PROTO_T_COLL, 1000 + (uint32_t)k,
                  &q, sizeof(q), -1);
         uint32_t type;
@@ -717,10 +721,11 @@ TEST_IMPL(dmn_async_fused_hostile)
         raw_step_begin(&r[i], 3);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(raw_step_reply(&r[i]).status, 0);
-    proto_coll_req_t more = {PROTO_COLL_ALLREDUCE_MORE, 0, 0, RINGD_F32, 0,
-                             4, RINGD_SUM, 0};
-    proto_coll_req_t last = {PROTO_COLL_ALLREDUCE, 1, 0, RINGD_F32, 16, 4,
-                             RINGD_SUM, 0};
+    proto_coll_req_t more = {.kind = PROTO_COLL_ALLREDUCE_MORE,
+                             .dtype = RINGD_F32, .count = 4, .op = RINGD_SUM};
+    proto_coll_req_t last = {.kind = PROTO_COLL_ALLREDUCE, .coll_seq = 1,
+                             .dtype = RINGD_F32, .offset = 16, .count = 4,
+                             .op = RINGD_SUM};
     send_msg(r[0].fd, PROTO_VERSION, PROTO_T_COLL, 10, &more, sizeof(more),
              -1);
     proto_coll_req_t bad = last;

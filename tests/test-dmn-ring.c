@@ -510,8 +510,8 @@ TEST_IMPL(dmn_ring_drain)
  * Every step's hash-log lines over the logs of all the job's trainers:
  * each step ran somewhere, every trainer of it was told the same world,
  * exactly world trainers logged it and their ranks are 0..world-1 once
- * each. world is the AVG divisor (the daemon's avg_divisor is the view's
- * global_trainers), so this checks the divisor, global_trainers and
+ * each. world is the AVG divisor (the daemon's job_reduce_t.divisor is the
+ * view's global_trainers), so this checks the divisor, global_trainers and
  * rank_offset of every node at every step.
  */
 static void check_step_ranks(const char *const *logs, int nlogs, int steps)

@@ -157,10 +157,10 @@ static void *hs_run(void *arg)
         s->rc = job__ring_auth(b, r, &v, &s->suspect);
     /* An accepted neighbour's ring carries a collective. */
     int32_t x = s->rank + 1;
+    ring_allreduce_t a = {.buf = &x, .count = 1, .dt = KERN_I32,
+                          .op = KERN_SUM};
     if (s->rc == 0)
-        s->rc = ring_allreduce(r, &x, 1, KERN_I32, KERN_SUM) == 0 && x == 3
-                    ? 0
-                    : ST_EPROTO;
+        s->rc = ring_allreduce(r, &a) == 0 && x == 3 ? 0 : ST_EPROTO;
     if (b != NULL)
         job_auth_destroy(b->auth);
     free(b);

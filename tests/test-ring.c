@@ -307,11 +307,11 @@ TEST_IMPL(ring_forged_n2)
 }
 
 /*
- * The pipelined local reduce (ring_allreduce_local): 2 or 3 local sources
- * per rank, whole or in the fused layout, counts that are no multiple of
- * the chunk, odd n, two rings, wire compression and AVG by the job's
- * trainer count: every source ends bitwise as the staged path leaves it,
- * on every rank; the grid keeps the staged path.
+ * The pipelined local reduce (ring_allreduce_t.local): 2 or 3 local
+ * sources per rank, whole or in the fused layout, counts that are no
+ * multiple of the chunk, odd n, two rings, wire compression and AVG by
+ * the job's trainer count: every source ends bitwise as the staged path
+ * leaves it, on every rank; the grid keeps the staged path.
  */
 TEST_IMPL(ring_local_n1)
 {
