@@ -60,7 +60,7 @@ int dmn_done(const dmn_t *d)
     if (d->flags & DMN_F_DRAIN_TIMED_OUT)
         return 1;
     if (d->flags & DMN_F_RESTART) /* tells the trainers nothing */
-        return !d->ckpt_restart_busy;
+        return !(d->flags & DMN_F_RESTART_CKPT);
     for (const dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         if (dmn__conn_is_member(c) && c->cstate != DMN_CONN_SHUTDOWN)
             return 0;

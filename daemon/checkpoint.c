@@ -68,12 +68,12 @@
 static void on_written(dmn_t *d, int which, int status,
                        const ckpt_shard_info_t *info)
 {
-    pthread_mutex_lock(&d->ckpt_mu);
-    d->ckpt_done_step[which] = info->step;
-    d->ckpt_done_status[which] = status;
-    d->ckpt_done_info[which] = *info;
-    pthread_mutex_unlock(&d->ckpt_mu);
-    uv_async_send(&d->ckpt_async);
+    pthread_mutex_lock(&d->ck.mu);
+    d->ck.done_step[which] = info->step;
+    d->ck.done_status[which] = status;
+    d->ck.done_info[which] = *info;
+    pthread_mutex_unlock(&d->ck.mu);
+    uv_async_send(&d->ck.async);
 }
 
 static void on_primary(void *arg, int status, const ckpt_shard_info_t *info,
@@ -96,12 +96,8 @@ int dmn__ckpt_hold(dmn_t *d, int status)
 {
     if (!dmn__copy_holding(&d->pool) || status != 0)
         return 0;
-    if (!d->coll_held) {
-        d->stats.ckpt_holds++;
-        d->coll_held_ns = rd_now_ns();
-    }
-    d->coll_held = 1;
-    d->coll_held_status = status;
+    d->stats.ckpt_holds++;
+    d->ck.hold_ns = rd_now_ns();
     return 1;
 }
 
@@ -109,13 +105,35 @@ int dmn__ckpt_hold(dmn_t *d, int status)
 void dmn__ckpt_copies_done(dmn_t *d)
 {
     double held = 0;
-    if (d->coll_held) {
-        held = (double)(rd_now_ns() - d->coll_held_ns) / 1e9;
+    if (d->ck.hold_ns != 0) {
+        held = (double)(rd_now_ns() - d->ck.hold_ns) / 1e9;
         d->stats.ckpt_hold_seconds += held;
         if (held > d->stats.ckpt_hold_max_seconds)
             d->stats.ckpt_hold_max_seconds = held;
+        d->ck.hold_ns = 0;
     }
-    d->ckpt_last_hold_ms = held * 1e3;
+    d->ck.last_hold_ms = held * 1e3;
+}
+
+int dmn__ckpt_enabled(const dmn_t *d)
+{
+    return d->ck.root != NULL;
+}
+
+int dmn__ckpt_restoring(const dmn_t *d)
+{
+    return d->ck.restoring;
+}
+
+ckpt_writer_t *dmn__ckpt_writer(const dmn_t *d, int i)
+{
+    return d->ck.w[i];
+}
+
+int dmn__ckpt_writing(const dmn_t *d)
+{
+    return d->ck.submitting || ckpt_writer_busy(d->ck.w[0]) ||
+           ckpt_writer_busy(d->ck.w[1]);
 }
 
 static void restart_progress(dmn_t *d, uint64_t ended);
@@ -133,7 +151,10 @@ typedef struct {
 static int ckpt_copy_queue(dmn_t *d, dmn_copy_t *c)
 {
     c->d = d;
-    return dmn__copy_queue(&d->pool, c);
+    int rc = dmn__copy_queue(&d->pool, c);
+    if (rc == 0)
+        dmn__maps_hold(d, DMN_MAPS_COPIES);
+    return rc;
 }
 
 static void ckpt_copy_work(dmn_copy_t *b)
@@ -141,7 +162,7 @@ static void ckpt_copy_work(dmn_copy_t *b)
     ckpt_copy_t *c = (ckpt_copy_t *)b;
     dmn_t *d = b->d;
     for (int i = 0; i < 2; i++) {
-        c->rc[i] = ckpt_writer_submit(d->ckw[i], &c->in[i],
+        c->rc[i] = ckpt_writer_submit(d->ck.w[i], &c->in[i],
                                       c->src + c->in[i].offset,
                                       i ? on_replica : on_primary, d);
         if (c->rc[i] == 0)
@@ -153,18 +174,18 @@ static void ckpt_copy_done(dmn_copy_t *b, int status)
 {
     ckpt_copy_t *c = (ckpt_copy_t *)b;
     dmn_t *d = b->d;
-    d->ckpt_submitting = 0;
+    d->ck.submitting = 0;
     if (status != 0) { /* shutting down: the writers finish or not */
         free(c);
         return;
     }
     d->stats.ckpt_copies += c->rc[0] == 0 && c->rc[1] == 0;
     d->stats.ckpt_copy_seconds += (double)b->wall_ns / 1e9;
-    d->ckpt_last_copy_ms = (double)b->wall_ns / 1e6;
-    d->ckpt_last_copy_work_ms = (double)b->work_ns / 1e6;
+    d->ck.last_copy_ms = (double)b->wall_ns / 1e6;
+    d->ck.last_copy_work_ms = (double)b->work_ns / 1e6;
     if (c->rc[0] != 0 || c->rc[1] != 0) {
-        if (d->ckpt_pending_step == c->step)
-            d->ckpt_pending_step = 0;
+        if (d->ck.pending_step == c->step)
+            d->ck.pending_step = 0;
         d->stats.ckpt_failed++;
         RD_WARN("checkpoint of step %" PRIu64 " not taken: %s", c->step,
                 st_strerror(c->rc[0] ? c->rc[0] : c->rc[1]));
@@ -183,18 +204,18 @@ static void log_written(dmn_t *d, uint64_t step)
 {
     ckpt_writer_stats_t s[2];
     for (int i = 0; i < 2; i++)
-        ckpt_writer_stats(d->ckw[i], &s[i]);
+        ckpt_writer_stats(d->ck.w[i], &s[i]);
     RD_INFO("checkpoint of step %" PRIu64 " written: copies %.1f ms off "
             "the loop (%.1f ms copying; primary %.1f ms, cpu %.1f, %llu "
             "faults; replica %.1f ms, cpu %.1f, %llu faults); the last "
             "held collective waited %.1f ms; encode primary %.1f ms "
             "(cpu %.1f), replica %.1f ms (cpu %.1f); main loop %.2f ms in "
             "checkpoints so far", step,
-            d->ckpt_last_copy_ms, d->ckpt_last_copy_work_ms,
+            d->ck.last_copy_ms, d->ck.last_copy_work_ms,
             ms_of(s[0].last_stall_ns), ms_of(s[0].last_copy_cpu_ns),
             (unsigned long long)s[0].last_copy_faults,
             ms_of(s[1].last_stall_ns), ms_of(s[1].last_copy_cpu_ns),
-            (unsigned long long)s[1].last_copy_faults, d->ckpt_last_hold_ms,
+            (unsigned long long)s[1].last_copy_faults, d->ck.last_hold_ms,
             ms_of(s[0].last_write_ns), ms_of(s[0].last_write_cpu_ns),
             ms_of(s[1].last_write_ns), ms_of(s[1].last_write_cpu_ns),
             d->stats.ckpt_loop_seconds * 1e3);
@@ -326,7 +347,7 @@ static void try_complete(dmn_t *d, uint64_t step, uint32_t n)
     }
     c->req.data = c;
     c->d = d;
-    c->root = strdup(d->ckpt_root);
+    c->root = strdup(d->ck.root);
     if (c->root == NULL) {
         RD_WARN("checkpoint of step %" PRIu64 " not completed: out of "
                 "memory", step);
@@ -353,7 +374,7 @@ static void on_reported(void *arg, int status)
     if (status == 1) {
         d->stats.ckpt_taken++;
         RD_INFO("checkpoint of step %" PRIu64 " complete (every shard has "
-                "2 copies; manifest in etcd)", d->ckpt_reported_step);
+                "2 copies; manifest in etcd)", d->ck.reported_step);
     } else if (status < 0) {
         d->stats.ckpt_failed++;
     }
@@ -361,17 +382,17 @@ static void on_reported(void *arg, int status)
 
 static void ckpt_written(dmn_t *d)
 {
-    pthread_mutex_lock(&d->ckpt_mu);
-    uint64_t s0 = d->ckpt_done_step[0], s1 = d->ckpt_done_step[1];
-    int r0 = d->ckpt_done_status[0], r1 = d->ckpt_done_status[1];
-    job_ckpt_files_t f = {.primary = d->ckpt_done_info[0],
-                          .replica = d->ckpt_done_info[1],
+    pthread_mutex_lock(&d->ck.mu);
+    uint64_t s0 = d->ck.done_step[0], s1 = d->ck.done_step[1];
+    int r0 = d->ck.done_status[0], r1 = d->ck.done_status[1];
+    job_ckpt_files_t f = {.primary = d->ck.done_info[0],
+                          .replica = d->ck.done_info[1],
                           .keep = CKPT_KEEP};
-    pthread_mutex_unlock(&d->ckpt_mu);
-    uint64_t want = d->ckpt_pending_step;
+    pthread_mutex_unlock(&d->ck.mu);
+    uint64_t want = d->ck.pending_step;
     if (want == 0 || s0 != want || s1 != want)
         return;
-    d->ckpt_pending_step = 0;
+    d->ck.pending_step = 0;
     log_written(d, want);
     if (r0 != 0 || r1 != 0) {
         d->stats.ckpt_failed++;
@@ -382,7 +403,7 @@ static void ckpt_written(dmn_t *d)
         return;
     }
     if (job_records_ckpts(d->job)) {
-        d->ckpt_reported_step = want;
+        d->ck.reported_step = want;
         int rc = job_ckpt_report(d->job, &f, on_reported, d);
         if (rc != 0) {
             d->stats.ckpt_failed++;
@@ -390,7 +411,7 @@ static void ckpt_written(dmn_t *d)
                     st_strerror(rc));
         }
     }
-    try_complete(d, want, d->ckpt_pending_n);
+    try_complete(d, want, d->ck.pending_n);
 }
 
 static void on_ckpt_async(uv_async_t *h)
@@ -410,24 +431,24 @@ int dmn__ckpt_start(dmn_t *d)
                               strcmp(cfg->backend, "ring") == 0
                           ? cfg->job
                           : "standalone";
-    if (asprintf(&d->ckpt_root, "%s/%s", cfg->ckpt_dir, job) < 0)
+    if (asprintf(&d->ck.root, "%s/%s", cfg->ckpt_dir, job) < 0)
         return ST_ENOMEM;
-    pthread_mutex_init(&d->ckpt_mu, NULL);
+    pthread_mutex_init(&d->ck.mu, NULL);
     d->flags |= DMN_F_CKPT_MU_INIT;
     for (int i = 0; i < 2; i++) {
-        ckpt_writer_opts_t o = {.root = d->ckpt_root,
+        ckpt_writer_opts_t o = {.root = d->ck.root,
                                 .codec = {.level = 3, .elem_size = 4},
                                 .full_every = 4, .replica = i,
                                 .background = 19};
-        int rc = ckpt_writer_create(&o, &d->ckw[i]);
+        int rc = ckpt_writer_create(&o, &d->ck.w[i]);
         if (rc != 0)
             return rc;
     }
-    uv_async_init(d->loop, &d->ckpt_async, on_ckpt_async);
-    d->ckpt_async.data = d;
+    uv_async_init(d->loop, &d->ck.async, on_ckpt_async);
+    d->ck.async.data = d;
     d->flags |= DMN_F_CKPT_ASYNC_ON;
     RD_INFO("checkpoints every %u steps under %s", cfg->ckpt_interval,
-            d->ckpt_root);
+            d->ck.root);
     return 0;
 }
 
@@ -435,19 +456,19 @@ void dmn__ckpt_stop(dmn_t *d)
 {
     dmn__copy_stop(&d->pool); /* nothing submits to the writers any more */
     for (int i = 0; i < 2; i++) {
-        ckpt_writer_destroy(d->ckw[i]); /* finishes what is in flight */
-        d->ckw[i] = NULL;
+        ckpt_writer_destroy(d->ck.w[i]); /* finishes what is in flight */
+        d->ck.w[i] = NULL;
     }
     if (d->flags & DMN_F_CKPT_ASYNC_ON) {
         d->flags &= ~DMN_F_CKPT_ASYNC_ON;
         d->open_handles++;
-        uv_close((uv_handle_t *)&d->ckpt_async, dmn__handle_closed);
+        uv_close((uv_handle_t *)&d->ck.async, dmn__handle_closed);
     }
     if (d->flags & DMN_F_CKPT_MU_INIT)
-        pthread_mutex_destroy(&d->ckpt_mu);
+        pthread_mutex_destroy(&d->ck.mu);
     d->flags &= ~DMN_F_CKPT_MU_INIT;
-    free(d->ckpt_root);
-    d->ckpt_root = NULL;
+    free(d->ck.root);
+    d->ck.root = NULL;
 }
 
 /*
@@ -478,7 +499,7 @@ static void reserve_work(dmn_copy_t *b)
 {
     reserve_t *r = (reserve_t *)b;
     for (int i = 0; i < 2 && r->rc == 0; i++)
-        r->rc = ckpt_writer_reserve(b->d->ckw[i], r->need);
+        r->rc = ckpt_writer_reserve(b->d->ck.w[i], r->need);
     for (int i = 0; i < 2; i++)
         prefault(r->src[i], r->len[i]);
 }
@@ -487,10 +508,10 @@ static void reserve_done(dmn_copy_t *b, int status)
 {
     reserve_t *r = (reserve_t *)b;
     dmn_t *d = b->d; /* b is r: gone after the free */
-    if (status == 0 && r->rc == 0 && r->need > d->ckpt_reserved)
-        d->ckpt_reserved = r->need;
+    if (status == 0 && r->rc == 0 && r->need > d->ck.reserved)
+        d->ck.reserved = r->need;
     /* else the first snapshot allocates, as before */
-    d->ckpt_reserving = 0;
+    d->ck.reserving = 0;
     free(r);
     if (status == 0)
         restart_progress(d, 0); /* the writers may be free now */
@@ -503,13 +524,13 @@ void dmn__ckpt_prepare(dmn_t *d)
     size_t bytes;
     /* Not while a boundary's copies wait for the writers: they would
      * race for the slot (the next step start grows the stages). */
-    if (d->ckw[0] == NULL || d->ckpt_reserving || d->ckpt_submitting)
+    if (d->ck.w[0] == NULL || d->ck.reserving || d->ck.submitting)
         return;
     uint64_t t0 = rd_now_ns();
     dmn__state_get(d, &state, &bytes);
     uint32_t n = d->view.node_count ? d->view.node_count : 1;
     size_t need = state == NULL ? 0 : bytes / n + 64; /* aligned ranges */
-    reserve_t *r = need > d->ckpt_reserved ? calloc(1, sizeof(*r)) : NULL;
+    reserve_t *r = need > d->ck.reserved ? calloc(1, sizeof(*r)) : NULL;
     if (r != NULL) {
         r->need = need;
         uint32_t me = d->view.node_rank % n;
@@ -524,7 +545,7 @@ void dmn__ckpt_prepare(dmn_t *d)
         r->base.done = reserve_done;
         r->base.flags |= DMN_COPY_F_NO_HOLD;
         if (ckpt_copy_queue(d, &r->base) == 0)
-            d->ckpt_reserving = 1;
+            d->ck.reserving = 1;
         else
             free(r);
     }
@@ -542,8 +563,8 @@ static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
      * skipped it would report S later, and the pair would never match.
      * The last boundary's copies may not have reached the writers yet
      * (steps without a collective are not held for them). */
-    if (d->ckpt_reserving || d->ckpt_submitting ||
-        ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1])) {
+    if (d->ck.reserving || d->ck.submitting ||
+        ckpt_writer_busy(d->ck.w[0]) || ckpt_writer_busy(d->ck.w[1])) {
         d->stats.ckpt_skipped++;
         RD_INFO("checkpoint of step %" PRIu64 " skipped: the previous one "
                 "is still being written", step);
@@ -569,21 +590,21 @@ static void boundary_submit(dmn_t *d, uint64_t step, const char *state,
     c->base.work = ckpt_copy_work;
     c->base.done = ckpt_copy_done;
     /* Before the writers can report: on_ckpt_async matches this step. */
-    d->ckpt_pending_step = step;
-    d->ckpt_pending_n = n;
+    d->ck.pending_step = step;
+    d->ck.pending_n = n;
     if (ckpt_copy_queue(d, &c->base) != 0) {
-        d->ckpt_pending_step = 0;
+        d->ck.pending_step = 0;
         d->stats.ckpt_failed++;
         free(c);
         return;
     }
-    d->ckpt_submitting = 1;
+    d->ck.submitting = 1;
 }
 
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step)
 {
     /* d->view is still the view of the step that just ended. */
-    if (d->ckw[0] == NULL || step == 0 ||
+    if (d->ck.w[0] == NULL || step == 0 ||
         (step % d->cfg->ckpt_interval != 0 && !d->view.ckpt_requested))
         return;
     uint64_t t0 = rd_now_ns();
@@ -611,7 +632,7 @@ static int restart_stored(dmn_t *d, uint64_t step)
     uint64_t *steps = NULL;
     size_t n = 0;
     int have = 0;
-    if (ckpt_store_list(d->ckpt_root, &steps, &n) == 0)
+    if (ckpt_store_list(d->ck.root, &steps, &n) == 0)
         for (size_t i = 0; i < n; i++)
             have |= steps[i] == step;
     free(steps);
@@ -620,14 +641,14 @@ static int restart_stored(dmn_t *d, uint64_t step)
 
 static int writers_busy(dmn_t *d)
 {
-    return d->ckpt_reserving || d->ckpt_submitting ||
-           ckpt_writer_busy(d->ckw[0]) || ckpt_writer_busy(d->ckw[1]);
+    return d->ck.reserving || d->ck.submitting ||
+           ckpt_writer_busy(d->ck.w[0]) || ckpt_writer_busy(d->ck.w[1]);
 }
 
 /* The drain may end: tell it (dmn_done decides). */
 static void restart_done(dmn_t *d)
 {
-    d->ckpt_restart_busy = 0;
+    d->flags &= ~DMN_F_RESTART_CKPT;
     if (dmn_done(d))
         uv_stop(d->loop);
 }
@@ -637,36 +658,36 @@ static void restart_done(dmn_t *d)
  * end. */
 static void restart_progress(dmn_t *d, uint64_t ended)
 {
-    uint64_t step = d->ckpt_restart_step;
-    if (!d->ckpt_restart_busy)
+    uint64_t step = d->ck.restart_step;
+    if (!(d->flags & DMN_F_RESTART_CKPT))
         return;
-    if (ended == step && d->ckpt_pending_step != step) {
+    if (ended == step && d->ck.pending_step != step) {
         if (restart_stored(d, step))
             RD_INFO("restart: the checkpoint of step %" PRIu64 " is "
                     "complete: the next ringd resumes there", step);
         restart_done(d);
         return;
     }
-    if (d->ckpt_pending_step == step || writers_busy(d))
+    if (d->ck.pending_step == step || writers_busy(d))
         return; /* ours is under way, or the writers are not free yet */
     void *state;
     size_t bytes;
     dmn__state_get(d, &state, &bytes);
     if (state != NULL && bytes != 0)
         boundary_submit(d, step, state, bytes);
-    if (!d->ckpt_submitting) /* not taken: nothing to wait for */
+    if (!d->ck.submitting) /* not taken: nothing to wait for */
         restart_done(d);
 }
 
 void dmn__ckpt_restart_take(dmn_t *d)
 {
     uint64_t step = d->step;
-    if (d->ckw[0] == NULL || job_records_ckpts(d->job) || step == 0 ||
+    if (d->ck.w[0] == NULL || job_records_ckpts(d->job) || step == 0 ||
         restart_stored(d, step))
         return;
     RD_INFO("restart: checkpointing step %" PRIu64 " first", step);
-    d->ckpt_restart_step = step;
-    d->ckpt_restart_busy = 1;
+    d->ck.restart_step = step;
+    d->flags |= DMN_F_RESTART_CKPT;
     restart_progress(d, 0);
 }
 
@@ -678,7 +699,7 @@ void dmn__ckpt_restart_take(dmn_t *d)
 void dmn__ckpt_request(dmn_t *d, dmn_conn_t *c, uint32_t seq)
 {
     d->stats.ckpt_requests++;
-    if (d->ckw[0] == NULL || !job_takes_ckpt_requests(d->job)) {
+    if (d->ck.w[0] == NULL || !job_takes_ckpt_requests(d->job)) {
         RD_INFO("client %u asked for a checkpoint, but checkpoints are "
                 "off (--ckpt-interval 0)", c->id);
         dmn__reply_status(c, PROTO_T_CKPT, seq, RINGD_ENOTSUP);
@@ -705,7 +726,7 @@ typedef struct {
 static void restore_work(dmn_copy_t *b)
 {
     restore_t *r = (restore_t *)b;
-    r->rc = ckpt_store_restore(b->d->ckpt_root, r->state, r->bytes,
+    r->rc = ckpt_store_restore(b->d->ck.root, r->state, r->bytes,
                                &r->step, &r->repaired);
     if (r->rc != 0)
         return;
@@ -721,7 +742,7 @@ static void restore_done(dmn_copy_t *b, int status)
     restore_t *r = (restore_t *)b;
     dmn_t *d = b->d;
     int rc = status != 0 ? status : r->rc;
-    d->ckpt_restoring = 0;
+    d->ck.restoring = 0;
     if (status != 0) {
         free(r);
         return;
@@ -736,10 +757,10 @@ static void restore_done(dmn_copy_t *b, int status)
     } else if (rc != -ENOENT && job_records_ckpts(d->job)) {
         RD_INFO("no checkpoint this node can restore alone under %s: the "
                 "nodes restore one together if their stores hold it",
-                d->ckpt_root);
+                d->ck.root);
     } else if (rc != -ENOENT) {
         RD_ERROR("no usable checkpoint under %s: starting from the "
-                 "trainers' initial state", d->ckpt_root);
+                 "trainers' initial state", d->ck.root);
     }
     free(r); /* the copy kicks the step start that waits for it */
 }
@@ -747,7 +768,7 @@ static void restore_done(dmn_copy_t *b, int status)
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
                             const dmn_fill_t *f, uint32_t n)
 {
-    if (d->ckpt_root == NULL || state == NULL || bytes == 0)
+    if (d->ck.root == NULL || state == NULL || bytes == 0)
         return -ENOENT;
     restore_t *r = calloc(1, sizeof(*r) + n * sizeof(*f));
     if (r == NULL)
@@ -764,6 +785,6 @@ int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
         free(r);
         return rc;
     }
-    d->ckpt_restoring = 1;
+    d->ck.restoring = 1;
     return 0;
 }

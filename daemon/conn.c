@@ -114,14 +114,14 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
 
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 {
-    /* A checkpoint writer may be copying the state out of it. */
-    if (!d->coll_in_flight && !dmn__copy_busy(&d->pool) && !d->state_lent) {
+    dmn_maps_t *m = &d->maps;
+    if (m->holds == 0) {
         munmap(addr, size);
         return;
     }
-    if (d->nheld == d->held_cap) {
-        uint32_t cap = d->held_cap ? 2 * d->held_cap : 4;
-        struct dmn_held *p = realloc(d->held, cap * sizeof(*p));
+    if (m->n == m->cap) {
+        uint32_t cap = m->cap ? 2 * m->cap : 4;
+        struct dmn_unmap *p = realloc(m->deferred, cap * sizeof(*p));
         if (p == NULL) {
             /* Unmapping under the backend's thread could crash the
              * daemon: losing the address space is the lesser evil. */
@@ -129,17 +129,36 @@ void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
                     size);
             return;
         }
-        d->held = p;
-        d->held_cap = cap;
+        m->deferred = p;
+        m->cap = cap;
     }
-    d->held[d->nheld++] = (struct dmn_held){addr, size};
+    m->deferred[m->n++] = (struct dmn_unmap){addr, size};
 }
 
-void dmn__held_release(dmn_t *d)
+void dmn__maps_hold(dmn_t *d, unsigned who)
 {
-    if (d->coll_in_flight || dmn__copy_busy(&d->pool) || d->state_lent)
+    d->maps.holds |= who;
+}
+
+int dmn__maps_held(const dmn_t *d, unsigned who)
+{
+    return (d->maps.holds & who) != 0;
+}
+
+void dmn__maps_release(dmn_t *d, unsigned who)
+{
+    dmn_maps_t *m = &d->maps;
+    m->holds &= ~who;
+    if (m->holds != 0)
         return;
-    for (uint32_t i = 0; i < d->nheld; i++)
-        munmap(d->held[i].addr, d->held[i].size);
-    d->nheld = 0;
+    for (uint32_t i = 0; i < m->n; i++)
+        munmap(m->deferred[i].addr, m->deferred[i].size);
+    m->n = 0;
+}
+
+void dmn__maps_fini(dmn_t *d)
+{
+    dmn__maps_release(d, ~0u);
+    free(d->maps.deferred);
+    d->maps.deferred = NULL;
 }

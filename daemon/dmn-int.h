@@ -228,6 +228,8 @@ enum {
     DMN_F_RESTART = 1u << 14,         /* the drain is dmn_restart()'s */
     DMN_F_JOB_ENDED = 1u << 15,       /* the drain is the end of a job its
                                          trainers named (jobs.c) */
+    DMN_F_RESTART_CKPT = 1u << 16,    /* the restart's drain waits for its
+                                         checkpoint (checkpoint.c) */
 };
 
 /*
@@ -282,6 +284,113 @@ struct dmn_copy_pool {
     void *arg;
 };
 
+/*
+ * The trainers' mappings while another thread may read or write them
+ * (conn.c's alone). Each holder is a named bit: the collective the
+ * backend runs (its buffers, staging), the state region lent to a view
+ * install, and copies on the pool. A trainer that goes away meanwhile is
+ * unmapped when the last holder lets go, never under a thread using it.
+ */
+enum {
+    DMN_MAPS_COLL = 1u << 0,    /* a collective is with the backend */
+    DMN_MAPS_INSTALL = 1u << 1, /* the state region is lent (job.h) */
+    DMN_MAPS_COPIES = 1u << 2,  /* copies run on the pool (copy.c) */
+};
+typedef struct {
+    unsigned holds;            /* DMN_MAPS_* */
+    struct dmn_unmap { void *addr; size_t size; } *deferred;
+    uint32_t n, cap;
+} dmn_maps_t;
+
+/* The local API server's listener and accept policy (server.c's alone). */
+typedef struct {
+    int listen_fd;
+    uv_poll_t listen_poll;
+    /* accept() out of descriptors or memory: paused, retried with
+     * backoff, logged rate-limited. */
+    uv_timer_t accept_timer;
+    uint32_t accept_backoff_ms; /* 0: accepting normally */
+    uint64_t accept_failures;
+    uint64_t accept_log_ms;
+    uint32_t conn_cap;          /* max-clients, or less under ulimit -n */
+    uint64_t refused_over_cap;  /* closed at once: conn_cap reached */
+    uint64_t cap_log_ms;
+    uint64_t refused_peers;     /* closed at once: credentials not allowed */
+    uint64_t peer_log_ms;
+    uint32_t next_conn_id;
+} dmn_server_t;
+
+/* The job the daemon serves (jobs.c's alone): the config's (pinned), or
+ * the one its first trainer named ("" until then); its secret file when
+ * not pinned. */
+typedef struct {
+    char name[RINGD_JOB_NAME_MAX + 1];
+    int pinned;
+    char secret[4096];
+    /* Armed when the job's last trainer was lost (not a BYE): the node
+     * stays in the job, stepped out, this long for its replacement
+     * (--job-grace) before it leaves. */
+    uv_timer_t grace_timer;
+} dmn_jobs_t;
+
+/* The checkpoint writers and their bookkeeping (checkpoint.c's alone). */
+typedef struct {
+    char *root;            /* <ckpt-dir>/<job>; NULL: off */
+    ckpt_writer_t *w[2];   /* primary shard, predecessor's replica */
+    uv_async_t async;
+    pthread_mutex_t mu;
+    uint64_t done_step[2]; /* guarded by mu */
+    int done_status[2];
+    ckpt_shard_info_t done_info[2];
+    uint64_t pending_step; /* submitted, not completed; 0: none */
+    uint32_t pending_n;
+    uint64_t reported_step; /* the last one handed to ckpt_report */
+    size_t reserved;       /* staging bytes the writers hold */
+    uint64_t hold_ns;      /* a completion held for the copies since;
+                              0: none */
+    int reserving;         /* the stages grow on the pool */
+    int submitting;        /* a boundary's copies are queued */
+    int restoring;         /* the checkpoint restore runs: no start */
+    /* The restart drain's checkpoint: its step (DMN_F_RESTART_CKPT
+     * while it waits for the writers or is being written). */
+    uint64_t restart_step;
+    double last_copy_ms;   /* the last boundary's, queued to done */
+    double last_copy_work_ms; /* ... of which copying */
+    double last_hold_ms;   /* the last hold's wait */
+} dmn_ckpt_t;
+
+/* The collective with the backend (step-queue.c's alone). */
+typedef struct {
+    /* The queues' head being reduced (REDUCING); when fused, count is
+     * the group's total. */
+    proto_coll_req_t coll;
+    size_t *seg_counts;    /* [coll_nsegs] of a fused one */
+    size_t seg_counts_cap;
+    uint64_t start_ns;
+    void *staging;
+    size_t staging_size;
+    /* The trainers' buffers the backend works on (job_reduce_t.bufs). */
+    void **bufs;
+    uint32_t bufs_cap;
+    int direct;            /* it works in the one trainer's buffer */
+    int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
+    int held;              /* done(held_status) waits for the checkpoint
+                              copies (dmn__coll_release) */
+    int held_status;
+} dmn_queue_t;
+
+/* state.c's alone. */
+typedef struct {
+    /* The job state as of the last completed step (for joiners) of a
+     * one-node job; a copy in flight owns the buffer (snap_step is 0). */
+    void *snap;
+    size_t snap_size;      /* allocated */
+    uint64_t snap_bytes;
+    uint64_t snap_step;
+    int snap_copying;
+    int joiner_copying;    /* joiner fills in flight: no start */
+} dmn_state_t;
+
 struct dmn {
     uv_loop_t *loop;
     const dmn_config_t *cfg;
@@ -296,38 +405,20 @@ struct dmn {
     uint64_t status_ms;    /* last STATUS= sent */
 
     /* Local API server (server.c). */
-    int listen_fd;
-    uv_poll_t listen_poll;
-    dmn_conn_t *conns;     /* in connection order: local rank order */
+    dmn_server_t srv;
+    dmn_conn_t *conns;     /* in connection order: local rank order; added
+                              and removed by server.c, read by all */
     uint32_t nconns;
-    /* accept() out of descriptors or memory: paused, retried with backoff
-     * (server.c), logged rate-limited. */
-    uv_timer_t accept_timer;
-    uint32_t accept_backoff_ms; /* 0: accepting normally */
-    uint64_t accept_failures;
-    uint64_t accept_log_ms;
-    uint32_t conn_cap;          /* max-clients, or less under ulimit -n */
-    uint64_t refused_over_cap;  /* closed at once: conn_cap reached */
-    uint64_t cap_log_ms;
-    uint64_t refused_peers;     /* closed at once: credentials not allowed */
-    uint64_t peer_log_ms;
-    uint32_t next_conn_id;
 
     /* Metrics HTTP server (metrics.c). */
     uv_tcp_t http;
 
+    /* The job a trainer named, or the config's (jobs.c). */
+    dmn_jobs_t jobs;
+
     /* Step state (step.c). */
     dmn_step_state_t state;
     uint64_t step;
-    /* The job (jobs.c): the config's (pinned), or the one its first
-     * trainer named ("" until then); its secret file when not pinned. */
-    char job_name[RINGD_JOB_NAME_MAX + 1];
-    int job_pinned;
-    char job_secret[4096];
-    /* Armed when the job's last trainer was lost (not a BYE): the node
-     * stays in the job, stepped out, this long for its replacement
-     * (--job-grace) before it leaves. */
-    uv_timer_t job_grace_timer;
     job_view_t view;       /* the view of the current/last step */
     uint64_t last_generation;
     uint32_t ended;        /* trainers that called step_end this step */
@@ -337,71 +428,31 @@ struct dmn {
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
-    /* The collective being reduced (REDUCING): the queues' head; when
-     * fused, count is the group's total. */
-    proto_coll_req_t coll;
-    uint32_t coll_nsegs;   /* queue entries it answers: > 1 when fused */
-    size_t *seg_counts;    /* [coll_nsegs] of a fused one */
-    size_t seg_counts_cap;
-    uint64_t coll_start_ns;
-    void *staging;
-    size_t staging_size;
-    /* The trainers' buffers the backend works on (job_reduce_t.bufs). */
-    void **coll_bufs;
-    uint32_t coll_bufs_cap;
-    int coll_in_flight;    /* the backend holds coll_bufs / staging */
-    int state_lent;        /* the backend holds the state region (an
-                              install's resync reads or restores it) */
-    int coll_direct;       /* it works in the one trainer's buffer */
-    int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
-    /* Mappings of trainers that went away while the backend held their
-     * buffers: unmapped when the collective completes. */
-    struct dmn_held { void *addr; size_t size; } *held;
-    uint32_t nheld, held_cap;
-    /* The job state as of the last completed step (for joiners); a
-     * snapshot copy in flight owns the buffer (snapshot_step is 0). */
-    void *snapshot;
-    size_t snapshot_size;  /* allocated */
-    uint64_t snapshot_bytes;
-    uint64_t snapshot_step;
-    int snapshot_copying;
-    int joiner_copying;    /* state fills in flight: no start */
-    int ckpt_restoring;    /* the checkpoint restore runs: no start */
+    /* The collective being reduced (step-queue.c). */
+    dmn_queue_t q;
+    /* Queue entries the collective with the backend answers (> 1 when
+     * fused): step-queue.c sets it at the launch, step.c reads it when
+     * it fails the step's collectives. */
+    uint32_t coll_nsegs;
+    /* Who may touch the trainers' mappings off the loop (conn.c). */
+    dmn_maps_t maps;
+    /* The state regions' copies (state.c). */
+    dmn_state_t st;
 
     /* Checkpoints (checkpoint.c). */
-    char *ckpt_root;       /* <ckpt-dir>/<job>; NULL: off */
-    ckpt_writer_t *ckw[2]; /* primary shard, predecessor's replica */
-    uv_async_t ckpt_async;
-    pthread_mutex_t ckpt_mu;
-    uint64_t ckpt_done_step[2]; /* guarded by ckpt_mu */
-    int ckpt_done_status[2];
-    ckpt_shard_info_t ckpt_done_info[2];
-    uint64_t ckpt_pending_step; /* submitted, not completed; 0: none */
-    uint32_t ckpt_pending_n;
-    uint64_t ckpt_reported_step; /* the last one handed to ckpt_report */
-    size_t ckpt_reserved;        /* staging bytes the writers hold */
+    dmn_ckpt_t ck;
     /* Copies of trainer state run on the pool while the next step runs;
      * a collective that completes before they are done is answered
-     * after (copy.c). */
+     * after (copy.c, dmn__ckpt_hold). */
     dmn_copy_pool_t pool;
-    int coll_held;               /* coll_done(coll_held_status) waits */
-    int coll_held_status;
-    uint64_t coll_held_ns;       /* since when */
-    int ckpt_reserving;          /* the stages grow on the pool */
-    int ckpt_submitting;         /* a boundary's copies are queued */
-    /* The restart drain's checkpoint (checkpoint.c): its step, and
-     * 1 while it waits for the writers or is being written. */
-    uint64_t ckpt_restart_step;
-    int ckpt_restart_busy;
-    double ckpt_last_copy_ms;    /* the last boundary's, queued to done */
-    double ckpt_last_copy_work_ms; /* ... of which copying */
-    double ckpt_last_hold_ms;    /* the last hold's wait */
     pthread_t loop_thread;       /* dmn__state_copied counts copies here */
 
     dmn_stats_t stats;
 };
 
 /* server.c */
+/* Before anything can fail in dmn_create: dmn__server_stop is safe. */
+void dmn__server_init(dmn_t *d);
 int dmn__server_start(dmn_t *d);
 void dmn__server_stop(dmn_t *d);
 
@@ -417,12 +468,16 @@ void dmn__reply_error(dmn_conn_t *c, uint32_t seq, int32_t status,
 /* A pointer into a client's mapped buffer, range-checked; NULL if bad. */
 void *dmn__buf_ptr(dmn_conn_t *c, uint32_t buf_id, uint64_t off,
                    uint64_t len);
-/* Unmap a client buffer now, or once the collective in flight, the
- * install that holds the state region or a copy on the pool (any may be
- * reading or writing it on another thread) completes. */
+/* Unmap a client buffer now, or, while a holder may read or write it on
+ * another thread (dmn_maps_t), once the last one lets go. */
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size);
-/* Unmap what dmn__buf_unmap deferred (nothing in flight any more). */
-void dmn__held_release(dmn_t *d);
+/* Take or let go of the mappings for who (DMN_MAPS_*); the last release
+ * runs the deferred unmaps. */
+void dmn__maps_hold(dmn_t *d, unsigned who);
+void dmn__maps_release(dmn_t *d, unsigned who);
+int dmn__maps_held(const dmn_t *d, unsigned who);
+/* The daemon's end: every holder is gone; unmap and free. */
+void dmn__maps_fini(dmn_t *d);
 /* The one place a connection's state changes; a move its table does not
  * allow is logged as an error and refused. */
 void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next);
@@ -447,6 +502,9 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
                     const proto_coll_req_t *req);
 /* The checkpoint copies are done: answer the collective they held. */
 void dmn__coll_release(dmn_t *d);
+/* The daemon's start (RINGD_ZERO_COPY) and end (the buffers' memory). */
+void dmn__queue_init(dmn_t *d);
+void dmn__queue_fini(dmn_t *d);
 
 /* drain.c (dmn_drain, dmn_restart: dmn.h); the job's drain key. */
 void dmn__on_backend_drain(void *arg);
@@ -467,6 +525,12 @@ void dmn__ckpt_restart_take(dmn_t *d);
 /* 1 when the queue's finished collective must wait for the checkpoint
  * copies (dmn__coll_release answers it when they are done). */
 int dmn__ckpt_hold(dmn_t *d, int status);
+/* Checkpoints are on (a store); the restore at the first start runs. */
+int dmn__ckpt_enabled(const dmn_t *d);
+int dmn__ckpt_restoring(const dmn_t *d);
+/* Writer i (0 primary, 1 replica), NULL when off; one is busy. */
+ckpt_writer_t *dmn__ckpt_writer(const dmn_t *d, int i);
+int dmn__ckpt_writing(const dmn_t *d);
 
 /* copy.c: the pool */
 int dmn__copy_init(dmn_copy_pool_t *p, const dmn_copy_pool_opts_t *o);
@@ -496,17 +560,21 @@ uint32_t dmn__state_others(dmn_t *d, const dmn_conn_t *p, dmn_fill_t *f);
 /* The backend replaced the primary state: the node's other trainers get
  * the same bytes, off the loop; no step starts before they are there. */
 void dmn__state_propagate(dmn_t *d);
-/* A one-node job's boundary: copy the state (src, bytes) off the loop
+/* A step boundary: a one-node job keeps the state as of it, off the loop,
  * for a trainer that joins after every local one died. */
-void dmn__state_snapshot(dmn_t *d, const void *src, size_t bytes,
-                         uint64_t step);
-/* Joiner j's state region gets src's bytes off the loop; the step start
- * is tried again when they are there (j->restored_mark set). */
-int dmn__state_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n);
+void dmn__state_boundary(dmn_t *d);
+/* Copy the job's state into the waiting joiners' regions, off the loop.
+ * 1: a copy runs (the start is tried again when it is done); 0: every
+ * joiner is ready. */
+int dmn__state_fill_joiners(dmn_t *d);
+/* 1 when joiner j's state was filled for this start (counted, logged). */
+int dmn__state_joiner_filled(dmn_t *d, dmn_conn_t *j);
+/* The daemon's end: the snapshot's memory. */
+void dmn__state_fini(dmn_t *d);
 /* At the node's first start: restore the newest usable checkpoint into
  * state (bytes) and copy it to f[n] (the other trainers), on the pool;
  * then the step is set, RESTORED_PENDING too, and the start is tried
- * again. 0: started (d->ckpt_restoring until done), else nothing to do
+ * again. 0: started (dmn__ckpt_restoring until done), else nothing to do
  * (checkpoint.c). */
 int dmn__ckpt_restore_start(dmn_t *d, void *state, size_t bytes,
                             const dmn_fill_t *f, uint32_t n);
@@ -519,6 +587,8 @@ void dmn__ckpt_copies_done(dmn_t *d);
 /* The daemon's first job object (dmn_create): the pinned job, or an idle
  * placeholder until a trainer names one. */
 int dmn__job_start(dmn_t *d);
+/* The daemon's end: the grace timer's close (counted in open_handles). */
+void dmn__job_stop(dmn_t *d);
 void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j);
 /* 0 when c may begin a step, else the status it was refused with. */
 int dmn__job_may_step(dmn_conn_t *c, uint32_t seq);
@@ -536,7 +606,7 @@ const char *dmn__step_state_name(dmn_step_state_t s);
 uint32_t dmn__trainer_count(const dmn_t *d);
 /* Every copy of state bytes says so here: those made on the loop's thread
  * are counted (ringd_loop_copy_bytes_total), which must stay 0 for the
- * copies that moved to the pool. Thread-safe. */
+ * copies that run on the pool. Thread-safe. */
 void dmn__state_copied(dmn_t *d, size_t bytes);
 /* Close callback for handles embedded in dmn_t (data = d). */
 void dmn__handle_closed(uv_handle_t *h);

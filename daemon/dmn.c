@@ -14,14 +14,9 @@
 static void dmn_free(dmn_t *d)
 {
     /* The backend's thread is gone: nothing writes the buffers now. */
-    d->coll_in_flight = 0;
-    d->state_lent = 0;
-    dmn__held_release(d);
-    free(d->held);
-    free(d->coll_bufs);
-    free(d->seg_counts);
-    free(d->staging);
-    free(d->snapshot);
+    dmn__maps_fini(d);
+    dmn__queue_fini(d);
+    dmn__state_fini(d);
     dmn__copy_fini(&d->pool);
     free(d);
 }
@@ -42,7 +37,7 @@ static void copy_after(void *arg, unsigned flags, int status)
         dmn__coll_release(d);
     }
     if (dmn__copy_busy(&d->pool) == 0)
-        dmn__held_release(d);
+        dmn__maps_release(d, DMN_MAPS_COPIES);
     if ((flags & DMN_COPY_F_KICK) && status == 0)
         dmn__step_try_start(d);
     dmn__unref(d);
@@ -76,10 +71,8 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->cfg = cfg;
     d->free_fn = dmn_free;
     d->conn_changed = dmn__step_stall_arm;
-    d->listen_fd = -1;
-    /* The copying path stays selectable, to compare results with it. */
-    const char *zc = getenv("RINGD_ZERO_COPY");
-    d->zero_copy = zc == NULL || strcmp(zc, "0") != 0;
+    dmn__server_init(d);
+    dmn__queue_init(d);
     d->start_ms = dmn__now_ms();
     d->loop_thread = pthread_self();
     dmn_copy_pool_opts_t po = {loop, &d->open_handles,
@@ -96,8 +89,6 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->stall_timer.data = d;
     uv_timer_init(loop, &d->lag_timer);
     d->lag_timer.data = d;
-    uv_timer_init(loop, &d->job_grace_timer);
-    d->job_grace_timer.data = d;
     d->lag_due_ns = rd_now_ns() + DMN_LAG_PERIOD_MS * 1000000ULL;
     uv_timer_start(&d->lag_timer, on_lag_timer, DMN_LAG_PERIOD_MS,
                    DMN_LAG_PERIOD_MS);
@@ -129,11 +120,11 @@ err_timer:
     /* d is freed when its last handle has closed (the caller runs the
      * loop, as after dmn_destroy). */
     d->flags |= DMN_F_DESTROYING;
-    d->open_handles += 4;
+    d->open_handles += 3;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
-    uv_close((uv_handle_t *)&d->job_grace_timer, dmn__handle_closed);
+    dmn__job_stop(d);
     return rc;
 }
 
@@ -145,11 +136,11 @@ void dmn_destroy(dmn_t *d)
     dmn__server_stop(d);
     dmn__ckpt_stop(d);
     dmn__metrics_stop(d);
-    d->open_handles += 4;
+    d->open_handles += 3;
     uv_close((uv_handle_t *)&d->drain_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->stall_timer, dmn__handle_closed);
     uv_close((uv_handle_t *)&d->lag_timer, dmn__handle_closed);
-    uv_close((uv_handle_t *)&d->job_grace_timer, dmn__handle_closed);
+    dmn__job_stop(d);
     job_destroy(d->job);
     /* d is freed by the last close callback, once the caller runs the
      * loop (dmn.h). */

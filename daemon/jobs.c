@@ -28,7 +28,7 @@
 /* Names the daemon's trainers may name without --job (--etcd given). */
 static int unpinned(const dmn_t *d)
 {
-    return !d->job_pinned && d->cfg->etcd != NULL && !d->cfg->standalone;
+    return !d->jobs.pinned && d->cfg->etcd != NULL && !d->cfg->standalone;
 }
 
 /* The job's part of the daemon's settings. */
@@ -74,7 +74,7 @@ static job_cbs_t job_cbs(dmn_t *d)
 }
 
 /*
- * The first trainer named job d->job_name: swap the placeholder
+ * The first trainer named job d->jobs.name: swap the placeholder
  * backend, which no step used, for the job's. The options are the
  * daemon's config, as for a pinned job (the job's first view fixes the
  * job-wide ones).
@@ -83,13 +83,13 @@ static int job_join(dmn_t *d)
 {
     job_config_t jc;
     job_config_from(d->cfg, &jc);
-    jc.job = d->job_name;
-    jc.job_secret_file = d->job_secret[0] != '\0' ? d->job_secret : NULL;
+    jc.job = d->jobs.name;
+    jc.job_secret_file = d->jobs.secret[0] != '\0' ? d->jobs.secret : NULL;
     job_cbs_t cbs = job_cbs(d);
     job_t *job = NULL;
     int rc = job_create(d->loop, &jc, &cbs, &job);
     if (rc != 0) {
-        RD_ERROR("joining job '%s': %s", d->job_name, st_strerror(rc));
+        RD_ERROR("joining job '%s': %s", d->jobs.name, st_strerror(rc));
         return rc;
     }
     job_destroy(d->job);
@@ -106,9 +106,11 @@ static int job_join(dmn_t *d)
 int dmn__job_start(dmn_t *d)
 {
     const dmn_config_t *cfg = d->cfg;
-    d->job_pinned = cfg->job != NULL;
-    if (d->job_pinned)
-        snprintf(d->job_name, sizeof(d->job_name), "%s", cfg->job);
+    uv_timer_init(d->loop, &d->jobs.grace_timer);
+    d->jobs.grace_timer.data = d;
+    d->jobs.pinned = cfg->job != NULL;
+    if (d->jobs.pinned)
+        snprintf(d->jobs.name, sizeof(d->jobs.name), "%s", cfg->job);
     job_config_t jc;
     job_config_from(cfg, &jc);
     if (jc.job == NULL && jc.etcd != NULL && !cfg->standalone)
@@ -155,18 +157,18 @@ int dmn__job_allowed(const char *list, const char *name)
  * status with why (for the trainer) filled. */
 static int job_secret(dmn_t *d, const char *name, char *why, size_t n)
 {
-    d->job_secret[0] = '\0';
+    d->jobs.secret[0] = '\0';
     if (d->cfg->job_secret_dir == NULL) {
         if (d->cfg->job_secret_file != NULL)
-            snprintf(d->job_secret, sizeof(d->job_secret), "%s",
+            snprintf(d->jobs.secret, sizeof(d->jobs.secret), "%s",
                      d->cfg->job_secret_file);
         return 0;
     }
-    snprintf(d->job_secret, sizeof(d->job_secret), "%s/%s.secret",
+    snprintf(d->jobs.secret, sizeof(d->jobs.secret), "%s/%s.secret",
              d->cfg->job_secret_dir, name);
     char msg[512] = "";
     FILE *err = fmemopen(msg, sizeof(msg) - 1, "w");
-    int rc = dmn__config_check_secret(d->job_secret, err != NULL ? err
+    int rc = dmn__config_check_secret(d->jobs.secret, err != NULL ? err
                                                                  : stderr);
     if (err != NULL)
         fclose(err);
@@ -175,7 +177,7 @@ static int job_secret(dmn_t *d, const char *name, char *why, size_t n)
     RD_WARN("job '%s' refused: %s", name, msg);
     snprintf(why, n, "job '%s' has no usable secret on this node "
              "(job-secret-dir): ask the administrator", name);
-    d->job_secret[0] = '\0';
+    d->jobs.secret[0] = '\0';
     return RINGD_EINVAL;
 }
 
@@ -183,22 +185,22 @@ static int job_secret(dmn_t *d, const char *name, char *why, size_t n)
 static int job_check(dmn_conn_t *c, const char *name, char *why, size_t n)
 {
     dmn_t *d = c->d;
-    if (d->job_name[0] != '\0') {
-        if (strcmp(d->job_name, name) == 0)
+    if (d->jobs.name[0] != '\0') {
+        if (strcmp(d->jobs.name, name) == 0)
             return 0;
-        if (uv_is_active((uv_handle_t *)&d->job_grace_timer)) {
+        if (uv_is_active((uv_handle_t *)&d->jobs.grace_timer)) {
             /* The asker knows its own name; the held one is what helps.
              * Grace is at most an hour, so its seconds fit a short. */
-            uint64_t due = uv_timer_get_due_in(&d->job_grace_timer);
+            uint64_t due = uv_timer_get_due_in(&d->jobs.grace_timer);
             snprintf(why, n, "job '%s' is kept %hus for a lost trainer "
-                     "(--job-grace)", d->job_name,
+                     "(--job-grace)", d->jobs.name,
                      (unsigned short)((due + 999) / 1000));
             return RINGD_ESTATE;
         }
-        snprintf(why, n, d->job_pinned
+        snprintf(why, n, d->jobs.pinned
                  ? "ringd runs job '%s' (pinned by its config), not '%s'"
                  : "ringd runs job '%s' until its trainers leave; not '%s'",
-                 d->job_name, name);
+                 d->jobs.name, name);
         return RINGD_ESTATE;
     }
     if (!unpinned(d))
@@ -215,9 +217,9 @@ static int job_check(dmn_conn_t *c, const char *name, char *why, size_t n)
     int rc = job_secret(d, name, why, n);
     if (rc != 0)
         return rc;
-    snprintf(d->job_name, sizeof(d->job_name), "%s", name);
+    snprintf(d->jobs.name, sizeof(d->jobs.name), "%s", name);
     if (job_join(d) != 0) {
-        d->job_name[0] = '\0';
+        d->jobs.name[0] = '\0';
         snprintf(why, n, "ringd could not join job '%s' (see its log)",
                  name);
         return RINGD_EABORTED;
@@ -245,10 +247,10 @@ void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j)
         return;
     }
     c->flags |= DMN_CONN_F_JOB;
-    if (uv_is_active((uv_handle_t *)&c->d->job_grace_timer)) {
-        uv_timer_stop(&c->d->job_grace_timer);
+    if (uv_is_active((uv_handle_t *)&c->d->jobs.grace_timer)) {
+        uv_timer_stop(&c->d->jobs.grace_timer);
         RD_INFO("job '%s': a trainer is back (client %u, pid %d): the node "
-                "keeps the job", c->d->job_name, c->id, (int)c->pid);
+                "keeps the job", c->d->jobs.name, c->id, (int)c->pid);
     }
     dmn__reply_status(c, PROTO_T_JOB, seq, 0);
 }
@@ -283,7 +285,7 @@ static void on_job_grace(uv_timer_t *t)
         if (o->flags & DMN_CONN_F_JOB)
             return; /* one named the job: dmn__job_named stopped us */
     RD_INFO("job '%s': no trainer came back within %u ms (--job-grace); "
-            "leaving the job", d->job_name, d->cfg->job_grace_ms);
+            "leaving the job", d->jobs.name, d->cfg->job_grace_ms);
     leave_job(d);
 }
 
@@ -297,13 +299,13 @@ void dmn__job_conn_gone(dmn_t *d, const dmn_conn_t *c)
     if (!(c->flags & DMN_CONN_F_BYE) && d->cfg->job_grace_ms > 0) {
         RD_INFO("job '%s': its last trainer was lost; the node keeps the "
                 "job for %u ms (--job-grace) for a replacement",
-                d->job_name, d->cfg->job_grace_ms);
-        uv_timer_start(&d->job_grace_timer, on_job_grace,
+                d->jobs.name, d->cfg->job_grace_ms);
+        uv_timer_start(&d->jobs.grace_timer, on_job_grace,
                        d->cfg->job_grace_ms, 0);
         return;
     }
     RD_INFO("job '%s': its last trainer left; leaving the job",
-            d->job_name);
+            d->jobs.name);
     leave_job(d);
 }
 
@@ -311,4 +313,10 @@ int dmn_job_ended(const dmn_t *d)
 {
     return (d->flags & DMN_F_JOB_ENDED) != 0 &&
            !(d->flags & DMN_F_DRAIN_TIMED_OUT);
+}
+
+void dmn__job_stop(dmn_t *d)
+{
+    d->open_handles++;
+    uv_close((uv_handle_t *)&d->jobs.grace_timer, dmn__handle_closed);
 }

@@ -198,7 +198,7 @@ static void writer_metrics(sbuf_t *s, dmn_t *d)
 {
     ckpt_writer_stats_t w[2];
     for (int i = 0; i < 2; i++)
-        ckpt_writer_stats(d->ckw[i], &w[i]);
+        ckpt_writer_stats(dmn__ckpt_writer(d, i), &w[i]);
     static const struct { const char *name, *help; } m[] = {
         {"ringd_checkpoint_shard_copy_seconds_total",
          "Snapshot copies of this node's shards, wall time."},
@@ -256,13 +256,12 @@ static void ckpt_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_loop_copy_bytes_total", "counter",
            "State bytes copied on the main loop's thread.",
            (double)__atomic_load_n(&st->loop_copy_bytes, __ATOMIC_RELAXED));
-    if (d->ckw[0] == NULL || d->ckw[1] == NULL)
+    if (dmn__ckpt_writer(d, 0) == NULL || dmn__ckpt_writer(d, 1) == NULL)
         return;
     writer_metrics(s, d);
     metric(s, "ringd_checkpoint_writing", "gauge",
            "1 while a shard is being copied, encoded or written.",
-           d->ckpt_submitting || ckpt_writer_busy(d->ckw[0]) ||
-               ckpt_writer_busy(d->ckw[1]));
+           dmn__ckpt_writing(d));
 }
 
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */

@@ -389,7 +389,7 @@ static void on_accept_resume(uv_timer_t *t)
 {
     dmn_t *d = t->data;
     if (d->flags & DMN_F_LISTENING)
-        uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+        uv_poll_start(&d->srv.listen_poll, UV_READABLE, on_accept);
 }
 
 /*
@@ -403,18 +403,18 @@ static void on_accept_resume(uv_timer_t *t)
 static void accept_backoff(dmn_t *d, int err)
 {
     uint64_t now = dmn__now_ms();
-    uint32_t ms = d->accept_backoff_ms * 2;
-    d->accept_backoff_ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
-    d->accept_failures++;
-    if (d->accept_log_ms == 0 || now - d->accept_log_ms >= 10000) {
+    uint32_t ms = d->srv.accept_backoff_ms * 2;
+    d->srv.accept_backoff_ms = ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+    d->srv.accept_failures++;
+    if (d->srv.accept_log_ms == 0 || now - d->srv.accept_log_ms >= 10000) {
         RD_WARN("accept: %s (%u clients connected, %llu failures so far); "
                 "not accepting for %u ms", strerror(err), d->nconns,
-                (unsigned long long)d->accept_failures,
-                d->accept_backoff_ms);
-        d->accept_log_ms = now;
+                (unsigned long long)d->srv.accept_failures,
+                d->srv.accept_backoff_ms);
+        d->srv.accept_log_ms = now;
     }
-    uv_poll_stop(&d->listen_poll);
-    uv_timer_start(&d->accept_timer, on_accept_resume, d->accept_backoff_ms,
+    uv_poll_stop(&d->srv.listen_poll);
+    uv_timer_start(&d->srv.accept_timer, on_accept_resume, d->srv.accept_backoff_ms,
                    0);
 }
 
@@ -453,12 +453,12 @@ static uint32_t client_cap(const dmn_t *d)
 static void refuse_over_cap(dmn_t *d, int fd)
 {
     uint64_t now = dmn__now_ms();
-    d->refused_over_cap++;
-    if (d->cap_log_ms == 0 || now - d->cap_log_ms >= 10000) {
+    d->srv.refused_over_cap++;
+    if (d->srv.cap_log_ms == 0 || now - d->srv.cap_log_ms >= 10000) {
         RD_WARN("refusing a client: %u connected, the limit (max-clients "
                 "or ulimit -n; %llu refused so far)", d->nconns,
-                (unsigned long long)d->refused_over_cap);
-        d->cap_log_ms = now;
+                (unsigned long long)d->srv.refused_over_cap);
+        d->srv.cap_log_ms = now;
     }
     close(fd);
 }
@@ -497,17 +497,17 @@ static int peer_allowed(dmn_t *d, int fd, struct ucred *cr)
     if (cr->uid == 0 || cr->uid == geteuid() || cr->gid == g ||
         peer_in_group(fd, g))
         return 1;
-    d->refused_peers++;
+    d->srv.refused_peers++;
     uint64_t now = uv_now(d->loop);
-    if (d->peer_log_ms == 0 || now - d->peer_log_ms >= 10000) {
+    if (d->srv.peer_log_ms == 0 || now - d->srv.peer_log_ms >= 10000) {
         const struct group *gr = getgrgid(g);
         RD_WARN("refused a local connection from pid %d uid %u gid %u: "
                 "not root, not ringd's uid %u, not in the socket group %s "
                 "(%u) (%llu refused so far)", (int)cr->pid,
                 (unsigned)cr->uid, (unsigned)cr->gid, (unsigned)geteuid(),
                 gr != NULL ? gr->gr_name : "?", (unsigned)g,
-                (unsigned long long)d->refused_peers);
-        d->peer_log_ms = now;
+                (unsigned long long)d->srv.refused_peers);
+        d->srv.peer_log_ms = now;
     }
     return 0;
 }
@@ -518,7 +518,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
     (void)events;
     if (status != 0)
         return;
-    int fd = accept4(d->listen_fd, NULL, NULL,
+    int fd = accept4(d->srv.listen_fd, NULL, NULL,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
@@ -529,13 +529,13 @@ static void on_accept(uv_poll_t *p, int status, int events)
             RD_WARN("accept: %s", strerror(errno));
         return;
     }
-    d->accept_backoff_ms = 0;
+    d->srv.accept_backoff_ms = 0;
     struct ucred cr;
     if (!peer_allowed(d, fd, &cr)) {
         close(fd);
         return;
     }
-    if (d->nconns >= d->conn_cap) {
+    if (d->nconns >= d->srv.conn_cap) {
         refuse_over_cap(d, fd);
         return;
     }
@@ -550,7 +550,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
     c->fd = fd;
     c->pid = cr.pid;
     c->uid = cr.uid;
-    c->id = ++d->next_conn_id;
+    c->id = ++d->srv.next_conn_id;
     RD_INFO("client %u accepted (pid %d, uid %u)", c->id, (int)c->pid,
             (unsigned)c->uid);
     c->poll.data = c;
@@ -605,6 +605,11 @@ static int claim_path(const char *path)
     return 0;
 }
 
+void dmn__server_init(dmn_t *d)
+{
+    d->srv.listen_fd = -1;
+}
+
 int dmn__server_start(dmn_t *d)
 {
     const char *path = d->cfg->socket_path;
@@ -617,10 +622,10 @@ int dmn__server_start(dmn_t *d)
     int rc = claim_path(path);
     if (rc != 0)
         return rc;
-    d->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK |
+    d->srv.listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK |
                                        SOCK_CLOEXEC, 0);
-    if (d->listen_fd < 0 ||
-        bind(d->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    if (d->srv.listen_fd < 0 ||
+        bind(d->srv.listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         rc = -errno;
         RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
         goto err_close;
@@ -635,20 +640,20 @@ int dmn__server_start(dmn_t *d)
                  (unsigned)d->cfg->socket_mode_bits, path, strerror(errno));
         goto err_unlink;
     }
-    if (listen(d->listen_fd, 64) != 0) {
+    if (listen(d->srv.listen_fd, 64) != 0) {
         rc = -errno;
         RD_ERROR("cannot listen on %s: %s", path, strerror(errno));
         goto err_unlink;
     }
-    d->conn_cap = client_cap(d);
-    rc = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+    d->srv.conn_cap = client_cap(d);
+    rc = uv_poll_init(d->loop, &d->srv.listen_poll, d->srv.listen_fd);
     if (rc != 0)
         goto err_unlink;
-    d->listen_poll.data = d;
-    uv_timer_init(d->loop, &d->accept_timer);
-    d->accept_timer.data = d;
+    d->srv.listen_poll.data = d;
+    uv_timer_init(d->loop, &d->srv.accept_timer);
+    d->srv.accept_timer.data = d;
     d->flags |= DMN_F_LISTENING;
-    uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+    uv_poll_start(&d->srv.listen_poll, UV_READABLE, on_accept);
     RD_INFO("listening on %s (group %u, mode %04o)", path,
             (unsigned)d->cfg->socket_gid, (unsigned)d->cfg->socket_mode_bits);
     return 0;
@@ -656,9 +661,9 @@ int dmn__server_start(dmn_t *d)
 err_unlink:
     unlink(path);
 err_close:
-    if (d->listen_fd >= 0)
-        close(d->listen_fd);
-    d->listen_fd = -1;
+    if (d->srv.listen_fd >= 0)
+        close(d->srv.listen_fd);
+    d->srv.listen_fd = -1;
     return rc;
 }
 
@@ -673,9 +678,9 @@ void dmn__server_stop(dmn_t *d)
         d->flags &= ~DMN_F_LISTENING;
         unlink(d->cfg->socket_path);
         d->open_handles += 2;
-        uv_close((uv_handle_t *)&d->accept_timer, dmn__handle_closed);
-        uv_close((uv_handle_t *)&d->listen_poll, dmn__handle_closed);
-        close(d->listen_fd);
-        d->listen_fd = -1;
+        uv_close((uv_handle_t *)&d->srv.accept_timer, dmn__handle_closed);
+        uv_close((uv_handle_t *)&d->srv.listen_poll, dmn__handle_closed);
+        close(d->srv.listen_fd);
+        d->srv.listen_fd = -1;
     }
 }

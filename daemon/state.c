@@ -20,7 +20,10 @@ static int state_copy_queue(dmn_t *d, dmn_copy_t *c)
 {
     c->d = d;
     c->flags |= DMN_COPY_F_KICK;
-    return dmn__copy_queue(&d->pool, c);
+    int rc = dmn__copy_queue(&d->pool, c);
+    if (rc == 0)
+        dmn__maps_hold(d, DMN_MAPS_COPIES);
+    return rc;
 }
 
 /* A one-node job's per-step snapshot (for joiners), on the pool. */
@@ -28,7 +31,7 @@ typedef struct {
     dmn_copy_t base;
     const void *src;
     size_t bytes;
-    void *buf;   /* d->snapshot, owned by the copy while it runs */
+    void *buf;   /* d->st.snap, owned by the copy while it runs */
     size_t cap;
     uint64_t step;
     int rc;
@@ -54,12 +57,12 @@ static void snap_done(dmn_copy_t *b, int status)
 {
     snap_copy_t *s = (snap_copy_t *)b;
     dmn_t *d = b->d;
-    d->snapshot = s->buf;
-    d->snapshot_size = s->cap;
-    d->snapshot_copying = 0;
+    d->st.snap = s->buf;
+    d->st.snap_size = s->cap;
+    d->st.snap_copying = 0;
     if (status == 0 && s->rc == 0) {
-        d->snapshot_bytes = s->bytes;
-        d->snapshot_step = s->step;
+        d->st.snap_bytes = s->bytes;
+        d->st.snap_step = s->step;
         d->stats.snapshots++;
         d->stats.snapshot_seconds += (double)b->work_ns / 1e9;
     } else if (s->rc != 0) {
@@ -68,10 +71,10 @@ static void snap_done(dmn_copy_t *b, int status)
     free(s); /* a joiner may wait for it: the copy kicks try_start */
 }
 
-void dmn__state_snapshot(dmn_t *d, const void *src, size_t bytes,
-                        uint64_t step)
+static void snapshot(dmn_t *d, const void *src, size_t bytes,
+                     uint64_t step)
 {
-    if (d->snapshot_copying) {
+    if (d->st.snap_copying) {
         /* A step without a collective outran the copy: this boundary
          * keeps no snapshot (a joiner keeps its own state, as when
          * memory runs out). */
@@ -86,8 +89,8 @@ void dmn__state_snapshot(dmn_t *d, const void *src, size_t bytes,
     }
     s->src = src;
     s->bytes = bytes;
-    s->buf = d->snapshot;
-    s->cap = d->snapshot_size;
+    s->buf = d->st.snap;
+    s->cap = d->st.snap_size;
     s->step = step;
     s->base.work = snap_work;
     s->base.done = snap_done;
@@ -95,11 +98,35 @@ void dmn__state_snapshot(dmn_t *d, const void *src, size_t bytes,
         free(s);
         return;
     }
-    d->snapshot = NULL;
-    d->snapshot_size = 0;
-    d->snapshot_bytes = 0;
-    d->snapshot_step = 0;
-    d->snapshot_copying = 1;
+    d->st.snap = NULL;
+    d->st.snap_size = 0;
+    d->st.snap_bytes = 0;
+    d->st.snap_step = 0;
+    d->st.snap_copying = 1;
+}
+
+/*
+ * Keep the job's state as of this step boundary, for a trainer that joins
+ * after every local one died. Only a node that is the whole job needs it:
+ * with other nodes in the view, a node left without trainers steps out,
+ * and its next trainer receives the job's state from them over the ring
+ * (job/README.md), so the per-step copy of the whole state region (175 ms
+ * a step for 1 GiB here) is not paid there. The copy runs on the pool
+ * while the next step runs (copy.c), like a checkpoint's.
+ */
+void dmn__state_boundary(dmn_t *d)
+{
+    if (d->view.node_count > 1)
+        return;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (!dmn__conn_is_member(c) || !dmn__conn_has_state(c))
+            continue;
+        const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                                       c->state.bytes);
+        if (src != NULL) /* the step it is the input of: */
+            snapshot(d, src, c->state.bytes, d->step + 1);
+        return;
+    }
 }
 
 /* Joiners' state regions filled from a member's (or the snapshot), or
@@ -124,7 +151,7 @@ static void fill_done(dmn_copy_t *b, int status)
 {
     fill_copy_t *fc = (fill_copy_t *)b;
     dmn_t *d = b->d;
-    d->joiner_copying--;
+    d->st.joiner_copying--;
     for (dmn_conn_t *c = d->conns; c != NULL && status == 0 && fc->mark;
          c = c->next)
         for (uint32_t i = 0; i < fc->n; i++)
@@ -149,13 +176,71 @@ static int fill_start(dmn_t *d, const dmn_fill_t *f, uint32_t n,
         free(fc);
         return rc;
     }
-    d->joiner_copying++;
+    d->st.joiner_copying++;
     return 0;
 }
 
-int dmn__state_fill_joiners(dmn_t *d, const dmn_fill_t *f, uint32_t n)
+
+/* Where a joiner's state comes from: a member's, or the snapshot. */
+static const void *joiner_source(dmn_t *d, const dmn_conn_t *j)
 {
-    return fill_start(d, f, n, d->stats.steps + 1);
+    const void *src = NULL;
+    for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
+        if (dmn__conn_is_member(c) && dmn__conn_has_state(c) &&
+            c->state.bytes == j->state.bytes)
+            src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
+                               c->state.bytes);
+    if (src == NULL && d->st.snap_bytes == j->state.bytes &&
+        d->st.snap_step == d->step)
+        src = d->st.snap;
+    return src;
+}
+
+/*
+ * Copy the job's state into the waiting joiners' regions, off the loop
+ * (copy.c). 1: a copy runs (or the snapshot is still being made), and
+ * the step start is tried again when it is done; 0: every joiner is
+ * ready.
+ */
+int dmn__state_fill_joiners(dmn_t *d)
+{
+    if (d->st.joiner_copying)
+        return 1;
+    dmn_fill_t *f = NULL;
+    uint32_t n = 0;
+    for (dmn_conn_t *j = d->conns; j != NULL; j = j->next) {
+        if (j->cstate != DMN_CONN_WAITING || dmn__conn_is_member(j) ||
+            !dmn__conn_has_state(j) || j->restored_mark == d->stats.steps + 1)
+            continue;
+        if (d->st.snap_copying) {
+            free(f);
+            return 1; /* the source may be the snapshot being made */
+        }
+        if (f == NULL && (f = calloc(d->nconns, sizeof(*f))) == NULL)
+            break; /* logged below */
+        void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
+                                 j->state.bytes);
+        const void *src = joiner_source(d, j);
+        if (src != NULL && dst != NULL)
+            f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
+    }
+    int queued = n > 0 && fill_start(d, f, n, d->stats.steps + 1) == 0;
+    if (n > 0 && !queued)
+        RD_WARN("joiners start without the job's state: out of memory");
+    free(f);
+    return queued;
+}
+
+/* The joiner's state was filled for this start: 1 when restored. */
+int dmn__state_joiner_filled(dmn_t *d, dmn_conn_t *j)
+{
+    if (!dmn__conn_has_state(j) || j->restored_mark != d->stats.steps + 1)
+        return 0;
+    j->restored_mark = 0;
+    d->stats.restores++;
+    RD_INFO("client %u: state restored (%llu bytes, step %llu)", j->id,
+            (unsigned long long)j->state.bytes, (unsigned long long)d->step);
+    return 1;
 }
 
 static int propagate(dmn_t *d, const dmn_fill_t *f, uint32_t n)
@@ -192,14 +277,13 @@ void dmn__state_lend(void *arg, void **ptr_p, size_t *bytes_p)
 {
     dmn_t *d = arg;
     dmn__state_get(d, ptr_p, bytes_p);
-    d->state_lent = 1;
+    dmn__maps_hold(d, DMN_MAPS_INSTALL);
 }
 
 void dmn__state_put(void *arg)
 {
     dmn_t *d = arg;
-    d->state_lent = 0;
-    dmn__held_release(d);
+    dmn__maps_release(d, DMN_MAPS_INSTALL);
 }
 
 /* The other local trainers' state regions of p's size, into f (room
@@ -238,4 +322,10 @@ void dmn__state_propagate(dmn_t *d)
                 "trainers: out of memory");
     free(f);
     d->stats.restores++;
+}
+
+void dmn__state_fini(dmn_t *d)
+{
+    free(d->st.snap);
+    d->st.snap = NULL;
 }

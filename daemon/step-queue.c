@@ -49,7 +49,7 @@ static int superseded(dmn_t *d)
         return 0;
     RD_INFO("collective %u of step %llu finished on view %llu after view "
             "%llu came: its result is dropped, the step redone",
-            d->coll.coll_seq, (unsigned long long)d->step,
+            d->q.coll.coll_seq, (unsigned long long)d->step,
             (unsigned long long)d->view.generation, (unsigned long long)g);
     return 1;
 }
@@ -64,15 +64,17 @@ static void coll_done(void *arg, int status)
     dmn_t *d = arg;
     /* The trainer applies the result to its state next: not before the
      * checkpoint of the last boundary has copied it. */
-    if (dmn__ckpt_hold(d, status))
+    if (dmn__ckpt_hold(d, status)) {
+        d->q.held = 1;
+        d->q.held_status = status;
         return;
-    d->coll_in_flight = 0;
-    dmn__held_release(d);
+    }
+    dmn__maps_release(d, DMN_MAPS_COLL);
     if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING)
         return;
     if (status == 0 && superseded(d))
         status = ST_ERESHAPE;
-    const proto_coll_req_t *r = &d->coll;
+    const proto_coll_req_t *r = &d->q.coll;
     size_t esz = proto_dtype_size(r->dtype);
     if (status != 0) {
         int32_t wire = status == ST_ERESHAPE    ? RINGD_ERESHAPE
@@ -89,9 +91,9 @@ static void coll_done(void *arg, int status)
         return;
     }
     uint32_t g = d->coll_nsegs;
-    int copy_out = !d->coll_direct && g == 1 &&
+    int copy_out = !d->q.direct && g == 1 &&
                    (r->kind == PROTO_COLL_BROADCAST ||
-                    d->coll_bufs[0] == d->staging);
+                    d->q.bufs[0] == d->q.staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
@@ -99,7 +101,7 @@ static void coll_done(void *arg, int status)
         void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
                                  r->count * esz);
         if (dst != NULL && copy_out)
-            memcpy(dst, d->staging, r->count * esz);
+            memcpy(dst, d->q.staging, r->count * esz);
         for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
             uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
             c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
@@ -108,12 +110,12 @@ static void coll_done(void *arg, int status)
             dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
         }
     }
-    double secs = (double)(rd_now_ns() - d->coll_start_ns) / 1e9;
+    double secs = (double)(rd_now_ns() - d->q.start_ns) / 1e9;
     uint64_t bytes = r->count * esz;
     uint32_t n = d->view.node_count;
     d->stats.collectives += g;
     d->stats.coll_fused += g > 1 ? g : 0;
-    d->stats.coll_zero_copy += d->coll_direct;
+    d->stats.coll_zero_copy += d->q.direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
     if (proto_coll_is_allreduce(r->kind) && secs > 0)
@@ -134,10 +136,10 @@ static void coll_done(void *arg, int status)
 /* The checkpoint copies are done: answer the collective they held. */
 void dmn__coll_release(dmn_t *d)
 {
-    if (!d->coll_held)
+    if (!d->q.held)
         return;
-    d->coll_held = 0;
-    coll_done(d, d->coll_held_status);
+    d->q.held = 0;
+    coll_done(d, d->q.held_status);
 }
 
 static int grow(void **p, size_t *cap, size_t want, size_t esz)
@@ -155,13 +157,13 @@ static int grow(void **p, size_t *cap, size_t want, size_t esz)
 }
 
 /*
- * The posted trainers' buffers, in local-rank order, into d->coll_bufs;
+ * The posted trainers' buffers, in local-rank order, into d->q.bufs;
  * returns how many. *root_p: the index of a broadcast's root among them,
  * or -1 when it is on another node.
  */
 static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
 {
-    const proto_coll_req_t *r = &d->coll;
+    const proto_coll_req_t *r = &d->q.coll;
     uint32_t n = 0;
     *root_p = -1;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
@@ -171,36 +173,36 @@ static uint32_t gather_bufs(dmn_t *d, size_t bytes, int *root_p)
             d->view.rank_offset + c->local_rank == r->root)
             *root_p = (int)n;
         const proto_coll_req_t *q = &dmn__conn_q(c, 0)->req;
-        d->coll_bufs[n++] = dmn__buf_ptr(c, q->buf_id, q->offset, bytes);
+        d->q.bufs[n++] = dmn__buf_ptr(c, q->buf_id, q->offset, bytes);
     }
     return n;
 }
 
 /*
  * A fused group of g allreduces: every posted trainer's g buffers into
- * d->coll_bufs, trainer-major, their element counts into d->seg_counts
- * (the same for all: matched), and d->coll.count becomes the total.
+ * d->q.bufs, trainer-major, their element counts into d->q.seg_counts
+ * (the same for all: matched), and d->q.coll.count becomes the total.
  * Returns the number of trainers.
  */
 static uint32_t gather_fused(dmn_t *d, uint32_t g)
 {
-    size_t esz = proto_dtype_size(d->coll.dtype), total = 0;
+    size_t esz = proto_dtype_size(d->q.coll.dtype), total = 0;
     uint32_t n = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
         for (uint32_t s = 0; s < g; s++) {
             const proto_coll_req_t *q = &dmn__conn_q(c, s)->req;
-            d->coll_bufs[n * g + s] = dmn__buf_ptr(c, q->buf_id, q->offset,
+            d->q.bufs[n * g + s] = dmn__buf_ptr(c, q->buf_id, q->offset,
                                                    q->count * esz);
             if (n == 0) {
-                d->seg_counts[s] = q->count;
+                d->q.seg_counts[s] = q->count;
                 total += q->count;
             }
         }
         n++;
     }
-    d->coll.count = total;
+    d->q.coll.count = total;
     return n;
 }
 
@@ -213,7 +215,7 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
         uint64_t n = 0;
         for (uint32_t s = 0; s < g; s++)
             n += dmn__conn_q(c, s)->req.count;
-        return n * proto_dtype_size(d->coll.dtype);
+        return n * proto_dtype_size(d->q.coll.dtype);
     }
     return 0;
 }
@@ -228,53 +230,53 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
  */
 static void launch(dmn_t *d)
 {
-    const proto_coll_req_t *r = &d->coll;
+    const proto_coll_req_t *r = &d->q.coll;
     uint32_t g = d->coll_nsegs;
     size_t bytes = g > 1 ? fused_bytes(d, g)
                          : r->count * proto_dtype_size(r->dtype);
     uint32_t posted = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         posted += c->cstate == DMN_CONN_POSTED;
-    size_t cap = d->coll_bufs_cap, scap = d->staging_size;
-    int direct = posted == 1 && d->zero_copy && g == 1;
-    if (grow((void **)&d->coll_bufs, &cap, (posted ? posted : 1) * g,
+    size_t cap = d->q.bufs_cap, scap = d->q.staging_size;
+    int direct = posted == 1 && d->q.zero_copy && g == 1;
+    if (grow((void **)&d->q.bufs, &cap, (posted ? posted : 1) * g,
              sizeof(void *)) != 0 ||
-        (g > 1 && grow((void **)&d->seg_counts, &d->seg_counts_cap, g,
+        (g > 1 && grow((void **)&d->q.seg_counts, &d->q.seg_counts_cap, g,
                        sizeof(size_t)) != 0) ||
-        (!direct && grow(&d->staging, &scap, bytes, 1) != 0)) {
+        (!direct && grow(&d->q.staging, &scap, bytes, 1) != 0)) {
         dmn__step_fail_posted(d, RINGD_ENOMEM, 0);
         return;
     }
-    d->coll_bufs_cap = (uint32_t)cap;
-    d->staging_size = scap;
+    d->q.bufs_cap = (uint32_t)cap;
+    d->q.staging_size = scap;
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
-    void *buf = d->staging;
+    void *buf = d->q.staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
         /* The one trainer's buffer is sent from or received into. */
         if (direct)
-            buf = d->coll_bufs[0];
+            buf = d->q.bufs[0];
         else if (root >= 0)
-            memcpy(d->staging, d->coll_bufs[root], bytes);
+            memcpy(d->q.staging, d->q.bufs[root], bytes);
     } else if (!direct && g == 1) {
         /* The copying path: one buffer, copied in here and out in
          * coll_done, or several that the backend sums into staging. */
         if (n == 1) {
-            memcpy(d->staging, d->coll_bufs[0], bytes);
-            d->coll_bufs[0] = d->staging;
+            memcpy(d->q.staging, d->q.bufs[0], bytes);
+            d->q.bufs[0] = d->q.staging;
         }
     }
-    d->coll_direct = direct;
+    d->q.direct = direct;
     dmn__step_set_state(d, DMN_STEP_REDUCING);
-    d->coll_start_ns = rd_now_ns();
-    d->coll_in_flight = 1;
+    d->q.start_ns = rd_now_ns();
+    dmn__maps_hold(d, DMN_MAPS_COLL);
     int rc;
     if (r->kind == PROTO_COLL_BROADCAST) {
         rc = job_broadcast(d->job, buf, bytes, r->root, coll_done,
                                    d);
     } else {
-        job_reduce_t red = {.bufs = d->coll_bufs, .nbufs = n,
-                            .staging = d->staging, .count = r->count,
+        job_reduce_t red = {.bufs = d->q.bufs, .nbufs = n,
+                            .staging = d->q.staging, .count = r->count,
                             .dt = (kern_dtype_t)r->dtype,
                             .op = (kern_op_t)r->op,
                             /* AVG is over the job's trainers, not its
@@ -282,7 +284,7 @@ static void launch(dmn_t *d)
                             .divisor = r->op == RINGD_AVG
                                            ? d->view.global_trainers
                                            : 0,
-                            .nsegs = g, .seg_counts = d->seg_counts,
+                            .nsegs = g, .seg_counts = d->q.seg_counts,
                             .wire = (rd_wire_t)r->wire};
         rc = job_allreduce(d->job, &red, coll_done, d);
     }
@@ -327,7 +329,7 @@ static void try_launch(dmn_t *d)
     uint32_t g = group_len(d, first);
     if (g == 0)
         return;
-    d->coll = dmn__conn_q(first, 0)->req;
+    d->q.coll = dmn__conn_q(first, 0)->req;
     d->coll_nsegs = g;
     launch(d);
 }
@@ -402,4 +404,19 @@ void dmn__step_coll(dmn_t *d, dmn_conn_t *c, uint32_t seq,
     e->req = *req;
     dmn__conn_set_state(c, DMN_CONN_POSTED);
     try_launch(d);
+}
+
+void dmn__queue_init(dmn_t *d)
+{
+    /* The copying path stays selectable, to compare results with it. */
+    const char *zc = getenv("RINGD_ZERO_COPY");
+    d->q.zero_copy = zc == NULL || strcmp(zc, "0") != 0;
+}
+
+/* The backend's thread is gone: nothing uses the buffers. */
+void dmn__queue_fini(dmn_t *d)
+{
+    free(d->q.bufs);
+    free(d->q.seg_counts);
+    free(d->q.staging);
 }

@@ -70,7 +70,8 @@ void dmn__step_fail_posted(dmn_t *d, int32_t status, int redo)
 {
     /* The head of every queue that the backend holds completes in
      * coll_done; only a mismatch comes while one is in flight. */
-    uint32_t keep = d->coll_in_flight && !redo ? d->coll_nsegs : 0;
+    uint32_t keep =
+        dmn__maps_held(d, DMN_MAPS_COLL) && !redo ? d->coll_nsegs : 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
@@ -186,30 +187,6 @@ void dmn__step_set_state(dmn_t *d, dmn_step_state_t to)
     }
 }
 
-/*
- * Keep the job's state as of this step boundary, for a trainer that joins
- * after every local one died. Only a node that is the whole job needs it:
- * with other nodes in the view, a node left without trainers steps out,
- * and its next trainer receives the job's state from them over the ring
- * (job/README.md), so the per-step copy of the whole state region (175 ms
- * a step for 1 GiB here) is not paid there. The copy runs on the pool
- * while the next step runs (copy.c), like a checkpoint's.
- */
-static void snapshot_state(dmn_t *d)
-{
-    if (d->view.node_count > 1)
-        return;
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (!dmn__conn_is_member(c) || !dmn__conn_has_state(c))
-            continue;
-        const void *src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                                       c->state.bytes);
-        if (src != NULL) /* the step it is the input of: */
-            dmn__state_snapshot(d, src, c->state.bytes, d->step + 1);
-        return;
-    }
-}
-
 /* Whether the backend must commit a step before its step_ends are
  * answered: a job of several nodes (job.h, commit). */
 static int commit_needed(const dmn_t *d)
@@ -222,7 +199,7 @@ static int commit_needed(const dmn_t *d)
 static void step_counted(dmn_t *d)
 {
     d->stats.steps++;
-    snapshot_state(d);
+    dmn__state_boundary(d);
     if (d->break_ms != 0) {
         double s = (double)(dmn__now_ms() - d->break_ms) / 1e3;
         d->stats.recoveries++;
@@ -304,67 +281,6 @@ void dmn__step_maybe_close(dmn_t *d)
     step_closed(d, 0);
 }
 
-/* Where a joiner's state comes from: a member's, or the snapshot. */
-static const void *joiner_source(dmn_t *d, const dmn_conn_t *j)
-{
-    const void *src = NULL;
-    for (dmn_conn_t *c = d->conns; c != NULL && src == NULL; c = c->next)
-        if (dmn__conn_is_member(c) && dmn__conn_has_state(c) &&
-            c->state.bytes == j->state.bytes)
-            src = dmn__buf_ptr(c, c->state.buf_id, c->state.offset,
-                               c->state.bytes);
-    if (src == NULL && d->snapshot_bytes == j->state.bytes &&
-        d->snapshot_step == d->step)
-        src = d->snapshot;
-    return src;
-}
-
-/*
- * Copy the job's state into the waiting joiners' regions, off the loop
- * (copy.c). 1: a copy runs (or the snapshot is still being made), and
- * try_start runs again when it is done; 0: every joiner is ready.
- */
-static int fill_joiners(dmn_t *d)
-{
-    if (d->joiner_copying)
-        return 1;
-    dmn_fill_t *f = NULL;
-    uint32_t n = 0;
-    for (dmn_conn_t *j = d->conns; j != NULL; j = j->next) {
-        if (j->cstate != DMN_CONN_WAITING || dmn__conn_is_member(j) ||
-            !dmn__conn_has_state(j) || j->restored_mark == d->stats.steps + 1)
-            continue;
-        if (d->snapshot_copying) {
-            free(f);
-            return 1; /* the source may be the snapshot being made */
-        }
-        if (f == NULL && (f = calloc(d->nconns, sizeof(*f))) == NULL)
-            break; /* logged below */
-        void *dst = dmn__buf_ptr(j, j->state.buf_id, j->state.offset,
-                                 j->state.bytes);
-        const void *src = joiner_source(d, j);
-        if (src != NULL && dst != NULL)
-            f[n++] = (dmn_fill_t){j->id, dst, src, j->state.bytes};
-    }
-    int queued = n > 0 && dmn__state_fill_joiners(d, f, n) == 0;
-    if (n > 0 && !queued)
-        RD_WARN("joiners start without the job's state: out of memory");
-    free(f);
-    return queued;
-}
-
-/* The joiner's state was filled for this start: 1 when restored. */
-static int restore_joiner(dmn_t *d, dmn_conn_t *j)
-{
-    if (!dmn__conn_has_state(j) || j->restored_mark != d->stats.steps + 1)
-        return 0;
-    j->restored_mark = 0;
-    d->stats.restores++;
-    RD_INFO("client %u: state restored (%llu bytes, step %llu)", j->id,
-            (unsigned long long)j->state.bytes, (unsigned long long)d->step);
-    return 1;
-}
-
 void dmn__step_try_start(dmn_t *d)
 {
     try_start(d);
@@ -399,7 +315,7 @@ static void try_start(dmn_t *d)
     if (waiting == 0 || (members == 0 && waiting < d->cfg->trainers))
         return;
 
-    if (maybe_restore(d) || fill_joiners(d))
+    if (maybe_restore(d) || dmn__state_fill_joiners(d))
         return; /* the copy's end calls try_start again */
     job_set_local_trainers(d->job, waiting);
     int r = job_ready(d->job, on_backend_ready, d);
@@ -432,7 +348,7 @@ static void try_start(dmn_t *d)
             continue;
         int restored = (d->flags & DMN_F_RESTORED_PENDING) != 0;
         if (!dmn__conn_is_member(c)) {
-            restored |= restore_joiner(d, c);
+            restored |= dmn__state_joiner_filled(d, c);
             d->stats.trainers_joined++;
         }
         c->local_rank = rank++;
@@ -663,9 +579,9 @@ void dmn__step_stall_arm(dmn_t *d)
 static int maybe_restore(dmn_t *d)
 {
     void *state = NULL;
-    if (d->ckpt_restoring)
+    if (dmn__ckpt_restoring(d))
         return 1;
-    if ((d->flags & DMN_F_RESTORE_CHECKED) || d->ckpt_root == NULL)
+    if ((d->flags & DMN_F_RESTORE_CHECKED) || !dmn__ckpt_enabled(d))
         return 0;
     dmn_conn_t *p = dmn__state_primary(d, &state);
     if (p == NULL)

@@ -22,8 +22,7 @@
  * (ring_set_flags). Receives match every other bit exactly. The wrap is
  * harmless: a channel's messages come from one neighbour over one
  * endpoint, in order, and UCX matches the oldest message that fits, so
- * message m is always taken before m + 2^18 (the field wrapped at 2^20
- * before, for the same reason).
+ * message m is always taken before m + 2^18.
  */
 #define RING_IDX_BITS 18
 #define RING_IDX_MASK ((1u << RING_IDX_BITS) - 1)

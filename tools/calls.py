@@ -7,8 +7,9 @@
 A file "calls" another when it names a function that the other defines
 (not static): a call, or a function pointer taken. Read from the source
 with regular expressions (functions are defined at column 0 in this
-project's style), so it needs no compiler. The layering rule of issue 26:
-the daemon's files form a tree, no file calls into a file that uses it.
+project's style), so it needs no compiler. The layering rule: a folder's
+files form a tree, no file calls into a file that uses it (a lower file
+that must make an upper one act takes a callback).
 """
 import os
 import re
