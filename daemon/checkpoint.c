@@ -422,28 +422,47 @@ static void on_ckpt_async(uv_async_t *h)
     d->stats.ckpt_loop_seconds += (double)(rd_now_ns() - t0) / 1e9;
 }
 
-int dmn__ckpt_start(dmn_t *d)
+/* A failed start leaves nothing started: a named job's start may be
+ * tried again by its next trainer. */
+static void start_failed(dmn_t *d)
+{
+    for (int i = 0; i < 2; i++) {
+        ckpt_writer_destroy(d->ck.w[i]);
+        d->ck.w[i] = NULL;
+    }
+    pthread_mutex_destroy(&d->ck.mu);
+    free(d->ck.root);
+    d->ck.root = NULL;
+}
+
+int dmn__ckpt_start(dmn_t *d, const char *job)
 {
     const dmn_config_t *cfg = d->cfg;
-    if (cfg->ckpt_interval == 0)
+    if (cfg->ckpt_interval == 0 || job == NULL || d->ck.root != NULL)
         return 0;
-    const char *job = cfg->job != NULL && cfg->backend != NULL &&
-                              strcmp(cfg->backend, "ring") == 0
-                          ? cfg->job
-                          : "standalone";
-    if (asprintf(&d->ck.root, "%s/%s", cfg->ckpt_dir, job) < 0)
+    if (asprintf(&d->ck.root, "%s/%s", cfg->ckpt_dir, job) < 0) {
+        d->ck.root = NULL;
         return ST_ENOMEM;
-    pthread_mutex_init(&d->ck.mu, NULL);
-    d->flags |= DMN_F_CKPT_MU_INIT;
+    }
+    if (pthread_mutex_init(&d->ck.mu, NULL) != 0) {
+        free(d->ck.root);
+        d->ck.root = NULL;
+        return ST_ENOMEM;
+    }
     for (int i = 0; i < 2; i++) {
         ckpt_writer_opts_t o = {.root = d->ck.root,
                                 .codec = {.level = 3, .elem_size = 4},
                                 .full_every = 4, .replica = i,
                                 .background = 19};
         int rc = ckpt_writer_create(&o, &d->ck.w[i]);
-        if (rc != 0)
+        if (rc != 0) {
+            RD_ERROR("checkpoints under %s: %s", d->ck.root,
+                     st_strerror(rc));
+            start_failed(d);
             return rc;
+        }
     }
+    d->flags |= DMN_F_CKPT_MU_INIT;
     uv_async_init(d->loop, &d->ck.async, on_ckpt_async);
     d->ck.async.data = d;
     d->flags |= DMN_F_CKPT_ASYNC_ON;

@@ -579,13 +579,6 @@ static int validate_unpinned(const dmn_config_t *cfg, FILE *err)
         }
         return 0;
     }
-    if (cfg->ckpt_interval > 0) {
-        /* One checkpoint directory would hand one job's state to the next
-         * job: checkpoints need a pinned job. */
-        fprintf(err, "ringd: --ckpt-interval needs --job (a ringd serving "
-                "jobs its trainers name keeps no checkpoints)\n");
-        return ST_ECONFIG;
-    }
     if (cfg->job_secret_dir != NULL) {
         struct stat st;
         if (stat(cfg->job_secret_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -737,7 +730,8 @@ void dmn_config_usage(FILE *out)
 "\n"
 "Checkpoints (--ckpt-interval N > 0): every N steps, at a step boundary,\n"
 "node r of the view writes shard r of the trainers' state region and the\n"
-"replica of shard r-1 under --ckpt-dir/JOB (zstd, byte-shuffled, XOR delta\n"
+"replica of shard r-1 under --ckpt-dir/JOB (JOB: the pinned job, or the\n"
+"one the trainers named; zstd, byte-shuffled, XOR delta\n"
 "against the previous one, checksummed, written atomically); the training\n"
 "loop only waits for two memory copies. A checkpoint is complete once all\n"
 "shards and replicas of the step are in the directory (a directory the\n"

@@ -510,7 +510,10 @@ void dmn__queue_fini(dmn_t *d);
 void dmn__on_backend_drain(void *arg);
 
 /* checkpoint.c */
-int dmn__ckpt_start(dmn_t *d);
+/* Checkpoints of job under --ckpt-dir/job (--ckpt-interval > 0): from
+ * dmn_create with the pinned job's name, or at the join of a job its
+ * trainers named. NULL (no job yet) or started already: nothing. */
+int dmn__ckpt_start(dmn_t *d, const char *job);
 void dmn__ckpt_stop(dmn_t *d);
 /* Step `step` is about to start; every trainer ended the one before. */
 void dmn__ckpt_boundary(dmn_t *d, uint64_t step);
@@ -589,6 +592,10 @@ void dmn__ckpt_copies_done(dmn_t *d);
 int dmn__job_start(dmn_t *d);
 /* The daemon's end: the grace timer's close (counted in open_handles). */
 void dmn__job_stop(dmn_t *d);
+/* The name the job's checkpoints are stored under (--ckpt-dir/NAME): the
+ * pinned job's, "standalone" for a one-node daemon, the named job's once
+ * a trainer named it; NULL before. */
+const char *dmn__job_store_name(const dmn_t *d);
 void dmn__job_named(dmn_conn_t *c, uint32_t seq, const proto_job_t *j);
 /* 0 when c may begin a step, else the status it was refused with. */
 int dmn__job_may_step(dmn_conn_t *c, uint32_t seq);

@@ -100,7 +100,7 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     rc = dmn__server_start(d);
     if (rc != 0)
         goto err_server;
-    rc = dmn__ckpt_start(d);
+    rc = dmn__ckpt_start(d, dmn__job_store_name(d));
     if (rc != 0)
         goto err_ckpt;
     rc = dmn__metrics_start(d);

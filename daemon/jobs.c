@@ -87,7 +87,10 @@ static int job_join(dmn_t *d)
     jc.job_secret_file = d->jobs.secret[0] != '\0' ? d->jobs.secret : NULL;
     job_cbs_t cbs = job_cbs(d);
     job_t *job = NULL;
-    int rc = job_create(d->loop, &jc, &cbs, &job);
+    /* The job's own directory: another job's never holds its state. */
+    int rc = dmn__ckpt_start(d, d->jobs.name);
+    if (rc == 0)
+        rc = job_create(d->loop, &jc, &cbs, &job);
     if (rc != 0) {
         RD_ERROR("joining job '%s': %s", d->jobs.name, st_strerror(rc));
         return rc;
@@ -313,6 +316,17 @@ int dmn_job_ended(const dmn_t *d)
 {
     return (d->flags & DMN_F_JOB_ENDED) != 0 &&
            !(d->flags & DMN_F_DRAIN_TIMED_OUT);
+}
+
+const char *dmn__job_store_name(const dmn_t *d)
+{
+    const dmn_config_t *cfg = d->cfg;
+    if (unpinned(d))
+        return d->jobs.name[0] != '\0' ? d->jobs.name : NULL;
+    return cfg->job != NULL && cfg->backend != NULL &&
+                   strcmp(cfg->backend, "ring") == 0
+               ? cfg->job
+               : "standalone";
 }
 
 void dmn__job_stop(dmn_t *d)
