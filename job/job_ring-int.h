@@ -49,28 +49,30 @@ typedef enum {
 typedef struct {
     uint64_t gen;
     uint32_t rank;
-} rb_lossy_t;
+} job_ring_lossy_t;
 
 typedef enum {
-    CMD_NONE = 0,
-    CMD_REBUILD,
-    CMD_AGREE,
-    CMD_ALLREDUCE,
-    CMD_BROADCAST,
-    CMD_COMMIT,   /* the step's commit round (job_ring_commit.c) */
-} cmd_kind_t;
+    JOB_CMD_NONE = 0,
+    JOB_CMD_REBUILD,
+    JOB_CMD_AGREE,
+    JOB_CMD_ALLREDUCE,
+    JOB_CMD_BROADCAST,
+    JOB_CMD_COMMIT,   /* the step's commit round (job_ring_commit.c) */
+} job_cmd_kind_t;
 
-#define RB_MAX_NODES 4096
-#define RB_REBUILD_DEADLINE_MS 60000
-#define RB_REBUILD_RETRIES 40   /* a REBUILD failed here: tried again ... */
-#define RB_RETRY_MS 250         /* ... this often, for 10 s */
-#define RB_UNREACHABLE_TRIES 4  /* a neighbour unreachable this many tries
-                                   in a row is suspected (1 s) */
-#define RB_HOP_SKIP_MAX 8       /* hop-record ticks skipped after failed
-                                   puts (job_ring_hops.c) */
+#define JOB_RING_MAX_NODES 4096
+#define JOB_RING_REBUILD_DEADLINE_MS 60000
+/* A REBUILD that failed here is tried again this many times, this often
+ * (10 s). */
+#define JOB_RING_REBUILD_RETRIES 40
+#define JOB_RING_RETRY_MS 250
+/* A neighbour unreachable this many tries in a row is suspected (1 s). */
+#define JOB_RING_UNREACHABLE_TRIES 4
+/* Hop-record ticks skipped after failed puts (job_ring_hops.c). */
+#define JOB_RING_HOP_SKIP_MAX 8
 
 typedef struct {
-    cmd_kind_t kind;
+    job_cmd_kind_t kind;
     /* REBUILD */
     const mb_view_t *view;
     void *state;
@@ -87,7 +89,7 @@ typedef struct {
     kern_dtype_t dt;
     kern_op_t op;
     uint32_t root;
-    unsigned flags;       /* ALLREDUCE, BROADCAST: RB_FLAG_* raised here */
+    unsigned flags;       /* ALLREDUCE, BROADCAST: JOB_RING_F_* raised here */
     /* results */
     int status;
     uint32_t suspect; /* ring rank, when status is a peer failure */
@@ -100,7 +102,7 @@ typedef struct {
     int flags_all;        /* the collective carried every node's flags */
     unsigned flags_seen;  /* then: their OR */
     uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
-} rb_cmd_t;
+} job_ring_cmd_t;
 
 typedef struct {
     job_t base;
@@ -123,12 +125,12 @@ typedef struct {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    rb_cmd_t cmd;
+    job_ring_cmd_t cmd;
     int posted;       /* cmd waits for the ring thread (guarded by mu) */
     int quit;
     ring_t *ring;     /* guarded by mu: main may ring_abort() it */
     ring_t *older;    /* ring thread only: the previous generation's ring,
-                         kept open one generation longer (see rt_rebuild) */
+                         kept open one generation longer (see rebuild) */
     int abort_flag;   /* guarded by mu: abort the command in flight, also
                          a ring it has not published yet */
     /* Ring thread only. Several local buffers: 1 sums them all into
@@ -139,7 +141,7 @@ typedef struct {
     int local_staged, local_told;
     uv_async_t async;
 
-    /* Main loop state. cmd.kind != CMD_NONE while a command is out. */
+    /* Main loop state. cmd.kind != JOB_CMD_NONE while a command is out. */
     job_state_t state;
     mb_view_t *cur;       /* the installed view */
     mb_view_t *pending;   /* the next one */
@@ -151,12 +153,12 @@ typedef struct {
     struct job_rbck *ckpt; /* checkpoint records in etcd */
     /* The trainer counts agreed at the last REBUILD or AGREE, and when to
      * agree again (job_ring.c, "step attempts"). */
-    uint32_t counts[RB_MAX_NODES];
+    uint32_t counts[JOB_RING_MAX_NODES];
     int agree_due;        /* the next step start runs AGREE */
     int attempt_open;     /* a step runs on the agreed counts */
     int attempt_carried;  /* a collective of it carried every node's flags */
     unsigned attempt_flags; /* their OR over the attempt */
-    unsigned my_flags;    /* RB_FLAG_* this node raises in the attempt */
+    unsigned my_flags;    /* JOB_RING_F_* this node raises in the attempt */
     uint64_t agreements;  /* AGREE commands run (a counter) */
     /* 1 + the step whose collective last met another size on a
      * neighbour (0: none): the same step again on agreed counts is the
@@ -176,10 +178,10 @@ typedef struct {
     } mismatch;
     job_done_cb op_cb, ready_cb, leave_cb;
     void *op_arg, *ready_arg, *leave_arg;
-    int leave_waits;      /* a leave waits for the install (rb_leave) */
+    int leave_waits;      /* a leave waits for the install (op_leave) */
     int state_lent;       /* a REBUILD holds cbs.get_state's region */
     /* The step's commit (job_ring_commit.c): the daemon's callback,
-     * pending until the round (cmd CMD_COMMIT) or a verdict decides. */
+     * pending until the round (cmd JOB_CMD_COMMIT) or a verdict decides. */
     job_done_cb commit_cb;
     void *commit_arg;
     int op_status;        /* a deferred completion */
@@ -190,9 +192,9 @@ typedef struct {
     int retries;
     uv_timer_t defer;
     uv_timer_t suspect_timer;
-    /* Lossy links the ring thread saw (rt_lossy), under mu, for the main
+    /* Lossy links the ring thread saw (on_lossy), under mu, for the main
      * loop to report: generation 0 marks a free slot. */
-    rb_lossy_t lossy[2];
+    job_ring_lossy_t lossy[2];
     char *quiet_node;     /* neighbour that went quiet (deadline) */
     int64_t quiet_lease;  /* its incarnation */
     int open_handles;     /* counted down by close callbacks */
@@ -203,69 +205,70 @@ typedef struct {
     uint64_t win_steps, win_wait_us; /* since the last record put */
     char win_peer[64];
     int hop_skip, hop_backoff; /* ticks to skip; after a failed put */
-} rb_t;
+} job_ring_t;
 
 /* job_ring.c: the main loop side. */
 /* The one transition function; refuses a move the table does not allow. */
-void job__ring_set_state(rb_t *b, job_state_t next, const char *why);
+void job__ring_set_state(job_ring_t *b, job_state_t next, const char *why);
 /* Thread-safe abort of the collective the ring thread is running. */
-void job__ring_abort_running(rb_t *b);
+void job__ring_abort_running(job_ring_t *b);
 /* Start whatever the state and the pending view allow now. */
-void job__ring_advance(rb_t *b);
+void job__ring_advance(job_ring_t *b);
 
 /* A command is out to the ring thread. */
-static inline int job__ring_busy(const rb_t *b)
+static inline int job__ring_busy(const job_ring_t *b)
 {
-    return b->cmd.kind != CMD_NONE;
+    return b->cmd.kind != JOB_CMD_NONE;
 }
 /* Hand b->cmd to the ring thread. */
-void job__ring_post(rb_t *b);
+void job__ring_post(job_ring_t *b);
 /* Complete the daemon's callback on the next loop turn. */
-void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
+void job__ring_complete_later(job_ring_t *b, job_done_cb cb, void *arg,
                               int status);
 /* 1 when node (lease) is a member of view v (NULL: none). */
-int job__view_has(const mb_view_t *v, const char *node, int64_t lease);
+int job__ring_view_has(const mb_view_t *v, const char *node, int64_t lease);
 /* job_ring_mb.c: a command failed because of a peer: tell membership. */
-void job__ring_peer_failure(rb_t *b, int status, uint32_t rank);
+void job__ring_peer_failure(job_ring_t *b, int status, uint32_t rank);
 /* job_ring_mb.c: the ring thread found the link to rank of ring
  * generation gen lossy: a lossy report, when that ring is current. */
-void job__ring_lossy(rb_t *b, uint64_t gen, uint32_t rank);
+void job__ring_lossy(job_ring_t *b, uint64_t gen, uint32_t rank);
 /* A neighbour posted the running collective with another size. */
-void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
+void job__ring_mismatch(job_ring_t *b, uint64_t gen, uint32_t rank,
                         unsigned flags);
 
 /* job_ring_commit.c: the step's commit round. The backend op; a round
  * came back; a view or a fence may have decided a waiting commit. */
 int job__ring_commit(job_t *be, job_done_cb cb, void *arg);
-void job__commit_done(rb_t *b, const rb_cmd_t *c);
-void job__commit_check(rb_t *b);
+void job__commit_done(job_ring_t *b, const job_ring_cmd_t *c);
+void job__commit_check(job_ring_t *b);
 
 /* job_ring_mb.c: membership's callbacks, stepping out and rejoining. */
 /* Membership on this node's transport address (kept in b->mc). */
-int job__ring_create_mb(rb_t *b, const job_config_t *cfg);
+int job__ring_create_mb(job_ring_t *b, const job_config_t *cfg);
 /* Register again once a trainer waits at a step start (from STANDBY). */
-void job__ring_maybe_rejoin(rb_t *b);
+void job__ring_maybe_rejoin(job_ring_t *b);
 /* The backend op: a local trainer died. */
 void job__ring_trainer_lost(job_t *be, int in_step, uint32_t remaining);
 
 /* job_ring_hops.c */
-void job__hops_init(rb_t *b, uv_loop_t *loop); /* its timer: with the
+void job__hops_init(job_ring_t *b, uv_loop_t *loop); /* its timer: with the
                                                    other handles */
-void job__hops_cmd(rb_t *b, const rb_cmd_t *c); /* a command came back */
-void job__hops_step(rb_t *b);
+/* A command came back. */
+void job__hops_cmd(job_ring_t *b, const job_ring_cmd_t *c);
+void job__hops_step(job_ring_t *b);
 void job__hops_get(job_t *be, job_hops_t *hops_p);
 
 
 /* Every node's trainer count's top bit in the per-step allgather carries
  * "a checkpoint was asked for here". */
-#define RB_CKPT_BIT 0x80000000u
+#define JOB_RING_CKPT_BIT 0x80000000u
 
 /* Flags on the ring's messages (ring_set_flags): a node asks every node to
  * agree the trainer counts again at the next step start. */
-#define RB_FLAG_AGREE 1u
+#define JOB_RING_F_AGREE 1u
 /* This node runs the step with another trainer count than the agreed one:
  * the collective that carries it is void on every node (ST_ERESHAPE). */
-#define RB_FLAG_VOID 2u
+#define JOB_RING_F_VOID 2u
 
 /*
  * job_ring_thread.c, on the ring thread: the members' values v[0..n)
@@ -289,7 +292,7 @@ int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
                      uint64_t *step_p);
 /* This node's newest complete checkpoint step + 1 below `below` (0: none;
  * below 0: no bound). */
-uint64_t job__newest_local(const char *root, uint64_t below);
+uint64_t job__restore_newest_local(const char *root, uint64_t below);
 
 /*
  * job_ring_auth.c, on the ring thread right after ring_create: both
@@ -298,7 +301,7 @@ uint64_t job__newest_local(const char *root, uint64_t below);
  * with *suspect_p the ring rank to report (ST_EPEER_FORGED: a wrong
  * proof); the caller then aborts and destroys r, closing its endpoints.
  */
-int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
+int job__ring_auth(job_ring_t *b, ring_t *r, const mb_view_t *v,
                    uint32_t *suspect_p);
 
 /* job_ring_opts.c: the ring options a job shares, carried in its views. */
@@ -309,7 +312,7 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);
  * memory). */
 char *job__opts_json(const ring_opts_t *o, int commit);
 /* b->ring_opts become view v's (main loop, no command out). */
-void job__opts_install(rb_t *b, const mb_view_t *v);
+void job__opts_install(job_ring_t *b, const mb_view_t *v);
 
 /* The ring thread: runs posted commands until quit; destroys its rings. */
 void *job__ring_thread_main(void *arg);
@@ -317,10 +320,10 @@ void *job__ring_thread_main(void *arg);
 /* job_ring_ckpt.c: checkpoint records and manifests in etcd. */
 typedef struct job_rbck job_rbck_t;
 /* root: this node's checkpoint store, or NULL (checkpoints off). */
-int job__rbck_create(const char *job, const char *node, const char *root,
+int job__ckpt_create(const char *job, const char *node, const char *root,
                      job_rbck_t **k_p);
-void job__rbck_destroy(job_rbck_t *k);
-int job__rbck_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
+void job__ckpt_destroy(job_rbck_t *k);
+int job__ckpt_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
                      job_done_cb cb, void *arg);
 
 #endif

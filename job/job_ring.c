@@ -59,7 +59,7 @@ static const unsigned job_next_ok[] = {
 
 /* The one transition function: refuses a move the table does not allow
  * (loudly: it is a bug), then runs the exit and entry actions. */
-void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
+void job__ring_set_state(job_ring_t *b, job_state_t next, const char *why)
 {
     job_state_t prev = b->state;
     if (prev == next)
@@ -101,7 +101,7 @@ void job__ring_set_state(rb_t *b, job_state_t next, const char *why)
     job__commit_check(b); /* fenced or out of the job: its verdict */
 }
 
-void job__ring_post(rb_t *b)
+void job__ring_post(job_ring_t *b)
 {
     pthread_mutex_lock(&b->mu);
     b->abort_flag = 0;
@@ -111,7 +111,7 @@ void job__ring_post(rb_t *b)
 }
 
 /* Thread-safe abort of the collective the ring thread is running. */
-void job__ring_abort_running(rb_t *b)
+void job__ring_abort_running(job_ring_t *b)
 {
     pthread_mutex_lock(&b->mu);
     if (b->posted) {
@@ -122,7 +122,7 @@ void job__ring_abort_running(rb_t *b)
     pthread_mutex_unlock(&b->mu);
 }
 
-static void fill_dview(rb_t *b)
+static void fill_dview(job_ring_t *b)
 {
     const mb_view_t *v = b->cur;
     uint32_t total = 0, offset = 0;
@@ -139,18 +139,18 @@ static void fill_dview(rb_t *b)
                             .commit = (uint32_t)b->commit};
 }
 
-static void post_rebuild(rb_t *b);
-static void leave_deferred(rb_t *b);
+static void post_rebuild(job_ring_t *b);
+static void leave_deferred(job_ring_t *b);
 
 /* Install the pending view and have the ring thread build and resync. */
-static void install_pending(rb_t *b)
+static void install_pending(job_ring_t *b)
 {
-    if (b->pending->n_members > RB_MAX_NODES) {
+    if (b->pending->n_members > JOB_RING_MAX_NODES) {
         RD_ERROR("ring backend: view %llu has %zu nodes, more than the %d "
                  "this build supports; waiting for another",
                  (unsigned long long)b->pending->generation,
                  b->pending->n_members,
-                 RB_MAX_NODES);
+                 JOB_RING_MAX_NODES);
         mb_view_free(b->pending);
         b->pending = NULL;
         return;
@@ -164,9 +164,9 @@ static void install_pending(rb_t *b)
 }
 
 /* Have the ring thread build the ring of the installed view and resync. */
-static void post_rebuild(rb_t *b)
+static void post_rebuild(job_ring_t *b)
 {
-    b->cmd = (rb_cmd_t){.kind = CMD_REBUILD, .view = b->cur,
+    b->cmd = (job_ring_cmd_t){.kind = JOB_CMD_REBUILD, .view = b->cur,
                         .my_step = b->step, .counts = b->counts,
                         .my_trainers = b->local_trainers,
                         .ckpt_req = b->ckpt_req,
@@ -185,7 +185,7 @@ static void post_rebuild(rb_t *b)
  * starts only while the daemon waits in ready(): then the node is at a
  * step start with its state registered.
  */
-void job__ring_advance(rb_t *b)
+void job__ring_advance(job_ring_t *b)
 {
     if (job__ring_busy(b) || b->ready_cb == NULL ||
         b->state >= JOB_STEPPING_OUT)
@@ -193,7 +193,7 @@ void job__ring_advance(rb_t *b)
     if (b->pending != NULL) {
         install_pending(b);
     } else if (b->state == JOB_READY && b->agree_due) {
-        b->cmd = (rb_cmd_t){.kind = CMD_AGREE, .view = b->cur,
+        b->cmd = (job_ring_cmd_t){.kind = JOB_CMD_AGREE, .view = b->cur,
                             .counts = b->counts,
                             .my_trainers = b->local_trainers,
                             .ckpt_req = b->ckpt_req};
@@ -204,7 +204,7 @@ void job__ring_advance(rb_t *b)
 
 static void on_defer(uv_timer_t *t)
 {
-    rb_t *b = t->data;
+    job_ring_t *b = t->data;
     job_done_cb cb = b->op_cb;
     b->op_cb = NULL;
     if (cb != NULL)
@@ -212,7 +212,7 @@ static void on_defer(uv_timer_t *t)
 }
 
 /* Complete the daemon's collective on the next loop turn. */
-void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
+void job__ring_complete_later(job_ring_t *b, job_done_cb cb, void *arg,
                               int status)
 {
     b->op_cb = cb;
@@ -221,7 +221,7 @@ void job__ring_complete_later(rb_t *b, job_done_cb cb, void *arg,
     uv_timer_start(&b->defer, on_defer, 0, 0);
 }
 
-static void ready_fire(rb_t *b, int status)
+static void ready_fire(job_ring_t *b, int status)
 {
     job_done_cb cb = b->ready_cb;
     b->ready_cb = NULL;
@@ -230,7 +230,7 @@ static void ready_fire(rb_t *b, int status)
 }
 
 /* 1 when node (lease) is a member of view v. */
-int job__view_has(const mb_view_t *v, const char *node, int64_t lease)
+int job__ring_view_has(const mb_view_t *v, const char *node, int64_t lease)
 {
     for (size_t i = 0; v != NULL && i < v->n_members; i++)
         if (v->members[i].lease == lease &&
@@ -247,7 +247,7 @@ int job__view_has(const mb_view_t *v, const char *node, int64_t lease)
  */
 static void on_retry(uv_timer_t *t)
 {
-    rb_t *b = t->data;
+    job_ring_t *b = t->data;
     if (b->state != JOB_WAITING || job__ring_busy(b) || b->pending != NULL ||
         b->cur == NULL || b->ready_cb == NULL)
         return;
@@ -257,7 +257,7 @@ static void on_retry(uv_timer_t *t)
     post_rebuild(b);
 }
 
-static void on_rebuilt(rb_t *b, rb_cmd_t *c)
+static void on_rebuilt(job_ring_t *b, job_ring_cmd_t *c)
 {
     if (b->state_lent) { /* the ring thread is done with the region */
         b->state_lent = 0;
@@ -276,7 +276,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
          * holding this one until its lease runs out. Not at the first
          * failure: a link just back up may refuse briefly. */
         if (c->status == ST_ELINK && c->unreachable != UINT32_MAX &&
-            c->view == b->cur && b->retries + 1 >= RB_UNREACHABLE_TRIES)
+            c->view == b->cur && b->retries + 1 >= JOB_RING_UNREACHABLE_TRIES)
             job__ring_peer_failure(b, ST_EPEER, c->unreachable);
         if (b->state == JOB_SYNCING)
             job__ring_set_state(b, JOB_WAITING, "resync failed");
@@ -292,8 +292,8 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
         }
         if (c->suspect == UINT32_MAX && c->status != ST_EABORTED &&
             c->status != ST_ECONFIG && c->view == b->cur &&
-            b->retries < RB_REBUILD_RETRIES)
-            uv_timer_start(&b->retry, on_retry, RB_RETRY_MS, 0);
+            b->retries < JOB_RING_REBUILD_RETRIES)
+            uv_timer_start(&b->retry, on_retry, JOB_RING_RETRY_MS, 0);
         return;
     }
     if (b->state != JOB_SYNCING) {
@@ -332,12 +332,12 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
  * Step attempts: the trainer counts travel only when they change.
  *
  * An attempt is one run of a step on the agreed counts: it opens at the
- * step start that lets it run (rb_ready returns 1) and closes when the
+ * step start that lets it run (op_ready returns 1) and closes when the
  * step ends (step_end) or a collective of it is void on every node. A step
  * the daemon redoes on its own (a trainer of this node left it) stays in
  * the same attempt: the other nodes are still in it. During an attempt
- * this node raises RB_FLAG_AGREE on its collectives' messages when it
- * wants a checkpoint, and RB_FLAG_VOID too when its trainer count is not
+ * this node raises JOB_RING_F_AGREE on its collectives' messages when it
+ * wants a checkpoint, and JOB_RING_F_VOID too when its trainer count is not
  * the agreed one (a trainer joined or left at a step start). A
  * collective that carries every node's flags (ring_flags_seen: an
  * allreduce or allgather of non-zero size) ends with their OR on every
@@ -354,7 +354,7 @@ static void on_rebuilt(rb_t *b, rb_cmd_t *c)
  * that miscount that node's trainers, so the step is redone after the
  * agreement, on the new counts.
  */
-static void attempt_close(rb_t *b)
+static void attempt_close(job_ring_t *b)
 {
     if (!b->attempt_open)
         return;
@@ -364,13 +364,13 @@ static void attempt_close(rb_t *b)
 }
 
 /* The flags this node raises in the attempt from now on. */
-static unsigned my_flags(const rb_t *b)
+static unsigned my_flags(const job_ring_t *b)
 {
     unsigned f = 0;
     if (b->local_trainers != b->counts[b->cur->my_index])
-        f |= RB_FLAG_VOID | RB_FLAG_AGREE;
+        f |= JOB_RING_F_VOID | JOB_RING_F_AGREE;
     if (b->ckpt_req && !b->dview.ckpt_requested)
-        f |= RB_FLAG_AGREE;
+        f |= JOB_RING_F_AGREE;
     return f;
 }
 
@@ -381,7 +381,7 @@ static unsigned my_flags(const rb_t *b)
  * world that differs from the others', in an attempt that is void if it
  * holds any collective that carries the flags.
  */
-static void attempt_view(rb_t *b)
+static void attempt_view(job_ring_t *b)
 {
     uint32_t total = 0;
     for (size_t i = 0; i < b->cur->n_members; i++)
@@ -393,7 +393,7 @@ static void attempt_view(rb_t *b)
 /* A step starts: 1, in a new attempt or the one the daemon redoes; or 0
  * with an agreement due (a one-node job agrees with itself at once, for
  * nothing, rather than run a void step). */
-static int attempt_begin(rb_t *b)
+static int attempt_begin(job_ring_t *b)
 {
     unsigned f = my_flags(b);
     if (f != 0 && b->cur->n_members == 1) {
@@ -414,13 +414,13 @@ static int attempt_begin(rb_t *b)
 }
 
 /* A collective of the attempt completed: 1 when it is void. */
-static int attempt_account(rb_t *b, const rb_cmd_t *c)
+static int attempt_account(job_ring_t *b, const job_ring_cmd_t *c)
 {
     if (!b->attempt_open || !c->flags_all)
         return 0;
     b->attempt_carried = 1;
     b->attempt_flags |= c->flags_seen;
-    if (!(c->flags_seen & RB_FLAG_VOID))
+    if (!(c->flags_seen & JOB_RING_F_VOID))
         return 0;
     RD_INFO("ring backend: a node's trainer count changed at step %llu: "
             "the step is redone on the counts agreed again",
@@ -429,7 +429,7 @@ static int attempt_account(rb_t *b, const rb_cmd_t *c)
     return 1;
 }
 
-static void on_collective_done(rb_t *b, rb_cmd_t *c)
+static void on_collective_done(job_ring_t *b, job_ring_cmd_t *c)
 {
     job_done_cb cb = b->op_cb;
     void *arg = b->op_arg;
@@ -467,7 +467,7 @@ static void on_collective_done(rb_t *b, rb_cmd_t *c)
         cb(arg, status);
 }
 
-static void on_agreed(rb_t *b, rb_cmd_t *c)
+static void on_agreed(job_ring_t *b, job_ring_cmd_t *c)
 {
     if (c->status != 0) {
         job__ring_peer_failure(b, c->status, c->suspect);
@@ -486,10 +486,10 @@ static void on_agreed(rb_t *b, rb_cmd_t *c)
 
 static void on_async(uv_async_t *h)
 {
-    rb_t *b = h->data;
+    job_ring_t *b = h->data;
     pthread_mutex_lock(&b->mu);
     int done = job__ring_busy(b) && !b->posted;
-    rb_lossy_t lossy[2];
+    job_ring_lossy_t lossy[2];
     memcpy(lossy, b->lossy, sizeof(lossy));
     memset(b->lossy, 0, sizeof(b->lossy));
     uint64_t mm_gen = b->mismatch.gen;
@@ -503,16 +503,16 @@ static void on_async(uv_async_t *h)
         job__ring_mismatch(b, mm_gen, mm_rank, mm_flags);
     if (!done)
         return;
-    rb_cmd_t c = b->cmd;
-    b->cmd.kind = CMD_NONE;
+    job_ring_cmd_t c = b->cmd;
+    b->cmd.kind = JOB_CMD_NONE;
     job__hops_cmd(b, &c);
     if (c.status == 0)
         mb_ring_progress(b->mb); /* the ride through an etcd outage */
-    if (c.kind == CMD_REBUILD)
+    if (c.kind == JOB_CMD_REBUILD)
         on_rebuilt(b, &c);
-    else if (c.kind == CMD_AGREE)
+    else if (c.kind == JOB_CMD_AGREE)
         on_agreed(b, &c);
-    else if (c.kind == CMD_COMMIT)
+    else if (c.kind == JOB_CMD_COMMIT)
         job__commit_done(b, &c);
     else
         on_collective_done(b, &c);
@@ -521,29 +521,29 @@ static void on_async(uv_async_t *h)
 
 /* ---- backend ops ------------------------------------------------------- */
 
-static void rb_set_local_trainers(job_t *be, uint32_t n)
+static void op_set_local_trainers(job_t *be, uint32_t n)
 {
-    ((rb_t *)be)->local_trainers = n;
+    ((job_ring_t *)be)->local_trainers = n;
 }
 
-static void rb_set_step(job_t *be, uint64_t step)
+static void op_set_step(job_t *be, uint64_t step)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     b->step = step;
     b->dview.step = step;
 }
 
 
-static void rb_get_view(job_t *be, job_view_t *view_p)
+static void op_get_view(job_t *be, job_view_t *view_p)
 {
-    const rb_t *b = (const rb_t *)be;
+    const job_ring_t *b = (const job_ring_t *)be;
     *view_p = b->dview;
     view_p->agreements = b->agreements;
 }
 
-static int rb_ready(job_t *be, job_done_cb cb, void *arg)
+static int op_ready(job_t *be, job_done_cb cb, void *arg)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     if (b->state == JOB_READY && !job__ring_busy(b) && b->pending == NULL &&
         !b->agree_due && attempt_begin(b))
         return 1;
@@ -562,7 +562,8 @@ static int rb_ready(job_t *be, job_done_cb cb, void *arg)
     return 0;
 }
 
-static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
+static int start_collective(job_ring_t *b, job_ring_cmd_t *c,
+                            job_done_cb cb, void *arg)
 {
     if (b->op_cb != NULL || job__ring_busy(b)) {
         RD_ERROR("ring backend: a collective is already in flight");
@@ -581,18 +582,18 @@ static int start_collective(rb_t *b, rb_cmd_t *c, job_done_cb cb, void *arg)
     return 0;
 }
 
-static int rb_allreduce(job_t *be, const job_reduce_t *r, job_done_cb cb,
+static int op_allreduce(job_t *be, const job_reduce_t *r, job_done_cb cb,
                         void *arg)
 {
-    rb_cmd_t c = {.kind = CMD_ALLREDUCE, .red = *r};
-    return start_collective((rb_t *)be, &c, cb, arg);
+    job_ring_cmd_t c = {.kind = JOB_CMD_ALLREDUCE, .red = *r};
+    return start_collective((job_ring_t *)be, &c, cb, arg);
 }
 
 /* root is a global trainer rank: broadcast from the node holding it. */
-static int rb_broadcast(job_t *be, void *buf, size_t bytes,
+static int op_broadcast(job_t *be, void *buf, size_t bytes,
                         uint32_t root, job_done_cb cb, void *arg)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     uint32_t node = UINT32_MAX, total = 0;
     for (size_t i = 0; b->cur && i < b->cur->n_members; i++) {
         if (root >= total && root < total + b->counts[i])
@@ -604,14 +605,14 @@ static int rb_broadcast(job_t *be, void *buf, size_t bytes,
                  "view (%u trainers)", root, total);
         return ST_EINVAL;
     }
-    rb_cmd_t c = {.kind = CMD_BROADCAST, .buf = buf, .count = bytes,
+    job_ring_cmd_t c = {.kind = JOB_CMD_BROADCAST, .buf = buf, .count = bytes,
                   .root = node};
     return start_collective(b, &c, cb, arg);
 }
 
-static void rb_step_end(job_t *be, uint64_t step)
+static void op_step_end(job_t *be, uint64_t step)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     attempt_close(b);
     job__hops_step(b);
     b->step = step + 1;
@@ -623,19 +624,19 @@ static void rb_step_end(job_t *be, uint64_t step)
 }
 
 /* The flag rides on the step's next collectives already, if any. */
-static void rb_request_ckpt(job_t *be)
+static void op_request_ckpt(job_t *be)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     b->ckpt_req = 1;
     if (!b->dview.ckpt_requested)
-        b->my_flags |= RB_FLAG_AGREE;
+        b->my_flags |= JOB_RING_F_AGREE;
 }
 
-static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
+static int op_ckpt_report(job_t *be, const job_ckpt_files_t *f,
                           job_done_cb cb, void *arg)
 {
-    rb_t *b = (rb_t *)be;
-    return job__rbck_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
+    job_ring_t *b = (job_ring_t *)be;
+    return job__ckpt_report(b->ckpt, mb_etcd(b->mb), f, cb, arg);
 }
 
 /*
@@ -645,7 +646,7 @@ static int rb_ckpt_report(job_t *be, const job_ckpt_files_t *f,
  * anew (a rolling restart that reaches this node while the node
  * restarted before it is still being taken back in).
  */
-static int sole_state_holder(const rb_t *b)
+static int sole_state_holder(const job_ring_t *b)
 {
     const mb_view_t *v = b->cur;
     if (b->state != JOB_SYNCING || v == NULL || v->n_joiners == 0 ||
@@ -658,8 +659,8 @@ static int sole_state_holder(const rb_t *b)
     return holders == 1;
 }
 
-/* Leave now; 0 when mb_on_left will call leave_cb, else as rb_leave. */
-static int leave_now(rb_t *b)
+/* Leave now; 0 when mb_on_left will call leave_cb, else as op_leave. */
+static int leave_now(job_ring_t *b)
 {
     job_state_t prev = b->state;
     job__ring_set_state(b, JOB_LEAVING, "leave");
@@ -672,7 +673,7 @@ static int leave_now(rb_t *b)
 }
 
 /* The install a leave waited for has ended (installed or failed). */
-static void leave_deferred(rb_t *b)
+static void leave_deferred(job_ring_t *b)
 {
     if (!b->leave_waits)
         return;
@@ -689,9 +690,9 @@ static void leave_deferred(rb_t *b)
     }
 }
 
-static int rb_leave(job_t *be, job_done_cb cb, void *arg)
+static int op_leave(job_t *be, job_done_cb cb, void *arg)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     if (b->state == JOB_STANDBY) {
         job__ring_set_state(b, JOB_LEFT, "leave: already out of the job");
         return 1;
@@ -720,12 +721,12 @@ static int rb_leave(job_t *be, job_done_cb cb, void *arg)
 
 static void on_handle_closed(uv_handle_t *h)
 {
-    rb_t *b = h->data;
+    job_ring_t *b = h->data;
     if (--b->open_handles == 0)
         free(b);
 }
 
-static void close_handles(rb_t *b)
+static void close_handles(job_ring_t *b)
 {
     b->open_handles = 6;
     uv_close((uv_handle_t *)&b->hop_timer, on_handle_closed);
@@ -737,7 +738,7 @@ static void close_handles(rb_t *b)
 }
 
 /* Ask the ring thread to quit and wait for it; it destroys its rings. */
-static void stop_thread(rb_t *b)
+static void stop_thread(job_ring_t *b)
 {
     pthread_mutex_lock(&b->mu);
     b->abort_flag = 1;
@@ -751,10 +752,10 @@ static void stop_thread(rb_t *b)
 
 /* The part of destroy that create's unwinding shares: everything below
  * the ring thread, in the reverse order of creation. */
-static void release(rb_t *b)
+static void release(job_ring_t *b)
 {
     mb_destroy(b->mb);
-    job__rbck_destroy(b->ckpt); /* after its etcd client */
+    job__ckpt_destroy(b->ckpt); /* after its etcd client */
     free(b->ckpt_root);
     tp_destroy(b->tp);
     job_auth_destroy(b->auth);
@@ -765,9 +766,9 @@ static void release(rb_t *b)
     close_handles(b); /* frees b once closed */
 }
 
-static void rb_destroy(job_t *be)
+static void op_destroy(job_t *be)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     b->commit_cb = NULL; /* callbacks are dropped (job.h) */
     stop_thread(b);
     mb_view_free(b->cur);
@@ -776,9 +777,9 @@ static void rb_destroy(job_t *be)
     release(b);
 }
 
-static void rb_blame_stats(job_t *be, job_blame_t *out)
+static void op_blame_stats(job_t *be, job_blame_t *out)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     mb_blame_stats_t m;
     mb_blame_stats(b->mb, &m);
     out->reported_lossy = m.reported[MB_BLAME_LOSSY];
@@ -788,23 +789,23 @@ static void rb_blame_stats(job_t *be, job_blame_t *out)
     out->convicted = m.convicted;
 }
 
-static const job_ops_t rb_ops = {
+static const job_ops_t op_ops = {
     .name = "ring",
-    .set_local_trainers = rb_set_local_trainers,
-    .ready = rb_ready,
-    .get_view = rb_get_view,
-    .set_step = rb_set_step,
+    .set_local_trainers = op_set_local_trainers,
+    .ready = op_ready,
+    .get_view = op_get_view,
+    .set_step = op_set_step,
     .trainer_lost = job__ring_trainer_lost,
-    .allreduce = rb_allreduce,
-    .broadcast = rb_broadcast,
-    .step_end = rb_step_end,
+    .allreduce = op_allreduce,
+    .broadcast = op_broadcast,
+    .step_end = op_step_end,
     .commit = job__ring_commit,
-    .request_ckpt = rb_request_ckpt,
-    .ckpt_report = rb_ckpt_report,
-    .leave = rb_leave,
-    .destroy = rb_destroy,
+    .request_ckpt = op_request_ckpt,
+    .ckpt_report = op_ckpt_report,
+    .leave = op_leave,
+    .destroy = op_destroy,
     .hop_stats = job__hops_get,
-    .blame_stats = rb_blame_stats,
+    .blame_stats = op_blame_stats,
     /* No newest_generation: a pending view always holds this node
      * (mb delivers only those), and the view change's agreement takes
      * the state of the member furthest ahead, so a collective finished
@@ -823,9 +824,9 @@ static const job_ops_t rb_ops = {
  * slow trainer: wait. Known gap: a daemon whose ring thread is wedged while its
  * main loop renews the lease is waited for too.
  */
-static int rt_member_alive(void *arg, uint32_t rank)
+static int on_member_alive(void *arg, uint32_t rank)
 {
-    rb_t *b = arg;
+    job_ring_t *b = arg;
     (void)rank;
     pthread_mutex_lock(&b->mu);
     int alive = !b->abort_flag;
@@ -838,9 +839,9 @@ static int rt_member_alive(void *arg, uint32_t rank)
  * kept for the main loop, which reports it (job__ring_lossy). A third report
  * while two wait is dropped; the ring says it again within a second.
  */
-static void rt_lossy(void *arg, uint64_t generation, uint32_t rank)
+static void on_lossy(void *arg, uint64_t generation, uint32_t rank)
 {
-    rb_t *b = arg;
+    job_ring_t *b = arg;
     pthread_mutex_lock(&b->mu);
     for (int i = 0; i < 2; i++) {
         if (b->lossy[i].gen == 0) {
@@ -855,10 +856,10 @@ static void rt_lossy(void *arg, uint64_t generation, uint32_t rank)
 
 /* A neighbour's message of another size (ring thread): for
  * job__ring_mismatch. */
-static void rt_mismatch(void *arg, uint64_t generation, uint32_t rank,
+static void on_mismatch(void *arg, uint64_t generation, uint32_t rank,
                         unsigned flags)
 {
-    rb_t *b = arg;
+    job_ring_t *b = arg;
     pthread_mutex_lock(&b->mu);
     b->mismatch.gen = generation;
     b->mismatch.rank = rank;
@@ -869,7 +870,7 @@ static void rt_mismatch(void *arg, uint64_t generation, uint32_t rank,
 
 /* The main loop's handles and the command slot's lock: first, so that
  * every later failure unwinds through close_handles. */
-static void init_sync(rb_t *b, uv_loop_t *loop)
+static void init_sync(job_ring_t *b, uv_loop_t *loop)
 {
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
@@ -886,10 +887,10 @@ static void init_sync(rb_t *b, uv_loop_t *loop)
 int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
                      const job_cbs_t *cbs, job_t **be_p)
 {
-    rb_t *b = calloc(1, sizeof(*b));
+    job_ring_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return ST_ENOMEM;
-    b->base.ops = &rb_ops;
+    b->base.ops = &op_ops;
     b->loop = loop;
     b->cbs = *cbs;
     b->ttl_s = (int)cfg->lease_ttl;
@@ -899,11 +900,11 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
         b->my_opts.deadline_ms = (int)cfg->ring_deadline_ms;
     b->my_opts.live_ms = (int)cfg->ring_live_ms;
     job__opts_from_config(cfg, &b->my_opts);
-    b->my_opts.on_quiet = rt_member_alive;
+    b->my_opts.on_quiet = on_member_alive;
     b->my_opts.on_quiet_arg = b;
-    b->my_opts.on_lossy = rt_lossy;
+    b->my_opts.on_lossy = on_lossy;
     b->my_opts.on_lossy_arg = b;
-    b->my_opts.on_mismatch = rt_mismatch;
+    b->my_opts.on_mismatch = on_mismatch;
     b->my_opts.on_mismatch_arg = b;
     b->ring_opts = b->my_opts;
     init_sync(b, loop);
@@ -926,7 +927,7 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
     if (cfg->ckpt_dir != NULL &&
         asprintf(&b->ckpt_root, "%s/%s", cfg->ckpt_dir, cfg->job) < 0)
         b->ckpt_root = NULL; /* no restore through the ring, no sync */
-    rc = job__rbck_create(cfg->job, cfg->node, b->ckpt_root, &b->ckpt);
+    rc = job__ckpt_create(cfg->job, cfg->node, b->ckpt_root, &b->ckpt);
     if (rc != 0)
         goto err_tp;
     rc = job__ring_create_mb(b, cfg);
@@ -953,7 +954,7 @@ err_mb:
     mb_destroy(b->mb);
     b->mb = NULL;
 err_ckpt:
-    job__rbck_destroy(b->ckpt);
+    job__ckpt_destroy(b->ckpt);
     b->ckpt = NULL;
 err_tp:
     free(b->ckpt_root);

@@ -26,7 +26,7 @@ static uint32_t rank_right(const mb_view_t *v)
     return (uint32_t)(((size_t)v->my_index + 1) % v->n_members);
 }
 
-static int auth_verify_one(rb_t *b, const mb_view_t *v, uint32_t peer,
+static int auth_verify_one(job_ring_t *b, const mb_view_t *v, uint32_t peer,
                            const uint8_t *peer_nonce, const uint8_t *mine,
                            const uint8_t *proof)
 {
@@ -41,7 +41,7 @@ static int auth_verify_one(rb_t *b, const mb_view_t *v, uint32_t peer,
     return rc;
 }
 
-int job__ring_auth(rb_t *b, ring_t *r, const mb_view_t *v,
+int job__ring_auth(job_ring_t *b, ring_t *r, const mb_view_t *v,
                    uint32_t *suspect_p)
 {
     if (b->auth == NULL || v->n_members < 2)

@@ -108,7 +108,7 @@ static void req_done(rbck_req_t *r, int status)
         cb(arg, status);
 }
 
-int job__rbck_create(const char *job, const char *node, const char *root,
+int job__ckpt_create(const char *job, const char *node, const char *root,
                      job_rbck_t **k_p)
 {
     job_rbck_t *k = calloc(1, sizeof(*k));
@@ -132,7 +132,7 @@ err_free:
     return ST_ENOMEM;
 }
 
-void job__rbck_destroy(job_rbck_t *k)
+void job__ckpt_destroy(job_rbck_t *k)
 {
     if (k == NULL)
         return;
@@ -487,7 +487,7 @@ static void on_put(int status, const etcd_result_t *res, void *data)
         req_done(r, rc);
 }
 
-int job__rbck_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
+int job__ckpt_report(job_rbck_t *k, etcd_t *etcd, const job_ckpt_files_t *f,
                      job_done_cb cb, void *arg)
 {
     if (f->primary.nshards == 0 || f->primary.step != f->replica.step) {

@@ -42,7 +42,7 @@
  * A view from before this node's fence says nothing: the one that takes
  * it back decides. Out of the job (no trainer, leaving): ST_EFENCED.
  */
-static int verdict(rb_t *b, int *status_p)
+static int verdict(job_ring_t *b, int *status_p)
 {
     if (b->state >= JOB_STEPPING_OUT) {
         *status_p = ST_EFENCED;
@@ -52,7 +52,7 @@ static int verdict(rb_t *b, int *status_p)
     if (p == NULL || g == NULL || g->my_index < 0)
         return 0;
     const mb_member_t *me = &g->members[g->my_index];
-    if (job__view_has(p, me->node, me->lease)) {
+    if (job__ring_view_has(p, me->node, me->lease)) {
         if (b->state == JOB_FENCED || !mb_lease_valid(b->mb))
             return 0;
         *status_p = 0;
@@ -60,14 +60,14 @@ static int verdict(rb_t *b, int *status_p)
     }
     int carried = 0;
     for (size_t i = 0; i < g->n_members && !carried; i++)
-        carried = job__view_has(p, g->members[i].node,
+        carried = job__ring_view_has(p, g->members[i].node,
                                 g->members[i].lease);
     *status_p = !carried && p->generation == g->generation + 1
                     ? 0 : ST_ERESHAPE;
     return 1;
 }
 
-static void fire(rb_t *b, int status)
+static void fire(job_ring_t *b, int status)
 {
     job_done_cb cb = b->commit_cb;
     b->commit_cb = NULL;
@@ -80,18 +80,18 @@ static void fire(rb_t *b, int status)
         cb(b->commit_arg, status);
 }
 
-void job__commit_check(rb_t *b)
+void job__commit_check(job_ring_t *b)
 {
     /* While the round runs, its end decides (job__commit_done). */
     int status;
-    if (b->commit_cb != NULL && b->cmd.kind != CMD_COMMIT &&
+    if (b->commit_cb != NULL && b->cmd.kind != JOB_CMD_COMMIT &&
         verdict(b, &status))
         fire(b, status);
 }
 
 int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     if (b->commit_cb != NULL || b->op_cb != NULL) {
         RD_ERROR("ring backend: a commit or a collective is pending");
         return ST_EINVAL;
@@ -105,7 +105,7 @@ int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
         b->cur->n_members > 1 && !job__ring_busy(b)) {
         b->commit_cb = cb;
         b->commit_arg = arg;
-        b->cmd = (rb_cmd_t){.kind = CMD_COMMIT};
+        b->cmd = (job_ring_cmd_t){.kind = JOB_CMD_COMMIT};
         job__ring_post(b);
         return 0;
     }
@@ -121,7 +121,7 @@ int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
     return 0;
 }
 
-void job__commit_done(rb_t *b, const rb_cmd_t *c)
+void job__commit_done(job_ring_t *b, const job_ring_cmd_t *c)
 {
     int status = c->status;
     /* Every member finished the step: whoever goes on has it, whatever

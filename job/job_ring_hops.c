@@ -53,9 +53,9 @@ void job_hops_record(job_hops_t *h, const char *peer, double wait_s)
         }
 }
 
-/* rb_step_end: the step's waits (summed by on_async) go to the entry of
+/* op_step_end: the step's waits (summed by on_async) go to the entry of
  * the predecessor of the installed view, and into the next record. */
-void job__hops_step(rb_t *b)
+void job__hops_step(job_ring_t *b)
 {
     uint64_t us = b->step_wait_us;
     b->step_wait_us = 0;
@@ -88,22 +88,22 @@ int64_t job_hop_period_ms(size_t n_members, const char *node)
 }
 
 /* A failed put (etcd down: the job rides it out) skips the next ticks,
- * doubling to RB_HOP_SKIP_MAX, so an outage is not tried every period;
+ * doubling to JOB_RING_HOP_SKIP_MAX, so an outage is not tried every period;
  * the steps meanwhile go into the next record. */
 static void on_hop_put(int status, const etcd_result_t *res, void *data)
 {
-    rb_t *b = data;
+    job_ring_t *b = data;
     (void)res;
     b->hop_backoff = status == 0 ? 0
                      : b->hop_backoff == 0 ? 1
-                     : b->hop_backoff * 2 > RB_HOP_SKIP_MAX
-                         ? RB_HOP_SKIP_MAX : b->hop_backoff * 2;
+                     : b->hop_backoff * 2 > JOB_RING_HOP_SKIP_MAX
+                         ? JOB_RING_HOP_SKIP_MAX : b->hop_backoff * 2;
     b->hop_skip = b->hop_backoff;
 }
 
 /* Put the record of the steps since the last one, under our lease (it
  * goes with the node). A failed put is only the loss of one record. */
-static void hop_put(rb_t *b)
+static void hop_put(job_ring_t *b)
 {
     int64_t lease = b->mb != NULL ? mb_lease(b->mb) : 0;
     if (b->hop_skip > 0) {
@@ -131,7 +131,7 @@ static void hop_put(rb_t *b)
 /* Each tick schedules the next for the size of the view it ran in. */
 static void on_hop_timer(uv_timer_t *t)
 {
-    rb_t *b = t->data;
+    job_ring_t *b = t->data;
     hop_put(b);
     uv_timer_start(&b->hop_timer, on_hop_timer,
                    (uint64_t)job_hop_period_ms(b->cur != NULL ?
@@ -140,7 +140,7 @@ static void on_hop_timer(uv_timer_t *t)
 }
 
 /* Started with the job: the record waits for a view and a lease. */
-void job__hops_init(rb_t *b, uv_loop_t *loop)
+void job__hops_init(job_ring_t *b, uv_loop_t *loop)
 {
     uv_timer_init(loop, &b->hop_timer);
     b->hop_timer.data = b;
@@ -148,7 +148,7 @@ void job__hops_init(rb_t *b, uv_loop_t *loop)
                    (uint64_t)job_hop_period_ms(1, b->mc.node), 0);
 }
 
-void job__hops_cmd(rb_t *b, const rb_cmd_t *c)
+void job__hops_cmd(job_ring_t *b, const job_ring_cmd_t *c)
 {
     if (c->status == 0)
         b->step_wait_us += c->wait_us;
@@ -156,5 +156,5 @@ void job__hops_cmd(rb_t *b, const rb_cmd_t *c)
 
 void job__hops_get(job_t *be, job_hops_t *hops_p)
 {
-    *hops_p = ((rb_t *)be)->hops;
+    *hops_p = ((job_ring_t *)be)->hops;
 }

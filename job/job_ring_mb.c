@@ -17,7 +17,7 @@
 
 static void mb_on_view(const mb_view_t *mv, void *data)
 {
-    rb_t *b = data;
+    job_ring_t *b = data;
     mb_view_t *v;
     if (mb_view_dup(mv, &v) != 0) {
         RD_ERROR("ring backend: out of memory copying view %llu",
@@ -49,7 +49,7 @@ static void mb_on_view(const mb_view_t *mv, void *data)
 
 static void mb_on_fenced(int reason, void *data)
 {
-    rb_t *b = data;
+    job_ring_t *b = data;
     RD_WARN("ring backend: fenced (%s): not serving collectives until "
             "etcd takes this node back", st_strerror(reason));
     /* cur stays: a command in flight may still read it; the view that
@@ -60,7 +60,7 @@ static void mb_on_fenced(int reason, void *data)
 
 static void mb_on_drain(void *data)
 {
-    rb_t *b = data;
+    job_ring_t *b = data;
     RD_INFO("ring backend: drain requested; leaving at the next step "
             "boundary");
     if (b->cbs.on_drain != NULL)
@@ -69,7 +69,7 @@ static void mb_on_drain(void *data)
 
 static void mb_on_left(int status, void *data)
 {
-    rb_t *b = data;
+    job_ring_t *b = data;
     if (b->state == JOB_STEPPING_OUT) {
         job__ring_set_state(b, JOB_STANDBY, "left the job");
         return;
@@ -87,7 +87,7 @@ static void mb_on_left(int status, void *data)
  * From a timer: mb_destroy may not run inside an mb callback. */
 static void on_rejoin(uv_timer_t *t)
 {
-    rb_t *b = t->data;
+    job_ring_t *b = t->data;
     if (b->state != JOB_STANDBY || b->ready_cb == NULL ||
         b->local_trainers == 0)
         return;
@@ -108,7 +108,7 @@ static void on_rejoin(uv_timer_t *t)
     job__ring_set_state(b, JOB_WAITING, "registered again");
 }
 
-void job__ring_maybe_rejoin(rb_t *b)
+void job__ring_maybe_rejoin(job_ring_t *b)
 {
     if (b->state == JOB_STANDBY && b->ready_cb != NULL &&
         b->local_trainers > 0)
@@ -121,7 +121,7 @@ void job__ring_maybe_rejoin(rb_t *b)
  * the view without it comes at once) and registers again as a new member
  * when a trainer is back; it then gets the job's state like any joiner.
  */
-static void step_out(rb_t *b)
+static void step_out(job_ring_t *b)
 {
     RD_WARN("ring backend: no trainer left on this node: leaving the job "
             "until one connects");
@@ -140,7 +140,7 @@ static void step_out(rb_t *b)
  */
 void job__ring_trainer_lost(job_t *be, int in_step, uint32_t remaining)
 {
-    rb_t *b = (rb_t *)be;
+    job_ring_t *b = (job_ring_t *)be;
     if (b->state >= JOB_STEPPING_OUT)
         return;
     if (remaining == 0) {
@@ -182,7 +182,7 @@ static void mb_config_from(const job_config_t *cfg, mb_config_t *mc)
 
 /* Membership on this node's transport address; its strings live in cfg
  * and tp, as long as the job does (kept in b->mc for a rejoin). */
-int job__ring_create_mb(rb_t *b, const job_config_t *cfg)
+int job__ring_create_mb(job_ring_t *b, const job_config_t *cfg)
 {
     mb_config_from(cfg, &b->mc);
     b->mc.view_opts = b->my_opts_json;
@@ -209,7 +209,7 @@ int job__ring_create_mb(rb_t *b, const job_config_t *cfg)
  */
 static void on_suspect_timer(uv_timer_t *t)
 {
-    rb_t *b = t->data;
+    job_ring_t *b = t->data;
     if (b->quiet_node == NULL)
         return;
     if (mb_member_alive(b->mb, b->quiet_node, b->quiet_lease)) {
@@ -234,14 +234,14 @@ static void on_suspect_timer(uv_timer_t *t)
  * peer: with two nodes dead at once, the first view removes one, and only
  * this report removes the other before its lease runs out.
  */
-void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
+void job__ring_peer_failure(job_ring_t *b, int status, uint32_t rank)
 {
     if (b->cur == NULL || rank >= b->cur->n_members ||
         (int)rank == b->cur->my_index)
         return;
     const char *node = b->cur->members[rank].node;
     if (b->pending != NULL &&
-        !job__view_has(b->pending, node, b->cur->members[rank].lease))
+        !job__ring_view_has(b->pending, node, b->cur->members[rank].lease))
         return;
     if (status == ST_EPEER_FORGED) {
         RD_WARN("ring backend: %s failed the job-secret handshake; "
@@ -271,7 +271,7 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
 
 /*
  * A neighbour posted the running collective with another size (on the
- * main loop, from rt_mismatch). In a void attempt (a node's trainer count
+ * main loop, from on_mismatch). In a void attempt (a node's trainer count
  * changed: its trainers were told another world) that is expected of any
  * collective whose size follows the world (DDP's allgather of its
  * parameter counts): the nodes cannot finish it alike, so a new
@@ -282,14 +282,14 @@ void job__ring_peer_failure(rb_t *b, int status, uint32_t rank)
  * The ring waits meanwhile: failing the collective here would close its
  * endpoints and get this node suspected by its neighbours.
  */
-void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
+void job__ring_mismatch(job_ring_t *b, uint64_t gen, uint32_t rank,
                         unsigned flags)
 {
     if (b->cur == NULL || b->cur->generation != gen ||
         b->state != JOB_READY)
         return; /* that ring is gone already */
     unsigned f = flags | b->my_flags;
-    int counted = !(f & RB_FLAG_VOID) && b->mismatch_step == b->step + 1;
+    int counted = !(f & JOB_RING_F_VOID) && b->mismatch_step == b->step + 1;
     b->mismatch_step = b->step + 1;
     b->mismatch_status = counted ? ST_EMISMATCH : ST_ERESHAPE;
     const char *node = rank < b->cur->n_members ? b->cur->members[rank].node
@@ -303,7 +303,7 @@ void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
         RD_INFO("ring backend: step %llu: %s posted a collective of "
                 "another size (%s): asking for a new generation, every "
                 "node redoes the step", (unsigned long long)b->step, node,
-                f & RB_FLAG_VOID ? "a node's trainer count changed"
+                f & JOB_RING_F_VOID ? "a node's trainer count changed"
                                  : "a trainer count may have changed");
     if (b->pending == NULL)
         (void)mb_request_view(b->mb, "collectives of different sizes");
@@ -312,14 +312,14 @@ void job__ring_mismatch(rb_t *b, uint64_t gen, uint32_t rank,
 /* A lossy link seen on the current ring is a soft report on that
  * neighbour: membership convicts it only when another member reports it
  * too (membership/README.md, "Blame"). */
-void job__ring_lossy(rb_t *b, uint64_t gen, uint32_t rank)
+void job__ring_lossy(job_ring_t *b, uint64_t gen, uint32_t rank)
 {
     if (gen == 0 || b->cur == NULL || b->cur->generation != gen ||
         rank >= b->cur->n_members || (int)rank == b->cur->my_index)
         return;
     const char *node = b->cur->members[rank].node;
     if (b->pending != NULL &&
-        !job__view_has(b->pending, node, b->cur->members[rank].lease))
+        !job__ring_view_has(b->pending, node, b->cur->members[rank].lease))
         return;
     mb_suspect_soft(b->mb, node, MB_BLAME_LOSSY,
                     "its link stalls (heartbeats late)");

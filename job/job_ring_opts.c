@@ -164,7 +164,7 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
  * use (an error line): membership checked its shape, so only a newer
  * writer's values can get here.
  */
-void job__opts_install(rb_t *b, const mb_view_t *v)
+void job__opts_install(job_ring_t *b, const mb_view_t *v)
 {
     ring_opts_t o = b->my_opts;
     int commit = b->my_commit;

@@ -36,7 +36,7 @@
 #define RESTORE_TRIES 4
 #define NO_INDEX 0xfffffu
 
-uint64_t job__newest_local(const char *root, uint64_t below)
+uint64_t job__restore_newest_local(const char *root, uint64_t below)
 {
     uint64_t *steps = NULL, best = 0;
     size_t n = 0;
@@ -168,7 +168,7 @@ int job__ring_restore(ring_t *r, const mb_view_t *v, const char *root,
                               : "its size is not the state's");
             ckpt_manifest_free(m);
         }
-        int64_t next = (int64_t)job__newest_local(root, step);
+        int64_t next = (int64_t)job__restore_newest_local(root, step);
         rc = job__ring_agree(r, &next, 1, KERN_MAX);
         if (rc != 0)
             return rc;

@@ -13,11 +13,11 @@
 #include "common/status.h"
 #include "job/job_ring-int.h"
 
-#define RT_IDLE_MS 20 /* progress period of an idle ring thread */
+#define THREAD_IDLE_MS 20 /* progress period of an idle ring thread */
 
 /* ---- the ring thread ------------------------------------------------- */
 
-static void rt_set_ring(rb_t *b, ring_t *r)
+static void set_ring(job_ring_t *b, ring_t *r)
 {
     pthread_mutex_lock(&b->mu);
     b->ring = r;
@@ -30,16 +30,16 @@ static void rt_set_ring(rb_t *b, ring_t *r)
  * checkpoint was asked for here", so every node learns it at this step.
  * Run by REBUILD and, at a step start, only when the last step's flags
  * asked for it (job_ring.c, "step attempts"). */
-static int rt_agree_counts(rb_t *b, rb_cmd_t *c)
+static int agree_counts(job_ring_t *b, job_ring_cmd_t *c)
 {
     uint32_t n = (uint32_t)c->view->n_members;
     memset(c->counts, 0, n * sizeof(uint32_t));
     c->counts[c->view->my_index] =
-        c->my_trainers | (c->ckpt_req ? RB_CKPT_BIT : 0);
+        c->my_trainers | (c->ckpt_req ? JOB_RING_CKPT_BIT : 0);
     int rc = ring_allgather(b->ring, c->counts, sizeof(uint32_t));
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
-        c->ckpt_out |= (c->counts[i] & RB_CKPT_BIT) != 0;
-        c->counts[i] &= ~RB_CKPT_BIT;
+        c->ckpt_out |= (c->counts[i] & JOB_RING_CKPT_BIT) != 0;
+        c->counts[i] &= ~JOB_RING_CKPT_BIT;
     }
     return rc;
 }
@@ -60,11 +60,11 @@ static int same_host(const mb_view_t *v, size_t i)
  * suspect). Open, we are merely quiet until its own copy of the view
  * aborts it.
  */
-static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
+static int replace_ring(job_ring_t *b, const mb_view_t *v, ring_t **r_p,
                            uint32_t *suspect_p, uint32_t *unreachable_p)
 {
     ring_t *prev = b->ring;
-    rt_set_ring(b, NULL);
+    set_ring(b, NULL);
     if (b->older != NULL) {
         ring_abort(b->older); /* closes at once instead of flushing */
         ring_destroy(b->older);
@@ -101,10 +101,10 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
      * start, seconds apart at worst: the first collective may wait long.
      * A crash still ends it at once (endpoint error), a new view too. */
     ring_opts_t first = b->ring_opts;
-    if (first.deadline_ms < RB_REBUILD_DEADLINE_MS)
-        first.deadline_ms = RB_REBUILD_DEADLINE_MS;
+    if (first.deadline_ms < JOB_RING_REBUILD_DEADLINE_MS)
+        first.deadline_ms = JOB_RING_REBUILD_DEADLINE_MS;
     /* Liveness from the start: nothing keeps a member from its ring's
-     * loops until the restore (rt_resync_state turns it off for that),
+     * loops until the restore (resync_state turns it off for that),
      * and a member stuck in a REBUILD (a lossy link) must be named, not
      * waited for. The checkpoint scan runs before the ring exists. */
     if (rc == 0)
@@ -115,9 +115,9 @@ static int rt_replace_ring(rb_t *b, const mb_view_t *v, ring_t **r_p,
     if (rc != 0)
         return rc;
     /* Published first, so that a new view can abort the handshake. */
-    rt_set_ring(b, *r_p);
+    set_ring(b, *r_p);
     if ((rc = job__ring_auth(b, *r_p, v, suspect_p)) != 0) {
-        rt_set_ring(b, NULL);
+        set_ring(b, NULL);
         ring_abort(*r_p); /* its endpoints close at once */
         ring_destroy(*r_p);
         *r_p = NULL;
@@ -138,7 +138,7 @@ typedef struct {
     uint32_t source;         /* ring rank whose state the others take */
     int64_t state_bytes;     /* every member's (checked equal) */
     uint64_t newest_ckpt;    /* newest complete checkpoint + 1 (0: none) */
-} rt_agreed_t;
+} agreed_t;
 
 /*
  * REBUILD, step 2: agree on the step. One allreduce MAX of
@@ -153,8 +153,8 @@ typedef struct {
  * Among equals the furthest step wins, then the lowest index. Steps fit
  * in 42 bits.
  */
-static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
-                         uint64_t newest, rt_agreed_t *a)
+static int agree_step(job_ring_t *b, ring_t *r, const job_ring_cmd_t *c,
+                         uint64_t newest, agreed_t *a)
 {
     const mb_view_t *v = c->view;
     int member = !v->members[v->my_index].joiner;
@@ -194,7 +194,7 @@ static int rt_agree_step(rb_t *b, ring_t *r, const rb_cmd_t *c,
  * message of it reaches us, and the view that follows starts from the
  * state we hold.
  */
-static int rt_ack_state(ring_t *r, const mb_view_t *v, uint32_t source)
+static int ack_state(ring_t *r, const mb_view_t *v, uint32_t source)
 {
     int64_t one = 1;
     int rc = job__ring_agree(r, &one, 1, KERN_SUM);
@@ -213,8 +213,8 @@ static int rt_ack_state(ring_t *r, const mb_view_t *v, uint32_t source)
  * joiner needs it. The trainer counts are agreed in between, so the first
  * step of a view starts on this view's counts.
  */
-static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
-                           const rt_agreed_t *a)
+static int resync_state(job_ring_t *b, ring_t *r, job_ring_cmd_t *c,
+                           const agreed_t *a)
 {
     const mb_view_t *v = c->view;
     c->step_out = a->max_step;
@@ -235,7 +235,7 @@ static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
             c->state_replaced = 1;
         }
     }
-    int rc = rt_agree_counts(b, c);
+    int rc = agree_counts(b, c);
     if (rc != 0 || a->state_bytes <= 0 || restored ||
         (a->max_step == a->min_step && v->n_joiners == 0))
         return rc;
@@ -247,24 +247,24 @@ static int rt_resync_state(rb_t *b, ring_t *r, rb_cmd_t *c,
             "member %u to generation %llu", c->state_bytes,
             (unsigned long long)a->max_step, a->source,
             (unsigned long long)v->generation);
-    return rt_ack_state(r, v, a->source);
+    return ack_state(r, v, a->source);
 }
 
 /* REBUILD: replace the ring, agree on the step, resync the state. */
-static int rt_rebuild(rb_t *b, rb_cmd_t *c)
+static int rebuild(job_ring_t *b, job_ring_cmd_t *c)
 {
     ring_t *r = NULL;
-    rt_agreed_t a;
+    agreed_t a;
     /* Before the ring: a scan of a slow disk must not make this member
      * look silent to neighbours that heard it on the new ring. */
-    uint64_t newest = c->my_step == 0 ? job__newest_local(c->ckpt_root,
+    uint64_t newest = c->my_step == 0 ? job__restore_newest_local(c->ckpt_root,
                                                          UINT64_MAX)
                                       : 0;
-    int rc = rt_replace_ring(b, c->view, &r, &c->suspect, &c->unreachable);
+    int rc = replace_ring(b, c->view, &r, &c->suspect, &c->unreachable);
     if (rc == 0)
-        rc = rt_agree_step(b, r, c, newest, &a);
+        rc = agree_step(b, r, c, newest, &a);
     if (rc == 0)
-        rc = rt_resync_state(b, r, c, &a);
+        rc = resync_state(b, r, c, &a);
     if (rc == 0)
         ring_set_liveness(r, b->ring_opts.live_ms);
     return rc;
@@ -272,7 +272,7 @@ static int rt_rebuild(rb_t *b, rb_cmd_t *c)
 
 /* The first allreduce of several local buffers says which path they
  * take (the comparison tests read it). */
-static void rt_tell_local(rb_t *b, ring_t *r, uint64_t pipelined_before,
+static void tell_local(job_ring_t *b, ring_t *r, uint64_t pipelined_before,
                           uint32_t nbufs)
 {
     ring_stats_t st;
@@ -301,7 +301,7 @@ static void rt_tell_local(rb_t *b, ring_t *r, uint64_t pipelined_before,
  * the ring to resolve to its opts.wire, the job's format that every rank
  * of this ring runs with.
  */
-static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
+static int allreduce(job_ring_t *b, ring_t *r, const job_reduce_t *red)
 {
     ring_allreduce_t a = {.buf = red->bufs[0], .count = red->count,
                           .dt = red->dt, .op = red->op,
@@ -324,42 +324,42 @@ static int rt_allreduce(rb_t *b, ring_t *r, const job_reduce_t *red)
         rc = ring_allreduce(r, &a);
     }
     if (rc == 0 && !b->local_told)
-        rt_tell_local(b, r, st.local_pipelined, red->nbufs);
+        tell_local(b, r, st.local_pipelined, red->nbufs);
     return rc;
 }
 
 /* A collective of the step with this node's flags on its messages; after
  * it, whether it carried every node's and their OR. */
-static int rt_collective(rb_t *b, rb_cmd_t *c)
+static int collective(job_ring_t *b, job_ring_cmd_t *c)
 {
     if (b->ring == NULL)
         return ST_EABORTED;
     ring_set_flags(b->ring, c->flags);
-    int rc = c->kind == CMD_ALLREDUCE
-                 ? rt_allreduce(b, b->ring, &c->red)
+    int rc = c->kind == JOB_CMD_ALLREDUCE
+                 ? allreduce(b, b->ring, &c->red)
                  : ring_broadcast(b->ring, c->buf, c->count, c->root);
     ring_set_flags(b->ring, 0);
     c->flags_all = rc == 0 && ring_flags_seen(b->ring, &c->flags_seen);
     return rc;
 }
 
-static void rt_run(rb_t *b, rb_cmd_t *c)
+static void run(job_ring_t *b, job_ring_cmd_t *c)
 {
     c->suspect = c->suspect2 = c->unreachable = UINT32_MAX;
     c->flags_all = 0;
     c->flags_seen = 0;
     switch (c->kind) {
-    case CMD_REBUILD:
-        c->status = rt_rebuild(b, c);
+    case JOB_CMD_REBUILD:
+        c->status = rebuild(b, c);
         break;
-    case CMD_AGREE:
-        c->status = b->ring ? rt_agree_counts(b, c) : ST_EABORTED;
+    case JOB_CMD_AGREE:
+        c->status = b->ring ? agree_counts(b, c) : ST_EABORTED;
         break;
-    case CMD_ALLREDUCE:
-    case CMD_BROADCAST:
-        c->status = rt_collective(b, c);
+    case JOB_CMD_ALLREDUCE:
+    case JOB_CMD_BROADCAST:
+        c->status = collective(b, c);
         break;
-    case CMD_COMMIT:
+    case JOB_CMD_COMMIT:
         /* Every member entered it once it returns: every member ended
          * the step (n - 1 hops on the flat ring). */
         c->status = b->ring ? ring_barrier(b->ring) : ST_EABORTED;
@@ -368,7 +368,8 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
         c->status = ST_EINVAL;
     }
     /* The round's wait is the slowest node's step, not a hop's. */
-    if (c->status == 0 && c->kind != CMD_REBUILD && c->kind != CMD_COMMIT &&
+    if (c->status == 0 && c->kind != JOB_CMD_REBUILD &&
+        c->kind != JOB_CMD_COMMIT &&
         b->ring != NULL) {
         ring_stats_t st;
         ring_stats(b->ring, &st);
@@ -389,13 +390,13 @@ static void rt_run(rb_t *b, rb_cmd_t *c)
 
 void *job__ring_thread_main(void *arg)
 {
-    rb_t *b = arg;
+    job_ring_t *b = arg;
     const char *pipe = getenv("RINGD_LOCAL_PIPE");
     b->local_staged = pipe != NULL && strcmp(pipe, "0") == 0;
     pthread_mutex_lock(&b->mu);
     for (;;) {
         /*
-         * Idle, the worker is still progressed every RT_IDLE_MS: open
+         * Idle, the worker is still progressed every THREAD_IDLE_MS: open
          * endpoints (the ring between steps, the replaced ring kept one
          * generation) must answer their peers' wireup, flush and close
          * messages. Left alone for seconds (a node fenced through an etcd
@@ -405,7 +406,7 @@ void *job__ring_thread_main(void *arg)
         while (!b->posted && !b->quit) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += RT_IDLE_MS * 1000000L;
+            ts.tv_nsec += THREAD_IDLE_MS * 1000000L;
             if (ts.tv_nsec >= 1000000000L) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
@@ -426,7 +427,7 @@ void *job__ring_thread_main(void *arg)
         if (b->quit)
             break;
         pthread_mutex_unlock(&b->mu);
-        rt_run(b, &b->cmd);
+        run(b, &b->cmd);
         pthread_mutex_lock(&b->mu);
         b->posted = 0;
         uv_async_send(&b->async);

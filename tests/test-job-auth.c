@@ -146,7 +146,7 @@ static void *hs_run(void *arg)
     opts.deadline_ms = 10000;
     ring_t *r = NULL;
     s->rc = ring_create(s->tp, &rv, &opts, &r, NULL);
-    rb_t *b = calloc(1, sizeof(*b));
+    job_ring_t *b = calloc(1, sizeof(*b));
     mb_view_t v = {.generation = 5, .members = m, .n_members = 2,
                    .my_index = s->rank, .source_index = -1};
     if (s->rc == 0 && b != NULL) {
