@@ -214,6 +214,13 @@ void job__ring_set_state(job_ring_t *b, job_state_t next, const char *why);
 void job__ring_abort_running(job_ring_t *b);
 /* Start whatever the state and the pending view allow now. */
 void job__ring_advance(job_ring_t *b);
+/* job_ring_view.c: a REBUILD came back; the daemon's view of the ring;
+ * the daemon's ready() answered. */
+void job__ring_rebuilt(job_ring_t *b, job_ring_cmd_t *c);
+void job__ring_fill_dview(job_ring_t *b);
+void job__ring_ready_fire(job_ring_t *b, int status);
+/* job_ring.c: a leave that waited for the install goes on. */
+void job__ring_leave_deferred(job_ring_t *b);
 
 /* A command is out to the ring thread. */
 static inline int job__ring_busy(const job_ring_t *b)
