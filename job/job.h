@@ -17,10 +17,10 @@
  * defer with a timer or an async handle even when the result is known.
  *
  * Ownership: a buffer passed to allreduce/broadcast belongs to the backend
- * until done_cb runs (allreduce: every buffer job_reduce_t names); the daemon neither reads nor frees it meanwhile. At
- * most one collective is in flight per backend at any time (the daemon
- * serialises them), and collectives are posted only between step_begin and
- * step_end of the node.
+ * until done_cb runs (allreduce: every buffer job_reduce_t names); the
+ * daemon neither reads nor frees it meanwhile. At most one collective is in
+ * flight per backend at any time (the daemon serialises them), and
+ * collectives are posted only between step_begin and step_end of the node.
  *
  * Views: the backend owns the job's view (generation, this node's rank,
  * node count, global trainer count and rank offset, step). The daemon reads

@@ -2,7 +2,7 @@
 LIB_SRCS += ring/ring.c ring/ring_setup.c ring/ring_hello.c ring/ring_grid.c \
             ring/ring_local.c ring/ring_wait.c ring/ring_hb.c \
             ring/ring_stale.c
-TEST_SRCS += tests/test-ring.c
+TEST_SRCS += tests/test-ring.c tests/test-ring-args.c
 
 # The helper process of the multi-process ring tests. CORE_LIB is defined
 # after the fragments are read, so prerequisites spell the path out.

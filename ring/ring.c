@@ -99,8 +99,9 @@ static void msg_send(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
     switch (r->coll.kind) {
     case COLL_ALLREDUCE:
         /* Steps 0..n-2 reduce-scatter, then n-1 steps of allgather. */
-        *seg_p = s < n - 1 ? ring__mod_n((int64_t)c->pos - s, n)
-                           : ring__mod_n((int64_t)c->pos + 1 - (s - (n - 1)), n);
+        *seg_p = s < n - 1
+                     ? ring__mod_n((int64_t)c->pos - s, n)
+                     : ring__mod_n((int64_t)c->pos + 1 - (s - (n - 1)), n);
         *dep_p = m >= c->k ? m - c->k : RING_NO_DEP;
         break;
     case COLL_ALLGATHER:
