@@ -84,6 +84,80 @@ static int n2_gone(void *arg)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 && len == 0;
 }
 
+/* dmn_ring_opts_join's three replicas: no step lost, the same hashes
+ * and parameters, n2 in the job to the end. */
+static void opts_join_replicas(cluster_t *c, td_hashes_t *h)
+{
+    enum { STEPS = 2000 };
+    for (int i = 0; i < 3; i++)
+        td_read_hashes(td_path(&c->d[i], "h0"), &h[i]);
+    ASSERT_EQ(h[0].world[STEPS - 1], 3); /* n2 took part */
+    /* The join's view change may abort the step in flight on one member
+     * after the other finished it: that one logs it, the other gets its
+     * state in the REBUILD and never logs it (job/README.md). So: no
+     * step lost, the steps both logged the same, at most that one not. */
+    for (int s = 0; s < STEPS; s++)
+        ASSERT_MSG(h[0].have[s] || h[1].have[s], "step %d lost", s);
+    ASSERT_GE(td_same_hashes(&h[0], &h[1]), STEPS - 1);
+    ASSERT_GT(td_same_hashes(&h[0], &h[2]), 0);
+    for (int i = 1; i < 3; i++) {
+        ASSERT_EQ(h[0].hash[STEPS - 1], h[i].hash[STEPS - 1]);
+        ASSERT_EQ(td_param_diff(td_path(&c->d[i], "p0"),
+                                td_path(&c->d[0], "p0")), 0);
+    }
+}
+
+/* n2 warned once, naming each difference, and followed the job's
+ * options; n0 ignored RINGD_RING_WIRE; nobody was evicted, and no
+ * message was rejected. */
+static void opts_join_logs(cluster_t *c, const td_hashes_t *h)
+{
+    enum { STEPS = 2000 };
+    const char *warn = "this node's config differs from the job's ring "
+                       "options: chunk 1024 B (job's 1048576), "
+                       "bidirectional 1 (job's 0), wire bf16 (job's none), "
+                       "grid-min-nodes 2 (job's 16); following the job's";
+    ASSERT_MSG(td_count(c->d[2].log, warn) == 1, "n2 warned %d times",
+               td_count(c->d[2].log, "differs from the job's"));
+    ASSERT(td_file_has(c->d[2].log, "the job's ring options: chunk 1048576 "
+                                   "B, wire none, bidirectional 0, grid "
+                                   "from 16 nodes"));
+    ASSERT(td_file_has(c->d[0].log, "RINGD_RING_WIRE is ignored"));
+    /* Nobody was evicted: from n2's first step to the last, n0's steps
+     * ran on a view of three. */
+    int first = 0;
+    while (first < STEPS && !h[2].have[first])
+        first++;
+    for (int s = first; s < STEPS; s++)
+        ASSERT_MSG(h[0].world[s] == 3, "n0's step %d ran on a view of %d",
+                   s, h[0].world[s]);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_MSG(!td_file_has(c->d[i].log, "rejected message"),
+                   "n%d dropped messages of the wrong size", i);
+        if (i < 2)
+            ASSERT(!td_file_has(c->d[i].log, "differs from the job's"));
+    }
+}
+
+/* Nobody of the job is left: n3 starts it alone, on its own options. */
+static void opts_join_fresh(cluster_t *c)
+{
+    ASSERT_EQ(td_stop(&c->d[2], 30000), 0);
+    ASSERT_MSG(td_poll(n2_gone, c, 30000) == 0, "n2's record stays");
+    const char *small[] = {"--ring-chunk-kib", "1", NULL};
+    rc_flags = small;
+    node_init(c, 3, "1", "1");
+    rc_flags = NULL;
+    view_wait_t w = {c, fx_path(&c->etcd, "view4.json"), "n3"};
+    ASSERT_MSG(td_poll(view_of_one, &w, 30000) == 0,
+               "n3 never wrote a view of its own");
+    char *v = etcd_view(c, fx_path(&c->etcd, "view4.json"));
+    ASSERT_MSG(v != NULL && strstr(v, "\"opts\":{\"chunk\":1024,") != NULL,
+               "n3's view: %s", v ? v : "(none)");
+    free(v);
+    ASSERT_EQ(td_stop(&c->d[3], 30000), 0);
+}
+
 /*
  * n0 and n1 train with the default ring options (1 MiB chunks, one ring,
  * no compression; n0's RINGD_RING_WIRE=bf16 is ignored, with a
@@ -155,61 +229,9 @@ TEST_IMPL(dmn_ring_opts_join)
     expect_exit0(&c, 2, 0, c.trainer[2][0]);
 
     static td_hashes_t h[3];
-    for (int i = 0; i < 3; i++)
-        td_read_hashes(td_path(&c.d[i], "h0"), &h[i]);
-    ASSERT_EQ(h[0].world[STEPS - 1], 3); /* n2 took part */
-    /* The join's view change may abort the step in flight on one member
-     * after the other finished it: that one logs it, the other gets its
-     * state in the REBUILD and never logs it (job/README.md). So: no
-     * step lost, the steps both logged the same, at most that one not. */
-    for (int s = 0; s < STEPS; s++)
-        ASSERT_MSG(h[0].have[s] || h[1].have[s], "step %d lost", s);
-    ASSERT_GE(td_same_hashes(&h[0], &h[1]), STEPS - 1);
-    ASSERT_GT(td_same_hashes(&h[0], &h[2]), 0);
-    for (int i = 1; i < 3; i++) {
-        ASSERT_EQ(h[0].hash[STEPS - 1], h[i].hash[STEPS - 1]);
-        ASSERT_EQ(td_param_diff(td_path(&c.d[i], "p0"),
-                                td_path(&c.d[0], "p0")), 0);
-    }
-    const char *warn = "this node's config differs from the job's ring "
-                       "options: chunk 1024 B (job's 1048576), "
-                       "bidirectional 1 (job's 0), wire bf16 (job's none), "
-                       "grid-min-nodes 2 (job's 16); following the job's";
-    ASSERT_MSG(td_count(c.d[2].log, warn) == 1, "n2 warned %d times",
-               td_count(c.d[2].log, "differs from the job's"));
-    ASSERT(td_file_has(c.d[2].log, "the job's ring options: chunk 1048576 "
-                                   "B, wire none, bidirectional 0, grid "
-                                   "from 16 nodes"));
-    ASSERT(td_file_has(c.d[0].log, "RINGD_RING_WIRE is ignored"));
-    /* Nobody was evicted: from n2's first step to the last, n0's steps
-     * ran on a view of three. */
-    int first = 0;
-    while (first < STEPS && !h[2].have[first])
-        first++;
-    for (int s = first; s < STEPS; s++)
-        ASSERT_MSG(h[0].world[s] == 3, "n0's step %d ran on a view of %d",
-                   s, h[0].world[s]);
-    for (int i = 0; i < 3; i++) {
-        ASSERT_MSG(!td_file_has(c.d[i].log, "rejected message"),
-                   "n%d dropped messages of the wrong size", i);
-        if (i < 2)
-            ASSERT(!td_file_has(c.d[i].log, "differs from the job's"));
-    }
-    /* Nobody of the job is left: n3 starts it on its own options. */
-    ASSERT_EQ(td_stop(&c.d[2], 30000), 0);
-    ASSERT_MSG(td_poll(n2_gone, &c, 30000) == 0, "n2's record stays");
-    const char *small[] = {"--ring-chunk-kib", "1", NULL};
-    rc_flags = small;
-    node_init(&c, 3, "1", "1");
-    rc_flags = NULL;
-    w = (view_wait_t){&c, fx_path(&c.etcd, "view4.json"), "n3"};
-    ASSERT_MSG(td_poll(view_of_one, &w, 30000) == 0,
-               "n3 never wrote a view of its own");
-    v = etcd_view(&c, fx_path(&c.etcd, "view4.json"));
-    ASSERT_MSG(v != NULL && strstr(v, "\"opts\":{\"chunk\":1024,") != NULL,
-               "n3's view: %s", v ? v : "(none)");
-    free(v);
-    ASSERT_EQ(td_stop(&c.d[3], 30000), 0);
+    opts_join_replicas(&c, h);
+    opts_join_logs(&c, h);
+    opts_join_fresh(&c);
     return fx_done();
 }
 
