@@ -41,15 +41,12 @@ from chaoslib.nodes import Nodes                         # noqa: E402
 from chaoslib.run import Run                             # noqa: E402
 
 
-class Usage(Exception):
-    pass
-
-
 def usage():
     sys.stderr.write("usage: %s [-s SEED] [-f FAULTS] [-n NODES] [--quick] "
                      "[--keep] [--plan] [--kinds a,b,c] [--etcd3]\n"
-                     "  kinds: %s\n" % (os.environ.get("CHAOS_ARGV0", sys.argv[0]),
-                                        " ".join(ALL_KINDS)))
+                     "  kinds: %s\n" % (os.environ.get("CHAOS_ARGV0",
+                                                        sys.argv[0]),
+                                         " ".join(ALL_KINDS)))
     raise SystemExit(2)
 
 

@@ -303,6 +303,7 @@ def check_replay(run, restart, replay):
             if bad <= 3:
                 replay.append("step %d: %s before, %s after"
                               % (s, o[s][1], n[s][1]))
+    run.replayed += cmp
     run.replay_bad += bad
     run.restart_lines.append(
         "job_restart: checkpoint step %d, last step before the kill %d; "
@@ -342,7 +343,8 @@ def check_all(run):
     stop_etcd(run)
     check_namespaces(run)
     check_hashes(run)
-    run.replay_bad, run.restart_lines, replay = 0, [], []
+    run.replayed = run.replay_bad = 0
+    run.restart_lines, replay = [], []
     for r in run.restarts:
         check_replay(run, r, replay)
     steps, f = run.cfg.steps, run.fail

@@ -32,9 +32,11 @@ die() { echo "chaos: $*" >&2; exit 1; }
 stop_wait() { rd_stop_until "$@"; wait "$HELPER"; }
 "$@"; rc=$?
 if [ "${CH_SAVE:-0}" = 1 ]; then
+    # (declare -p fails on the names that are not set, listing the rest)
     declare -p ETCD_URL EP ETCD_PID ETCD_PIDS EPS ETCD_CMD ETCD_SEC \
-        ETCD_SCHEME ETCD_CURL ETCD_TLS_ARGS ETCD_SECURE 2>/dev/null \
-        >"$T/cluster.env.new" && mv "$T/cluster.env.new" "$T/cluster.env"
+        ETCD_SCHEME ETCD_CURL ETCD_TLS_ARGS ETCD_SECURE \
+        >"$T/cluster.env.new" 2>/dev/null
+    mv "$T/cluster.env.new" "$T/cluster.env"
     for v in ETCD_URL ETCD_PID ETCD_PIDS EPS ETCD_SEC ETCD_SCHEME \
              ETCD_CURL ETCD_SECURE; do
         declare -n r=$v
