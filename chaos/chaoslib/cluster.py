@@ -40,7 +40,9 @@ if [ "${CH_SAVE:-0}" = 1 ]; then
     for v in ETCD_URL ETCD_PID ETCD_PIDS EPS ETCD_SEC ETCD_SCHEME \
              ETCD_CURL ETCD_SECURE; do
         declare -n r=$v
-        printf '%s' "$v"; printf '\t%s' ${r[@]+"${r[@]}"}; printf '\n'
+        printf '%s' "$v"
+        for x in ${r[@]+"${r[@]}"}; do printf '\t%s' "$x"; done
+        printf '\n'
         unset -n r
     done >"$T/cluster.vars"
 fi
