@@ -87,10 +87,11 @@ static int job_join(dmn_t *d)
     jc.job_secret_file = d->jobs.secret[0] != '\0' ? d->jobs.secret : NULL;
     job_cbs_t cbs = job_cbs(d);
     job_t *job = NULL;
-    /* The job's own directory: another job's never holds its state. */
-    int rc = dmn__ckpt_start(d, d->jobs.name);
-    if (rc == 0)
-        rc = job_create(d->loop, &jc, &cbs, &job);
+    int rc = job_create(d->loop, &jc, &cbs, &job);
+    /* Checkpoints in the job's own directory, started only with the job:
+     * a failed join leaves neither, and the next name starts afresh. */
+    if (rc == 0 && (rc = dmn__ckpt_start(d, d->jobs.name)) != 0)
+        job_destroy(job);
     if (rc != 0) {
         RD_ERROR("joining job '%s': %s", d->jobs.name, st_strerror(rc));
         return rc;
