@@ -361,6 +361,41 @@ static void left_jobs(cluster_t *c, int n)
 }
 
 /*
+ * A named job whose checkpoint store cannot be made (--ckpt-dir under a
+ * regular file) is refused at the join, with nothing of it left started:
+ * the next name, alpha again or beta, is refused for the same reason and
+ * never lands in another job's store; the daemon serves on.
+ */
+TEST_IMPL(dmn_jobs_ckpt_store_refused)
+{
+    cluster_env();
+    cluster_t c = {.n = 1};
+    fx_etcd_start(&c.etcd, 0);
+    td_daemon_t *t = &c.d[0];
+    char file[300], bad[320];
+    snprintf(file, sizeof(file), "%s/not-a-dir", fx_path(&c.etcd, ""));
+    FILE *f = fopen(file, "w");
+    ASSERT(f != NULL);
+    fclose(f);
+    snprintf(bad, sizeof(bad), "%s/ckpt", file);
+    const char *extra[] = {"--ckpt-interval", "10", "--ckpt-dir", bad, NULL};
+    node_unpinned(&c, 0, "1", extra);
+    char why[256];
+    const char *names[] = {"alpha", "beta", "alpha"};
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(connect_job(t, names[i], why, sizeof(why), NULL),
+                  RINGD_EABORTED);
+        ASSERT_MSG(strstr(why, "could not join") && strstr(why, names[i]),
+                   "%s", why);
+    }
+    ASSERT_EQ(td_count(t->log, "checkpoints under"), 3);
+    ASSERT(!td_file_has(t->log, "joined job"));
+    ASSERT_EQ(kill(t->pid, 0), 0);
+    ASSERT_EQ(td_stop(t, 30000), 0);
+    return fx_done();
+}
+
+/*
  * Checkpoints of jobs named by their users: each job's go to its own
  * directory, --ckpt-dir/NAME. Alpha then beta on the same two daemons
  * (--ckpt-interval 50, 300 steps each): each job's directory holds its own checkpoints
