@@ -54,10 +54,72 @@ static int superseded(dmn_t *d)
     return 1;
 }
 
-/*
- * The backend is done. An allreduce's result is already in every
+/* A collective that failed: every pending one of the step answers with
+ * the trainers' code for it, and the step is void (redone). */
+static void coll_failed(dmn_t *d, int status)
+{
+    int32_t wire = status == ST_ERESHAPE    ? RINGD_ERESHAPE
+                   : status == ST_EFENCED   ? RINGD_EFENCED
+                   : status == ST_EMISMATCH ? RINGD_EMISMATCH
+                                            : RINGD_EABORTED;
+    if (status != ST_ERESHAPE)
+        RD_WARN("collective %u of step %llu failed: %s", d->q.coll.coll_seq,
+                (unsigned long long)d->step, st_strerror(status));
+    d->stats.coll_errors++;
+    dmn__step_fail_posted(d, wire, 1);
+    dmn__step_set_state(d, DMN_STEP_BROKEN);
+    dmn__step_maybe_close(d);
+}
+
+/* The result reached every trainer: an allreduce's is already in every
  * trainer's buffer (the backend wrote it back, job_reduce_t); a broadcast
- * is copied out of staging unless it ran in the one trainer's buffer.
+ * to several trainers, or the copying path, copies it out of staging.
+ * Then the queues' heads (g entries: a fused group) are answered, oldest
+ * first. */
+static void coll_answer(dmn_t *d)
+{
+    const proto_coll_req_t *r = &d->q.coll;
+    size_t bytes = r->count * proto_dtype_size(r->dtype);
+    uint32_t g = d->coll_nsegs;
+    int copy_out = !d->q.direct && g == 1 &&
+                   (r->kind == PROTO_COLL_BROADCAST ||
+                    d->q.bufs[0] == d->q.staging);
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
+        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset, bytes);
+        if (dst != NULL && copy_out)
+            memcpy(dst, d->q.staging, bytes);
+        for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
+            uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
+            c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
+            if (--c->q_len == 0)
+                dmn__conn_set_state(c, DMN_CONN_ACTIVE);
+            dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
+        }
+    }
+}
+
+static void coll_count(dmn_t *d)
+{
+    const proto_coll_req_t *r = &d->q.coll;
+    double secs = (double)(rd_now_ns() - d->q.start_ns) / 1e9;
+    uint64_t bytes = r->count * proto_dtype_size(r->dtype);
+    uint32_t g = d->coll_nsegs, n = d->view.node_count;
+    d->stats.collectives += g;
+    d->stats.coll_fused += g > 1 ? g : 0;
+    d->stats.coll_zero_copy += d->q.direct;
+    d->stats.coll_bytes += bytes;
+    d->stats.coll_seconds += secs;
+    if (proto_coll_is_allreduce(r->kind) && secs > 0)
+        d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
+}
+
+/*
+ * The backend is done (job.h's done callback). Finish first: the hold for
+ * the checkpoint copies, the mappings let go, the generation's fence and
+ * the errors; then answer the trainers and run the next one queued.
  */
 static void coll_done(void *arg, int status)
 {
@@ -74,52 +136,12 @@ static void coll_done(void *arg, int status)
         return;
     if (status == 0 && superseded(d))
         status = ST_ERESHAPE;
-    const proto_coll_req_t *r = &d->q.coll;
-    size_t esz = proto_dtype_size(r->dtype);
     if (status != 0) {
-        int32_t wire = status == ST_ERESHAPE    ? RINGD_ERESHAPE
-                       : status == ST_EFENCED   ? RINGD_EFENCED
-                       : status == ST_EMISMATCH ? RINGD_EMISMATCH
-                                                : RINGD_EABORTED;
-        if (status != ST_ERESHAPE)
-            RD_WARN("collective %u of step %llu failed: %s", r->coll_seq,
-                    (unsigned long long)d->step, st_strerror(status));
-        d->stats.coll_errors++;
-        dmn__step_fail_posted(d, wire, 1);
-        dmn__step_set_state(d, DMN_STEP_BROKEN);
-        dmn__step_maybe_close(d);
+        coll_failed(d, status);
         return;
     }
-    uint32_t g = d->coll_nsegs;
-    int copy_out = !d->q.direct && g == 1 &&
-                   (r->kind == PROTO_COLL_BROADCAST ||
-                    d->q.bufs[0] == d->q.staging);
-    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
-        if (c->cstate != DMN_CONN_POSTED)
-            continue;
-        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
-        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
-                                 r->count * esz);
-        if (dst != NULL && copy_out)
-            memcpy(dst, d->q.staging, r->count * esz);
-        for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
-            uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
-            c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
-            if (--c->q_len == 0)
-                dmn__conn_set_state(c, DMN_CONN_ACTIVE);
-            dmn__reply_status(c, PROTO_T_COLL, msg_seq, 0);
-        }
-    }
-    double secs = (double)(rd_now_ns() - d->q.start_ns) / 1e9;
-    uint64_t bytes = r->count * esz;
-    uint32_t n = d->view.node_count;
-    d->stats.collectives += g;
-    d->stats.coll_fused += g > 1 ? g : 0;
-    d->stats.coll_zero_copy += d->q.direct;
-    d->stats.coll_bytes += bytes;
-    d->stats.coll_seconds += secs;
-    if (proto_coll_is_allreduce(r->kind) && secs > 0)
-        d->stats.last_busbw = (double)bytes / secs * 2.0 * (n - 1) / n;
+    coll_answer(d);
+    coll_count(d);
     if (d->state == DMN_STEP_ABORTING) {
         /* A trainer went back to step_begin (or was lost) while this
          * ran: the step is broken, and closes now if nobody else is still
