@@ -12,11 +12,6 @@
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SAN_BUILD 1
-#else
-#define SAN_BUILD 0
-#endif
 
 /* Why the Python tests cannot run here, or NULL. */
 static inline const char *python_unavailable(const char *py)

@@ -381,8 +381,13 @@ TEST_IMPL(ckpt_codec_stage)
                             .total_size = n};
     long f0 = thread_minflt();
     ASSERT_OK(ckpt_writer_submit(w, &in, src, on_done, NULL));
-    /* The copy into the stage is on the calling thread (the snapshot). */
-    ASSERT_EQ(thread_minflt() - f0, 0);
+    /* The copy into the stage is on the calling thread (the snapshot).
+     * Under ASan its shadow memory, first touched by that copy, faults
+     * in on its own (a minor fault seen once in a full sanitizer run):
+     * the plain build asserts the writer's part. */
+    long faults = thread_minflt() - f0;
+    if (!SAN_BUILD)
+        ASSERT_EQ(faults, 0);
     ckpt_writer_flush(w);
     ASSERT_EQ(got_status, 0);
     ckpt_writer_stats_t st;

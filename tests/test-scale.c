@@ -19,11 +19,6 @@
 #include "tests/helpers.h"
 #include "tests/task.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SAN_BUILD 1
-#else
-#define SAN_BUILD 0
-#endif
 
 /* The value of "key" (e.g. "identical=") in line, into out. */
 static int word(const char *line, const char *key, char *out, size_t n)
