@@ -151,10 +151,7 @@ typedef struct {
 static int ckpt_copy_queue(dmn_t *d, dmn_copy_t *c)
 {
     c->d = d;
-    int rc = dmn__copy_queue(&d->pool, c);
-    if (rc == 0)
-        dmn__maps_hold(d, DMN_MAPS_COPIES);
-    return rc;
+    return dmn__copy_queue(&d->pool, c);
 }
 
 static void ckpt_copy_work(dmn_copy_t *b)

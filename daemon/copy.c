@@ -13,7 +13,8 @@
  * of every completion once done() has run (dmn.c: a collective held for
  * the copies is released, deferred unmaps run, a waiting step start is
  * tried again, and the reference on the daemon that the queue took, one
- * count in *refs, is dropped). It calls no other daemon file. It counts
+ * count in *refs, is dropped), and one on_busy() when a copy is queued on
+ * an idle pool (dmn.c: the mappings are held until it is idle again). It calls no other daemon file. It counts
  * the copies in flight (busy: while any runs, the trainers' mappings it
  * may read or write stay mapped) and those that hold a collective
  * (holding: all but
@@ -82,7 +83,8 @@ int dmn__copy_queue(dmn_copy_pool_t *p, dmn_copy_t *c)
     }
     c->next = p->copies;
     p->copies = c;
-    p->busy++;
+    if (p->busy++ == 0)
+        p->on_busy(p->arg);
     p->holding += !(c->flags & DMN_COPY_F_NO_HOLD);
     ++*p->refs;
     return 0;
@@ -92,7 +94,8 @@ int dmn__copy_init(dmn_copy_pool_t *p, const dmn_copy_pool_opts_t *o)
 {
     *p = (dmn_copy_pool_t){.loop = o->loop, .refs = o->refs,
                            .loop_seconds = o->loop_seconds,
-                           .after = o->after, .arg = o->arg};
+                           .on_busy = o->on_busy, .after = o->after,
+                           .arg = o->arg};
     if (pthread_mutex_init(&p->mu, NULL) != 0)
         return ST_ENOMEM;
     if (pthread_cond_init(&p->cv, NULL) != 0) {

@@ -258,12 +258,14 @@ struct dmn_copy {
     uint64_t wall_ns;       /* queued to done() */
 };
 
-/* The pool's owner's side (dmn.c): after() runs once per copy, after its
- * done(), with the copy's flags and status. */
+/* The pool's owner's side (dmn.c): on_busy() runs when a copy is queued on
+ * an idle pool, after() once per copy, after its done(), with the copy's
+ * flags and status. */
 typedef struct {
     uv_loop_t *loop;
     int *refs;              /* +1 per copy in flight; after() drops it */
     double *loop_seconds;   /* the loop's time in done() */
+    void (*on_busy)(void *arg);
     void (*after)(void *arg, unsigned flags, int status);
     void *arg;
 } dmn_copy_pool_opts_t;
@@ -280,6 +282,7 @@ struct dmn_copy_pool {
     int stopping;
     int *refs;
     double *loop_seconds;
+    void (*on_busy)(void *arg);
     void (*after)(void *arg, unsigned flags, int status);
     void *arg;
 };

@@ -21,6 +21,13 @@ static void dmn_free(dmn_t *d)
     free(d);
 }
 
+/* Copies read and write the trainers' mappings on the pool's threads:
+ * none is unmapped until the pool is idle again (copy_after). */
+static void copy_busy(void *arg)
+{
+    dmn__maps_hold(arg, DMN_MAPS_COPIES);
+}
+
 /*
  * A copy on the pool is done (copy.c calls this after its done()): a
  * collective held for the copies is answered once the last one it waits
@@ -76,7 +83,8 @@ int dmn_create(uv_loop_t *loop, const dmn_config_t *cfg,
     d->start_ms = dmn__now_ms();
     d->loop_thread = pthread_self();
     dmn_copy_pool_opts_t po = {loop, &d->open_handles,
-                               &d->stats.ckpt_loop_seconds, copy_after, d};
+                               &d->stats.ckpt_loop_seconds, copy_busy,
+                               copy_after, d};
     if (dmn__copy_init(&d->pool, &po) != 0) {
         free(d);
         return ST_ENOMEM;

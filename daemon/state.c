@@ -20,10 +20,7 @@ static int state_copy_queue(dmn_t *d, dmn_copy_t *c)
 {
     c->d = d;
     c->flags |= DMN_COPY_F_KICK;
-    int rc = dmn__copy_queue(&d->pool, c);
-    if (rc == 0)
-        dmn__maps_hold(d, DMN_MAPS_COPIES);
-    return rc;
+    return dmn__copy_queue(&d->pool, c);
 }
 
 /* A one-node job's per-step snapshot (for joiners), on the pool. */
