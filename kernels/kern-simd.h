@@ -168,6 +168,23 @@ DEF_WIRE(wire_bf16_prod, VF_LOAD_BF16, kern__bf16_to_f32, VF_MUL, s_mulf)
 DEF_WIRE(wire_bf16_min, VF_LOAD_BF16, kern__bf16_to_f32, VF_MIN, kern__minf)
 DEF_WIRE(wire_bf16_max, VF_LOAD_BF16, kern__bf16_to_f32, VF_MAX, kern__maxf)
 
+/* buf[i] *= s, the same multiply per element as the scalar table. */
+#define DEF_SCALE(name, T, S, LANES, LOAD, STORE, MUL, SET1)                 \
+    static void name(T *buf, T s, size_t n)                                  \
+    {                                                                        \
+        size_t i = 0;                                                        \
+        for (; i + 2 * (LANES) <= n; i += 2 * (LANES)) {                     \
+            STORE(buf + i, MUL(LOAD(buf + i), SET1(s)));                     \
+            STORE(buf + i + (LANES), MUL(LOAD(buf + i + (LANES)), SET1(s))); \
+        }                                                                    \
+        for (; i + (LANES) <= n; i += (LANES))                               \
+            STORE(buf + i, MUL(LOAD(buf + i), SET1(s)));                     \
+        for (; i < n; i++)                                                   \
+            kern__st_##S(buf, i, kern__ld_##S(buf, i) * s);                  \
+    }
+DEF_SCALE(scale_f32, float, f32, VF_LANES, VF_LOAD, VF_STORE, VF_MUL, VF_SET1)
+DEF_SCALE(scale_f64, double, f64, VD_LANES, VD_LOAD, VD_STORE, VD_MUL, VD_SET1)
+
 #define SET_OP(t, DT, OP, fn)                                                \
     do {                                                                     \
         (t)->reduce[DT][OP] = fn;                                            \
@@ -201,6 +218,8 @@ void KERN_SIMD_FILL(kern_table_t *t)
     /* u8 prod has no byte multiply: the scalar entry stays. */
     SET_ROW(t, KERN_U8, u8);
 
+    t->scale_f32 = scale_f32;
+    t->scale_f64 = scale_f64;
     t->f32_to_f16 = f32_to_f16;
     t->f16_to_f32 = f16_to_f32;
     t->f32_to_bf16 = f32_to_bf16;

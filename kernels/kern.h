@@ -59,6 +59,9 @@ typedef void (*kern_reduce3_fn)(void *dst, const void *a, const void *b,
 typedef void (*kern_cast_fn)(void *dst, const void *src, size_t n);
 /* acc[i] = acc[i] op (float)wire[i], wire being f16 or bf16. */
 typedef void (*kern_wire_fn)(float *acc, const void *wire, size_t n);
+/* buf[i] = buf[i] * s: AVG's last step on floats (kern_avg_finish). */
+typedef void (*kern_scale_f32_fn)(float *buf, float s, size_t n);
+typedef void (*kern_scale_f64_fn)(double *buf, double s, size_t n);
 
 /* One implementation: a full table, no NULL entries. */
 typedef struct {
@@ -69,6 +72,8 @@ typedef struct {
     kern_cast_fn f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32;
     /* [0] for f16 wire, [1] for bf16 wire; indexed by op. */
     kern_wire_fn wire_reduce[2][KERN_OP_COUNT];
+    kern_scale_f32_fn scale_f32;
+    kern_scale_f64_fn scale_f64;
 } kern_table_t;
 
 /* Size in bytes of one element; 0 for an invalid dtype. */

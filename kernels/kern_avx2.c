@@ -21,6 +21,8 @@
 
 #define VF_ADD _mm256_add_ps
 #define VF_MUL _mm256_mul_ps
+#define VF_SET1 _mm256_set1_ps
+#define VD_SET1 _mm256_set1_pd
 #define VD_ADD _mm256_add_pd
 #define VD_MUL _mm256_mul_pd
 #define VI32_ADD _mm256_add_epi32

@@ -21,6 +21,8 @@
 
 #define VF_ADD _mm512_add_ps
 #define VF_MUL _mm512_mul_ps
+#define VF_SET1 _mm512_set1_ps
+#define VD_SET1 _mm512_set1_pd
 #define VD_ADD _mm512_add_pd
 #define VD_MUL _mm512_mul_pd
 #define VI32_ADD _mm512_add_epi32

@@ -100,6 +100,18 @@ DEF_WIRE(wire_bf16_prod, kern__bf16_to_f32, p * q)
 DEF_WIRE(wire_bf16_min, kern__bf16_to_f32, kern__minf(p, q))
 DEF_WIRE(wire_bf16_max, kern__bf16_to_f32, kern__maxf(p, q))
 
+static void scale_f32(float *buf, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kern__st_f32(buf, i, kern__ld_f32(buf, i) * s);
+}
+
+static void scale_f64(double *buf, double s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kern__st_f64(buf, i, kern__ld_f64(buf, i) * s);
+}
+
 #define SET_ROW(t, DT, pfx)                                                  \
     do {                                                                     \
         (t)->reduce[DT][KERN_SUM] = pfx##_sum;                               \
@@ -139,4 +151,6 @@ void kern__fill_scalar(kern_table_t *t)
     t->wire_reduce[1][KERN_MIN] = wire_bf16_min;
     t->wire_reduce[1][KERN_MAX] = wire_bf16_max;
     t->wire_reduce[1][KERN_AVG] = wire_bf16_sum;
+    t->scale_f32 = scale_f32;
+    t->scale_f64 = scale_f64;
 }

@@ -694,3 +694,47 @@ TEST_IMPL(kern_avg)
     }
     return 0;
 }
+
+/* AVG's last step on floats, every ISA's table against x * s element by
+ * element: bit for bit (NaN, Inf, subnormals, -0 included), at every
+ * length of the vector bodies' tails and at a misaligned start. */
+TEST_IMPL(kern_scale_matches_scalar)
+{
+    seed_rng();
+    enum { N = 301 };
+    float f[N + 1], fr[N + 1];
+    double d[N + 1], dr[N + 1];
+    static const float sf[] = {0.5f, 1.0f / 3.0f, 1.0f / 7.0f, 0.125f};
+    for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {
+        const kern_table_t *t = kern_table((kern_isa_t)isa);
+        if (t == NULL)
+            continue;
+        ASSERT(t->scale_f32 != NULL && t->scale_f64 != NULL);
+        for (size_t n = 0; n <= 70; n += (n < 40 ? 1 : 15))
+            for (size_t k = 0; k < sizeof(sf) / sizeof(sf[0]); k++) {
+                for (size_t i = 0; i < N + 1; i++) {
+                    uint32_t b = (uint32_t)rnd();
+                    uint64_t b64 = ((uint64_t)rnd() << 32) ^ (uint64_t)rnd();
+                    memcpy(&f[i], &b, 4);
+                    memcpy(&d[i], &b64, 8);
+                }
+                f[1] = -0.0f, f[2] = INFINITY, f[3] = 1e-40f;
+                memcpy(fr, f, sizeof(f));
+                memcpy(dr, d, sizeof(d));
+                t->scale_f32(f + 1, sf[k], n); /* misaligned by 4 bytes */
+                t->scale_f64(d + 1, (double)sf[k], n);
+                for (size_t i = 0; i < N + 1; i++) {
+                    float wf = i >= 1 && i <= n ? fr[i] * sf[k] : fr[i];
+                    double wd = i >= 1 && i <= n ? dr[i] * (double)sf[k]
+                                                 : dr[i];
+                    ASSERT_MSG(memcmp(&f[i], &wf, 4) == 0,
+                               "%s scale_f32 n=%zu: [%zu] %a, want %a",
+                               t->name, n, i, (double)f[i], (double)wf);
+                    ASSERT_MSG(memcmp(&d[i], &wd, 8) == 0,
+                               "%s scale_f64 n=%zu: [%zu] %a, want %a",
+                               t->name, n, i, d[i], wd);
+                }
+            }
+    }
+    return 0;
+}
