@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     int full, quick, rounds, step_latency_only, async_only, mem_only;
     int vs_gloo;
+    int vs_ring;
     size_t sizes[MAXSIZES];
     int nsizes;
     fx_etcd_t etcd;

@@ -9,6 +9,9 @@
  *   e2e --mem-only   only the memory and checkpoint figures
  *   e2e --vs-gloo    only the raw ring against Gloo (below; --quick: 64
  *                    MiB, one round)
+ *   e2e --vs-ring    only the product path against its own ring (the
+ *                    table without Gloo's columns, and the line's
+ *                    e2e_vs_ring_min and e2e2_vs_ring_min)
  *
  * One real etcd on loopback; for n in {2, 4} nodes and t in {1, 2}
  * trainers per node: n real ringd daemons (--etcd, one job each), n*t
@@ -504,10 +507,12 @@ static void parse(bench_t *b, int argc, char **argv)
             b->mem_only = 1;
         else if (strcmp(argv[i], "--vs-gloo") == 0)
             b->vs_gloo = 1;
+        else if (strcmp(argv[i], "--vs-ring") == 0)
+            b->vs_ring = 1;
         else
             e2e__die("usage", "e2e [--full|--quick] [--step-latency] "
                               "[--async-only] [--mem-only] [--vs-gloo] "
-                              "[--rounds R]");
+                              "[--vs-ring] [--rounds R]");
     }
     if (b->rounds == -1)
         b->rounds = b->full || b->vs_gloo ? 5 : 3;
@@ -607,6 +612,22 @@ static void print_notes(const steps_t *st, const mem_t *mem,
     e2e__print_async(as);
 }
 
+/* --vs-ring: the product path and its own ring, interleaved as in the
+ * default run, and nothing else (gloo[] stays empty: its columns 0). */
+static int vs_ring(bench_t *b, row_t rows[2][2][MAXSIZES], gloo_t gloo[2])
+{
+    e2e__ctl_start();
+    for (int ni = 0; ni < 2; ni++)
+        for (int t = 0; t < 2; t++)
+            run_config(b, ni ? 4 : 2, t + 1, rows[ni][t]);
+    double rvg[2] = {0, 0}, evg4 = 0;
+    print_table(b, rows, gloo, rvg, &evg4);
+    printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f\n",
+           min_ratio(rows, b, 0), min_ratio(rows, b, 1));
+    fx_done();
+    return 0;
+}
+
 static int coordinator(bench_t *b)
 {
     row_t rows[2][2][MAXSIZES];
@@ -616,7 +637,8 @@ static int coordinator(bench_t *b)
         e2e__die("temp dir", strerror(errno));
     if (b->vs_gloo)
         return e2e__run_vs_gloo(b);
-    if (!b->async_only && !b->mem_only && !b->step_latency_only)
+    if (!b->async_only && !b->mem_only && !b->step_latency_only &&
+        !b->vs_ring)
         e2e__need_gloo();
     fx_etcd_start(&b->etcd, 0);
     async_t as;
@@ -634,6 +656,8 @@ static int coordinator(bench_t *b)
         fx_done();
         return 0;
     }
+    if (b->vs_ring)
+        return vs_ring(b, rows, gloo);
     double step_us[3], off_us[3];
     e2e__run_step_latency(b, step_us, off_us);
     if (b->step_latency_only) {
