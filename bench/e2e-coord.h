@@ -7,6 +7,7 @@
 #ifndef RINGD_BENCH_E2E_COORD_H
 #define RINGD_BENCH_E2E_COORD_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -96,11 +97,18 @@ void e2e__ring_group_up(bench_t *b, const char *job, int n, size_t max,
 /* The worst main-loop lag of any daemon of c since it started, in ms;
  * the scrape starts a new window. */
 double e2e__cluster_lag_ms(const cluster_t *c);
-/* The control thread for that lag (e2e.c): start it once; its worst
- * lateness since the last reset, in ms. */
-void e2e__ctl_start(void);
-void e2e__ctl_reset(void);
-double e2e__ctl_lag_ms(void);
+/* The wake-up probe beside that lag (e2e.c): a thread that sleeps 1 ms
+ * at a time and records how late it wakes while a window is open. Start
+ * it once; reset forgets what it recorded; windows add up until then. */
+typedef struct {
+    double max_ms;  /* the worst lateness */
+    double p50_ms;  /* the median (10 us bins) */
+    uint64_t n;     /* wake-ups counted */
+} probe_t;
+void e2e__probe_start(void);
+void e2e__probe_reset(void);
+void e2e__probe_window(int open);
+probe_t e2e__probe_get(void);
 
 /* e2e-rows.c */
 #define COMPUTE_MS 20
@@ -135,7 +143,7 @@ typedef struct {
     double stall_coll_ms_per_gib; /* ... of a step with a 4 KiB collective */
     double copies, copies_coll;   /* checkpoints copied in those phases */
     double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
-    double ctl_lag_ms;            /* the control thread's, same window */
+    probe_t probe;                /* the wake-up probe's, same window */
 } mem_t;
 
 /* A stall figure: "na" when no checkpoint was copied to measure it. */
@@ -143,7 +151,7 @@ typedef struct { char s[24]; } ms_str_t;
 
 ms_str_t e2e__ms1(double v);
 void e2e__run_mem(bench_t *b, mem_t *out);
-/* --mem-only: e2e__run_mem with the control thread, its '#' lines and
+/* --mem-only: e2e__run_mem with the wake-up probe, its '#' lines and
  * its e2e: line. */
 void e2e__run_mem_only(bench_t *b);
 

@@ -181,7 +181,8 @@ void e2e__run_mem(bench_t *b, mem_t *out)
     e2e__group_want_mean(1);
     (void)e2e__cluster_lag_ms(&off); /* the scrape resets the worst lag */
     (void)e2e__cluster_lag_ms(&on);
-    e2e__ctl_reset();
+    e2e__probe_reset();
+    e2e__probe_window(1);
     /* A boundary while the writers still encode the last checkpoint
      * takes none: start each phase with them idle. */
     (void)wait_writers(&on);
@@ -192,7 +193,8 @@ void e2e__run_mem(bench_t *b, mem_t *out)
     }
     out->lag_off_ms = e2e__cluster_lag_ms(&off);
     out->lag_on_ms = e2e__cluster_lag_ms(&on);
-    out->ctl_lag_ms = e2e__ctl_lag_ms();
+    e2e__probe_window(0);
+    out->probe = e2e__probe_get();
     (void)wait_writers(&on); /* the last boundary's copy counts when done */
     double c1 = cluster_metric_max(&on, copies_key);
     out->copies = c1 - c0;
@@ -228,13 +230,14 @@ ms_str_t e2e__ms1(double v)
 
 void e2e__run_mem_only(bench_t *b)
 {
-    e2e__ctl_start();
+    e2e__probe_start();
     mem_t mem;
     e2e__run_mem(b, &mem);
     printf("# worst main-loop lag of a daemon in the empty steps: "
-           "checkpoints off %.1f ms, on %.1f ms; the idle control "
-           "thread's %.1f ms\n", mem.lag_off_ms, mem.lag_on_ms,
-           mem.ctl_lag_ms);
+           "checkpoints off %.1f ms, on %.1f ms; the 1 ms wake-up probe in "
+           "the same window: worst %.2f ms late, median %.2f ms\n",
+           mem.lag_off_ms, mem.lag_on_ms, mem.probe.max_ms,
+           mem.probe.p50_ms);
     printf("# checkpoints copied: %.0f in the empty steps, %.0f in the "
            "steps with a 4 KiB allreduce (per job, all rounds)\n",
            mem.copies, mem.copies_coll);
