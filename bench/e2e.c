@@ -88,13 +88,23 @@
  *        state size, n = 4, 256 MiB state, checkpoints off / every 10
  *        steps) ar_ckpt_vs_none=...
  *        (64 MiB allreduce time with checkpoints over without)
- *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
- *        checkpoint every 10 steps minus without, times the steps, over
- *        the checkpoints the daemons copied in them (a boundary that
- *        finds the writers busy takes none), scaled from the 256 MiB
- *        state to 1 GiB; a step without a collective is never held for
- *        the copy) ckpt_stall_coll_ms_per_GiB=... (the same with one
- *        4 KiB allreduce a step and no compute: the copy's whole hold)
+ *        ckpt_stall_ms_per_GiB=... (from the daemons' own clocks, in
+ *        steps of one 4 KiB allreduce and no compute, the worst case:
+ *        the time a completed collective was held until the checkpoint
+ *        copy of the boundary's shards was done, the only wait
+ *        checkpoints put on a step, ringd_checkpoint_hold_seconds_total
+ *        over ringd_checkpoint_copies_total, per daemon, scaled from
+ *        the 256 MiB state to 1 GiB of state; the worst daemon, and
+ *        ckpt_stall_ms_per_GiB_min=... the best: durations summed,
+ *        never below 0; "na" when no checkpoint was copied)
+ *        ckpt_stall_diff_ms_per_GiB=... (secondary: an empty step's
+ *        mean time with a checkpoint every 10 steps minus without, the
+ *        median over the rounds, times the steps, over the checkpoints
+ *        copied, scaled the same way; empty steps are never held, so
+ *        this is the copy's and the encoders' contention, and noise
+ *        can take it below 0) ckpt_stall_coll_ms_per_GiB=... (the same
+ *        difference in the steps with a 4 KiB allreduce: the hold as
+ *        the trainers see it, plus that contention)
  *        async_vs_one=... (n = 2, one
  *        trainer per node: the busbw of 64 MiB reduced as 64
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
@@ -662,12 +672,9 @@ static void print_notes(const steps_t *st, const mem_t *mem,
            (unsigned long long)lag_probe.n);
     printf("# daemon private memory (RssAnon) per state, n=4, 256 MiB "
            "state: checkpoints off %.2f, on %.2f; allreduce of 64 MiB "
-           "with checkpoints / without: %.2f; checkpoint stall of a "
-           "step: %s ms per GiB of state (%.0f copied), with a 4 KiB "
-           "allreduce a step %s (%.0f copied)\n", mem->mem_off,
-           mem->mem_on, mem->ar_ratio, e2e__ms1(mem->stall_ms_per_gib).s,
-           mem->copies, e2e__ms1(mem->stall_coll_ms_per_gib).s,
-           mem->copies_coll);
+           "with checkpoints / without: %.2f\n", mem->mem_off,
+           mem->mem_on, mem->ar_ratio);
+    e2e__print_mem_notes(mem);
     e2e__print_async(as);
 }
 
@@ -743,7 +750,8 @@ static int coordinator(bench_t *b)
            "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
-           "ckpt_stall_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
+           "ckpt_stall_ms_per_GiB=%s ckpt_stall_ms_per_GiB_min=%s "
+           "ckpt_stall_diff_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
            "loop_lag_max_ms=%.1f probe_lag_max_ms=%.2f "
            "probe_lag_p50_ms=%.2f "
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
@@ -754,7 +762,9 @@ static int coordinator(bench_t *b)
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
            e2e__ms1(mem.stall_ms_per_gib).s,
-           e2e__ms1(mem.stall_coll_ms_per_gib).s,
+           e2e__ms1(mem.stall_min_ms_per_gib).s,
+           e2e__ms1(mem.diff_ms_per_gib).s,
+           e2e__ms1(mem.diff_coll_ms_per_gib).s,
            lag_max_ms, lag_probe.max_ms, lag_probe.p50_ms,
            mem.mem_off, mem.mem_on,
            mem.ar_ratio, step_us[0], step_us[1], step_us[2], off_us[2]);
