@@ -7,6 +7,7 @@
 #ifndef RINGD_BENCH_E2E_COORD_H
 #define RINGD_BENCH_E2E_COORD_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -97,11 +98,18 @@ void e2e__ring_group_up(bench_t *b, const char *job, int n, size_t max,
 /* The worst main-loop lag of any daemon of c since it started, in ms;
  * the scrape starts a new window. */
 double e2e__cluster_lag_ms(const cluster_t *c);
-/* The control thread for that lag (e2e.c): start it once; its worst
- * lateness since the last reset, in ms. */
-void e2e__ctl_start(void);
-void e2e__ctl_reset(void);
-double e2e__ctl_lag_ms(void);
+/* The wake-up probe beside that lag (e2e.c): a thread that sleeps 1 ms
+ * at a time and records how late it wakes while a window is open. Start
+ * it once; reset forgets what it recorded; windows add up until then. */
+typedef struct {
+    double max_ms;  /* the worst lateness */
+    double p50_ms;  /* the median (10 us bins) */
+    uint64_t n;     /* wake-ups counted */
+} probe_t;
+void e2e__probe_start(void);
+void e2e__probe_reset(void);
+void e2e__probe_window(int open);
+probe_t e2e__probe_get(void);
 
 /* e2e-rows.c */
 #define COMPUTE_MS 20
@@ -129,14 +137,27 @@ void e2e__run_step_latency(bench_t *b, double us[3], double off_us[3]);
 
 
 /* e2e-mem.c */
+#define MEM_NODES 4
+
 typedef struct {
     double mem_off, mem_on;  /* private memory / state, ckpt off and on */
     double ar_ratio;         /* allreduce time with checkpoints / without */
-    double stall_ms_per_gib; /* a checkpoint's stall of an empty step */
-    double stall_coll_ms_per_gib; /* ... of a step with a 4 KiB collective */
+    /* The stall from the daemons' own clocks, in the steps with a 4 KiB
+     * allreduce: the time their collectives were held for the checkpoint
+     * copy (ringd_checkpoint_hold_seconds_total) per copy
+     * (ringd_checkpoint_copies_total), per GiB of state; per daemon
+     * (NAN: it copied none), the worst and the best of them. */
+    double hold_ms_per_gib[MEM_NODES];
+    double holds[MEM_NODES], hold_copies[MEM_NODES];
+    double stall_ms_per_gib, stall_min_ms_per_gib;
+    /* The same stall as differences of the step times with checkpoints
+     * and without (medians over the rounds), over the copies: empty
+     * steps (never held: what is left is contention) and steps with the
+     * 4 KiB allreduce. Noise can take these below 0. */
+    double diff_ms_per_gib, diff_coll_ms_per_gib;
     double copies, copies_coll;   /* checkpoints copied in those phases */
     double lag_off_ms, lag_on_ms; /* worst loop lag in the empty steps */
-    double ctl_lag_ms;            /* the control thread's, same window */
+    probe_t probe;                /* the wake-up probe's, same window */
 } mem_t;
 
 /* A stall figure: "na" when no checkpoint was copied to measure it. */
@@ -144,7 +165,9 @@ typedef struct { char s[24]; } ms_str_t;
 
 ms_str_t e2e__ms1(double v);
 void e2e__run_mem(bench_t *b, mem_t *out);
-/* --mem-only: e2e__run_mem with the control thread, its '#' lines and
+/* Its '#' lines: the stall per daemon and as differences, the lag. */
+void e2e__print_mem_notes(const mem_t *m);
+/* --mem-only: e2e__run_mem with the wake-up probe, its '#' lines and
  * its e2e: line. */
 void e2e__run_mem_only(bench_t *b);
 

@@ -75,21 +75,39 @@
  *        ring_vs_gloo_n4=... e2e_vs_gloo_n4=... (64 MiB, one trainer)
  *        step_overhead_ms_1GiB=... (n = 2) step_overhead_ms_1GiB_n1=...
  *        daemon_cpu_ms_per_step=... loop_lag_max_ms=... (the worst
- *        main-loop lag of any daemon through the allreduce runs, from
- *        ringd_loop_lag_max_seconds scraped before and after them; the
- *        largest size is 256 MiB with --full; on a loaded machine it
- *        includes time the daemon was not scheduled) mem_per_state=...
+ *        main-loop lag of any daemon through the allreduce runs: the
+ *        lateness of the daemon's 10 ms loop timer,
+ *        ringd_loop_lag_max_seconds, scraped before and after each
+ *        configuration; the largest size is 256 MiB with --full; it
+ *        includes up to about 1 ms of libuv's millisecond timer
+ *        rounding and any time the daemon was not scheduled)
+ *        probe_lag_max_ms=... probe_lag_p50_ms=... (the wake-up probe:
+ *        a thread of this coordinator that sleeps 1 ms at a time over
+ *        the same windows and nothing else; its worst and median
+ *        lateness. The machine's scheduling delay, which the daemons'
+ *        loops suffer too: a loop_lag_max_ms near probe_lag_max_ms is
+ *        the VM's, not the loop's) mem_per_state=...
  *        mem_per_state_ckpt=... (the daemons' largest RssAnon over the
  *        state size, n = 4, 256 MiB state, checkpoints off / every 10
  *        steps) ar_ckpt_vs_none=...
  *        (64 MiB allreduce time with checkpoints over without)
- *        ckpt_stall_ms_per_GiB=... (an empty step's mean time with a
- *        checkpoint every 10 steps minus without, times the steps, over
- *        the checkpoints the daemons copied in them (a boundary that
- *        finds the writers busy takes none), scaled from the 256 MiB
- *        state to 1 GiB; a step without a collective is never held for
- *        the copy) ckpt_stall_coll_ms_per_GiB=... (the same with one
- *        4 KiB allreduce a step and no compute: the copy's whole hold)
+ *        ckpt_stall_ms_per_GiB=... (from the daemons' own clocks, in
+ *        steps of one 4 KiB allreduce and no compute, the worst case:
+ *        the time a completed collective was held until the checkpoint
+ *        copy of the boundary's shards was done, the only wait
+ *        checkpoints put on a step, ringd_checkpoint_hold_seconds_total
+ *        over ringd_checkpoint_copies_total, per daemon, scaled from
+ *        the 256 MiB state to 1 GiB of state; the worst daemon, and
+ *        ckpt_stall_ms_per_GiB_min=... the best: durations summed,
+ *        never below 0; "na" when no checkpoint was copied)
+ *        ckpt_stall_diff_ms_per_GiB=... (secondary: an empty step's
+ *        mean time with a checkpoint every 10 steps minus without, the
+ *        median over the rounds, times the steps, over the checkpoints
+ *        copied, scaled the same way; empty steps are never held, so
+ *        this is the copy's and the encoders' contention, and noise
+ *        can take it below 0) ckpt_stall_coll_ms_per_GiB=... (the same
+ *        difference in the steps with a 4 KiB allreduce: the hold as
+ *        the trainers see it, plus that contention)
  *        async_vs_one=... (n = 2, one
  *        trainer per node: the busbw of 64 MiB reduced as 64
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
@@ -370,44 +388,100 @@ double e2e__cluster_lag_ms(const cluster_t *c)
 }
 
 static double lag_max_ms; /* over the allreduce configurations */
+static probe_t lag_probe;  /* the wake-up probe over the same windows */
 
 /*
- * The control for the daemons' loop lag: a thread of this (otherwise
- * idle) coordinator that sleeps 10 ms at a time and records how late it
- * wakes. What it sees is the machine's scheduling delay, which a daemon's
- * loop suffers too without being blocked by anything of its own.
+ * The wake-up probe beside the daemons' loop lag: a thread of this
+ * (otherwise idle) coordinator that sleeps 1 ms at a time, all signals
+ * blocked, and records how late each wake-up is while a window is open,
+ * in 10 us bins up to 100 ms (the last bin holds everything later). What
+ * it sees is the machine's (the VM's, the scheduler's) delay in running a
+ * thread that asked to run, which a daemon's loop suffers as well without
+ * anything of its own blocking it. Its cost, measured on the 2-core
+ * development VM: about 830 wake-ups a second (1 ms and the lateness),
+ * 73 us of CPU each in the kernel's timer and wake-up path, 6% of one
+ * core, which the measured processes lose; the 10 ms thread it replaced
+ * cost a tenth of that but sampled a tenth as often.
  */
-static volatile double ctl_lag_ms, ctl_lag_max_ms;
+#define PROBE_PERIOD_NS 1000000
+#define PROBE_BIN_NS 10000
+#define PROBE_BINS 10000
 
-static void *control_main(void *arg)
+static struct {
+    pthread_mutex_t mu;
+    int open;              /* a window is open: wake-ups count */
+    uint64_t n;
+    uint64_t max_ns;
+    uint32_t bins[PROBE_BINS];
+} probe = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *probe_main(void *arg)
 {
     (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* no EINTR: whole sleeps */
     for (;;) {
-        int64_t due = (int64_t)rd_now_ns() + 10000000;
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-        double late = (double)((int64_t)rd_now_ns() - due) / 1e6;
-        if (late > ctl_lag_ms)
-            ctl_lag_ms = late;
+        uint64_t due = rd_now_ns() + PROBE_PERIOD_NS;
+        struct timespec ts = {0, PROBE_PERIOD_NS};
+        while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+            ;
+        uint64_t now = rd_now_ns(), late = now > due ? now - due : 0;
+        uint64_t bin = late / PROBE_BIN_NS;
+        pthread_mutex_lock(&probe.mu);
+        if (probe.open) {
+            probe.n++;
+            probe.bins[bin < PROBE_BINS ? bin : PROBE_BINS - 1]++;
+            if (late > probe.max_ns)
+                probe.max_ns = late;
+        }
+        pthread_mutex_unlock(&probe.mu);
     }
     return NULL;
 }
 
-void e2e__ctl_start(void)
+void e2e__probe_start(void)
 {
-    pthread_t ctl;
-    if (pthread_create(&ctl, NULL, control_main, NULL) == 0)
-        pthread_detach(ctl);
+    static int started;
+    pthread_t th;
+    if (!started && pthread_create(&th, NULL, probe_main, NULL) == 0) {
+        pthread_detach(th);
+        started = 1;
+    }
 }
 
-void e2e__ctl_reset(void)
+void e2e__probe_reset(void)
 {
-    ctl_lag_ms = 0;
+    pthread_mutex_lock(&probe.mu);
+    probe.n = 0;
+    probe.max_ns = 0;
+    memset(probe.bins, 0, sizeof(probe.bins));
+    pthread_mutex_unlock(&probe.mu);
 }
 
-double e2e__ctl_lag_ms(void)
+void e2e__probe_window(int open)
 {
-    return ctl_lag_ms;
+    pthread_mutex_lock(&probe.mu);
+    probe.open = open;
+    pthread_mutex_unlock(&probe.mu);
+}
+
+probe_t e2e__probe_get(void)
+{
+    probe_t r = {0, 0, 0};
+    pthread_mutex_lock(&probe.mu);
+    r.n = probe.n;
+    r.max_ms = (double)probe.max_ns / 1e6;
+    uint64_t seen = 0;
+    for (int i = 0; i < PROBE_BINS && probe.n > 0; i++) {
+        seen += probe.bins[i];
+        if (2 * seen >= probe.n) { /* the bin's middle */
+            r.p50_ms = ((double)i + 0.5) * PROBE_BIN_NS / 1e6;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&probe.mu);
+    return r;
 }
 
 void e2e__cluster_down(cluster_t *c)
@@ -455,7 +529,7 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
      * daemons' lag window, so start-up is not counted. */
     e2e__group_run(tr, n * t, b->sizes[0], 1);
     (void)e2e__cluster_lag_ms(&cl);
-    ctl_lag_ms = 0;
+    e2e__probe_window(1);
     for (int r = 0; r < b->rounds; r++)
         for (int s = 0; s < b->nsizes; s++) {
             size_t bytes = b->sizes[s];
@@ -479,10 +553,9 @@ static void run_config(bench_t *b, int n, int t, row_t *rows)
         rows[s].ring_cpu_per_gb = e2e__median(rcpu[s], b->rounds);
     }
     double lag = e2e__cluster_lag_ms(&cl);
+    e2e__probe_window(0);
     if (lag > lag_max_ms)
         lag_max_ms = lag;
-    if (ctl_lag_ms > ctl_lag_max_ms)
-        ctl_lag_max_ms = ctl_lag_ms;
     e2e__group_quit(rg, n);
     e2e__cluster_down(&cl);
     e2e__kill_kids();
@@ -598,25 +671,41 @@ static void print_notes(const steps_t *st, const mem_t *mem,
            "(1 MiB allreduce, n=2): %.3f ms\n", COMPUTE_MS,
            st->cpu_ms_per_step);
     printf("# worst main-loop lag of a daemon during the allreduce runs: "
-           "%.1f ms; an idle control thread in the coordinator woke up to "
-           "%.1f ms late in the same windows\n", lag_max_ms,
-           ctl_lag_max_ms);
+           "%.1f ms; the coordinator's 1 ms wake-up probe in the same "
+           "windows: worst %.2f ms late, median %.2f ms (%llu wake-ups)\n",
+           lag_max_ms, lag_probe.max_ms, lag_probe.p50_ms,
+           (unsigned long long)lag_probe.n);
     printf("# daemon private memory (RssAnon) per state, n=4, 256 MiB "
            "state: checkpoints off %.2f, on %.2f; allreduce of 64 MiB "
-           "with checkpoints / without: %.2f; checkpoint stall of a "
-           "step: %s ms per GiB of state (%.0f copied), with a 4 KiB "
-           "allreduce a step %s (%.0f copied)\n", mem->mem_off,
-           mem->mem_on, mem->ar_ratio, e2e__ms1(mem->stall_ms_per_gib).s,
-           mem->copies, e2e__ms1(mem->stall_coll_ms_per_gib).s,
-           mem->copies_coll);
+           "with checkpoints / without: %.2f\n", mem->mem_off,
+           mem->mem_on, mem->ar_ratio);
+    e2e__print_mem_notes(mem);
     e2e__print_async(as);
+}
+
+/* The table's configurations and Gloo's, with the wake-up probe over the
+ * daemons' lag windows (run_config opens and closes them). */
+static void run_configs(bench_t *b, row_t rows[2][2][MAXSIZES],
+                        gloo_t gloo[2])
+{
+    e2e__probe_start();
+    e2e__probe_reset();
+    for (int ni = 0; ni < 2; ni++) {
+        int n = ni ? 4 : 2;
+        run_config(b, n, 1, rows[ni][0]);
+        /* Gloo gets as many iterations as the largest size's rounds. */
+        e2e__run_gloo(b, n, iters_for(b->sizes[b->nsizes - 1]) * b->rounds,
+                      &gloo[ni]);
+        run_config(b, n, 2, rows[ni][1]);
+    }
+    lag_probe = e2e__probe_get();
 }
 
 /* --vs-ring: the product path and its own ring, interleaved as in the
  * default run, and nothing else (gloo[] stays empty: its columns 0). */
 static int vs_ring(bench_t *b, row_t rows[2][2][MAXSIZES], gloo_t gloo[2])
 {
-    e2e__ctl_start();
+    e2e__probe_start();
     for (int ni = 0; ni < 2; ni++)
         for (int t = 0; t < 2; t++)
             run_config(b, ni ? 4 : 2, t + 1, rows[ni][t]);
@@ -669,15 +758,7 @@ static int coordinator(bench_t *b)
         fx_done();
         return 0;
     }
-    e2e__ctl_start();
-    for (int ni = 0; ni < 2; ni++) {
-        int n = ni ? 4 : 2;
-        run_config(b, n, 1, rows[ni][0]);
-        /* Gloo gets as many iterations as the largest size's rounds. */
-        e2e__run_gloo(b, n, iters_for(b->sizes[b->nsizes - 1]) * b->rounds,
-                      &gloo[ni]);
-        run_config(b, n, 2, rows[ni][1]);
-    }
+    run_configs(b, rows, gloo);
     steps_t st;
     e2e__run_steps(b, &st);
     mem_t mem;
@@ -693,8 +774,11 @@ static int coordinator(bench_t *b)
            "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "
            "step_overhead_ms_1GiB_n1=%.3f daemon_cpu_ms_per_step=%.3f "
-           "ckpt_stall_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
-           "loop_lag_max_ms=%.1f mem_per_state=%.2f mem_per_state_ckpt=%.2f "
+           "ckpt_stall_ms_per_GiB=%s ckpt_stall_ms_per_GiB_min=%s "
+           "ckpt_stall_diff_ms_per_GiB=%s ckpt_stall_coll_ms_per_GiB=%s "
+           "loop_lag_max_ms=%.1f probe_lag_max_ms=%.2f "
+           "probe_lag_p50_ms=%.2f "
+           "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
            "step_us_4k_n8=%.0f step_us_4k_n8_nocommit=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
@@ -702,8 +786,10 @@ static int coordinator(bench_t *b)
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
            e2e__ms1(mem.stall_ms_per_gib).s,
-           e2e__ms1(mem.stall_coll_ms_per_gib).s,
-           lag_max_ms,
+           e2e__ms1(mem.stall_min_ms_per_gib).s,
+           e2e__ms1(mem.diff_ms_per_gib).s,
+           e2e__ms1(mem.diff_coll_ms_per_gib).s,
+           lag_max_ms, lag_probe.max_ms, lag_probe.p50_ms,
            mem.mem_off, mem.mem_on,
            mem.ar_ratio, step_us[0], step_us[1], step_us[2], off_us[2]);
     fx_done();

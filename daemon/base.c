@@ -45,6 +45,14 @@ void dmn__state_copied(dmn_t *d, size_t bytes)
                            __ATOMIC_RELAXED);
 }
 
+void dmn__coll_copied(dmn_t *d, size_t bytes)
+{
+    uint64_t *n = pthread_equal(pthread_self(), d->loop_thread)
+                      ? &d->stats.coll_copy_loop_bytes
+                      : &d->stats.coll_copy_pool_bytes;
+    __atomic_add_fetch(n, bytes, __ATOMIC_RELAXED);
+}
+
 uint32_t dmn__trainer_count(const dmn_t *d)
 {
     uint32_t n = 0;

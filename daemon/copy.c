@@ -1,11 +1,12 @@
 /*
- * copy.c - a pool of copies of trainer state on libuv's thread pool, never
- * on the event loop.
+ * copy.c - a pool of copies of trainer state and tensors on libuv's
+ * thread pool, never on the event loop.
  *
  * The loop renews the etcd lease and answers every trainer; a memcpy of a
  * state region there (175 ms for 1 GiB on the development VM) holds all
  * of that up. So the checkpoint's shard copies, a one-node job's per-step
- * snapshot and a joiner's state run as pool work, and the loop only
+ * snapshot, a joiner's state and a collective's large copies into and
+ * out of staging (step-queue.c) run as pool work, and the loop only
  * starts them and takes their outcome.
  *
  * The pool is generic, as uv_work_t is: the caller supplies each copy's
@@ -14,12 +15,13 @@
  * the copies is released, deferred unmaps run, a waiting step start is
  * tried again, and the reference on the daemon that the queue took, one
  * count in *refs, is dropped), and one on_busy() when a copy is queued on
- * an idle pool (dmn.c: the mappings are held until it is idle again). It calls no other daemon file. It counts
- * the copies in flight (busy: while any runs, the trainers' mappings it
- * may read or write stay mapped) and those that hold a collective
- * (holding: all but
- * DMN_COPY_F_NO_HOLD work, like growing the writers' stages): a trainer
- * changes its state only after a collective of its step, so holding the
+ * an idle pool (dmn.c: the mappings are held until it is idle again).
+ * It calls no other daemon file. It counts the copies in flight (busy:
+ * while any runs, the trainers' mappings it may read or write stay
+ * mapped) and those that hold a collective (holding: all but the
+ * DMN_COPY_F_NO_HOLD work, growing the writers' stages and a
+ * collective's own copies): a trainer changes its state only after a
+ * collective of its step, so holding the
  * collective's answer keeps the source bytes those of the step boundary.
  */
 #include "daemon/dmn-int.h"

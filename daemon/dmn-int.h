@@ -146,7 +146,8 @@ static inline int dmn__conn_counted(const dmn_conn_t *c)
 typedef enum {
     DMN_STEP_IDLE = 0,     /* between steps: collecting step_begins */
     DMN_STEP_RUNNING,      /* step begun: collecting collectives */
-    DMN_STEP_REDUCING,     /* a collective is with the backend */
+    DMN_STEP_REDUCING,     /* a collective is with the backend, or
+                              its copies into or out of staging run */
     DMN_STEP_ABORTING,     /* REDUCING, and the step is to break when the
                               collective comes back */
     DMN_STEP_BROKEN,       /* aborted: waiting for everyone to leave it */
@@ -201,6 +202,12 @@ typedef struct {
      * copy there (the checkpoint restore at a job's first step and its
      * copy to the node's other trainers). */
     uint64_t loop_copy_bytes;
+    /* Tensor bytes a collective copied into or out of staging (a
+     * broadcast to several trainers, the copying path), by the thread
+     * that copied them (dmn__coll_copied): the loop only below
+     * DMN_COLL_INLINE_MAX a copy, the pool above. */
+    uint64_t coll_copy_loop_bytes;
+    uint64_t coll_copy_pool_bytes;
     uint64_t restores;
 } dmn_stats_t;
 
@@ -295,7 +302,8 @@ struct dmn_copy_pool {
  * unmapped when the last holder lets go, never under a thread using it.
  */
 enum {
-    DMN_MAPS_COLL = 1u << 0,    /* a collective is with the backend */
+    DMN_MAPS_COLL = 1u << 0,    /* a collective is with the backend
+                                   or copied into or out of staging */
     DMN_MAPS_INSTALL = 1u << 1, /* the state region is lent (job.h) */
     DMN_MAPS_COPIES = 1u << 2,  /* copies run on the pool (copy.c) */
 };
@@ -375,11 +383,25 @@ typedef struct {
     /* The trainers' buffers the backend works on (job_reduce_t.bufs). */
     void **bufs;
     uint32_t bufs_cap;
+    uint32_t nbufs;        /* of them, one per trainer (not fused) */
+    size_t bytes;          /* the collective's (a fused group's total) */
+    void *buf;             /* a broadcast's: staging or the one buffer */
     int direct;            /* it works in the one trainer's buffer */
     int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
     int held;              /* done(held_status) waits for the checkpoint
                               copies (dmn__coll_release) */
     int held_status;
+    /*
+     * The copy into staging before the launch or out of it before the
+     * answer, on the pool when large (step-queue.c, coll_copy): one at a
+     * time, so it lives here, not in a malloc per collective. copy_dst
+     * has room for every posted trainer; copy_then goes on on the loop.
+     */
+    dmn_copy_t copy;
+    const void *copy_src;
+    void **copy_dst;
+    uint32_t copy_n, copy_dst_cap;
+    void (*copy_then)(dmn_t *d);
 } dmn_queue_t;
 
 /* state.c's alone. */
@@ -618,6 +640,9 @@ uint32_t dmn__trainer_count(const dmn_t *d);
  * are counted (ringd_loop_copy_bytes_total), which must stay 0 for the
  * copies that run on the pool. Thread-safe. */
 void dmn__state_copied(dmn_t *d, size_t bytes);
+/* The same for a collective's copies into and out of staging, counted by
+ * thread (ringd_collective_copy_bytes_total{thread}). Thread-safe. */
+void dmn__coll_copied(dmn_t *d, size_t bytes);
 /* Close callback for handles embedded in dmn_t (data = d). */
 void dmn__handle_closed(uv_handle_t *h);
 /* Drops a reference counted in open_handles that is not a handle (work

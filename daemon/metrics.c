@@ -264,6 +264,23 @@ static void ckpt_metrics(dmn_t *d, sbuf_t *s)
            dmn__ckpt_writing(d));
 }
 
+/* Where a collective's copies into and out of staging ran: the loop
+ * takes only the small ones (step-queue.c, coll_copy). */
+static void coll_copy_metrics(sbuf_t *s, const dmn_stats_t *st)
+{
+    const char *n = "ringd_collective_copy_bytes_total";
+    sb_printf(s, "# HELP %s Bytes a collective copied into or out of "
+              "staging (a broadcast to several trainers, the copying "
+              "path), by the thread that copied them.\n# TYPE %s counter\n"
+              "%s{thread=\"loop\"} %.17g\n%s{thread=\"pool\"} %.17g\n",
+              n, n, n,
+              (double)__atomic_load_n(&st->coll_copy_loop_bytes,
+                                      __ATOMIC_RELAXED),
+              n,
+              (double)__atomic_load_n(&st->coll_copy_pool_bytes,
+                                      __ATOMIC_RELAXED));
+}
+
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */
 static void render_step_metrics(dmn_t *d, sbuf_t *s)
 {
@@ -294,6 +311,7 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_collective_errors_total", "counter",
            "Collectives that failed (reshape, mismatch, abort).",
            st->coll_errors);
+    coll_copy_metrics(s, st);
     metric(s, "ringd_allreduce_busbw_bytes_per_second", "gauge",
            "Bus bandwidth of the last allreduce: bytes/s * 2(n-1)/n.",
            st->last_busbw);

@@ -7,6 +7,10 @@
  * area in local-rank order, handed once to the backend, and
  * the result is copied back into every trainer's buffer. Because all
  * trainers receive the very same bytes, replicas stay bitwise identical.
+ * The backend does the reduction and the copy back on its own thread; the
+ * copies left to this file (a broadcast to several trainers, the copying
+ * path) run on the copy pool when large (coll_copy), so the loop moves no
+ * tensor data beyond a few hundred KiB.
  * Collectives are asynchronous: each trainer's queue holds those it sent
  * in order, the i-th entries of all queues are the same collective, and
  * the next runs as soon as one completes; a run of ALLREDUCE_MORE entries
@@ -24,6 +28,68 @@
 #include "kernels/kern.h"
 
 static void try_launch(dmn_t *d);
+static void coll_done(void *arg, int status);
+
+/*
+ * A copy below this many bytes (all its destinations together) stays on
+ * the loop: the pool's round trip (uv_queue_work to its after-callback)
+ * took 22-30 us here, while 256 KiB took 5 us to copy from cache and 81
+ * us cold (memory the loop had not just touched), so the hop would cost a
+ * small collective more latency than the loop time it saves, and the
+ * loop holds at most ~0.1 ms per copy, far below its lag timer's period.
+ */
+#define DMN_COLL_INLINE_MAX (256u << 10)
+
+static void coll_copy_work(dmn_copy_t *b)
+{
+    dmn_t *d = b->d;
+    for (uint32_t i = 0; i < d->q.copy_n; i++) {
+        memcpy(d->q.copy_dst[i], d->q.copy_src, d->q.bytes);
+        dmn__coll_copied(d, d->q.bytes);
+    }
+}
+
+/* On the loop, once the copy ran (copy.c). A stopping daemon cancels it
+ * (status != 0): the backend and the connections are going, and the
+ * mappings with d (dmn__maps_fini), so there is nothing left to do. */
+static void coll_copy_done(dmn_copy_t *b, int status)
+{
+    dmn_t *d = b->d;
+    if (status == 0)
+        d->q.copy_then(d);
+}
+
+/*
+ * Copy d->q.copy_src (d->q.bytes) into d->q.copy_dst[0..n), then go on
+ * with then(d). Large copies run on the pool: 0 after an inline copy (the
+ * caller calls then() itself), ST_AGAIN when the pool has it and
+ * then() runs when it is done. Meanwhile the step stays REDUCING, so
+ * nothing launches over staging, and the caller holds DMN_MAPS_COLL (the
+ * pool holds DMN_MAPS_COPIES too): a trainer lost or gone back to
+ * step_begin meanwhile is unmapped only after the copy, and the step is
+ * ABORTING when then() runs, as if that had happened while the backend
+ * ran the collective.
+ */
+static int coll_copy(dmn_t *d, const void *src, uint32_t n,
+                     void (*then)(dmn_t *d))
+{
+    dmn_copy_t *c = &d->q.copy;
+    d->q.copy_src = src;
+    d->q.copy_n = n;
+    d->q.copy_then = then;
+    *c = (dmn_copy_t){.d = d, .work = coll_copy_work,
+                      .done = coll_copy_done,
+                      /* no state: no checkpoint waits for it */
+                      .flags = DMN_COPY_F_NO_HOLD};
+    if ((uint64_t)n * d->q.bytes >= DMN_COLL_INLINE_MAX) {
+        if (dmn__copy_queue(&d->pool, c) == 0)
+            return ST_AGAIN;
+        /* The pool refused (logged there): copying here beats failing
+         * the collective. */
+    }
+    coll_copy_work(c);
+    return 0;
+}
 
 static int coll_matches(const proto_coll_req_t *a, const proto_coll_req_t *b)
 {
@@ -71,26 +137,14 @@ static void coll_failed(dmn_t *d, int status)
     dmn__step_maybe_close(d);
 }
 
-/* The result reached every trainer: an allreduce's is already in every
- * trainer's buffer (the backend wrote it back, job_reduce_t); a broadcast
- * to several trainers, or the copying path, copies it out of staging.
- * Then the queues' heads (g entries: a fused group) are answered, oldest
- * first. */
+/* The result reached every trainer (copy_out): the queues' heads (g
+ * entries: a fused group) are answered, oldest first. */
 static void coll_answer(dmn_t *d)
 {
-    const proto_coll_req_t *r = &d->q.coll;
-    size_t bytes = r->count * proto_dtype_size(r->dtype);
     uint32_t g = d->coll_nsegs;
-    int copy_out = !d->q.direct && g == 1 &&
-                   (r->kind == PROTO_COLL_BROADCAST ||
-                    d->q.bufs[0] == d->q.staging);
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
         if (c->cstate != DMN_CONN_POSTED)
             continue;
-        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
-        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset, bytes);
-        if (dst != NULL && copy_out)
-            memcpy(dst, d->q.staging, bytes);
         for (uint32_t s = 0; s < g && c->q_len > 0; s++) {
             uint32_t msg_seq = dmn__conn_q(c, 0)->msg_seq;
             c->q_head = (c->q_head + 1) % PROTO_MAX_OUTSTANDING;
@@ -117,29 +171,14 @@ static void coll_count(dmn_t *d)
 }
 
 /*
- * The backend is done (job.h's done callback). Finish first: the hold for
- * the checkpoint copies, the mappings let go, the generation's fence and
- * the errors; then answer the trainers and run the next one queued.
+ * The result is in every trainer's buffer: let go of the mappings, answer
+ * the trainers and run the next one queued.
  */
-static void coll_done(void *arg, int status)
+static void coll_answered(dmn_t *d)
 {
-    dmn_t *d = arg;
-    /* The trainer applies the result to its state next: not before the
-     * checkpoint of the last boundary has copied it. */
-    if (dmn__ckpt_hold(d, status)) {
-        d->q.held = 1;
-        d->q.held_status = status;
-        return;
-    }
     dmn__maps_release(d, DMN_MAPS_COLL);
     if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING)
-        return;
-    if (status == 0 && superseded(d))
-        status = ST_ERESHAPE;
-    if (status != 0) {
-        coll_failed(d, status);
-        return;
-    }
+        return; /* drained while the result was copied out */
     coll_answer(d);
     coll_count(d);
     if (d->state == DMN_STEP_ABORTING) {
@@ -153,6 +192,68 @@ static void coll_done(void *arg, int status)
         dmn__step_set_state(d, DMN_STEP_RUNNING);
         try_launch(d); /* the next one queued: no round trip between */
     }
+}
+
+/*
+ * An allreduce's result is already in every trainer's buffer (the backend
+ * wrote it back, job_reduce_t); a broadcast to several trainers, or the
+ * copying path, has it in staging: copied into every posted trainer's
+ * buffer. ST_AGAIN: on the pool, and coll_answered goes on after it.
+ */
+static int copy_out(dmn_t *d)
+{
+    const proto_coll_req_t *r = &d->q.coll;
+    if (d->q.direct || d->coll_nsegs != 1 ||
+        (r->kind != PROTO_COLL_BROADCAST && d->q.bufs[0] != d->q.staging))
+        return 0;
+    uint32_t n = 0;
+    for (dmn_conn_t *c = d->conns; c != NULL; c = c->next) {
+        if (c->cstate != DMN_CONN_POSTED)
+            continue;
+        if (n == d->q.copy_dst_cap) { /* none becomes POSTED meanwhile */
+            RD_ERROR("client %u: more trainers in collective %u than "
+                     "launched it: a bug, its result is not copied",
+                     c->id, r->coll_seq);
+            break;
+        }
+        const dmn_qcoll_t *e = dmn__conn_q(c, 0);
+        void *dst = dmn__buf_ptr(c, e->req.buf_id, e->req.offset,
+                                 d->q.bytes);
+        if (dst != NULL)
+            d->q.copy_dst[n++] = dst;
+    }
+    return coll_copy(d, d->q.staging, n, coll_answered);
+}
+
+/*
+ * The backend is done (job.h's done callback). Finish first: the hold for
+ * the checkpoint copies, the generation's fence and the errors; then the
+ * copy out of staging, and coll_answered answers.
+ */
+static void coll_done(void *arg, int status)
+{
+    dmn_t *d = arg;
+    /* The trainer applies the result to its state next: not before the
+     * checkpoint of the last boundary has copied it. */
+    if (dmn__ckpt_hold(d, status)) {
+        d->q.held = 1;
+        d->q.held_status = status;
+        return;
+    }
+    if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING) {
+        dmn__maps_release(d, DMN_MAPS_COLL);
+        return;
+    }
+    if (status == 0 && superseded(d))
+        status = ST_ERESHAPE;
+    if (status != 0) {
+        dmn__maps_release(d, DMN_MAPS_COLL);
+        coll_failed(d, status);
+        return;
+    }
+    if (copy_out(d) == ST_AGAIN)
+        return;
+    coll_answered(d);
 }
 
 /* The checkpoint copies are done: answer the collective they held. */
@@ -242,13 +343,71 @@ static size_t fused_bytes(dmn_t *d, uint32_t g)
     return 0;
 }
 
+/* The backend's part, once staging holds its input (coll_copy). */
+static void coll_run(dmn_t *d)
+{
+    const proto_coll_req_t *r = &d->q.coll;
+    if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING) {
+        coll_done(d, ST_EABORTED); /* drained while it was copied in */
+        return;
+    }
+    /* A view change or a lost trainer during the copy-in leaves no
+     * backend in the old view's state (job.h: it completes the
+     * collective with ST_ERESHAPE), so it is posted as if that had
+     * happened just after. */
+    d->q.start_ns = rd_now_ns();
+    int rc;
+    if (r->kind == PROTO_COLL_BROADCAST) {
+        rc = job_broadcast(d->job, d->q.buf, d->q.bytes, r->root,
+                           coll_done, d);
+    } else {
+        job_reduce_t red = {.bufs = d->q.bufs, .nbufs = d->q.nbufs,
+                            .staging = d->q.staging, .count = r->count,
+                            .dt = (kern_dtype_t)r->dtype,
+                            .op = (kern_op_t)r->op,
+                            /* AVG is over the job's trainers, not its
+                             * nodes (the ring's ranks) */
+                            .divisor = r->op == RINGD_AVG
+                                           ? d->view.global_trainers
+                                           : 0,
+                            .nsegs = d->coll_nsegs,
+                            .seg_counts = d->q.seg_counts,
+                            .wire = (rd_wire_t)r->wire};
+        rc = job_allreduce(d->job, &red, coll_done, d);
+    }
+    if (rc != 0)
+        coll_done(d, rc);
+}
+
+/* Room for posted trainers' g buffers each, and staging unless direct. */
+static int queue_grow(dmn_t *d, uint32_t posted, uint32_t g, size_t bytes,
+                      int direct)
+{
+    size_t cap = d->q.bufs_cap, dcap = d->q.copy_dst_cap;
+    size_t scap = d->q.staging_size;
+    if (posted == 0)
+        posted = 1;
+    if (grow((void **)&d->q.bufs, &cap, posted * g, sizeof(void *)) != 0 ||
+        grow((void **)&d->q.copy_dst, &dcap, posted, sizeof(void *)) != 0 ||
+        (g > 1 && grow((void **)&d->q.seg_counts, &d->q.seg_counts_cap, g,
+                       sizeof(size_t)) != 0) ||
+        (!direct && grow(&d->q.staging, &scap, bytes, 1) != 0))
+        return ST_ENOMEM;
+    d->q.bufs_cap = (uint32_t)cap;
+    d->q.copy_dst_cap = (uint32_t)dcap;
+    d->q.staging_size = scap;
+    return 0;
+}
+
 /*
  * Everyone posted: hand the node's buffers to the backend. With one
  * trainer the collective runs in its buffer (zero-copy); with several the
  * backend reduces them into staging and writes the result back, on its
  * own thread (the ring backend chunk by chunk, as the ring goes); a fused
  * group always goes through staging, gathered and scattered there. Only a
- * broadcast to several trainers copies here.
+ * broadcast to several trainers and the copying path copy here
+ * (coll_copy: on the pool when large), into staging before the launch
+ * and out of it before the answer.
  */
 static void launch(dmn_t *d)
 {
@@ -259,59 +418,38 @@ static void launch(dmn_t *d)
     uint32_t posted = 0;
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         posted += c->cstate == DMN_CONN_POSTED;
-    size_t cap = d->q.bufs_cap, scap = d->q.staging_size;
     int direct = posted == 1 && d->q.zero_copy && g == 1;
-    if (grow((void **)&d->q.bufs, &cap, (posted ? posted : 1) * g,
-             sizeof(void *)) != 0 ||
-        (g > 1 && grow((void **)&d->q.seg_counts, &d->q.seg_counts_cap, g,
-                       sizeof(size_t)) != 0) ||
-        (!direct && grow(&d->q.staging, &scap, bytes, 1) != 0)) {
+    if (queue_grow(d, posted, g, bytes, direct) != 0) {
         dmn__step_fail_posted(d, RINGD_ENOMEM, 0);
         return;
     }
-    d->q.bufs_cap = (uint32_t)cap;
-    d->q.staging_size = scap;
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
-    void *buf = d->q.staging;
+    const void *in = NULL; /* what is copied into staging first */
+    d->q.buf = d->q.staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
         /* The one trainer's buffer is sent from or received into. */
         if (direct)
-            buf = d->q.bufs[0];
+            d->q.buf = d->q.bufs[0];
         else if (root >= 0)
-            memcpy(d->q.staging, d->q.bufs[root], bytes);
-    } else if (!direct && g == 1) {
+            in = d->q.bufs[root];
+    } else if (!direct && g == 1 && n == 1) {
         /* The copying path: one buffer, copied in here and out in
-         * coll_done, or several that the backend sums into staging. */
-        if (n == 1) {
-            memcpy(d->q.staging, d->q.bufs[0], bytes);
-            d->q.bufs[0] = d->q.staging;
-        }
+         * coll_done; several the backend sums into staging itself. */
+        in = d->q.bufs[0];
+        d->q.bufs[0] = d->q.staging;
     }
     d->q.direct = direct;
+    d->q.nbufs = n;
+    d->q.bytes = bytes;
     dmn__step_set_state(d, DMN_STEP_REDUCING);
-    d->q.start_ns = rd_now_ns();
     dmn__maps_hold(d, DMN_MAPS_COLL);
-    int rc;
-    if (r->kind == PROTO_COLL_BROADCAST) {
-        rc = job_broadcast(d->job, buf, bytes, r->root, coll_done,
-                                   d);
-    } else {
-        job_reduce_t red = {.bufs = d->q.bufs, .nbufs = n,
-                            .staging = d->q.staging, .count = r->count,
-                            .dt = (kern_dtype_t)r->dtype,
-                            .op = (kern_op_t)r->op,
-                            /* AVG is over the job's trainers, not its
-                             * nodes (the ring's ranks) */
-                            .divisor = r->op == RINGD_AVG
-                                           ? d->view.global_trainers
-                                           : 0,
-                            .nsegs = g, .seg_counts = d->q.seg_counts,
-                            .wire = (rd_wire_t)r->wire};
-        rc = job_allreduce(d->job, &red, coll_done, d);
+    if (in != NULL) {
+        d->q.copy_dst[0] = d->q.staging;
+        if (coll_copy(d, in, 1, coll_run) == ST_AGAIN)
+            return;
     }
-    if (rc != 0)
-        coll_done(d, rc);
+    coll_run(d);
 }
 
 /*
@@ -439,6 +577,7 @@ void dmn__queue_init(dmn_t *d)
 void dmn__queue_fini(dmn_t *d)
 {
     free(d->q.bufs);
+    free(d->q.copy_dst);
     free(d->q.seg_counts);
     free(d->q.staging);
 }
