@@ -95,10 +95,17 @@ TEST_OBJS = $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
 all: $(CORE_LIB) $(BIN_TARGETS) $(TEST_BIN) $(BENCH_BINS) $(CUDA_TARGETS)
 
+# The dependency file names each object both ways, relative to the top
+# and absolute: the tests build the install tree with BUILD=/abs/build
+# (test-dmn-install.c), and a .d written then named only the absolute
+# target, so a later `make` (BUILD=build) saw no header behind its objects
+# and linked objects of two layouts of one struct after a header change.
+DEP_TARGETS = -MT $(abspath $@) -MT $(patsubst $(CURDIR)/%,%,$(abspath $@))
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(ALL_CFLAGS) $(CFLAGS_EXTRA) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(CFLAGS_EXTRA) -MMD -MP $(DEP_TARGETS) -c $< -o $@
 
 $(CORE_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
