@@ -112,11 +112,65 @@ void dmn__conn_set_state(dmn_conn_t *c, dmn_conn_state_t next)
         c->d->conn_changed(c->d);
 }
 
+/*
+ * A trainer's buffer unmapped on a pool thread once it is large: tearing
+ * down its page tables took up to 14 ms on the loop, and when the trainer
+ * had already exited this mapping was the shared memory's last reference,
+ * so munmap freed its pages there too (shmem_evict_inode, up to 12 ms a
+ * 64 MiB buffer, perf sched in bench/e2e): the loop's lag, and a lease
+ * keepalive as late. Nothing on the loop touches the range after the
+ * call, and the kernel gives no part of it to another mmap before the
+ * munmap ran, so the order does not matter. Smaller ones, or when the
+ * pool refuses, unmap here.
+ */
+#define DMN_UNMAP_INLINE_MAX (1u << 20)
+
+typedef struct {
+    uv_work_t req;
+    dmn_t *d;
+    void *addr;
+    size_t size;
+} unmap_work_t;
+
+static void unmap_work(uv_work_t *req)
+{
+    unmap_work_t *u = req->data;
+    munmap(u->addr, u->size);
+}
+
+static void unmap_after(uv_work_t *req, int status)
+{
+    unmap_work_t *u = req->data;
+    if (status != 0) /* cancelled (the loop's end): unmapped here */
+        munmap(u->addr, u->size);
+    else
+        u->d->stats.unmap_pool_bytes += u->size;
+    dmn__unref(u->d);
+    free(u);
+}
+
+static void unmap_now(dmn_t *d, void *addr, size_t size)
+{
+    unmap_work_t *u = NULL;
+    if (size >= DMN_UNMAP_INLINE_MAX && !(d->flags & DMN_F_DESTROYING) &&
+        (u = malloc(sizeof(*u))) != NULL) {
+        *u = (unmap_work_t){.d = d, .addr = addr, .size = size};
+        u->req.data = u;
+        if (uv_queue_work(d->loop, &u->req, unmap_work, unmap_after) == 0) {
+            d->open_handles++; /* d outlives the after callback */
+            return;
+        }
+        free(u);
+    }
+    munmap(addr, size);
+    d->stats.unmap_loop_bytes += size;
+}
+
 void dmn__buf_unmap(dmn_t *d, void *addr, size_t size)
 {
     dmn_maps_t *m = &d->maps;
     if (m->holds == 0) {
-        munmap(addr, size);
+        unmap_now(d, addr, size);
         return;
     }
     if (m->n == m->cap) {
@@ -152,7 +206,7 @@ void dmn__maps_release(dmn_t *d, unsigned who)
     if (m->holds != 0)
         return;
     for (uint32_t i = 0; i < m->n; i++)
-        munmap(m->deferred[i].addr, m->deferred[i].size);
+        unmap_now(d, m->deferred[i].addr, m->deferred[i].size);
     m->n = 0;
 }
 

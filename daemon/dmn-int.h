@@ -208,6 +208,11 @@ typedef struct {
      * DMN_COLL_INLINE_MAX a copy, the pool above. */
     uint64_t coll_copy_loop_bytes;
     uint64_t coll_copy_pool_bytes;
+    /* Trainer buffers unmapped, by the thread (conn.c, unmap_now): the
+     * loop only below DMN_UNMAP_INLINE_MAX, at the daemon's end, or when
+     * the pool refused. */
+    uint64_t unmap_loop_bytes;
+    uint64_t unmap_pool_bytes;
     uint64_t restores;
 } dmn_stats_t;
 

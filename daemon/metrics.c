@@ -281,6 +281,17 @@ static void coll_copy_metrics(sbuf_t *s, const dmn_stats_t *st)
                                       __ATOMIC_RELAXED));
 }
 
+static void unmap_metrics(sbuf_t *s, const dmn_stats_t *st)
+{
+    const char *n = "ringd_buffer_unmap_bytes_total";
+    sb_printf(s, "# HELP %s Bytes of trainer buffers unmapped, by the "
+              "thread that unmapped them (large ones on the pool).\n"
+              "# TYPE %s counter\n%s{thread=\"loop\"} %.17g\n"
+              "%s{thread=\"pool\"} %.17g\n", n, n, n,
+              (double)st->unmap_loop_bytes, n,
+              (double)st->unmap_pool_bytes);
+}
+
 /* Steps, collectives, recoveries, checkpoints, protocol errors. */
 static void render_step_metrics(dmn_t *d, sbuf_t *s)
 {
@@ -312,6 +323,7 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
            "Collectives that failed (reshape, mismatch, abort).",
            st->coll_errors);
     coll_copy_metrics(s, st);
+    unmap_metrics(s, st);
     metric(s, "ringd_allreduce_busbw_bytes_per_second", "gauge",
            "Bus bandwidth of the last allreduce: bytes/s * 2(n-1)/n.",
            st->last_busbw);

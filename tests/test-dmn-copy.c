@@ -219,3 +219,38 @@ TEST_IMPL(dmn_coll_copy_trainer_dies)
     ASSERT_EQ(td_stop(&t, 30000), 0);
     return 0;
 }
+
+#define UNMAP_POOL "ringd_buffer_unmap_bytes_total{thread=\"pool\"}"
+#define UNMAP_LOOP "ringd_buffer_unmap_bytes_total{thread=\"loop\"}"
+
+static int pool_unmapped(void *arg)
+{
+    return td_metric(arg, UNMAP_POOL) >= BIG;
+}
+
+/* A trainer's buffers are unmapped when it leaves: its 4 MiB one on the
+ * pool (munmap freed a gone trainer's pages on the loop, up to 12 ms a
+ * 64 MiB buffer), its 4 KiB one on the loop. With every unmap on the loop
+ * again the pool's count stays 0 and the wait fails. */
+TEST_IMPL(dmn_unmap_off_loop)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-unmap");
+    const char *flags[] = {"--trainers", "1", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ringd_client_t *c;
+    ASSERT_OK(ringd_connect(&c, t.sock, NULL));
+    uint8_t *big = ringd_buffer(c, BIG), *small = ringd_buffer(c, SMALL);
+    ASSERT(big != NULL && small != NULL);
+    big[0] = small[0] = 1; /* touched, as a trainer's are */
+    ASSERT_EQ(td_metric(&t, UNMAP_POOL), 0);
+    ringd_close(c);
+    ASSERT_MSG(td_poll(pool_unmapped, &t, 10000) == 0,
+               "the 4 MiB buffer was not unmapped on the pool: %g bytes "
+               "there, %g on the loop", td_metric(&t, UNMAP_POOL),
+               td_metric(&t, UNMAP_LOOP));
+    ASSERT_EQ(td_metric(&t, UNMAP_POOL), BIG);
+    ASSERT_EQ(td_metric(&t, UNMAP_LOOP), SMALL);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
