@@ -127,6 +127,7 @@
 #include <errno.h>
 #include <dirent.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -629,6 +630,17 @@ static double min_ratio(row_t rows[2][2][MAXSIZES], const bench_t *b, int t)
     return m;
 }
 
+/* A ratio or busbw with three decimals, "na" when not measured (NaN). */
+static ms_str_t ratio3(double v)
+{
+    ms_str_t r;
+    if (isnan(v))
+        snprintf(r.s, sizeof(r.s), "na");
+    else
+        snprintf(r.s, sizeof(r.s), "%.3f", v);
+    return r;
+}
+
 /* The busbw table (TSV); rvg[ni]: ring over Gloo at 64 MiB, one trainer
  * per node, n = 2 and 4; *evg4_p: the product path over Gloo there, n = 4.
  */
@@ -648,11 +660,16 @@ static void print_table(const bench_t *b, row_t rows[2][2][MAXSIZES],
                 double gb = g->us[s] > 0 ? busbw(by, g->us[s], n) : 0;
                 double rb = busbw(by, r->ring_us, n);
                 double eb = busbw(by, r->e2e_us, n);
-                printf("%d\t%d\t%zu\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s"
-                       "\t%.3f\t%.3f\t%.3f\t%.3f\n", n, t + 1, by, eb, rb,
-                       r->ratio, r->cpu_per_gb, gb, g->algo[s],
-                       gb > 0 ? rb / gb : 0, gb > 0 ? eb / gb : 0,
-                       r->ring_cpu_per_gb, g->cpu[s]);
+                /* Gloo's columns read "na" where it did not run
+                 * (--quick has no 64 MiB, --vs-ring no Gloo): a ratio
+                 * of 0 would read as a measurement. */
+                printf("%d\t%d\t%zu\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s"
+                       "\t%s\t%s\t%.3f\t%s\n", n, t + 1, by, eb, rb,
+                       r->ratio, r->cpu_per_gb, ratio3(gb > 0 ? gb : NAN).s,
+                       gb > 0 && g->algo[s] != NULL ? g->algo[s] : "na",
+                       ratio3(gb > 0 ? rb / gb : NAN).s,
+                       ratio3(gb > 0 ? eb / gb : NAN).s, r->ring_cpu_per_gb,
+                       ratio3(gb > 0 ? g->cpu[s] : NAN).s);
                 if (by == 64 * MiB && t == 0 && gb > 0) {
                     rvg[ni] = rb / gb;
                     if (ni == 1)
@@ -764,11 +781,11 @@ static int coordinator(bench_t *b)
     mem_t mem;
     e2e__run_mem(b, &mem);
     e2e__run_async(b, &as);
-    double rvg[2] = {0, 0}, evg4 = 0;
+    double rvg[2] = {NAN, NAN}, evg4 = NAN;
     print_table(b, rows, gloo, rvg, &evg4);
     print_notes(&st, &mem, &as);
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
-           "ring_vs_gloo_n2=%.3f ring_vs_gloo_n4=%.3f e2e_vs_gloo_n4=%.3f "
+           "ring_vs_gloo_n2=%s ring_vs_gloo_n4=%s e2e_vs_gloo_n4=%s "
            "async_vs_one=%.3f async_fused_vs_one=%.3f "
            "async_small_vs_blocking=%.2f "
            "fused_small_vs_blocking=%.2f "
@@ -781,8 +798,8 @@ static int coordinator(bench_t *b)
            "mem_per_state=%.2f mem_per_state_ckpt=%.2f "
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
            "step_us_4k_n8=%.0f step_us_4k_n8_nocommit=%.0f\n",
-           min_ratio(rows, b, 0), min_ratio(rows, b, 1), rvg[0], rvg[1],
-           evg4, as.ratio, as.fused_one_ratio, as.small_ratio,
+           min_ratio(rows, b, 0), min_ratio(rows, b, 1), ratio3(rvg[0]).s,
+           ratio3(rvg[1]).s, ratio3(evg4).s, as.ratio, as.fused_one_ratio, as.small_ratio,
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
            e2e__ms1(mem.stall_ms_per_gib).s,
