@@ -160,10 +160,12 @@ typedef struct {
     probe_t probe;                /* the wake-up probe's, same window */
 } mem_t;
 
-/* A stall figure: "na" when no checkpoint was copied to measure it. */
+/* A figure with its decimals, or "na" (NaN) where nothing measured it: a
+ * stall with no checkpoint copied, a Gloo ratio where Gloo did not run. */
 typedef struct { char s[24]; } ms_str_t;
 
-ms_str_t e2e__ms1(double v);
+ms_str_t e2e__na(double v, int decimals);
+ms_str_t e2e__ms1(double v); /* e2e__na(v, 1) */
 void e2e__run_mem(bench_t *b, mem_t *out);
 /* Its '#' lines: the stall per daemon and as differences, the lag. */
 void e2e__print_mem_notes(const mem_t *m);

@@ -272,14 +272,19 @@ void e2e__run_mem(bench_t *b, mem_t *out)
     e2e__kill_kids();
 }
 
-ms_str_t e2e__ms1(double v)
+ms_str_t e2e__na(double v, int decimals)
 {
     ms_str_t r;
     if (isnan(v))
         snprintf(r.s, sizeof(r.s), "na");
     else
-        snprintf(r.s, sizeof(r.s), "%.1f", v);
+        snprintf(r.s, sizeof(r.s), "%.*f", decimals, v);
     return r;
+}
+
+ms_str_t e2e__ms1(double v)
+{
+    return e2e__na(v, 1);
 }
 
 /* The '#' lines of e2e__run_mem: the stall per daemon and as

@@ -633,12 +633,7 @@ static double min_ratio(row_t rows[2][2][MAXSIZES], const bench_t *b, int t)
 /* A ratio or busbw with three decimals, "na" when not measured (NaN). */
 static ms_str_t ratio3(double v)
 {
-    ms_str_t r;
-    if (isnan(v))
-        snprintf(r.s, sizeof(r.s), "na");
-    else
-        snprintf(r.s, sizeof(r.s), "%.3f", v);
-    return r;
+    return e2e__na(v, 3);
 }
 
 /* The busbw table (TSV); rvg[ni]: ring over Gloo at 64 MiB, one trainer
@@ -799,7 +794,8 @@ static int coordinator(bench_t *b)
            "ar_ckpt_vs_none=%.2f step_us_4k_n2=%.0f step_us_4k_n4=%.0f "
            "step_us_4k_n8=%.0f step_us_4k_n8_nocommit=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), ratio3(rvg[0]).s,
-           ratio3(rvg[1]).s, ratio3(evg4).s, as.ratio, as.fused_one_ratio, as.small_ratio,
+           ratio3(rvg[1]).s, ratio3(evg4).s, as.ratio, as.fused_one_ratio,
+           as.small_ratio,
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
            e2e__ms1(mem.stall_ms_per_gib).s,
