@@ -717,7 +717,8 @@ static void run_configs(bench_t *b, row_t rows[2][2][MAXSIZES],
  * default run, and nothing else (gloo[] stays empty: its columns 0). */
 static int vs_ring(bench_t *b, row_t rows[2][2][MAXSIZES], gloo_t gloo[2])
 {
-    e2e__probe_start();
+    /* No wake-up probe: nothing here prints the lag, and its 1 ms
+     * wake-ups would cost the runs being compared a share of a core. */
     for (int ni = 0; ni < 2; ni++)
         for (int t = 0; t < 2; t++)
             run_config(b, ni ? 4 : 2, t + 1, rows[ni][t]);
