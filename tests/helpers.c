@@ -183,6 +183,24 @@ void th_kill(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
+void th_ucx_loopback(const char *tls)
+{
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    setenv("UCX_TLS", tls, 1);
+    setenv("RINGD_LOG_LEVEL", "error", 0);
+#if defined(__SANITIZE_ADDRESS__)
+    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
+    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+#endif
+}
+
+void th_src_path(char *out, size_t len, const char *rel)
+{
+    snprintf(out, len, "%s/../%s", th_bindir(), rel);
+    if (access(out, R_OK) != 0)
+        snprintf(out, len, "%s/../../%s", th_bindir(), rel);
+}
+
 const char *th_bindir(void)
 {
     static char dir[PATH_MAX];

@@ -48,4 +48,13 @@ void th_kill(pid_t pid);
 /* Directory of the running test binary (for finding sibling binaries). */
 const char *th_bindir(void);
 
+/* UCX on loopback only, over tls ("tcp", "tcp,sm"...), quiet logs unless
+ * RINGD_LOG_LEVEL says otherwise, and, in the sanitizer build, without
+ * UCX's malloc/mmap hooks (they fight ASan's interceptors). */
+void th_ucx_loopback(const char *tls);
+
+/* rel (a path from the source tree's top) as seen from the test binary,
+ * which lives in build/ or in build/asan/ below it. */
+void th_src_path(char *out, size_t len, const char *rel);
+
 #endif /* RINGD_TEST_HELPERS_H */

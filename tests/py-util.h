@@ -33,14 +33,6 @@ static inline int have_numpy(const char *py, const char *log)
     return td_exit_code(pid, 60000) == 0;
 }
 
-/* The source tree: build/ or build/asan/ below it. */
-static inline void src_path(char *out, size_t len, const char *rel)
-{
-    snprintf(out, len, "%s/../%s", th_bindir(), rel);
-    if (access(out, R_OK) != 0)
-        snprintf(out, len, "%s/../../%s", th_bindir(), rel);
-}
-
 /* 1 if py can run the Python code `module` (an import, say) cleanly. */
 static inline int py_imports(const char *py, const char *module,
                              const char *log)

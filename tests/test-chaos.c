@@ -49,10 +49,7 @@ TEST_IMPL(chaos_quick)
         access("/usr/bin/timeout", X_OK) != 0)
         TEST_SKIP_WHY("needs /usr/bin/etcd and /usr/bin/timeout");
     char script[600];
-    snprintf(script, sizeof(script), "%s/../chaos/chaos.sh", th_bindir());
-    if (access(script, X_OK) != 0)
-        snprintf(script, sizeof(script), "%s/../../chaos/chaos.sh",
-                 th_bindir());
+    th_src_path(script, sizeof(script), "chaos/chaos.sh");
     ASSERT_MSG(access(script, X_OK) == 0, "chaos/chaos.sh not found");
     char *dir = th_mkdtemp("chaos-test");
     ASSERT(dir != NULL);

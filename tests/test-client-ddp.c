@@ -27,8 +27,8 @@ static int ddp_env(td_daemon_t *t, const char *name, char *script,
         TEST_SKIP_WHY("torch.distributed cannot be imported by %s", py);
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, len, "tests/py/ddp_train.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, len, "tests/py/ddp_train.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     return 0;

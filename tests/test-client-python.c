@@ -41,7 +41,7 @@ TEST_IMPL(client_python_two_trainers)
         TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "examples/trainer.py");
+    th_src_path(script, sizeof(script), "examples/trainer.py");
     setenv("RINGD_LIB", lib, 1);
     const char *flags[] = {"--trainers", "2", NULL};
     ASSERT_OK(td_start(&t, flags));
@@ -96,8 +96,8 @@ TEST_IMPL(client_python_errors)
         TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "tests/client-errors.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, sizeof(script), "tests/client-errors.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     const char *flags[] = {"--backend", "fake:reshape=2", NULL};
@@ -163,8 +163,8 @@ TEST_IMPL(client_python_fenced)
         TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "tests/client-fenced.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, sizeof(script), "tests/client-fenced.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     for (int i = 0; i < 2; i++) {
@@ -254,8 +254,8 @@ TEST_IMPL(client_python_package)
     if (!have_numpy(py, td_path(&t, "numpy.log")))
         TEST_SKIP_WHY("numpy cannot be imported by /usr/bin/python3");
     char src[600], root[600], lib[600], venv[600], vpy[700], pip[700];
-    src_path(src, sizeof(src), "client/python");
-    src_path(root, sizeof(root), "Makefile");
+    th_src_path(src, sizeof(src), "client/python");
+    th_src_path(root, sizeof(root), "Makefile");
     *strrchr(root, '/') = '\0';
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
     snprintf(venv, sizeof(venv), "%s/venv", t.dir);
@@ -327,8 +327,8 @@ static int run_binding(const char *part)
     }
     char lib[600], script[600], pypath[600], pid[32];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "tests/py/binding.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, sizeof(script), "tests/py/binding.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     const char *flags[] = {"--trainers", "2", NULL};

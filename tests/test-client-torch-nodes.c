@@ -120,7 +120,7 @@ static void start_node(un_job_t *j, int i)
     ASSERT(mkdir(j->dir[i], 0755) == 0);
     snprintf(j->out[i], sizeof(j->out[i]), "%s", td_path(&j->d[i], "rr"));
     static char exe[600];
-    src_path(exe, sizeof(exe), "client/python/ringrun");
+    th_src_path(exe, sizeof(exe), "client/python/ringrun");
     const char *argv[] = {PY, exe, "--nproc", "2", "--backoff", "0.05",
                           "--socket", j->d[i].sock, "--", PY, j->script,
                           "--log-dir", j->dir[i], "--stop-file", j->stop,
@@ -242,8 +242,8 @@ static int user_nodes(const char *script, const char *need,
     td_init(&j.d[2], "torch-nodes-c");
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(pypath, sizeof(pypath), "client/python");
-    src_path(j.script, sizeof(j.script), script);
+    th_src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(j.script, sizeof(j.script), script);
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     /* Six trainers and their loaders' workers share 2 cores here. */

@@ -31,8 +31,8 @@ static int user_env(td_daemon_t *t, const char *name, char *script,
         TEST_SKIP_WHY("torch cannot be imported by %s", py);
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, len, "tests/py/torch_user.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, len, "tests/py/torch_user.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     return 0;
@@ -179,7 +179,7 @@ TEST_IMPL(client_python_torch_user_cnn)
     int rc = user_env(&t, "client-pycnn", script, sizeof(script));
     if (rc != 0)
         return rc;
-    src_path(script, sizeof(script), "tests/py/user_cnn.py");
+    th_src_path(script, sizeof(script), "tests/py/user_cnn.py");
     if (!py_imports("/usr/bin/python3", "import sklearn.datasets",
                     td_path(&t, "sklearn.log")))
         TEST_SKIP_WHY("sklearn cannot be imported by /usr/bin/python3");

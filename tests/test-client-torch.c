@@ -38,8 +38,8 @@ TEST_IMPL(client_python_elastic_unit)
     }
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "tests/py/elastic_unit.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, sizeof(script), "tests/py/elastic_unit.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     ASSERT_OK(td_start(&t, NULL));
@@ -71,8 +71,8 @@ static int torch_env(td_daemon_t *t, const char *name, char *script,
     }
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, len, "tests/py/elastic_train.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, len, "tests/py/elastic_train.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     return 0;
@@ -694,7 +694,7 @@ TEST_IMPL(client_python_torch_example)
     if (access("/usr/lib/python3/dist-packages/sklearn/datasets/data/"
                "digits.csv.gz", R_OK) != 0)
         TEST_SKIP_WHY("scikit-learn's digits are not installed");
-    src_path(ex, sizeof(ex), "examples/torch/train.py");
+    th_src_path(ex, sizeof(ex), "examples/torch/train.py");
     const char *flags[] = {"--trainers", "2", NULL};
     ASSERT_OK(td_start(&t, flags));
     pid_t p[2];

@@ -596,15 +596,8 @@ TEST_IMPL(client_python_async)
         TEST_SKIP_WHY("numpy cannot be imported by %s", py);
     char lib[600], script[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    snprintf(script, sizeof(script), "%s/../tests/py/async_binding.py",
-             th_bindir());
-    if (access(script, R_OK) != 0)
-        snprintf(script, sizeof(script),
-                 "%s/../../tests/py/async_binding.py", th_bindir());
-    snprintf(pypath, sizeof(pypath), "%s/../client/python", th_bindir());
-    if (access(pypath, R_OK) != 0)
-        snprintf(pypath, sizeof(pypath), "%s/../../client/python",
-                 th_bindir());
+    th_src_path(script, sizeof(script), "tests/py/async_binding.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     const char *argv[] = {py, script, "--socket", t.sock, NULL};

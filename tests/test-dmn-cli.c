@@ -327,10 +327,7 @@ TEST_IMPL(dmn_systemd_unit_verifies)
     td_daemon_t t;
     td_init(&t, "dmn-unit");
     char src[600];
-    snprintf(src, sizeof(src), "%s/../deploy/ringd.service", th_bindir());
-    if (access(src, R_OK) != 0)
-        snprintf(src, sizeof(src), "%s/../../deploy/ringd.service",
-                 th_bindir());
+    th_src_path(src, sizeof(src), "deploy/ringd.service");
     char *unit = td_read(src, NULL);
     ASSERT_MSG(unit != NULL, "cannot read %s", src);
     const char *exec = "ExecStart=/usr/local/bin/ringd";

@@ -146,7 +146,7 @@ static int py_connect(td_daemon_t *t, const char *job, const char *out)
              "except ringd.Error as e:\n"
              "    print('Error', e.code, e)\n", t->sock, job);
     char pp[600], lib[600];
-    src_path(pp, sizeof(pp), "client/python");
+    th_src_path(pp, sizeof(pp), "client/python");
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
     setenv("PYTHONPATH", pp, 1);
     setenv("RINGD_LIB", lib, 1);

@@ -198,7 +198,7 @@ static pid_t py_trainer(const char *const *args,
                         const char *log)
 {
     char script[600];
-    src_path(script, sizeof(script), "examples/trainer.py");
+    th_src_path(script, sizeof(script), "examples/trainer.py");
     const char *argv[16] = {"/usr/bin/python3", script};
     int n = 2;
     for (int i = 0; args[i] != NULL && n < 15; i++)
@@ -756,8 +756,8 @@ TEST_IMPL(dmn_restart_torch_elastic)
         TEST_SKIP_WHY("torch cannot be imported by %s", py);
     char lib[600], pypath[600], script[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, sizeof(script), "tests/py/elastic_train.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, sizeof(script), "tests/py/elastic_train.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     const char *flags[8];

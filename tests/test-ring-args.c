@@ -17,21 +17,12 @@
 #include "common/wire.h"
 #include "kernels/kern.h"
 #include "ring/ring.h"
-#include "transport/tp.h"
+#include "tests/helpers.h"
 #include "tests/task.h"
+#include "transport/tp.h"
 
 #define ARGS_N 8 /* elements of the buffers */
 
-/* UCX over TCP on loopback, as tests/test-tp.c sets it. */
-static void loopback_env(void)
-{
-    setenv("UCX_NET_DEVICES", "lo", 1);
-    setenv("UCX_TLS", "tcp", 1);
-#if defined(__SANITIZE_ADDRESS__)
-    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
-    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-#endif
-}
 
 static void opts_for_test(ring_opts_t *o, rd_wire_t wire)
 {
@@ -48,7 +39,7 @@ static void opts_for_test(ring_opts_t *o, rd_wire_t wire)
  */
 TEST_IMPL(ring_create_wire_refused)
 {
-    loopback_env();
+    th_ucx_loopback("tcp");
     tp_t *tp = NULL, *tp2 = NULL;
     ASSERT_OK(tp_create(NULL, &tp));
     ASSERT_OK(tp_create(NULL, &tp2));
@@ -96,7 +87,7 @@ TEST_IMPL(ring_create_wire_refused)
  */
 TEST_IMPL(ring_avg_divisor_n1)
 {
-    loopback_env();
+    th_ucx_loopback("tcp");
     tp_t *tp = NULL;
     ASSERT_OK(tp_create(NULL, &tp));
     ring_view_t one = {.generation = 1, .nranks = 1, .rank = 0};
@@ -169,7 +160,7 @@ static void *pair_run(void *arg)
 /* body on both ranks of a two-rank ring, each on its own thread. */
 static void pair_each(pair_body_fn body)
 {
-    loopback_env();
+    th_ucx_loopback("tcp");
     static pair_t p;
     memset(&p, 0, sizeof(p));
     p.body = body;

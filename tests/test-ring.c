@@ -51,16 +51,9 @@ static void launch_cleanup(void)
 /* Loopback only; the transport list comes from the test. */
 static void env_setup(const char *tls, int shm)
 {
-    setenv("UCX_NET_DEVICES", "lo", 1);
-    setenv("UCX_TLS", tls, 1);
+    th_ucx_loopback(tls);
     /* UCX 1.13 refuses shared memory in PEER error mode. */
     setenv("RINGD_TP_ERR_MODE", shm ? "none" : "peer", 1);
-    setenv("RINGD_LOG_LEVEL", "error", 0);
-#if defined(__SANITIZE_ADDRESS__)
-    /* UCX's malloc/mmap hooks fight ASAN's interceptors. */
-    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
-    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-#endif
 }
 
 /* Start n workers: ring-worker DIR RANK N MODE extra... */

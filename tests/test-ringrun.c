@@ -35,8 +35,8 @@ static int rr_env(td_daemon_t *t, const char *name, char *script, size_t len)
         TEST_SKIP_WHY("numpy cannot be imported by " PY);
     char lib[600], pypath[600];
     snprintf(lib, sizeof(lib), "%s/libringd.so", th_bindir());
-    src_path(script, len, "tests/py/ringrun_trainer.py");
-    src_path(pypath, sizeof(pypath), "client/python");
+    th_src_path(script, len, "tests/py/ringrun_trainer.py");
+    th_src_path(pypath, sizeof(pypath), "client/python");
     setenv("RINGD_LIB", lib, 1);
     setenv("PYTHONPATH", pypath, 1);
     unsetenv("CUDA_VISIBLE_DEVICES");
@@ -49,7 +49,7 @@ static int rr_env(td_daemon_t *t, const char *name, char *script, size_t len)
 static pid_t ringrun(const char *const *args, const char *log)
 {
     static char exe[600];
-    src_path(exe, sizeof(exe), "client/python/ringrun");
+    th_src_path(exe, sizeof(exe), "client/python/ringrun");
     const char *argv[48] = {PY, exe};
     int n = 2;
     for (int i = 0; args[i] != NULL && n < 47; i++)
@@ -448,7 +448,7 @@ TEST_IMPL(ringrun_torch_sigterm)
         return rc;
     if (!py_imports(PY, "import torch", td_path(&t, "torch.log")))
         TEST_SKIP_WHY("torch cannot be imported by %s", PY);
-    src_path(el, sizeof(el), "tests/py/elastic_train.py");
+    th_src_path(el, sizeof(el), "tests/py/elastic_train.py");
     const char *flags[] = {"--trainers", "2", NULL};
     ASSERT_OK(td_start(&t, flags));
     const char *d = rr_dir(&t, "a");

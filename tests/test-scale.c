@@ -107,10 +107,7 @@ TEST_IMPL(scale_quick)
         access("/usr/bin/timeout", X_OK) != 0)
         TEST_SKIP_WHY("needs /usr/bin/etcd and /usr/bin/timeout");
     char script[600];
-    snprintf(script, sizeof(script), "%s/../chaos/scale.sh", th_bindir());
-    if (access(script, X_OK) != 0)
-        snprintf(script, sizeof(script), "%s/../../chaos/scale.sh",
-                 th_bindir());
+    th_src_path(script, sizeof(script), "chaos/scale.sh");
     ASSERT_MSG(access(script, X_OK) == 0, "chaos/scale.sh not found");
     char *dir = th_mkdtemp("scale-test");
     ASSERT(dir != NULL);

@@ -16,7 +16,7 @@
 static int calls(const char *const *folders, const char *log)
 {
     char script[600];
-    src_path(script, sizeof(script), "tools/calls.py");
+    th_src_path(script, sizeof(script), "tools/calls.py");
     const char *argv[10] = {"/usr/bin/python3", script, "--check"};
     int n = 3;
     for (int i = 0; folders[i] != NULL && n < 9; i++)
@@ -35,7 +35,7 @@ TEST_IMPL(tools_calls_no_cycle)
     td_init(&t, "tools-calls");
     /* The source folders, relative to the source root. */
     char root[600], dirs[5][700];
-    src_path(root, sizeof(root), "kernels");
+    th_src_path(root, sizeof(root), "kernels");
     root[strlen(root) - strlen("kernels")] = '\0';
     const char *names[] = {"transport", "kernels", "client", "common",
                            "daemon"};

@@ -18,13 +18,7 @@
 
 static void env_setup(void)
 {
-    setenv("UCX_NET_DEVICES", "lo", 1);
-    setenv("UCX_TLS", "tcp", 1);
-    setenv("RINGD_LOG_LEVEL", "error", 0);
-#if defined(__SANITIZE_ADDRESS__)
-    setenv("UCX_MEM_MALLOC_HOOKS", "no", 1);
-    setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
-#endif
+    th_ucx_loopback("tcp");
 }
 
 static void done_cb(tp_req_t *req)
