@@ -379,22 +379,33 @@ static void coll_run(dmn_t *d)
         coll_done(d, rc);
 }
 
-/* Room for posted trainers' g buffers each, and staging unless direct. */
-static int queue_grow(dmn_t *d, uint32_t posted, uint32_t g, size_t bytes,
-                      int direct)
+/* Room for posted trainers' g buffers each. */
+static int queue_grow(dmn_t *d, uint32_t posted, uint32_t g)
 {
     size_t cap = d->q.bufs_cap, dcap = d->q.copy_dst_cap;
-    size_t scap = d->q.staging_size;
     if (posted == 0)
         posted = 1;
     if (grow((void **)&d->q.bufs, &cap, posted * g, sizeof(void *)) != 0 ||
         grow((void **)&d->q.copy_dst, &dcap, posted, sizeof(void *)) != 0 ||
         (g > 1 && grow((void **)&d->q.seg_counts, &d->q.seg_counts_cap, g,
-                       sizeof(size_t)) != 0) ||
-        (!direct && grow(&d->q.staging, &scap, bytes, 1) != 0))
+                       sizeof(size_t)) != 0))
         return ST_ENOMEM;
     d->q.bufs_cap = (uint32_t)cap;
     d->q.copy_dst_cap = (uint32_t)dcap;
+    return 0;
+}
+
+/* Staging is used by a broadcast that is not direct, a fused group and
+ * the copying path; the allreduce of several whole buffers runs in the
+ * first of them (job_reduce_t) and needs none. */
+static int staging_grow(dmn_t *d, uint32_t n, uint32_t g, size_t bytes)
+{
+    int bcast = d->q.coll.kind == PROTO_COLL_BROADCAST;
+    if (d->q.direct || (!bcast && g == 1 && n > 1))
+        return 0;
+    size_t scap = d->q.staging_size;
+    if (grow(&d->q.staging, &scap, bytes, 1) != 0)
+        return ST_ENOMEM;
     d->q.staging_size = scap;
     return 0;
 }
@@ -402,9 +413,10 @@ static int queue_grow(dmn_t *d, uint32_t posted, uint32_t g, size_t bytes,
 /*
  * Everyone posted: hand the node's buffers to the backend. With one
  * trainer the collective runs in its buffer (zero-copy); with several the
- * backend reduces them into staging and writes the result back, on its
- * own thread (the ring backend chunk by chunk, as the ring goes); a fused
- * group always goes through staging, gathered and scattered there. Only a
+ * backend reduces the others into the first one's and writes the result
+ * back, on its own thread (the ring backend chunk by chunk, as the ring
+ * goes); a fused group always goes through staging, gathered and
+ * scattered there. Only a
  * broadcast to several trainers and the copying path copy here
  * (coll_copy: on the pool when large), into staging before the launch
  * and out of it before the answer.
@@ -419,12 +431,17 @@ static void launch(dmn_t *d)
     for (dmn_conn_t *c = d->conns; c != NULL; c = c->next)
         posted += c->cstate == DMN_CONN_POSTED;
     int direct = posted == 1 && d->q.zero_copy && g == 1;
-    if (queue_grow(d, posted, g, bytes, direct) != 0) {
+    d->q.direct = direct;
+    if (queue_grow(d, posted, g) != 0) {
         dmn__step_fail_posted(d, RINGD_ENOMEM, 0);
         return;
     }
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
+    if (staging_grow(d, n, g, bytes) != 0) {
+        dmn__step_fail_posted(d, RINGD_ENOMEM, 0);
+        return;
+    }
     const void *in = NULL; /* what is copied into staging first */
     d->q.buf = d->q.staging;
     if (r->kind == PROTO_COLL_BROADCAST) {
@@ -439,7 +456,6 @@ static void launch(dmn_t *d)
         in = d->q.bufs[0];
         d->q.bufs[0] = d->q.staging;
     }
-    d->q.direct = direct;
     d->q.nbufs = n;
     d->q.bytes = bytes;
     dmn__step_set_state(d, DMN_STEP_REDUCING);

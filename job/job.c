@@ -218,13 +218,19 @@ static ring_local_t local_of(const job_reduce_t *r)
                           .nsegs = r->nsegs, .seg_counts = r->seg_counts};
 }
 
+void *job_reduce_region(const job_reduce_t *r)
+{
+    return r->nsegs <= 1 ? r->bufs[0] : r->staging;
+}
+
 void *job_reduce_local(const job_reduce_t *r)
 {
+    void *region = job_reduce_region(r);
     if (r->nbufs == 1 && r->nsegs <= 1)
-        return r->bufs[0];
+        return region;
     ring_local_t l = local_of(r);
-    ring_local_gather(&l, r->dt, r->op, r->staging, 0, r->count);
-    return r->staging;
+    ring_local_gather(&l, r->dt, r->op, region, 0, r->count);
+    return region;
 }
 
 void job_reduce_copy_back(const job_reduce_t *r, void *buf)

@@ -125,10 +125,14 @@ int64_t job_hop_period_ms(size_t n_members, const char *node);
  *  - one buffer: the cross-node allreduce runs in it, nothing is copied
  *    (the ring still validates every receive in its staging before any
  *    byte reaches the buffer, see ring/README.md);
- *  - several: the cross-node allreduce runs in staging, which holds their
- *    reduction (in local-rank order) where it runs and whose result is
- *    copied back into each (the ring backend: chunk by chunk, pipelined
- *    with the ring, ring_allreduce_t.local).
+ *  - several: the cross-node allreduce runs in the first buffer, which
+ *    holds their reduction (in local-rank order) where it runs and whose
+ *    result is copied into each other one (the ring backend: chunk by
+ *    chunk, pipelined with the ring, ring_allreduce_t.local). Not in
+ *    staging: a region of its own would be one more buffer's worth of
+ *    memory traffic in the local sum and in the copy back, which cost
+ *    two trainers a node a quarter of the ring's speed (bench/e2e's
+ *    e2e2_vs_ring_min 0.61 with staging, 0.80-0.84 without).
  *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
  *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
  *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
@@ -141,7 +145,7 @@ int64_t job_hop_period_ms(size_t n_members, const char *node);
 typedef struct {
     void *const *bufs;     /* [nbufs] count elements of dt each */
     uint32_t nbufs;        /* >= 1 */
-    void *staging;         /* count elements; read only when nbufs > 1 */
+    void *staging;         /* count elements; used only when nsegs > 1 */
     size_t count;
     kern_dtype_t dt;
     kern_op_t op;          /* SUM, PROD, MIN, MAX or AVG */
@@ -156,8 +160,11 @@ typedef struct {
                               ring options) */
 } job_reduce_t;
 
-/* The buffer the cross-node part runs on: bufs[0], or staging holding
- * the node's reduction when there are several (job.c). */
+/* The buffer the cross-node part runs on: bufs[0], or staging when
+ * fused (job.c). */
+void *job_reduce_region(const job_reduce_t *r);
+/* job_reduce_region(), holding the node's reduction when there are
+ * several buffers. */
 void *job_reduce_local(const job_reduce_t *r);
 /* After a successful cross-node part on buf (job_reduce_local's result,
  * the AVG division done): the copy into every other buffer. */

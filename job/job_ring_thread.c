@@ -290,10 +290,11 @@ static void tell_local(job_ring_t *b, ring_t *r, uint64_t pipelined_before,
 /*
  * The node's trainers are summed, reduced across nodes and written back
  * here, on the ring thread, so the main loop (and the lease keepalive on
- * it) never waits for tensor bytes. One trainer's buffer is the ring's;
- * several are reduced chunk by chunk into staging as the ring needs each
- * chunk, and each chunk goes back to every buffer as it becomes final,
- * so the local work overlaps the ring (ring_allreduce_t.local).
+ * it) never waits for tensor bytes. The first trainer's buffer is the
+ * ring's; the others are reduced into it chunk by chunk as the ring needs
+ * each chunk, and each chunk goes back to every other buffer as it
+ * becomes final, so the local work overlaps the ring
+ * (ring_allreduce_t.local). A fused group runs in staging.
  *
  * The descriptor goes to the ring as job_allreduce checked it: AVG with
  * the job's divisor (the ring divides each chunk as its owner finishes
@@ -319,7 +320,7 @@ static int allreduce(job_ring_t *b, ring_t *r, const job_reduce_t *red)
         if (rc == 0)
             job_reduce_copy_back(red, a.buf);
     } else {
-        a.buf = red->staging;
+        a.buf = job_reduce_region(red);
         a.local = &l;
         rc = ring_allreduce(r, &a);
     }

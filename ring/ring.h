@@ -168,7 +168,9 @@ typedef struct {
 } ring_local_t;
 
 /* dst[0..count) = the reduction of the sources' elements [first,
- * first + count) of dt under op (op KERN_AVG sums). */
+ * first + count) of dt under op (op KERN_AVG sums). dst may be the first
+ * source's range itself (whole sources: the region in bufs[0]), never a
+ * partial overlap. */
 void ring_local_gather(const ring_local_t *l, kern_dtype_t dt, kern_op_t op,
                        void *dst, size_t first, size_t count);
 /* src[0..count), elements of es bytes, into every source at [first,
@@ -183,8 +185,10 @@ void ring_local_scatter(const ring_local_t *l, size_t es, const void *src,
  */
 typedef struct {
     void *buf;       /* count elements of dt, reduced in place; with
-                        local, the region the ring runs in (staging,
-                        whose contents on entry do not matter) */
+                        local, the region the ring runs in: staging,
+                        whose contents on entry do not matter, or, with
+                        whole sources, bufs[0] itself (a daemon's way:
+                        no third buffer to sum into and copy out of) */
     size_t count;
     kern_dtype_t dt;
     kern_op_t op;

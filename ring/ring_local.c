@@ -21,7 +21,7 @@ static void gather_piece(const ring_local_t *l, kern_dtype_t dt,
     if (l->nbufs == 2)
         kern_reduce3(dt, op, dst, b0,
                      (const uint8_t *)l->bufs[g + s] + off * es, n);
-    else
+    else if (dst != b0) /* the region may be the first source itself */
         memcpy(dst, b0, n * es);
     for (uint32_t t = l->nbufs == 2 ? 2 : 1; t < l->nbufs; t++)
         kern_reduce(dt, op, dst,
