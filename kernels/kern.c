@@ -254,3 +254,44 @@ float kern_bf16_to_f32_one(uint16_t h)
 {
     return kern__bf16_to_f32(h);
 }
+
+/*
+ * memcpy with non-temporal stores: for a destination nothing here reads
+ * again soon (a trainer's buffer the result is written back into). Plain
+ * stores first read every destination line into the cache (a read for
+ * ownership) and evict what the ring still uses; streaming ones write
+ * the lines whole. SSE2 is in every x86-64; elsewhere, memcpy.
+ */
+#if defined(__x86_64__)
+#include <emmintrin.h>
+void kern_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (bytes < 256 || head > bytes) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence(); /* the stores are weakly ordered: visible before done */
+    memcpy(d + i, s + i, bytes - i);
+}
+#else
+void kern_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+#endif

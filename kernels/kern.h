@@ -104,6 +104,11 @@ int kern_reduce3(kern_dtype_t dt, kern_op_t op, void *dst, const void *a,
 /* Final step of KERN_AVG: buf[i] = buf[i] / nranks (nranks >= 1). */
 int kern_avg_finish(kern_dtype_t dt, void *buf, size_t n, uint32_t nranks);
 
+/* memcpy of bytes with non-temporal stores (x86-64; memcpy elsewhere):
+ * for a large destination nothing reads again soon. The bytes are
+ * visible to other threads once it returns. */
+void kern_copy_stream(void *dst, const void *src, size_t bytes);
+
 /* f32 <-> f16/bf16, round to nearest even, NaN stays NaN. */
 void kern_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 void kern_f16_to_f32(float *dst, const uint16_t *src, size_t n);

@@ -55,6 +55,7 @@ typedef struct {
     kern_op_t op;
     uint32_t avg_div;    /* KERN_AVG: what each owned chunk is divided by */
     size_t es, wire_es;  /* element size in the buffer, on the wire */
+    size_t count;        /* COLL_ALLREDUCE: elements of the whole of it */
     int wire;            /* f32 sent as 16-bit, in wire_fmt */
     rd_wire_t wire_fmt;  /* concrete: DEFAULT resolved to opts.wire */
     uint32_t root;       /* COLL_BCAST */

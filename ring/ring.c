@@ -812,7 +812,8 @@ int ring_allreduce(ring_t *r, const ring_allreduce_t *a)
                                  .op = a->op,
                                  .avg_div = a->divisor ? a->divisor : r->n,
                                  .es = es, .wire_es = wire ? 2 : es,
-                                 .wire = wire, .wire_fmt = wire_fmt};
+                                 .wire = wire, .wire_fmt = wire_fmt,
+                                 .count = count};
     if (r->n == 1)
         return allreduce_one(r, buf, count, local);
     if (!wire && ring__grid_wants(r, count, es))
