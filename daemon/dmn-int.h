@@ -165,6 +165,7 @@ typedef struct {
     uint64_t collectives;
     uint64_t coll_zero_copy; /* ran in the one trainer's buffer */
     uint64_t coll_fused;     /* ran as part of a fused group */
+    uint64_t coll_fused_in_place; /* of them, in the trainers' buffers */
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
@@ -392,6 +393,10 @@ typedef struct {
     size_t bytes;          /* the collective's (a fused group's total) */
     void *buf;             /* a broadcast's: staging or the one buffer */
     int direct;            /* it works in the one trainer's buffer */
+    /* The backend's segments: coll_nsegs, or 1 for a fused group whose
+     * pieces lie end to end in order in every trainer's buffer, which
+     * then runs in those buffers like one allreduce (no staging). */
+    uint32_t nsegs;
     int zero_copy;         /* 0: RINGD_ZERO_COPY=0, always via staging */
     int held;              /* done(held_status) waits for the checkpoint
                               copies (dmn__coll_release) */

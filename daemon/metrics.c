@@ -312,6 +312,10 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
     metric(s, "ringd_collectives_fused_total", "counter",
            "Collectives run fused with others in one ring operation.",
            st->coll_fused);
+    metric(s, "ringd_collectives_fused_in_place_total", "counter",
+           "Fused collectives whose pieces lay end to end in every local "
+           "trainer's buffer: run there, not gathered into staging.",
+           st->coll_fused_in_place);
     metric(s, "ringd_collectives_queued", "gauge",
            "Collectives the node's trainers issued that await their "
            "result (asynchronous ones queue).", queued(d));

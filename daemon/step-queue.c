@@ -163,6 +163,7 @@ static void coll_count(dmn_t *d)
     uint32_t g = d->coll_nsegs, n = d->view.node_count;
     d->stats.collectives += g;
     d->stats.coll_fused += g > 1 ? g : 0;
+    d->stats.coll_fused_in_place += g > 1 && d->q.nsegs == 1 ? g : 0;
     d->stats.coll_zero_copy += d->q.direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
@@ -370,7 +371,7 @@ static void coll_run(dmn_t *d)
                             .divisor = r->op == RINGD_AVG
                                            ? d->view.global_trainers
                                            : 0,
-                            .nsegs = d->coll_nsegs,
+                            .nsegs = d->q.nsegs,
                             .seg_counts = d->q.seg_counts,
                             .wire = (rd_wire_t)r->wire};
         rc = job_allreduce(d->job, &red, coll_done, d);
@@ -395,13 +396,38 @@ static int queue_grow(dmn_t *d, uint32_t posted, uint32_t g)
     return 0;
 }
 
-/* Staging is used by a broadcast that is not direct, a fused group and
- * the copying path; the allreduce of several whole buffers runs in the
- * first of them (job_reduce_t) and needs none. */
+/*
+ * A fused group runs in the trainers' buffers when each trainer's pieces
+ * lie end to end in group order: then the region is the same elements in
+ * the same order as staging would hold them, on every node whatever the
+ * others do, and nothing is gathered or scattered. Compacts bufs to one
+ * per trainer; returns the backend's segments (1, or g).
+ */
+static uint32_t fused_layout(dmn_t *d, uint32_t n, uint32_t g)
+{
+    if (g == 1 || !d->q.zero_copy)
+        return g;
+    size_t esz = proto_dtype_size(d->q.coll.dtype);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t s = 0; s + 1 < g; s++) {
+            const uint8_t *p = d->q.bufs[t * g + s];
+            if (p == NULL ||
+                p + d->q.seg_counts[s] * esz != d->q.bufs[t * g + s + 1])
+                return g;
+        }
+    for (uint32_t t = 1; t < n; t++)
+        d->q.bufs[t] = d->q.bufs[t * g];
+    return 1;
+}
+
+/* Staging is used by a broadcast that is not direct, a fused group in
+ * pieces and the copying path; the allreduce of several whole buffers
+ * runs in the first of them (job_reduce_t) and needs none. */
 static int staging_grow(dmn_t *d, uint32_t n, uint32_t g, size_t bytes)
 {
     int bcast = d->q.coll.kind == PROTO_COLL_BROADCAST;
-    if (d->q.direct || (!bcast && g == 1 && n > 1))
+    if (d->q.direct || (g > 1 && d->q.nsegs == 1) ||
+        (!bcast && g == 1 && n > 1))
         return 0;
     size_t scap = d->q.staging_size;
     if (grow(&d->q.staging, &scap, bytes, 1) != 0)
@@ -415,8 +441,8 @@ static int staging_grow(dmn_t *d, uint32_t n, uint32_t g, size_t bytes)
  * trainer the collective runs in its buffer (zero-copy); with several the
  * backend reduces the others into the first one's and writes the result
  * back, on its own thread (the ring backend chunk by chunk, as the ring
- * goes); a fused group always goes through staging, gathered and
- * scattered there. Only a
+ * goes); a fused group runs the same way when every trainer's pieces lie
+ * end to end, else through staging, gathered and scattered there. Only a
  * broadcast to several trainers and the copying path copy here
  * (coll_copy: on the pool when large), into staging before the launch
  * and out of it before the answer.
@@ -438,6 +464,7 @@ static void launch(dmn_t *d)
     }
     int root = -1;
     uint32_t n = g > 1 ? gather_fused(d, g) : gather_bufs(d, bytes, &root);
+    d->q.nsegs = fused_layout(d, n, g);
     if (staging_grow(d, n, g, bytes) != 0) {
         dmn__step_fail_posted(d, RINGD_ENOMEM, 0);
         return;

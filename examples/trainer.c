@@ -48,7 +48,7 @@ typedef struct {
     long delay_ms;   /* a straggler for tests: extra compute per step */
     long async_n;    /* > 0: the gradients in that many asynchronous
                         allreduces */
-    int fuse;        /* ... issued as one fusion group */
+    int fuse;        /* ... issued as one fusion group (2: backwards) */
     long fork_at;    /* fault injection: a child holding our socket */
 } opts_t;
 
@@ -94,6 +94,8 @@ RINGD_DEFAULT_SOCKET ")\n"
 "                    waited for last to first (default 0: one blocking)\n"
 "  --fuse            with --async: issue them as one fusion group (the\n"
 "                    daemon runs them as one ring operation)\n"
+"  --fuse-backwards  the same, the pieces issued last to first (the\n"
+"                    daemon gathers them into staging: not end to end)\n"
 "Signals (fault injection): SIGUSR1 closes the connection to the daemon\n"
 "in the next step, SIGUSR2 after it; either way it reconnects at once.\n");
 }
@@ -115,6 +117,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->cpu_only = 1, used = 0;
         } else if (strcmp(a, "--fuse") == 0) {
             o->fuse = 1, used = 0;
+        } else if (strcmp(a, "--fuse-backwards") == 0) {
+            o->fuse = 2, used = 0;
         } else if (v == NULL) {
             fprintf(stderr, "trainer: '%s' needs a value (or is unknown)\n",
                     a);
@@ -330,7 +334,8 @@ static int collective_async(trainer_t *t, float *p, long n)
     long issued = 0;
     int rc = t->o.fuse ? ringd_group_start(t->c) : 0;
     for (; issued < k && rc == 0; issued++) {
-        long lo = n * issued / k, hi = n * (issued + 1) / k;
+        long j = t->o.fuse == 2 ? k - 1 - issued : issued;
+        long lo = n * j / k, hi = n * (j + 1) / k;
         rc = ringd_allreduce_async(t->c, p + lo, (size_t)(hi - lo),
                                    RINGD_F32, RINGD_AVG, &h[issued]);
     }

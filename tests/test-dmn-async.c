@@ -672,7 +672,9 @@ TEST_IMPL(dmn_async_allgather_barrier)
  * Fusion groups: two trainers issue, in one group, 10 f32 SUM allreduces,
  * 5 f32 AVG ones, a broadcast and 4 i32 MAX ones, in buffers apart. The
  * daemon runs the three allreduce runs fused (19 collectives fused, in 4
- * operations with the broadcast), and every result is the closed form.
+ * operations with the broadcast), the two whose pieces lie end to end in
+ * the trainers' buffers, the sums through staging, and every result is
+ * the closed form.
  * Inside the group, waiting and blocking calls are refused; a grouping
  * that differs between the trainers is a mismatch, and the daemon serves
  * on.
@@ -775,6 +777,10 @@ TEST_IMPL(dmn_async_fused)
         check_group(k, f[k], m[k]);
     ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_total"),
               FU_NS + FU_NA + FU_NM);
+    /* The averages and maxima lie end to end in group order: run in the
+     * trainers' buffers; the sums, issued backwards, through staging. */
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_in_place_total"),
+              FU_NA + FU_NM);
     ASSERT_EQ(td_metric(&t, "ringd_collectives_total"), FU_NH);
 
     group_mismatch(c, f);
@@ -789,8 +795,10 @@ TEST_IMPL(dmn_async_fused)
 }
 
 /* A 3-node ring job of one trainer per node, 100 steps, trainer flags
- * extra (NULL-ended); returns n0's ringd_collectives_fused_total. */
-static double fuse_job(cluster_t *c, const char *const *extra)
+ * extra (NULL-ended); returns n0's ringd_collectives_fused_total, and
+ * its ringd_collectives_fused_in_place_total in *in_place. */
+static double fuse_job(cluster_t *c, const char *const *extra,
+                       double *in_place)
 {
     fx_etcd_start(&c->etcd, 0);
     for (int i = 0; i < 3; i++)
@@ -807,6 +815,7 @@ static double fuse_job(cluster_t *c, const char *const *extra)
     for (int i = 0; i < 3; i++)
         expect_exit0(c, i, 0, c->trainer[i][0]);
     double fused = td_metric(&c->d[0], "ringd_collectives_fused_total");
+    *in_place = td_metric(&c->d[0], "ringd_collectives_fused_in_place_total");
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
     return fused;
@@ -815,7 +824,8 @@ static double fuse_job(cluster_t *c, const char *const *extra)
 /*
  * Fusion across nodes: a 3-node job whose trainers issue their gradients
  * as 10 asynchronous allreduces in one fusion group runs each step's 10
- * as one ring operation on every node, and ends bitwise where the same
+ * as one ring operation on every node (in the trainer's buffer, where the
+ * pieces lie end to end in group order), and ends bitwise where the same
  * job with one blocking allreduce of the whole gradient does (the fused
  * buffer is that gradient, end to end), at every step. (Unfused, the 10
  * pieces are summed in other orders and the bits differ from step 0.)
@@ -826,9 +836,11 @@ TEST_IMPL(dmn_ring_async_fused)
     static cluster_t fused = {.n = 3}, plain = {.n = 3};
     const char *fx[] = {"--async", "10", "--fuse", NULL};
     const char *px[] = {NULL};
-    double nf = fuse_job(&fused, fx);
-    double np = fuse_job(&plain, px);
+    double nfi = 0, npi = 0;
+    double nf = fuse_job(&fused, fx, &nfi);
+    double np = fuse_job(&plain, px, &npi);
     ASSERT_MSG(nf >= 10 * 100, "n0 fused %g collectives", nf);
+    ASSERT_EQ(nfi, nf); /* the pieces lie end to end: in the buffer */
     ASSERT_EQ(np, 0);
     static td_hashes_t hf, hp;
     for (int i = 0; i < 3; i++) {

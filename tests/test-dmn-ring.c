@@ -146,6 +146,10 @@ static double pipe_job(cluster_t *c, const char *pipe,
         for (int k = 0; k < 2; k++)
             expect_exit0(c, i, k, c->trainer[i][k]);
     double fused = td_metric(&c->d[0], "ringd_collectives_fused_total");
+    /* --fuse-backwards: the pieces are not end to end, so every group is
+     * gathered through staging (the fused layout of the local sources) */
+    ASSERT_EQ(td_metric(&c->d[0], "ringd_collectives_fused_in_place_total"),
+              0);
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
     return fused;
@@ -199,7 +203,7 @@ TEST_IMPL(dmn_ring_local_pipe_matches_staged)
     pipe_compare(&c[0], &c[1], wire, plain, 0);
     const char *bidir[] = {"--ring-chunk-kib", "1", "--ring-bidirectional",
                            NULL};
-    const char *fused[] = {"--async", "3", "--fuse", NULL};
+    const char *fused[] = {"--async", "3", "--fuse-backwards", NULL};
     pipe_compare(&c[2], &c[3], bidir, fused, 3 * 60);
     return fx_done();
 }
