@@ -124,6 +124,7 @@ typedef struct {
     double one_us, many_us; /* medians over the rounds */
     double ratio;           /* median of one_us / many_us */
     double many_fused_us, fused_one_ratio; /* the 64 in one group */
+    double back_fused_us, back_one_ratio;  /* ... issued backwards */
     double small_async_us, small_block_us, small_fused_us;
     double small_ratio;     /* median of block / async */
     double fused_ratio;     /* median of block / fused */

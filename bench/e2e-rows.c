@@ -90,6 +90,7 @@ void e2e__run_async(bench_t *b, async_t *out)
     double one[MAXROUNDS], many[MAXROUNDS], ratio[MAXROUNDS];
     double sa[MAXROUNDS], sb[MAXROUNDS], sr[MAXROUNDS];
     double sf[MAXROUNDS], fr[MAXROUNDS], mf[MAXROUNDS], mr[MAXROUNDS];
+    double bf[MAXROUNDS], br[MAXROUNDS];
     e2e__cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
     e2e__group_run(c.tr, 2, MiB, 1); /* the job forms */
     int it = b->quick ? 3 : iters_for(bytes);
@@ -100,6 +101,9 @@ void e2e__run_async(bench_t *b, async_t *out)
         mf[r] = group_run_pieces(c.tr, 2, bytes, it,
                                  RINGD_MAX_OUTSTANDING + ASYNC_PIECES);
         mr[r] = one[r] / mf[r];
+        bf[r] = group_run_pieces(c.tr, 2, bytes, it,
+                                 2 * RINGD_MAX_OUTSTANDING + ASYNC_PIECES);
+        br[r] = one[r] / bf[r];
         sa[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, SMALL_PIECES);
         sb[r] = group_run_pieces(c.tr, 2, SMALL_BYTES, it, -SMALL_PIECES);
         sr[r] = sb[r] / sa[r];
@@ -109,6 +113,8 @@ void e2e__run_async(bench_t *b, async_t *out)
     }
     out->many_fused_us = e2e__median(mf, b->rounds);
     out->fused_one_ratio = e2e__median(mr, b->rounds);
+    out->back_fused_us = e2e__median(bf, b->rounds);
+    out->back_one_ratio = e2e__median(br, b->rounds);
     out->small_fused_us = e2e__median(sf, b->rounds);
     out->fused_ratio = e2e__median(fr, b->rounds);
     out->small_async_us = e2e__median(sa, b->rounds);
@@ -125,10 +131,13 @@ void e2e__print_async(const async_t *a)
 {
     printf("# %d outstanding async allreduces of 1 MiB vs one of 64 MiB "
            "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
-           "%.3f; the %d in one fusion group: busbw %.3f, ratio %.3f\n",
+           "%.3f; the %d in one fusion group: busbw %.3f, ratio %.3f "
+           "(end to end: in the buffer); issued backwards (through "
+           "staging): busbw %.3f, ratio %.3f\n",
            ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
            busbw(64 * MiB, a->one_us, 2), a->ratio, ASYNC_PIECES,
-           busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio);
+           busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio,
+           busbw(64 * MiB, a->back_fused_us, 2), a->back_one_ratio);
     printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
            "fused in one group %.1f us, blocking one after the other "
            "%.1f us; speed-up %.2f (async), %.2f (fused)\n",

@@ -83,7 +83,7 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
         if (sscanf(line, "run %zu %d %d %d", &bytes, &iters, &ms,
                    &pieces) < 2 ||
             bytes > max || iters < 1 || iters > 4096 || ms < 0 ||
-            pieces == 0 || pieces > 2 * RINGD_MAX_OUTSTANDING ||
+            pieces == 0 || pieces > 3 * RINGD_MAX_OUTSTANDING ||
             pieces < -RINGD_MAX_OUTSTANDING) {
             printf("err bad command\n");
             fflush(stdout);
@@ -111,14 +111,17 @@ static void worker_loop(worker_op_t op, void *arg, void *buf, size_t max)
 
 /* bytes of f32 at buf as `pieces` asynchronous AVG allreduces, issued
  * first, then waited for in order; pieces < 0: -pieces blocking ones;
- * pieces > RINGD_MAX_OUTSTANDING: pieces - that, in a fusion group. */
+ * pieces > RINGD_MAX_OUTSTANDING: pieces - that, in a fusion group;
+ * > 2 * RINGD_MAX_OUTSTANDING: pieces - twice that, in a fusion group,
+ * the last slice first. */
 static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
                             int pieces)
 {
     size_t n = bytes / sizeof(float);
     int fuse = pieces > RINGD_MAX_OUTSTANDING;
+    int back = pieces > 2 * RINGD_MAX_OUTSTANDING;
     if (fuse) {
-        pieces -= RINGD_MAX_OUTSTANDING;
+        pieces -= back ? 2 * RINGD_MAX_OUTSTANDING : RINGD_MAX_OUTSTANDING;
         int rc = ringd_group_start(c);
         if (rc != 0)
             return rc;
@@ -136,8 +139,9 @@ static int allreduce_pieces(ringd_client_t *c, float *buf, size_t bytes,
     ringd_handle_t h[RINGD_MAX_OUTSTANDING];
     int rc = 0, k = 0;
     for (; k < pieces && rc == 0; k++) {
-        size_t lo = n * (size_t)k / (size_t)pieces;
-        size_t hi = n * (size_t)(k + 1) / (size_t)pieces;
+        size_t j = (size_t)(back ? pieces - 1 - k : k);
+        size_t lo = n * j / (size_t)pieces;
+        size_t hi = n * (j + 1) / (size_t)pieces;
         rc = ringd_allreduce_async(c, buf + lo, hi - lo, RINGD_F32,
                                    RINGD_AVG, &h[k]);
     }

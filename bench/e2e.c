@@ -113,7 +113,10 @@
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
  *        that of one blocking allreduce of 64 MiB; the median of the
  *        per-round ratios, both run in each round)
- *        async_fused_vs_one=... (the same 64 in one fusion group)
+ *        async_fused_vs_one=... (the same 64 in one fusion group:
+ *        slices of one buffer end to end, which the daemon runs in the
+ *        buffer) async_fused_staged_vs_one=... (the same group issued
+ *        last slice first: not end to end, gathered through staging)
  *        async_small_vs_blocking=... (128 allreduces of 8 KiB: the time
  *        of the blocking ones one after the other over the time of the
  *        asynchronous ones) fused_small_vs_blocking=... (the same
@@ -748,8 +751,10 @@ static int coordinator(bench_t *b)
         e2e__run_async(b, &as);
         e2e__print_async(&as);
         printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
+               "async_fused_staged_vs_one=%.3f "
                "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
-               as.ratio, as.fused_one_ratio, as.small_ratio, as.fused_ratio);
+               as.ratio, as.fused_one_ratio, as.back_one_ratio,
+               as.small_ratio, as.fused_ratio);
         fx_done();
         return 0;
     }
@@ -783,6 +788,7 @@ static int coordinator(bench_t *b)
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%s ring_vs_gloo_n4=%s e2e_vs_gloo_n4=%s "
            "async_vs_one=%.3f async_fused_vs_one=%.3f "
+           "async_fused_staged_vs_one=%.3f "
            "async_small_vs_blocking=%.2f "
            "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "
@@ -796,6 +802,7 @@ static int coordinator(bench_t *b)
            "step_us_4k_n8=%.0f step_us_4k_n8_nocommit=%.0f\n",
            min_ratio(rows, b, 0), min_ratio(rows, b, 1), ratio3(rvg[0]).s,
            ratio3(rvg[1]).s, ratio3(evg4).s, as.ratio, as.fused_one_ratio,
+           as.back_one_ratio,
            as.small_ratio,
            as.fused_ratio,
            st.overhead_ms[0], st.overhead_ms[1], st.cpu_ms_per_step,
