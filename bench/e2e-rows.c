@@ -132,8 +132,8 @@ void e2e__print_async(const async_t *a)
     printf("# %d outstanding async allreduces of 1 MiB vs one of 64 MiB "
            "(n=2, one trainer per node): busbw %.3f vs %.3f GB/s, ratio "
            "%.3f; the %d in one fusion group: busbw %.3f, ratio %.3f "
-           "(end to end: in the buffer); issued backwards (through "
-           "staging): busbw %.3f, ratio %.3f\n",
+           "(end to end: in the buffer); issued backwards (in the "
+           "pieces): busbw %.3f, ratio %.3f\n",
            ASYNC_PIECES, busbw(64 * MiB, a->many_us, 2),
            busbw(64 * MiB, a->one_us, 2), a->ratio, ASYNC_PIECES,
            busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio,

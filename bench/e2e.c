@@ -115,8 +115,9 @@
  *        per-round ratios, both run in each round)
  *        async_fused_vs_one=... (the same 64 in one fusion group:
  *        slices of one buffer end to end, which the daemon runs in the
- *        buffer) async_fused_staged_vs_one=... (the same group issued
- *        last slice first: not end to end, gathered through staging)
+ *        buffer) async_fused_pieces_vs_one=... (the same group issued
+ *        last slice first: not end to end, so the ring addresses its
+ *        chunks in the pieces, packing a chunk that crosses two)
  *        async_small_vs_blocking=... (128 allreduces of 8 KiB: the time
  *        of the blocking ones one after the other over the time of the
  *        asynchronous ones) fused_small_vs_blocking=... (the same
@@ -751,7 +752,7 @@ static int coordinator(bench_t *b)
         e2e__run_async(b, &as);
         e2e__print_async(&as);
         printf("e2e: async_vs_one=%.3f async_fused_vs_one=%.3f "
-               "async_fused_staged_vs_one=%.3f "
+               "async_fused_pieces_vs_one=%.3f "
                "async_small_vs_blocking=%.2f fused_small_vs_blocking=%.2f\n",
                as.ratio, as.fused_one_ratio, as.back_one_ratio,
                as.small_ratio, as.fused_ratio);
@@ -788,7 +789,7 @@ static int coordinator(bench_t *b)
     printf("e2e: e2e_vs_ring_min=%.3f e2e2_vs_ring_min=%.3f "
            "ring_vs_gloo_n2=%s ring_vs_gloo_n4=%s e2e_vs_gloo_n4=%s "
            "async_vs_one=%.3f async_fused_vs_one=%.3f "
-           "async_fused_staged_vs_one=%.3f "
+           "async_fused_pieces_vs_one=%.3f "
            "async_small_vs_blocking=%.2f "
            "fused_small_vs_blocking=%.2f "
            "step_overhead_ms_1GiB=%.3f "

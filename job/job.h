@@ -136,8 +136,10 @@ int64_t job_hop_period_ms(size_t n_members, const char *node);
  *  - fused (nsegs > 1): nsegs allreduces of the same dt and op run as one
  *    of count = the sum of seg_counts elements; bufs has nbufs * nsegs
  *    entries, trainer-major (bufs[t * nsegs + s]), and staging (count
- *    elements) is always used: the local reduction gathers the segments
- *    into it, the copy back scatters the result.
+ *    elements) is the region: the local reduction gathers the segments
+ *    into it, the copy back scatters the result (the ring backend's flat
+ *    ring runs one buffer's segments where they lie instead, staging
+ *    untouched: ring_allreduce's one source in pieces).
  * On failure the buffers hold undefined data (the trainers redo the step).
  * The descriptor is copied; bufs, the buffers and staging must stay valid
  * and untouched until done_cb runs.

@@ -272,15 +272,18 @@ static int rebuild(job_ring_t *b, job_ring_cmd_t *c)
 
 /* The first allreduce of several local buffers says which path they
  * take (the comparison tests read it). */
-static void tell_local(job_ring_t *b, ring_t *r, uint64_t pipelined_before,
-                          uint32_t nbufs)
+static void tell_local(job_ring_t *b, ring_t *r, const ring_stats_t *before,
+                       uint32_t nbufs)
 {
     ring_stats_t st;
     ring_stats(r, &st);
     b->local_told = 1;
-    if (st.local_pipelined > pipelined_before)
+    if (st.local_pipelined > before->local_pipelined)
         RD_INFO("ring backend: %u local buffers are reduced chunk by chunk "
                 "into the ring (pipelined)", nbufs);
+    else if (st.local_in_place > before->local_in_place)
+        RD_INFO("ring backend: a fused group of one local buffer runs in "
+                "its pieces (in place)");
     else
         RD_INFO("ring backend: %u local buffers are reduced into staging "
                 "before the ring and copied back after it (staged%s)",
@@ -325,7 +328,7 @@ static int allreduce(job_ring_t *b, ring_t *r, const job_reduce_t *red)
         rc = ring_allreduce(r, &a);
     }
     if (rc == 0 && !b->local_told)
-        tell_local(b, r, st.local_pipelined, red->nbufs);
+        tell_local(b, r, &st, red->nbufs);
     return rc;
 }
 

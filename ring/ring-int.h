@@ -63,6 +63,10 @@ typedef struct {
      * region, filled from and written back to these sources chunk by
      * chunk (ring_local.c); NULL otherwise. */
     const ring_local_t *local;
+    /* Or the one local source in pieces, reduced in place: the region's
+     * elements are its pieces' in order (ring_local.c,
+     * ring__pieces_in_place); the region buffer is not used. */
+    const ring_local_t *pieces;
     int err;             /* first error of this collective */
     uint32_t err_rank;   /* its suspect */
     int mismatch_told;   /* opts.on_mismatch called for it */
@@ -280,6 +284,12 @@ void ring__msg_recv(const ring_chan_t *c, uint32_t m, uint32_t *seg_p,
 void ring__local_fill(ring_chan_t *c, uint32_t upto);
 int ring__local_publish(ring_chan_t *c);
 int ring__local_ahead(ring_t *r);
+int ring__pieces_in_place(const ring_t *r, const ring_local_t *l);
+uint8_t *ring__region_at(const ring_chan_t *c, size_t off, size_t n);
+typedef void (*ring_range_fn)(ring_t *r, void *arg, uint8_t *p, size_t n,
+                              size_t done);
+void ring__region_each(ring_chan_t *c, size_t off, size_t n,
+                       ring_range_fn fn, void *arg);
 void ring__local_one(ring_t *r, const ring_local_t *l, void *region,
                      size_t count);
 int ring__local_staged(ring_t *r, const ring_local_t *l, void *region,

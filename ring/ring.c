@@ -191,7 +191,10 @@ static int recv_inplace(const ring_chan_t *c, uint32_t m, void **dst_p,
     ring__chunk_range(c, seg, m % c->k, &off, &cnt);
     if (cnt == 0)
         return 0;
-    *dst_p = c->base + off * r->coll.es;
+    uint8_t *dst = ring__region_at(c, off, cnt);
+    if (dst == NULL)
+        return 0; /* across two pieces: through the slot */
+    *dst_p = dst;
     *cap_p = cnt * r->coll.es;
     return 1;
 }
@@ -234,36 +237,51 @@ static kern_dtype_t wire_dt(const ring_t *r)
     return r->coll.wire_fmt == RD_WIRE_BF16 ? KERN_BF16 : KERN_F16;
 }
 
-/* Apply a validated message to the user's buffer. */
-static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
-                  ring_act_t act)
+typedef struct {
+    ring_slot_t *sl;
+    ring_act_t act;
+} apply_arg_t;
+
+/* Apply elements [done, done + cnt) of a validated message to dst. */
+static void apply_range(ring_t *r, void *arg, uint8_t *dst, size_t cnt,
+                        size_t done)
 {
-    ring_t *r = c->ring;
-    void *dst = c->base + off * r->coll.es;
+    apply_arg_t *a = arg;
+    ring_act_t act = a->act;
+    void *src = a->sl->buf + done * r->coll.wire_es;
     if (act == ACT_COPY) {
-        if (sl->inplace)
-            return; /* it landed there */
         if (r->coll.wire && r->coll.wire_es == 2) {
             if (r->coll.wire_fmt == RD_WIRE_BF16)
-                kern_bf16_to_f32(dst, (uint16_t *)sl->buf, cnt);
+                kern_bf16_to_f32((float *)dst, src, cnt);
             else
-                kern_f16_to_f32(dst, (uint16_t *)sl->buf, cnt);
+                kern_f16_to_f32((float *)dst, src, cnt);
         } else {
-            memcpy(dst, sl->buf, cnt * r->coll.es);
+            memcpy(dst, src, cnt * r->coll.es);
         }
         return;
     }
     if (r->coll.wire)
-        kern_reduce_wire(wire_dt(r), r->coll.op, dst, sl->buf, cnt);
+        kern_reduce_wire(wire_dt(r), r->coll.op, (float *)dst, src, cnt);
     else
-        kern_reduce(r->coll.dt, r->coll.op, dst, sl->buf, cnt);
+        kern_reduce(r->coll.dt, r->coll.op, dst, src, cnt);
     if (act != ACT_REDUCE_FINAL)
         return;
     /* This rank owns the chunk now: finish it once for everyone. */
     if (r->coll.op == KERN_AVG)
         kern_avg_finish(r->coll.dt, dst, cnt, r->coll.avg_div);
     if (r->coll.wire)
-        wire_round(r, dst, sl->buf, cnt);
+        wire_round(r, (float *)dst, src, cnt);
+}
+
+/* Apply a validated message to the user's buffer (to each piece of it
+ * the chunk covers, when the region is a source's pieces). */
+static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
+                  ring_act_t act)
+{
+    if (act == ACT_COPY && sl->inplace)
+        return; /* it landed there */
+    apply_arg_t a = {.sl = sl, .act = act};
+    ring__region_each(c, off, cnt, apply_range, &a);
 }
 
 /* Validate and apply the next receive, if it has arrived. */
@@ -331,6 +349,20 @@ static int chan_consume(ring_chan_t *c)
     return 1;
 }
 
+/* Elements [done, done + n) of a send, from p into the slot slot_buf: in
+ * the wire format when compressed. */
+static void pack_range(ring_t *r, void *slot_buf, uint8_t *p, size_t n,
+                       size_t done)
+{
+    uint8_t *dst = (uint8_t *)slot_buf + done * r->coll.wire_es;
+    if (!r->coll.wire)
+        memcpy(dst, p, n * r->coll.es);
+    else if (r->coll.wire_fmt == RD_WIRE_BF16)
+        kern_f32_to_bf16((uint16_t *)dst, (const float *)p, n);
+    else
+        kern_f32_to_f16((uint16_t *)dst, (const float *)p, n);
+}
+
 static int post_send(ring_chan_t *c, uint32_t m)
 {
     ring_t *r = c->ring;
@@ -341,13 +373,11 @@ static int post_send(ring_chan_t *c, uint32_t m)
     ring__chunk_range(c, seg, m % c->k, &off, &cnt);
     if (r->coll.local != NULL && m < c->k)
         ring__local_fill(c, m + 1); /* step 0 sends the own segment */
-    const void *src = c->base + off * r->coll.es;
+    const void *src = ring__region_at(c, off, cnt);
     tp_mem_t *mem = NULL;
-    if (r->coll.wire) {
-        if (r->coll.wire_fmt == RD_WIRE_BF16)
-            kern_f32_to_bf16((uint16_t *)sl->buf, src, cnt);
-        else
-            kern_f32_to_f16((uint16_t *)sl->buf, src, cnt);
+    if (r->coll.wire || src == NULL) {
+        /* Compressed, or across two pieces: packed into the send slot. */
+        ring__region_each(c, off, cnt, pack_range, sl->buf);
         src = sl->buf;
         mem = r->send_mem;
     }
@@ -738,6 +768,14 @@ static int allreduce_one(ring_t *r, void *buf, size_t count,
 static int allreduce_flat(ring_t *r, void *buf, size_t count,
                           const ring_local_t *local)
 {
+    int rc = 0;
+    if (local != NULL && ring__pieces_in_place(r, local) &&
+        (rc = ring__wire_slots(r)) == 0) {
+        r->coll.pieces = local; /* no fill, no write-back */
+        local = NULL;
+    }
+    if (rc != 0)
+        return rc;
     r->coll.local = local;
     ring__chans_flat(r);
     unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
@@ -750,10 +788,13 @@ static int allreduce_flat(ring_t *r, void *buf, size_t count,
         c->nsend = c->nrecv = 2 * (r->n - 1) * c->k;
     }
     ring__coll_begin(r, nchan);
-    int rc = coll_run(r);
+    rc = coll_run(r);
     if (rc == 0 && local != NULL)
         r->stats.local_pipelined++;
+    if (rc == 0 && r->coll.pieces != NULL)
+        r->stats.local_in_place++;
     r->coll.local = NULL;
+    r->coll.pieces = NULL;
     return rc;
 }
 

@@ -224,7 +224,12 @@ typedef struct {
  * gathering the whole region first, reducing it without local, and
  * scattering it back. The grid keeps that staged order (it gathers all,
  * runs, scatters all); ring_stats' local_pipelined counts the calls that
- * ran pipelined. On failure the sources and buf hold undefined data.
+ * ran pipelined. One source in pieces that do not overlap (a fused group
+ * of one trainer) is not gathered at all on the flat ring: its chunks
+ * are addressed in the pieces (one that crosses two is packed into a
+ * send slot, and applied piece by piece), buf is left alone, and
+ * local_in_place counts the call. On failure the sources and buf hold
+ * undefined data.
  *
  * ST_EINVAL (logged, the ring stays usable) for a dt or op outside
  * kern's, a NULL buf with count > 0, a divisor with an op other than
@@ -327,6 +332,8 @@ typedef struct {
     uint32_t grid_rows;      /* its rows; 0: the ring has no grid */
     uint64_t local_pipelined; /* allreduces of local sources that reduced
                                  them chunk by chunk in the ring */
+    uint64_t local_in_place;  /* allreduces of one local source in pieces
+                                 that ran in the pieces themselves */
     uint64_t recv_inplace;  /* receives applied that had landed in the
                                user's buffer (no staging copy) */
     /* Idle spells of collectives (no work from UCX or the channels until

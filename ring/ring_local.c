@@ -223,3 +223,86 @@ int ring__local_staged(ring_t *r, const ring_local_t *l, void *region,
         ring_local_scatter(l, r->coll.es, region, 0, count);
     return rc;
 }
+
+/* ---- one source in pieces, reduced where it lies --------------------- */
+
+/*
+ * A fused group of one trainer whose pieces are not end to end: instead of
+ * gathering them into the region and scattering the result back (two
+ * passes over memory), the flat ring addresses the region's elements in
+ * the pieces themselves. Only pieces that do not overlap: an overlap would
+ * make a piece's bytes change under a send of another.
+ */
+int ring__pieces_in_place(const ring_t *r, const ring_local_t *l)
+{
+    if (l->nbufs != 1 || l->nsegs <= 1)
+        return 0;
+    size_t es = r->coll.es;
+    for (uint32_t a = 0; a < l->nsegs; a++)
+        for (uint32_t b = a + 1; b < l->nsegs; b++) {
+            const uint8_t *pa = l->bufs[a], *pb = l->bufs[b];
+            size_t la = l->seg_counts[a] * es, lb = l->seg_counts[b] * es;
+            if (la > 0 && lb > 0 && pa < pb + lb && pb < pa + la)
+                return 0;
+        }
+    return 1;
+}
+
+typedef struct {
+    uint8_t *p;
+    size_t es;
+} at_arg_t;
+
+static void at_fn(const ring_local_t *l, void *arg, uint32_t s, size_t off,
+                  size_t n, size_t done)
+{
+    at_arg_t *a = arg;
+    (void)n;
+    if (done == 0)
+        a->p = (uint8_t *)l->bufs[s] + off * a->es;
+    else
+        a->p = NULL; /* a second piece: not one run */
+}
+
+/* Channel elements [off, off + n): their address when they are one run of
+ * memory (the flat region, or inside one piece), else NULL. */
+uint8_t *ring__region_at(const ring_chan_t *c, size_t off, size_t n)
+{
+    const ring_t *r = c->ring;
+    if (r->coll.pieces == NULL)
+        return c->base + off * r->coll.es;
+    if (n == 0)
+        return (uint8_t *)r->coll.pieces->bufs[0];
+    at_arg_t a = {.p = NULL, .es = r->coll.es};
+    for_pieces(r->coll.pieces, c->first + off, n, at_fn, &a);
+    return a.p;
+}
+
+typedef struct {
+    ring_t *r;
+    ring_range_fn fn;
+    void *arg;
+} each_arg_t;
+
+static void each_fn(const ring_local_t *l, void *arg, uint32_t s, size_t off,
+                    size_t n, size_t done)
+{
+    each_arg_t *a = arg;
+    a->fn(a->r, a->arg, (uint8_t *)l->bufs[s] + off * a->r->coll.es, n,
+          done);
+}
+
+/* fn over the runs of memory that hold channel elements [off, off + n),
+ * in order, with the elements before each (done). */
+void ring__region_each(ring_chan_t *c, size_t off, size_t n,
+                       ring_range_fn fn, void *arg)
+{
+    ring_t *r = c->ring;
+    if (r->coll.pieces == NULL) {
+        fn(r, arg, c->base + off * r->coll.es, n, 0);
+        return;
+    }
+    each_arg_t a = {.r = r, .fn = fn, .arg = arg};
+    if (n > 0)
+        for_pieces(r->coll.pieces, c->first + off, n, each_fn, &a);
+}

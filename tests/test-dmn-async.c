@@ -855,6 +855,41 @@ TEST_IMPL(dmn_ring_async_fused)
 }
 
 /*
+ * The same group issued last piece first (not end to end): the ring runs
+ * it in the trainer's pieces (ring_stats' local_in_place), with chunks
+ * that cross two pieces packed and applied piece by piece, and every
+ * step ends bitwise where the staged path (RINGD_LOCAL_PIPE=0: gathered
+ * into staging, reduced there, scattered back) does.
+ */
+TEST_IMPL(dmn_ring_async_fused_pieces)
+{
+    cluster_env();
+    static cluster_t inpl = {.n = 3}, staged = {.n = 3};
+    const char *fx[] = {"--async", "10", "--fuse-backwards", NULL};
+    double ni = 0, ns = 0;
+    double nf = fuse_job(&inpl, fx, &ni);
+    setenv("RINGD_LOCAL_PIPE", "0", 1);
+    double nfs = fuse_job(&staged, fx, &ns);
+    unsetenv("RINGD_LOCAL_PIPE");
+    ASSERT_MSG(nf >= 10 * 100 && nfs >= 10 * 100, "n0 fused %g and %g", nf,
+               nfs);
+    ASSERT_EQ(ni, 0); /* not end to end: the daemon hands the pieces */
+    ASSERT_EQ(ns, 0);
+    static td_hashes_t hi, hs;
+    for (int i = 0; i < 3; i++) {
+        ASSERT(td_file_has(staged.d[i].log, "(staged, RINGD_LOCAL_PIPE=0)"));
+        ASSERT(td_file_has(inpl.d[i].log, "runs in its pieces (in place)"));
+        td_read_hashes(td_path(&inpl.d[i], "h0"), &hi);
+        td_read_hashes(td_path(&staged.d[i], "h0"), &hs);
+        ASSERT_EQ(hi.nsteps, 100);
+        ASSERT_EQ(td_same_hashes(&hi, &hs), 100);
+        ASSERT_EQ(td_param_diff(td_path(&inpl.d[i], "p0"),
+                                td_path(&staged.d[0], "p0")), 0);
+    }
+    return fx_done();
+}
+
+/*
  * The daemon dies with handles outstanding: each of them fails with
  * RINGD_EDISCONNECTED (none hangs), ringd_step_begin() reconnects to a
  * new daemon, and the old handles are void there.

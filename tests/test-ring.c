@@ -350,6 +350,23 @@ TEST_IMPL(ring_local_grid_n4)
     return 0;
 }
 
+/* One source in pieces (a fused group of one trainer whose pieces are not
+ * end to end): the flat ring runs in the pieces, chunks across two of them
+ * packed into the send slot and applied piece by piece, every dtype × op,
+ * two rings, wire compression; bitwise the staged path. */
+TEST_IMPL(ring_local_pieces_in_place)
+{
+    run_ok(2, "local", "--counts 1,7,4099,40009 --chunk 8192 --locals 1 "
+           "--fused", "tcp", 0);
+    run_ok(3, "local", "--counts 3,40009 --chunk 8192 --locals 1 --fused "
+           "--bidir", "tcp", 0);
+    run_ok(3, "local", "--counts 40009 --chunk 4000 --locals 1 --fused "
+           "--wire bf16", "tcp", 0);
+    run_ok(1, "local", "--counts 1009 --chunk 8192 --locals 1 --fused",
+           "tcp", 0);
+    return 0;
+}
+
 /* 16 MiB of f32 with the default chunk (rendezvous-sized messages). */
 TEST_IMPL(ring_local_big_n2)
 {
