@@ -100,6 +100,22 @@ RINGD_DEFAULT_SOCKET ")\n"
 "in the next step, SIGUSR2 after it; either way it reconnects at once.\n");
 }
 
+/* An option without a value: set, 1; else 0. */
+static int flag_opt(opts_t *o, const char *a)
+{
+    if (strcmp(a, "--no-daemon") == 0)
+        o->no_daemon = 1;
+    else if (strcmp(a, "--cpu") == 0)
+        o->cpu_only = 1;
+    else if (strcmp(a, "--fuse") == 0)
+        o->fuse = 1;
+    else if (strcmp(a, "--fuse-backwards") == 0)
+        o->fuse = 2;
+    else
+        return 0;
+    return 1;
+}
+
 static int parse(opts_t *o, int argc, char **argv)
 {
     *o = (opts_t){NULL, 400, 64, 64, 50, 0.5, 0, 1, NULL, NULL, "auto",
@@ -111,14 +127,8 @@ static int parse(opts_t *o, int argc, char **argv)
         if (strcmp(a, "--help") == 0) {
             usage(stdout);
             exit(0);
-        } else if (strcmp(a, "--no-daemon") == 0) {
-            o->no_daemon = 1, used = 0;
-        } else if (strcmp(a, "--cpu") == 0) {
-            o->cpu_only = 1, used = 0;
-        } else if (strcmp(a, "--fuse") == 0) {
-            o->fuse = 1, used = 0;
-        } else if (strcmp(a, "--fuse-backwards") == 0) {
-            o->fuse = 2, used = 0;
+        } else if (flag_opt(o, a)) {
+            used = 0;
         } else if (v == NULL) {
             fprintf(stderr, "trainer: '%s' needs a value (or is unknown)\n",
                     a);
