@@ -95,7 +95,7 @@ RINGD_DEFAULT_SOCKET ")\n"
 "  --fuse            with --async: issue them as one fusion group (the\n"
 "                    daemon runs them as one ring operation)\n"
 "  --fuse-backwards  the same, the pieces issued last to first (the\n"
-"                    daemon gathers them into staging: not end to end)\n"
+"                    pieces are not end to end in the buffer)\n"
 "Signals (fault injection): SIGUSR1 closes the connection to the daemon\n"
 "in the next step, SIGUSR2 after it; either way it reconnects at once.\n");
 }
