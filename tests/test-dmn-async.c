@@ -821,6 +821,21 @@ static double fuse_job(cluster_t *c, const char *const *extra,
     return fused;
 }
 
+/* Two fuse_job runs: every node of a at every step bitwise where b's is,
+ * and every node's final parameters b's node 0's. */
+static void same_jobs(cluster_t *a, cluster_t *b)
+{
+    static td_hashes_t ha, hb;
+    for (int i = 0; i < 3; i++) {
+        td_read_hashes(td_path(&a->d[i], "h0"), &ha);
+        td_read_hashes(td_path(&b->d[i], "h0"), &hb);
+        ASSERT_EQ(ha.nsteps, 100);
+        ASSERT_EQ(td_same_hashes(&ha, &hb), 100);
+        ASSERT_EQ(td_param_diff(td_path(&a->d[i], "p0"),
+                                td_path(&b->d[0], "p0")), 0);
+    }
+}
+
 /*
  * Fusion across nodes: a 3-node job whose trainers issue their gradients
  * as 10 asynchronous allreduces in one fusion group runs each step's 10
@@ -842,15 +857,7 @@ TEST_IMPL(dmn_ring_async_fused)
     ASSERT_MSG(nf >= 10 * 100, "n0 fused %g collectives", nf);
     ASSERT_EQ(nfi, nf); /* the pieces lie end to end: in the buffer */
     ASSERT_EQ(np, 0);
-    static td_hashes_t hf, hp;
-    for (int i = 0; i < 3; i++) {
-        td_read_hashes(td_path(&fused.d[i], "h0"), &hf);
-        td_read_hashes(td_path(&plain.d[i], "h0"), &hp);
-        ASSERT_EQ(hf.nsteps, 100);
-        ASSERT_EQ(td_same_hashes(&hf, &hp), 100);
-        ASSERT_EQ(td_param_diff(td_path(&fused.d[i], "p0"),
-                                td_path(&plain.d[0], "p0")), 0);
-    }
+    same_jobs(&fused, &plain);
     return fx_done();
 }
 
@@ -875,17 +882,11 @@ TEST_IMPL(dmn_ring_async_fused_pieces)
                nfs);
     ASSERT_EQ(ni, 0); /* not end to end: the daemon hands the pieces */
     ASSERT_EQ(ns, 0);
-    static td_hashes_t hi, hs;
     for (int i = 0; i < 3; i++) {
         ASSERT(td_file_has(staged.d[i].log, "(staged, RINGD_LOCAL_PIPE=0)"));
         ASSERT(td_file_has(inpl.d[i].log, "runs in its pieces (in place)"));
-        td_read_hashes(td_path(&inpl.d[i], "h0"), &hi);
-        td_read_hashes(td_path(&staged.d[i], "h0"), &hs);
-        ASSERT_EQ(hi.nsteps, 100);
-        ASSERT_EQ(td_same_hashes(&hi, &hs), 100);
-        ASSERT_EQ(td_param_diff(td_path(&inpl.d[i], "p0"),
-                                td_path(&staged.d[0], "p0")), 0);
     }
+    same_jobs(&inpl, &staged);
     return fx_done();
 }
 
