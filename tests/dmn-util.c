@@ -228,6 +228,17 @@ void td_end_start(td_begin_t *b, ringd_client_t *c)
     ASSERT_OK(pthread_create(&b->th, NULL, end_main, b));
 }
 
+void td_begin_both(ringd_client_t *c[2], ringd_view_t v[2])
+{
+    td_begin_t b;
+    td_begin_start(&b, c[1]);
+    int rc = ringd_step_begin(c[0], &v[0]);
+    ASSERT_OK(td_begin_join(&b, 60000));
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(b.rc, 0);
+    v[1] = b.v;
+}
+
 int td_begin_join(td_begin_t *b, int timeout_ms)
 {
     struct timespec until;

@@ -45,6 +45,10 @@ void td_end_start(td_begin_t *b, ringd_client_t *c);
 /* Joins it within timeout_ms: 0 (b->rc and b->v hold its outcome), or
  * -1 if it has not returned by then (the thread is left running). */
 int td_begin_join(td_begin_t *b, int timeout_ms);
+/* A node's two trainers c[0] and c[1] in this one process: both
+ * ringd_step_begin() calls, which return once both asked (c[1]'s on a
+ * thread), asserted to succeed within 60 s; v[0], v[1] their views. */
+void td_begin_both(ringd_client_t *c[2], ringd_view_t v[2]);
 
 /* Make the temp dir and the notify socket (no daemon yet). */
 void td_init(td_daemon_t *t, const char *name);

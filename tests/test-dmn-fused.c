@@ -1,0 +1,245 @@
+/*
+ * Fusion groups (ringd_group_start/end) through real daemons: two trainers
+ * of a standalone daemon issuing a group of mixed collectives, and 3-node
+ * ring jobs whose trainers fuse their gradients, with the pieces end to
+ * end (run in the buffer) and issued backwards (run in the pieces),
+ * against the blocking job and the staged path.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "include/ringd.h"
+#include "tests/dmn-util.h"
+#include "tests/helpers.h"
+#include "tests/ring-cluster.h"
+#include "tests/task.h"
+
+/* Trainer k's input, tensor i, element j. */
+static float fu_input(int k, int i, int j)
+{
+    return (float)((k + 1) * (i * 3 + j % 11));
+}
+
+/*
+ * Fusion groups: two trainers issue, in one group, 10 f32 SUM allreduces,
+ * 5 f32 AVG ones, a broadcast and 4 i32 MAX ones, in buffers apart. The
+ * daemon runs the three allreduce runs fused (19 collectives fused, in 4
+ * operations with the broadcast), the two whose pieces lie end to end in
+ * the trainers' buffers, the sums through staging, and every result is
+ * the closed form.
+ * Inside the group, waiting and blocking calls are refused; a grouping
+ * that differs between the trainers is a mismatch, and the daemon serves
+ * on.
+ */
+/* dmn_async_fused's group: NS f32 sums, NA f32 averages, a broadcast, NM
+ * i32 maxima, of L elements each. */
+enum { FU_NS = 10, FU_NA = 5, FU_NM = 4, FU_L = 300,
+       FU_NF = (FU_NS + FU_NA + 1) * FU_L,
+       FU_NH = FU_NS + FU_NA + 1 + FU_NM };
+
+/* Trainer k's inputs, issued as one group in h (backwards through the
+ * buffer: fusion needs no adjacency); inside the group, a wait, a test, a
+ * blocking collective and step_end are refused. */
+static void issue_group(ringd_client_t *c, int k, float *f, int32_t *m,
+                        ringd_handle_t *h)
+{
+    for (int i = 0; i < FU_NF; i++)
+        f[i] = fu_input(k, i / FU_L, i % FU_L);
+    for (int i = 0; i < FU_NM * FU_L; i++)
+        m[i] = (k == 1) == (i % 2) ? i : -i;
+    ASSERT_OK(ringd_group_start(c));
+    ASSERT_EQ(ringd_group_start(c), RINGD_ESTATE);
+    int n = 0;
+    for (int i = FU_NS - 1; i >= 0; i--)
+        ASSERT_OK(ringd_allreduce_async(c, f + i * FU_L, FU_L, RINGD_F32,
+                                        RINGD_SUM, &h[n++]));
+    for (int i = FU_NS; i < FU_NS + FU_NA; i++)
+        ASSERT_OK(ringd_allreduce_async(c, f + i * FU_L, FU_L, RINGD_F32,
+                                        RINGD_AVG, &h[n++]));
+    ASSERT_OK(ringd_broadcast_async(c, f + (FU_NS + FU_NA) * FU_L,
+                                    FU_L * sizeof(float), 0, &h[n++]));
+    for (int i = 0; i < FU_NM; i++)
+        ASSERT_OK(ringd_allreduce_async(c, m + i * FU_L, FU_L, RINGD_I32,
+                                        RINGD_MAX, &h[n++]));
+    ASSERT_EQ(ringd_wait(c, h[0]), RINGD_ESTATE);
+    int done = -1;
+    ASSERT_EQ(ringd_test(c, h[0], &done), RINGD_ESTATE);
+    ASSERT_EQ(done, 0);
+    ASSERT_EQ(ringd_allreduce(c, f, 1, RINGD_F32, RINGD_SUM), RINGD_ESTATE);
+    ASSERT_EQ(ringd_step_end(c), RINGD_ESTATE);
+    ASSERT_OK(ringd_group_end(c));
+    ASSERT_EQ(ringd_group_end(c), RINGD_ESTATE);
+}
+
+/* Trainer k's results: the closed-form sums, averages, root's bytes and
+ * maxima. */
+static void check_group(int k, const float *f, const int32_t *m)
+{
+    for (int i = 0; i < FU_NF; i++) {
+        int tsr = i / FU_L, j = i % FU_L;
+        float sum = fu_input(0, tsr, j) + fu_input(1, tsr, j);
+        float want = tsr < FU_NS             ? sum
+                     : tsr < FU_NS + FU_NA ? sum / 2
+                                           : fu_input(0, tsr, j);
+        ASSERT_MSG(f[i] == want, "trainer %d tensor %d [%d]: %g, want %g",
+                   k, tsr, j, (double)f[i], (double)want);
+    }
+    for (int i = 0; i < FU_NM * FU_L; i++)
+        ASSERT_EQ(m[i], i);
+}
+
+/* Trainer 0 groups two allreduces, trainer 1 issues them apart. */
+static void group_mismatch(ringd_client_t *const *c, float *const *f)
+{
+    ringd_handle_t g0[2], g1[2];
+    ASSERT_OK(ringd_group_start(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[0], f[0] + i * FU_L, FU_L,
+                                        RINGD_F32, RINGD_SUM, &g0[i]));
+    ASSERT_OK(ringd_group_end(c[0]));
+    for (int i = 0; i < 2; i++)
+        ASSERT_OK(ringd_allreduce_async(c[1], f[1] + i * FU_L, FU_L,
+                                        RINGD_F32, RINGD_SUM, &g1[i]));
+    ASSERT_EQ(ringd_wait(c[1], g1[0]), RINGD_EMISMATCH);
+    ASSERT_EQ(ringd_wait(c[0], g0[0]), RINGD_EMISMATCH);
+}
+
+TEST_IMPL(dmn_async_fused)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-async-fuse");
+    const char *flags[] = {"--trainers", "2", NULL};
+    ASSERT_OK(td_start(&t, flags));
+    ringd_client_t *c[2];
+    float *f[2];
+    int32_t *m[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ringd_connect(&c[k], t.sock, NULL));
+        f[k] = ringd_buffer(c[k], FU_NF * sizeof(float));
+        m[k] = ringd_buffer(c[k], FU_NM * FU_L * sizeof(int32_t));
+        ASSERT(f[k] != NULL && m[k] != NULL);
+    }
+    ringd_view_t v[2];
+    td_begin_both(c, v);
+    ringd_handle_t h[2][FU_NH];
+    for (int k = 0; k < 2; k++)
+        issue_group(c[k], k, f[k], m[k], h[k]);
+    for (int k = 0; k < 2; k++)
+        for (int i = FU_NH - 1; i >= 0; i--)
+            ASSERT_EQ(ringd_wait(c[k], h[k][i]), 0);
+    for (int k = 0; k < 2; k++)
+        check_group(k, f[k], m[k]);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_total"),
+              FU_NS + FU_NA + FU_NM);
+    /* The averages and maxima lie end to end in group order: run in the
+     * trainers' buffers; the sums, issued backwards, through staging. */
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_fused_in_place_total"),
+              FU_NA + FU_NM);
+    ASSERT_EQ(td_metric(&t, "ringd_collectives_total"), FU_NH);
+
+    group_mismatch(c, f);
+    for (int k = 0; k < 2; k++)
+        ringd_close(c[k]);
+    ASSERT(td_file_has(t.log, "does not match"));
+    ringd_client_t *again;
+    ASSERT_OK(ringd_connect(&again, t.sock, NULL));
+    ringd_close(again);
+    ASSERT_EQ(td_stop(&t, 30000), 0);
+    return 0;
+}
+
+/* A 3-node ring job of one trainer per node, 100 steps, trainer flags
+ * extra (NULL-ended); returns n0's ringd_collectives_fused_total, and
+ * its ringd_collectives_fused_in_place_total in *in_place. */
+static double fuse_job(cluster_t *c, const char *const *extra,
+                       double *in_place)
+{
+    fx_etcd_start(&c->etcd, 0);
+    for (int i = 0; i < 3; i++)
+        node_init(c, i, "1", "3");
+    for (int i = 0; i < 3; i++) {
+        const char *args[12] = {"--steps", "100", "--hash-log",
+                                td_path(&c->d[i], "h0"), "--save",
+                                td_path(&c->d[i], "p0")};
+        for (int k = 0; extra[k] != NULL && k < 5; k++)
+            args[6 + k] = extra[k];
+        c->trainer[i][0] = td_trainer(&c->d[i], args,
+                                      td_path(&c->d[i], "t0.log"));
+    }
+    for (int i = 0; i < 3; i++)
+        expect_exit0(c, i, 0, c->trainer[i][0]);
+    double fused = td_metric(&c->d[0], "ringd_collectives_fused_total");
+    *in_place = td_metric(&c->d[0], "ringd_collectives_fused_in_place_total");
+    for (int i = 0; i < 3; i++)
+        ASSERT_EQ(td_stop(&c->d[i], 30000), 0);
+    return fused;
+}
+
+/* Two fuse_job runs: every node of a at every step bitwise where b's is,
+ * and every node's final parameters b's node 0's. */
+static void same_jobs(cluster_t *a, cluster_t *b)
+{
+    static td_hashes_t ha, hb;
+    for (int i = 0; i < 3; i++) {
+        td_read_hashes(td_path(&a->d[i], "h0"), &ha);
+        td_read_hashes(td_path(&b->d[i], "h0"), &hb);
+        ASSERT_EQ(ha.nsteps, 100);
+        ASSERT_EQ(td_same_hashes(&ha, &hb), 100);
+        ASSERT_EQ(td_param_diff(td_path(&a->d[i], "p0"),
+                                td_path(&b->d[0], "p0")), 0);
+    }
+}
+
+/*
+ * Fusion across nodes: a 3-node job whose trainers issue their gradients
+ * as 10 asynchronous allreduces in one fusion group runs each step's 10
+ * as one ring operation on every node (in the trainer's buffer, where the
+ * pieces lie end to end in group order), and ends bitwise where the same
+ * job with one blocking allreduce of the whole gradient does (the fused
+ * buffer is that gradient, end to end), at every step. (Unfused, the 10
+ * pieces are summed in other orders and the bits differ from step 0.)
+ */
+TEST_IMPL(dmn_ring_async_fused)
+{
+    cluster_env();
+    static cluster_t fused = {.n = 3}, plain = {.n = 3};
+    const char *fx[] = {"--async", "10", "--fuse", NULL};
+    const char *px[] = {NULL};
+    double nfi = 0, npi = 0;
+    double nf = fuse_job(&fused, fx, &nfi);
+    double np = fuse_job(&plain, px, &npi);
+    ASSERT_MSG(nf >= 10 * 100, "n0 fused %g collectives", nf);
+    ASSERT_EQ(nfi, nf); /* the pieces lie end to end: in the buffer */
+    ASSERT_EQ(np, 0);
+    same_jobs(&fused, &plain);
+    return fx_done();
+}
+
+/*
+ * The same group issued last piece first (not end to end): the ring runs
+ * it in the trainer's pieces (ring_stats' local_in_place), with chunks
+ * that cross two pieces packed and applied piece by piece, and every
+ * step ends bitwise where the staged path (RINGD_LOCAL_PIPE=0: gathered
+ * into staging, reduced there, scattered back) does.
+ */
+TEST_IMPL(dmn_ring_async_fused_pieces)
+{
+    cluster_env();
+    static cluster_t inpl = {.n = 3}, staged = {.n = 3};
+    const char *fx[] = {"--async", "10", "--fuse-backwards", NULL};
+    double ni = 0, ns = 0;
+    double nf = fuse_job(&inpl, fx, &ni);
+    setenv("RINGD_LOCAL_PIPE", "0", 1);
+    double nfs = fuse_job(&staged, fx, &ns);
+    unsetenv("RINGD_LOCAL_PIPE");
+    ASSERT_MSG(nf >= 10 * 100 && nfs >= 10 * 100, "n0 fused %g and %g", nf,
+               nfs);
+    ASSERT_EQ(ni, 0); /* not end to end: the daemon hands the pieces */
+    ASSERT_EQ(ns, 0);
+    for (int i = 0; i < 3; i++) {
+        ASSERT(td_file_has(staged.d[i].log, "(staged, RINGD_LOCAL_PIPE=0)"));
+        ASSERT(td_file_has(inpl.d[i].log, "runs in its pieces (in place)"));
+    }
+    same_jobs(&inpl, &staged);
+    return fx_done();
+}
