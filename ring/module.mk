@@ -1,7 +1,7 @@
 # ring/: fault-aware ring collectives over transport/ and kernels/.
 LIB_SRCS += ring/ring.c ring/ring_setup.c ring/ring_hello.c ring/ring_grid.c \
             ring/ring_local.c ring/ring_wait.c ring/ring_hb.c \
-            ring/ring_stale.c
+            ring/ring_stale.c ring/ring_apply.c
 TEST_SRCS += tests/test-ring.c tests/test-ring-args.c
 
 # The helper process of the multi-process ring tests. CORE_LIB is defined

@@ -290,6 +290,10 @@ typedef void (*ring_range_fn)(ring_t *r, void *arg, uint8_t *p, size_t n,
                               size_t done);
 void ring__region_each(ring_chan_t *c, size_t off, size_t n,
                        ring_range_fn fn, void *arg);
+/* ring_apply.c */
+void ring__apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
+                 ring_act_t act);
+void ring__pack(ring_chan_t *c, size_t off, size_t cnt, uint8_t *slot_buf);
 void ring__local_one(ring_t *r, const ring_local_t *l, void *region,
                      size_t count);
 int ring__local_staged(ring_t *r, const ring_local_t *l, void *region,

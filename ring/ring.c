@@ -220,70 +220,6 @@ static int post_recv(ring_chan_t *c, uint32_t m)
     return rc;
 }
 
-/* Round f32 values to the wire format and back: what everyone receives. */
-static void wire_round(ring_t *r, float *x, void *tmp, size_t n)
-{
-    if (r->coll.wire_fmt == RD_WIRE_BF16) {
-        kern_f32_to_bf16(tmp, x, n);
-        kern_bf16_to_f32(x, tmp, n);
-    } else {
-        kern_f32_to_f16(tmp, x, n);
-        kern_f16_to_f32(x, tmp, n);
-    }
-}
-
-static kern_dtype_t wire_dt(const ring_t *r)
-{
-    return r->coll.wire_fmt == RD_WIRE_BF16 ? KERN_BF16 : KERN_F16;
-}
-
-typedef struct {
-    ring_slot_t *sl;
-    ring_act_t act;
-} apply_arg_t;
-
-/* Apply elements [done, done + cnt) of a validated message to dst. */
-static void apply_range(ring_t *r, void *arg, uint8_t *dst, size_t cnt,
-                        size_t done)
-{
-    apply_arg_t *a = arg;
-    ring_act_t act = a->act;
-    void *src = a->sl->buf + done * r->coll.wire_es;
-    if (act == ACT_COPY) {
-        if (r->coll.wire && r->coll.wire_es == 2) {
-            if (r->coll.wire_fmt == RD_WIRE_BF16)
-                kern_bf16_to_f32((float *)dst, src, cnt);
-            else
-                kern_f16_to_f32((float *)dst, src, cnt);
-        } else {
-            memcpy(dst, src, cnt * r->coll.es);
-        }
-        return;
-    }
-    if (r->coll.wire)
-        kern_reduce_wire(wire_dt(r), r->coll.op, (float *)dst, src, cnt);
-    else
-        kern_reduce(r->coll.dt, r->coll.op, dst, src, cnt);
-    if (act != ACT_REDUCE_FINAL)
-        return;
-    /* This rank owns the chunk now: finish it once for everyone. */
-    if (r->coll.op == KERN_AVG)
-        kern_avg_finish(r->coll.dt, dst, cnt, r->coll.avg_div);
-    if (r->coll.wire)
-        wire_round(r, (float *)dst, src, cnt);
-}
-
-/* Apply a validated message to the user's buffer (to each piece of it
- * the chunk covers, when the region is a source's pieces). */
-static void apply(ring_chan_t *c, ring_slot_t *sl, size_t off, size_t cnt,
-                  ring_act_t act)
-{
-    if (act == ACT_COPY && sl->inplace)
-        return; /* it landed there */
-    apply_arg_t a = {.sl = sl, .act = act};
-    ring__region_each(c, off, cnt, apply_range, &a);
-}
-
 /* Validate and apply the next receive, if it has arrived. */
 static int chan_consume(ring_chan_t *c)
 {
@@ -337,7 +273,7 @@ static int chan_consume(ring_chan_t *c)
      * first received partial sum lands on it. */
     if (r->coll.local != NULL && act != ACT_COPY)
         ring__local_fill(c, c->k + c->next_proc + 1);
-    apply(c, sl, off, cnt, act);
+    ring__apply(c, sl, off, cnt, act);
     r->stats.recv_inplace += sl->inplace != 0;
     /* Validated: its flags count (a send depending on it carries them). */
     r->flags_seen |= (unsigned)(sl->req.tag >> RING_FLAG_SHIFT) &
@@ -347,20 +283,6 @@ static int chan_consume(ring_chan_t *c)
     c->last_rx = rd_now_ns();
     ring__hb_data(c->from, c->last_rx);
     return 1;
-}
-
-/* Elements [done, done + n) of a send, from p into the slot slot_buf: in
- * the wire format when compressed. */
-static void pack_range(ring_t *r, void *slot_buf, uint8_t *p, size_t n,
-                       size_t done)
-{
-    uint8_t *dst = (uint8_t *)slot_buf + done * r->coll.wire_es;
-    if (!r->coll.wire)
-        memcpy(dst, p, n * r->coll.es);
-    else if (r->coll.wire_fmt == RD_WIRE_BF16)
-        kern_f32_to_bf16((uint16_t *)dst, (const float *)p, n);
-    else
-        kern_f32_to_f16((uint16_t *)dst, (const float *)p, n);
 }
 
 static int post_send(ring_chan_t *c, uint32_t m)
@@ -377,7 +299,7 @@ static int post_send(ring_chan_t *c, uint32_t m)
     tp_mem_t *mem = NULL;
     if (r->coll.wire || src == NULL) {
         /* Compressed, or across two pieces: packed into the send slot. */
-        ring__region_each(c, off, cnt, pack_range, sl->buf);
+        ring__pack(c, off, cnt, sl->buf);
         src = sl->buf;
         mem = r->send_mem;
     }
