@@ -112,6 +112,11 @@ static const cfg_key_t keys[] = {
     {"ring-grid-max-kib", K_U32, F(ring_grid_max_kib), 0, 4194304, "KIB",
      "the two-level ring only for tensors up to KIB KiB, larger ones on "
      "the flat ring; a job option (default 0: any size)"},
+    {"ring-fuse-kib", K_U32, F(ring_fuse_kib), 0, 1048576, "KIB",
+     "asynchronous allreduces queued behind the one running (not in a "
+     "trainer's group) run as one ring operation of up to KIB KiB, the "
+     "nodes agreeing on how many; 0 = each alone (results then do not "
+     "depend on timing, see the README); a job option (default 65536)"},
     {"ring-grid-cols", K_U32, F(ring_grid_cols), 0, 1000000, "N",
      "row width of the two-level ring; 0 = a row per host when the hosts "
      "are alike, else about sqrt(nodes); a job option (default 0)"},
@@ -200,6 +205,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->step_commit = 1;
     cfg->ring_grid_min_nodes = 16;
     cfg->ring_chunk_kib = 1024;
+    cfg->ring_fuse_kib = 65536;
     set_str(&cfg->ring_wire, "none");
     set_str(&cfg->socket_path, "/run/ringd/ringd.sock");
     set_str(&cfg->socket_mode, "0660");

@@ -41,6 +41,8 @@ typedef struct dmn_config {
     uint32_t ring_grid_max_kib;   /* ... for messages up to this; 0: any */
     uint32_t ring_grid_cols;      /* ... its row width; 0: by host */
     int step_commit;              /* commit each step (a job option) */
+    uint32_t ring_fuse_kib;       /* fuse queued allreduces up to this
+                                     (a job option); 0: off */
     uint32_t ring_chunk_kib;      /* the ring's pipeline chunk */
     int ring_bidirectional;       /* two rings, half the data each */
     char *ring_wire;              /* "none", "bf16" or "f16": default

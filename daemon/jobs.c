@@ -58,6 +58,7 @@ static void job_config_from(const dmn_config_t *cfg, job_config_t *jc)
         .ring_grid_max_bytes = (uint64_t)cfg->ring_grid_max_kib * 1024,
         .ring_grid_cols = cfg->ring_grid_cols,
         .step_commit_off = cfg->step_commit == 0,
+        .ring_fuse_bytes = (uint64_t)cfg->ring_fuse_kib * 1024,
         .ring_chunk_bytes = (uint64_t)cfg->ring_chunk_kib * 1024,
         .ring_bidirectional = (uint32_t)cfg->ring_bidirectional,
         .ring_wire = ring_wire,

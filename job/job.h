@@ -61,6 +61,11 @@ typedef struct {
     uint32_t commit;          /* the backend commits each step before
                                  its step_ends are answered (job_ops_t
                                  commit; the ring's job option) */
+    uint64_t fuse_bytes;      /* ungrouped allreduces queued together may
+                                 run as one ring operation up to this
+                                 many bytes, the nodes agreeing on how
+                                 many (the daemon's step-queue.c; the
+                                 ring's job option); 0: each alone */
     uint64_t agreements;      /* a counter: step starts at which the nodes
                                  agreed the trainer counts (the ring
                                  backend's AGREE; a view's REBUILD agrees
@@ -341,9 +346,15 @@ typedef struct {
     uint32_t ring_grid_cols;      /* 0: rows by host, else sqrt */
     uint32_t step_commit_off;     /* no commit round at step end (a job
                                      option; stale steps possible) */
+    uint64_t ring_fuse_bytes;     /* job_view_t.fuse_bytes (a job
+                                     option), at most
+                                     JOB_FUSE_MAX_BYTES; 0: off */
     const char *ckpt_dir;      /* ring: checkpoint directory (the job's
                                   store is ckpt_dir/job); NULL: off */
 } job_config_t;
+
+/* The largest fusion cap a view may carry (job_view_t.fuse_bytes). */
+#define JOB_FUSE_MAX_BYTES (1ull << 30)
 
 /*
  * Create a job on loop from cfg->spec through the backend table. "fake":

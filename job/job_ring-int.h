@@ -104,6 +104,13 @@ typedef struct {
     uint64_t wait_us; /* a collective: idle time waiting on the predecessor */
 } job_ring_cmd_t;
 
+/* The job's options that are the daemon's, not the ring's, carried in
+ * the same "opts" of the view (job_ring_opts.c). */
+typedef struct {
+    int commit;          /* the step's commit round */
+    uint64_t fuse_bytes; /* job_view_t.fuse_bytes */
+} job_xopts_t;
+
 typedef struct {
     job_t base;
     uv_loop_t *loop;
@@ -112,8 +119,9 @@ typedef struct {
                               loop, read by the ring thread in commands */
     ring_opts_t my_opts;   /* this node's config */
     char *my_opts_json;    /* the same for a first view (b->mc) */
-    int commit, my_commit; /* the step's commit round: the job's (from
-                              the view, as ring_opts), this node's */
+    job_xopts_t x, my_x;   /* the job's options that are the daemon's:
+                              the job's (from the view, as ring_opts),
+                              this node's */
     char *opts_seen;       /* the view options last logged */
     int ttl_s;
     mb_t *mb;
@@ -317,7 +325,7 @@ int job__ring_auth(job_ring_t *b, ring_t *r, const mb_view_t *v,
 void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o);
 /* The shared fields as the view's "opts" object (caller frees; NULL: no
  * memory). */
-char *job__opts_json(const ring_opts_t *o, int commit);
+char *job__opts_json(const ring_opts_t *o, const job_xopts_t *x);
 /* b->ring_opts become view v's (main loop, no command out). */
 void job__opts_install(job_ring_t *b, const mb_view_t *v);
 

@@ -724,8 +724,10 @@ int job__ring_create(uv_loop_t *loop, const job_config_t *cfg,
 
     b->job_name = cfg->job;
     int rc = ST_ENOMEM;
-    b->my_commit = b->commit = !cfg->step_commit_off;
-    if ((b->my_opts_json = job__opts_json(&b->my_opts, b->my_commit)) ==
+    b->my_x = (job_xopts_t){.commit = !cfg->step_commit_off,
+                            .fuse_bytes = cfg->ring_fuse_bytes};
+    b->x = b->my_x;
+    if ((b->my_opts_json = job__opts_json(&b->my_opts, &b->my_x)) ==
         NULL)
         goto err_sync;
     rc = 0;

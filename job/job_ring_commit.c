@@ -97,7 +97,7 @@ int job__ring_commit(job_t *be, job_done_cb cb, void *arg)
         return ST_EINVAL;
     }
     int status;
-    if (!b->commit) {
+    if (!b->x.commit) {
         job__ring_complete_later(b, cb, arg, 0); /* the job's option */
         return 0;
     }

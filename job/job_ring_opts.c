@@ -1,7 +1,7 @@
 /*
  * job_ring_opts.c - the ring options every node of a job must share
  * (chunk size, the second ring, the default wire compression, the grid,
- * the step's commit round),
+ * the step's commit round, the daemon's fusion cap),
  * as the job's views carry them: the leader that writes the first view
  * puts its own in it as "opts", later views copy them (membership), and
  * every node runs its rings with the view's, whatever its own config says.
@@ -44,15 +44,16 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
     o->grid_cols = cfg->ring_grid_cols;
 }
 
-char *job__opts_json(const ring_opts_t *o, int commit)
+char *job__opts_json(const ring_opts_t *o, const job_xopts_t *x)
 {
     char *s = NULL;
     if (asprintf(&s, "{\"chunk\":%zu,\"bidir\":%d,\"wire\":\"%s\","
                  "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u,"
-                 "\"commit\":%d}",
+                 "\"commit\":%d,\"fuse\":%llu}",
                  o->chunk_bytes, o->bidirectional ? 1 : 0,
                  rd_wire_name(o->wire), o->grid_min_nodes,
-                 o->grid_max_bytes, o->grid_cols, commit ? 1 : 0) < 0)
+                 o->grid_max_bytes, o->grid_cols, x->commit ? 1 : 0,
+                 (unsigned long long)x->fuse_bytes) < 0)
         return NULL;
     return s;
 }
@@ -82,13 +83,13 @@ static int take_wire(const cJSON *o, rd_wire_t *w)
     return 0;
 }
 
-/* The fields of json over *o and *commit; a field the view lacks keeps
- * the value given. */
-static int parse_opts(const char *json, ring_opts_t *o, int *commit)
+/* The fields of json over *o and *x; a field the view lacks keeps the
+ * value given. */
+static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
 {
     cJSON *j = cJSON_Parse(json);
     uint64_t chunk = o->chunk_bytes, bidir = (uint64_t)o->bidirectional;
-    uint64_t com = (uint64_t)*commit;
+    uint64_t com = (uint64_t)x->commit, fuse = x->fuse_bytes;
     uint64_t gmin = o->grid_min_nodes, gmax = o->grid_max_bytes;
     uint64_t gcols = o->grid_cols;
     rd_wire_t wire = o->wire;
@@ -106,11 +107,14 @@ static int parse_opts(const char *json, ring_opts_t *o, int *commit)
     if (rc == 0)
         rc = take_num(j, "commit", 0, 1, &com);
     if (rc == 0)
+        rc = take_num(j, "fuse", 0, (double)JOB_FUSE_MAX_BYTES, &fuse);
+    if (rc == 0)
         rc = take_wire(j, &wire);
     cJSON_Delete(j);
     if (rc != 0)
         return rc;
-    *commit = (int)com;
+    x->commit = (int)com;
+    x->fuse_bytes = fuse;
     o->chunk_bytes = (size_t)chunk;
     o->bidirectional = (int)bidir;
     o->grid_min_nodes = (uint32_t)gmin;
@@ -122,7 +126,8 @@ static int parse_opts(const char *json, ring_opts_t *o, int *commit)
 
 /* "name mine (job's theirs)" for each field that differs, into buf. */
 static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
-                          int my_commit, int commit, char *buf, size_t n)
+                          const job_xopts_t *my_x, const job_xopts_t *x,
+                          char *buf, size_t n)
 {
     size_t at = 0;
     buf[0] = '\0';
@@ -151,8 +156,11 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
          job->grid_max_bytes);
     DIFF(mine->grid_cols != job->grid_cols, "grid-cols %u (job's %u)",
          mine->grid_cols, job->grid_cols);
-    DIFF(my_commit != commit, "step-commit %d (job's %d)", my_commit,
-         commit);
+    DIFF(my_x->commit != x->commit, "step-commit %d (job's %d)",
+         my_x->commit, x->commit);
+    DIFF(my_x->fuse_bytes != x->fuse_bytes, "fuse %llu B (job's %llu)",
+         (unsigned long long)my_x->fuse_bytes,
+         (unsigned long long)x->fuse_bytes);
 #undef DIFF
 }
 
@@ -167,9 +175,9 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
 void job__opts_install(job_ring_t *b, const mb_view_t *v)
 {
     ring_opts_t o = b->my_opts;
-    int commit = b->my_commit;
+    job_xopts_t x = b->my_x;
     const char *text = v->opts != NULL ? v->opts : "";
-    if (v->opts != NULL && parse_opts(v->opts, &o, &commit) != 0) {
+    if (v->opts != NULL && parse_opts(v->opts, &o, &x) != 0) {
         RD_ERROR("ring backend: view %llu has ring options this node "
                  "cannot use (%.200s): keeping chunk %zu B, wire %s",
                  (unsigned long long)v->generation, v->opts,
@@ -184,20 +192,20 @@ void job__opts_install(job_ring_t *b, const mb_view_t *v)
     o.on_mismatch = b->ring_opts.on_mismatch;
     o.on_mismatch_arg = b->ring_opts.on_mismatch_arg;
     b->ring_opts = o;
-    b->commit = commit;
+    b->x = x;
     if (b->opts_seen != NULL && strcmp(b->opts_seen, text) == 0)
         return;
     free(b->opts_seen);
     b->opts_seen = strdup(text);
     RD_INFO("ring backend: the job's ring options: chunk %zu B, wire %s, "
             "bidirectional %d, grid from %u nodes (max %zu B, %u cols), "
-            "step commit %s%s",
+            "step commit %s, fusion up to %llu B%s",
             o.chunk_bytes, rd_wire_name(o.wire), o.bidirectional,
             o.grid_min_nodes, o.grid_max_bytes, o.grid_cols,
-            commit ? "on" : "off",
+            x.commit ? "on" : "off", (unsigned long long)x.fuse_bytes,
             v->opts != NULL ? "" : " (the view has none: this node's)");
     char diff[512];
-    describe_diff(&b->my_opts, &o, b->my_commit, commit, diff,
+    describe_diff(&b->my_opts, &o, &b->my_x, &x, diff,
                   sizeof(diff));
     if (diff[0] != '\0')
         RD_WARN("ring backend: this node's config differs from the job's "

@@ -26,7 +26,8 @@ void job__ring_fill_dview(job_ring_t *b)
                             .node_count = (uint32_t)v->n_members,
                             .global_trainers = total,
                             .rank_offset = offset,
-                            .commit = (uint32_t)b->commit};
+                            .commit = (uint32_t)b->x.commit,
+                            .fuse_bytes = b->x.fuse_bytes};
 }
 
 static void post_rebuild(job_ring_t *b);

@@ -57,7 +57,8 @@ void node_init(cluster_t *c, int i, const char *trainers,
                            "--lease-ttl", rc_lease_ttl, "--min-nodes", min_nodes,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                           NULL, NULL};
     static char dirs[MAXN][512];
     int k = 12;
     if (rc_ckpt_dir != NULL) {
@@ -88,7 +89,7 @@ void node_init(cluster_t *c, int i, const char *trainers,
         flags[k++] = "--ring-grid-min-nodes";
         flags[k++] = rc_grid;
     }
-    for (int j = 0; rc_flags != NULL && rc_flags[j] != NULL && j < 8; j++)
+    for (int j = 0; rc_flags != NULL && rc_flags[j] != NULL && j < 10; j++)
         flags[k++] = rc_flags[j];
     if (td_start(&c->d[i], flags) != 0)
         TEST_FAIL_("daemon n%d did not start", i);

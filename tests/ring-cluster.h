@@ -38,7 +38,7 @@ extern const char *rc_step_timeout; /* when set, --step-timeout */
 extern const char *rc_grid; /* when set, --ring-grid-min-nodes */
 extern const char *rc_step_delay; /* when set, trainers' --step-delay-ms */
 extern const char *const *rc_flags; /* when set, more daemon flags
-                                       (NULL-ended, at most 8) */
+                                       (NULL-ended, at most 10) */
 
 void cluster_env(void);
 void node_init(cluster_t *c, int i, const char *trainers,

@@ -116,7 +116,8 @@ static void opts_join_logs(cluster_t *c, const td_hashes_t *h)
     const char *warn = "this node's config differs from the job's ring "
                        "options: chunk 1024 B (job's 1048576), "
                        "bidirectional 1 (job's 0), wire bf16 (job's none), "
-                       "grid-min-nodes 2 (job's 16); following the job's";
+                       "grid-min-nodes 2 (job's 16), fuse 0 B (job's "
+                       "67108864); following the job's";
     ASSERT_MSG(td_count(c->d[2].log, warn) == 1, "n2 warned %d times",
                td_count(c->d[2].log, "differs from the job's"));
     ASSERT(td_file_has(c->d[2].log, "the job's ring options: chunk 1048576 "
@@ -162,9 +163,9 @@ static void opts_join_fresh(cluster_t *c)
  * n0 and n1 train with the default ring options (1 MiB chunks, one ring,
  * no compression; n0's RINGD_RING_WIRE=bf16 is ignored, with a
  * warning); n2 joins at step 100 configured with 1 KiB chunks, two
- * rings, bf16 on the wire and the grid from 2 nodes: with its own options
- * its messages would have other sizes and channels than its neighbours
- * expect (they drop them, and the step waits for ever). It logs one
+ * rings, bf16 on the wire, the grid from 2 nodes and no fusion by arrival:
+ * with its own options its messages would have other sizes and channels
+ * than its neighbours expect (and it would not ask when they do) (they drop them, and the step waits for ever). It logs one
  * warning naming each difference and follows the job's: every trainer
  * finishes, the three replicas end bitwise identical, no message is
  * rejected and nobody is evicted (views 1 and 2 only). Then n0 and n1 go:
@@ -188,7 +189,7 @@ TEST_IMPL(dmn_ring_opts_join)
     ASSERT_OK(td_wait_file(td_path(&c.d[0], "h0"), "step 100 ", 60000));
     const char *other[] = {"--ring-chunk-kib", "1", "--ring-wire", "bf16",
                            "--ring-bidirectional", "--ring-grid-min-nodes",
-                           "2", NULL};
+                           "2", "--ring-fuse-kib", "0", NULL};
     rc_flags = other;
     node_init(&c, 2, "1", "1");
     rc_flags = NULL;
