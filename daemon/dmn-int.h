@@ -166,6 +166,8 @@ typedef struct {
     uint64_t coll_zero_copy; /* ran in the one trainer's buffer */
     uint64_t coll_fused;     /* ran as part of a fused group */
     uint64_t coll_fused_in_place; /* of them, in the trainers' buffers */
+    uint64_t coll_fused_auto; /* fused by arrival (step-queue.c, ask) */
+    uint64_t fuse_asks;      /* the nodes asked how many to fuse */
     uint64_t coll_bytes;
     double coll_seconds;
     double last_busbw;     /* bytes/s of the last allreduce */
@@ -412,6 +414,24 @@ typedef struct {
     void **copy_dst;
     uint32_t copy_n, copy_dst_cap;
     void (*copy_then)(dmn_t *d);
+    /*
+     * Fusion by arrival of ungrouped allreduces (step-queue.c, "Fusion by
+     * arrival"): every node of a view goes through the same launches in
+     * the steps it counts, so these move alike on every node; they carry
+     * over from a step to the next of the same view, else start again.
+     */
+    uint64_t fuse_starts;  /* the d->starts of the last launch */
+    uint64_t fuse_gen, fuse_step; /* its view and step */
+    uint32_t fuse_skip;    /* launches to go before the next ask */
+    uint32_t fuse_backoff; /* the skip after an ask answered 1 */
+    uint32_t fuse_agreed;  /* the last ask's answer, for its launch */
+    uint32_t fuse_mine;    /* what this node offered in it */
+    uint64_t fuse_hist;    /* signature of the step's launches so far */
+    /* The ask's buffer, an i64 MIN over the nodes: the offer, then each
+     * signature and its negation (both equal everywhere iff agreed). */
+    int64_t fuse_ask[5];
+    int auto_fused;        /* the launch's group was fused by arrival */
+    void *fuse_ask_buf[1];
 } dmn_queue_t;
 
 /* state.c's alone. */
@@ -463,6 +483,8 @@ struct dmn {
     uv_timer_t lag_timer;  /* measures the loop's lag (dmn.c) */
     uint64_t lag_due_ns;
     uint64_t break_ms;     /* when the current recovery began; 0: none */
+    uint64_t starts;       /* steps started (step.c): the fusion's
+                              state is per start (step-queue.c) */
     /* The collective being reduced (step-queue.c). */
     dmn_queue_t q;
     /* Queue entries the collective with the backend answers (> 1 when
@@ -540,6 +562,25 @@ void dmn__coll_release(dmn_t *d);
 /* The daemon's start (RINGD_ZERO_COPY) and end (the buffers' memory). */
 void dmn__queue_init(dmn_t *d);
 void dmn__queue_fini(dmn_t *d);
+
+/* fuse.c: fusion by arrival, the nodes agreeing (step-queue.c drives). */
+/* A job whose launches may fuse, and a head that may start a run. */
+int dmn__fuse_on(const dmn_t *d);
+int dmn__fuse_eligible(const proto_coll_req_t *head);
+/* The entries from the queues' head this node could run as one (>= 1;
+ * 0: nothing queued): queued by every posted trainer, within the cap. */
+uint32_t dmn__fuse_run(dmn_t *d);
+/* Before a launch: the fusion's state for this step start. */
+void dmn__fuse_epoch(dmn_t *d);
+/* The launch of the first g entries of first's queue (the history). */
+void dmn__fuse_launched(dmn_t *d, dmn_conn_t *first, uint32_t g);
+/* Ask the nodes about a run from the head d->q.coll, offering mine: the
+ * backend's allreduce (job.h), cb(d, status) when answered. */
+int dmn__fuse_ask(dmn_t *d, uint32_t mine, job_done_cb cb);
+/* The ask came back: 0 with d->q.fuse_agreed set (1 where the heads
+ * differed: no fusion for the step), ST_EMISMATCH when the history
+ * differed, ST_EPROTO for an answer out of range. */
+int dmn__fuse_answer(dmn_t *d);
 
 /* drain.c (dmn_drain, dmn_restart: dmn.h); the job's drain key. */
 void dmn__on_backend_drain(void *arg);

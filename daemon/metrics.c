@@ -316,6 +316,13 @@ static void render_step_metrics(dmn_t *d, sbuf_t *s)
            "Fused collectives whose pieces lay end to end in every local "
            "trainer's buffer: run there, not gathered into staging.",
            st->coll_fused_in_place);
+    metric(s, "ringd_collectives_fused_auto_total", "counter",
+           "Of the fused collectives, those the daemon fused by arrival "
+           "(asynchronous allreduces queued behind a running one).",
+           st->coll_fused_auto);
+    metric(s, "ringd_fusion_asks_total", "counter",
+           "Small allreduces the nodes ran to agree how many queued "
+           "allreduces the next ring operation takes.", st->fuse_asks);
     metric(s, "ringd_collectives_queued", "gauge",
            "Collectives the node's trainers issued that await their "
            "result (asynchronous ones queue).", queued(d));

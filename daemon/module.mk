@@ -6,7 +6,7 @@ LIB_SRCS += daemon/dmn.c daemon/server.c daemon/step.c daemon/step-queue.c \
             daemon/metrics.c daemon/config.c daemon/checkpoint.c \
             daemon/copy.c daemon/jobs.c daemon/base.c \
             daemon/conn.c daemon/state.c \
-            daemon/drain.c
+            daemon/drain.c daemon/fuse.c
 # Parsers of untrusted input, loop-free for the fuzz harnesses.
 LIB_SRCS += daemon/msg.c
 PKGS += libuv libsystemd libcurl libcjson

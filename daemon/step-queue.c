@@ -164,6 +164,7 @@ static void coll_count(dmn_t *d)
     d->stats.collectives += g;
     d->stats.coll_fused += g > 1 ? g : 0;
     d->stats.coll_fused_in_place += g > 1 && d->q.nsegs == 1 ? g : 0;
+    d->stats.coll_fused_auto += d->q.auto_fused ? g : 0;
     d->stats.coll_zero_copy += d->q.direct;
     d->stats.coll_bytes += bytes;
     d->stats.coll_seconds += secs;
@@ -515,6 +516,63 @@ static uint32_t group_len(const dmn_t *d, dmn_conn_t *first)
     return g;
 }
 
+/* ---- Fusion by arrival (fuse.c) ---------------------------------------- */
+
+/* The nodes answered the ask: launch what they agreed. */
+static void ask_done(void *arg, int status)
+{
+    dmn_t *d = arg;
+    if (d->state != DMN_STEP_REDUCING && d->state != DMN_STEP_ABORTING)
+        return; /* drained meanwhile */
+    if (status == 0 && superseded(d))
+        status = ST_ERESHAPE;
+    if (status == 0)
+        status = dmn__fuse_answer(d);
+    if (status != 0) {
+        coll_failed(d, status);
+        return;
+    }
+    if (d->state == DMN_STEP_ABORTING) {
+        dmn__step_set_state(d, DMN_STEP_BROKEN);
+        dmn__step_maybe_close(d);
+        return;
+    }
+    dmn__step_set_state(d, DMN_STEP_RUNNING);
+    try_launch(d);
+}
+
+/*
+ * The entries the next launch takes from an eligible head: the answer of
+ * the ask before it, 1 while skipping, or 0 when it asks now (ask_done
+ * launches; the step is REDUCING meanwhile) or failed the step.
+ */
+static uint32_t fuse_len(dmn_t *d)
+{
+    uint32_t run = dmn__fuse_run(d), g = d->q.fuse_agreed;
+    if (g > 0) {
+        d->q.fuse_agreed = 0;
+        if (run >= g) {
+            d->q.auto_fused = g > 1;
+            return g;
+        }
+        /* Only a failure answers queued entries, and it breaks the
+         * step: a bug, but never a launch the other nodes do not make. */
+        RD_ERROR("collective %u: the nodes agreed to fuse %u allreduces, "
+                 "%u are queued here", d->q.coll.coll_seq, g, run);
+        coll_failed(d, ST_EMISMATCH);
+        return 0;
+    }
+    if (d->q.fuse_skip > 0) {
+        d->q.fuse_skip--;
+        return 1;
+    }
+    dmn__step_set_state(d, DMN_STEP_REDUCING);
+    int rc = dmn__fuse_ask(d, run, ask_done);
+    if (rc != 0)
+        ask_done(d, rc);
+    return 0;
+}
+
 /* Run the next collective once every trainer of the step queued it. */
 static void try_launch(dmn_t *d)
 {
@@ -533,6 +591,14 @@ static void try_launch(dmn_t *d)
     if (g == 0)
         return;
     d->q.coll = dmn__conn_q(first, 0)->req;
+    d->q.auto_fused = 0;
+    if (dmn__fuse_on(d)) {
+        dmn__fuse_epoch(d);
+        if (g == 1 && dmn__fuse_eligible(&d->q.coll) &&
+            (g = fuse_len(d)) == 0)
+            return;
+        dmn__fuse_launched(d, first, g);
+    }
     d->coll_nsegs = g;
     launch(d);
 }

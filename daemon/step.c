@@ -340,6 +340,7 @@ static void try_start(dmn_t *d)
     dmn__ckpt_prepare(d);
     d->flags &= ~DMN_F_ANY_REDO;
     d->ended = 0;
+    d->starts++;
     dmn__step_set_state(d, DMN_STEP_RUNNING);
 
     uint32_t rank = 0;

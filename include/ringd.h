@@ -285,6 +285,15 @@ int ringd_broadcast(ringd_client_t *c, void *ptr, size_t bytes,
  * (RINGD_ESTATE) while a handle of the step has not been waited for.
  * The blocking ringd_allreduce()/ringd_broadcast() are an issue plus a
  * wait.
+ *
+ * Asynchronous allreduces that queue behind a running collective may be
+ * fused by the daemons into one ring operation (ringd's ring-fuse-kib,
+ * on by default for jobs of several nodes): only ones that do not
+ * overlap, each result as if run alone up to the summation order, so
+ * the bits may differ from run to run with the timing (replicas stay
+ * identical). A job that needs the same bits every run turns it off or
+ * issues its own fusion groups (ringd_group_start()), which fuse the
+ * same way every time.
  */
 typedef uint64_t ringd_handle_t;
 
