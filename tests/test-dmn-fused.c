@@ -6,7 +6,9 @@
  * against the blocking job and the staged path.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "include/ringd.h"
 #include "tests/dmn-util.h"
@@ -241,5 +243,257 @@ TEST_IMPL(dmn_ring_async_fused_pieces)
         ASSERT(td_file_has(inpl.d[i].log, "runs in its pieces (in place)"));
     }
     same_jobs(&inpl, &staged);
+    return fx_done();
+}
+
+/* ---- fusion by arrival -------------------------------------------------- */
+
+/* Each step: one allreduce too large to fuse (AF_BIG floats, 8 MiB), then
+ * AF_PIECES allreduces of AF_LEN floats in one buffer, then two that
+ * overlap (o[0, 2L) and o[L, 3L)), all outstanding at once. */
+enum { AF_STEPS = 20, AF_PIECES = 64, AF_LEN = 4096, AF_BIG = 2 << 20,
+       AF_NH = AF_PIECES + 3 };
+
+/* Trainer t's inputs of step s. */
+static void af_fill(float *big, float *f, float *o, int t, uint64_t s)
+{
+    for (int i = 0; i < AF_BIG; i++)
+        big[i] = (float)(t + 1);
+    for (int i = 0; i < AF_PIECES * AF_LEN; i++)
+        f[i] = (float)(t + 1 + i % 1000 + (int)s);
+    for (int i = 0; i < 3 * AF_LEN; i++)
+        o[i] = (float)(t + 1);
+}
+
+/* Issue step's collectives (the pieces last first when backwards; slow:
+ * a pause of that many us before each piece, a trainer that issues them
+ * as its backward pass makes them, so that the nodes have queued
+ * different numbers when their daemons ask). */
+static int af_issue(ringd_client_t *c, float *big, float *f, float *o,
+                    int backwards, int slow, ringd_handle_t *h)
+{
+    int rc = ringd_allreduce_async(c, big, AF_BIG, RINGD_F32, RINGD_SUM,
+                                   &h[0]);
+    for (int p = 0; rc == 0 && p < AF_PIECES; p++) {
+        int at = backwards ? AF_PIECES - 1 - p : p;
+        if (slow > 0)
+            usleep((useconds_t)slow);
+        rc = ringd_allreduce_async(c, f + at * AF_LEN, AF_LEN, RINGD_F32,
+                                   RINGD_SUM, &h[1 + p]);
+    }
+    if (rc == 0)
+        rc = ringd_allreduce_async(c, o, 2 * AF_LEN, RINGD_F32, RINGD_SUM,
+                                   &h[AF_PIECES + 1]);
+    if (rc == 0)
+        rc = ringd_allreduce_async(c, o + AF_LEN, 2 * AF_LEN, RINGD_F32,
+                                   RINGD_SUM, &h[AF_PIECES + 2]);
+    return rc;
+}
+
+/* The closed forms of a world of w: each allreduce sees the results of
+ * the ones before it (the overlap's second sums what the first wrote). */
+static int af_check(const float *big, const float *f, const float *o,
+                    int w, uint64_t s)
+{
+    float tri = (float)(w * (w + 1) / 2);
+    for (int i = 0; i < AF_BIG; i++)
+        if (big[i] != tri)
+            return 20;
+    for (int i = 0; i < AF_PIECES * AF_LEN; i++)
+        if (f[i] != tri + (float)(w * (i % 1000 + (int)s)))
+            return 21;
+    for (int i = 0; i < 3 * AF_LEN; i++)
+        if (o[i] != (i >= AF_LEN && i < 2 * AF_LEN ? w * tri : tri))
+            return 22;
+    return 0;
+}
+
+/* One trainer of an auto-fusion job (a child process): 0 when every
+ * step's results were the closed forms. */
+static int af_trainer(const char *sock, int backwards, int slow)
+{
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *big = ringd_buffer(c, AF_BIG * sizeof(float));
+    float *f = ringd_buffer(c, AF_PIECES * AF_LEN * sizeof(float));
+    float *o = ringd_buffer(c, 3 * AF_LEN * sizeof(float));
+    if (big == NULL || f == NULL || o == NULL)
+        return 11;
+    for (;;) {
+        ringd_view_t v;
+        if (ringd_step_begin(c, &v) != 0)
+            return 12;
+        if (v.step >= AF_STEPS)
+            break;
+        af_fill(big, f, o, (int)v.rank, v.step);
+        ringd_handle_t h[AF_NH];
+        int rc = af_issue(c, big, f, o, backwards, slow, h), redo = 0;
+        if (rc != 0)
+            return 13;
+        for (int i = 0; i < AF_NH; i++) {
+            rc = ringd_wait(c, h[i]);
+            redo |= rc == RINGD_ERESHAPE;
+            if (rc != 0 && rc != RINGD_ERESHAPE)
+                return 14;
+        }
+        if (redo)
+            continue;
+        if ((rc = af_check(big, f, o, (int)v.world, v.step)) != 0) {
+            fprintf(stderr, "step %llu: check %d failed\n",
+                    (unsigned long long)v.step, rc);
+            return rc;
+        }
+        if (ringd_step_end(c) != 0)
+            return 15;
+    }
+    ringd_close(c);
+    return 0;
+}
+
+/* A 2-node job of per_node trainers a node running AF_STEPS steps with
+ * daemon flags (NULL: none), node 1's trainers slow (af_issue); checks every trainer's results and that both
+ * nodes made the same fusions and asks; returns n0's fused-by-arrival
+ * count, its asks in *asks. */
+static double af_job(int per_node, int backwards, int slow,
+                     const char *const *flags, double *asks)
+{
+    cluster_t c = {.n = 2};
+    const char *t = per_node == 2 ? "2" : "1";
+    fx_etcd_start(&c.etcd, 0);
+    rc_flags = flags;
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, t, "2");
+    rc_flags = NULL;
+    pid_t p[4];
+    for (int k = 0; k < 2 * per_node; k++) {
+        p[k] = fork();
+        ASSERT(p[k] >= 0);
+        if (p[k] == 0)
+            _exit(af_trainer(c.d[k / per_node].sock, backwards,
+                             k / per_node == 1 ? slow : 0));
+        td_track(p[k]);
+    }
+    for (int k = 0; k < 2 * per_node; k++)
+        ASSERT_EQ(td_exit_code(p[k], 120000), 0);
+    const char *fk = "ringd_collectives_fused_auto_total";
+    const char *ak = "ringd_fusion_asks_total";
+    double fused = td_metric(&c.d[0], fk);
+    *asks = td_metric(&c.d[0], ak);
+    ASSERT_EQ(td_metric(&c.d[1], fk), fused);
+    ASSERT_EQ(td_metric(&c.d[1], ak), *asks);
+    ASSERT_EQ(td_metric(&c.d[0], "ringd_steps_total"), AF_STEPS);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
+    fx_done();
+    return fused;
+}
+
+/*
+ * Fusion by arrival: 2-node jobs whose trainers issue 67 asynchronous
+ * allreduces a step, outside any group, behind an 8 MiB one. The daemons
+ * fuse the 64 pieces queued behind it into a few ring operations, both
+ * nodes the same ones (their counts of fused collectives and of asks
+ * match, though one node's trainer issues its pieces slowly, so that the
+ * nodes have queued different numbers), with one trainer a node whatever
+ * the order of the pieces (the ring runs them where they lie) and with two when they lie end to end,
+ * but never with two trainers' pieces apart (staging would cost more)
+ * nor two that overlap: every result is the closed form of the
+ * allreduces run one after another. ring-fuse-kib 0 turns it off: no ask.
+ */
+TEST_IMPL(dmn_ring_auto_fused)
+{
+    cluster_env();
+    double asks = 0, fused;
+    fused = af_job(1, 1, 50, NULL, &asks);
+    ASSERT_MSG(fused > 0 && asks > 0, "one trainer, backwards: %g fused, "
+               "%g asks", fused, asks);
+    fused = af_job(2, 0, 0, NULL, &asks);
+    ASSERT_MSG(fused > 0 && asks > 0, "two trainers, end to end: %g fused, "
+               "%g asks", fused, asks);
+    fused = af_job(2, 1, 0, NULL, &asks);
+    ASSERT_MSG(fused == 0 && asks > 0, "two trainers, apart: %g fused, %g "
+               "asks", fused, asks);
+    const char *off[] = {"--ring-fuse-kib", "0", NULL};
+    fused = af_job(1, 0, 0, off, &asks);
+    ASSERT_MSG(fused == 0 && asks == 0, "fusion off: %g fused, %g asks",
+               fused, asks);
+    return 0;
+}
+
+/* One attempt at a step whose three pieces node `node` orders its own
+ * way, behind an 8 MiB allreduce, then another 8 MiB one and a piece
+ * after it (child process): 0 when every handle succeeded, 1 when one
+ * failed with a mismatch or a reshape. */
+static int af_mismatch_trainer(const char *sock, int node)
+{
+    static const size_t len[2][3] = {{1000, 2000, 3000}, {1000, 3000, 2000}};
+    ringd_client_t *c = NULL;
+    if (ringd_connect(&c, sock, NULL) != 0)
+        return 10;
+    float *big = ringd_buffer(c, AF_BIG * sizeof(float));
+    float *f = ringd_buffer(c, 7000 * sizeof(float));
+    ringd_view_t v;
+    if (big == NULL || f == NULL || ringd_step_begin(c, &v) != 0)
+        return 11;
+    ringd_handle_t h[6];
+    int rc = ringd_allreduce_async(c, big, AF_BIG, RINGD_F32, RINGD_SUM,
+                                   &h[0]);
+    for (size_t i = 0, at = 0; rc == 0 && i < 3; at += len[node][i++])
+        rc = ringd_allreduce_async(c, f + at, len[node][i], RINGD_F32,
+                                   RINGD_SUM, &h[1 + i]);
+    if (rc == 0)
+        rc = ringd_allreduce_async(c, big, AF_BIG, RINGD_F32, RINGD_SUM,
+                                   &h[4]);
+    if (rc == 0)
+        rc = ringd_allreduce_async(c, f + 6000, 1000, RINGD_F32, RINGD_SUM,
+                                   &h[5]);
+    if (rc != 0)
+        return 12;
+    int failed = 0;
+    for (int i = 0; i < 6; i++) {
+        rc = ringd_wait(c, h[i]);
+        if (rc != 0 && rc != RINGD_EMISMATCH && rc != RINGD_ERESHAPE)
+            return 13;
+        failed |= rc != 0;
+    }
+    ringd_close(c);
+    return failed;
+}
+
+/*
+ * Trainers whose collectives differ in an order fusion could hide: the
+ * same first piece and the same total of three, so that the three fused
+ * by arrival make one ring operation of the same size on both nodes. The
+ * ask before the next fusion carries each node's signature of what it
+ * ran, and the step fails on both with a mismatch (the daemons say the
+ * fused entries differed) instead of going on; had the pieces run alone,
+ * the ring would have named the second one's size.
+ */
+TEST_IMPL(dmn_ring_auto_fused_mismatch)
+{
+    cluster_env();
+    cluster_t c = {.n = 2};
+    fx_etcd_start(&c.etcd, 0);
+    for (int i = 0; i < 2; i++)
+        node_init(&c, i, "1", "2");
+    pid_t p[2];
+    for (int k = 0; k < 2; k++) {
+        p[k] = fork();
+        ASSERT(p[k] >= 0);
+        if (p[k] == 0)
+            _exit(af_mismatch_trainer(c.d[k].sock, k));
+        td_track(p[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(td_exit_code(p[k], 60000), 1);
+    int told = 0;
+    for (int i = 0; i < 2; i++)
+        told += td_file_has(c.d[i].log, "entries differed by node") ||
+                td_file_has(c.d[i].log, "posted a collective of another "
+                                        "size");
+    ASSERT_EQ(told, 2);
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
 }
