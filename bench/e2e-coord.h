@@ -123,6 +123,9 @@ typedef struct {
 typedef struct {
     double one_us, many_us; /* medians over the rounds */
     double ratio;           /* median of one_us / many_us */
+    /* Over the 64-piece runs, node 0's: the share of the pieces the
+     * daemon fused by arrival, and its asks per run of 64. */
+    double many_auto_share, many_asks;
     double many_fused_us, fused_one_ratio; /* the 64 in one group */
     double back_fused_us, back_one_ratio;  /* ... issued backwards */
     double small_async_us, small_block_us, small_fused_us;

@@ -94,9 +94,15 @@ void e2e__run_async(bench_t *b, async_t *out)
     e2e__cluster_up(b, &c, "e2e-async", 2, 1, bytes, 0);
     e2e__group_run(c.tr, 2, MiB, 1); /* the job forms */
     int it = b->quick ? 3 : iters_for(bytes);
+    double autos = 0, asks = 0;
     for (int r = 0; r < b->rounds; r++) {
         one[r] = e2e__group_run(c.tr, 2, bytes, it);
+        double a0 = td_metric(&c.d[0], "ringd_collectives_fused_auto_total");
+        double k0 = td_metric(&c.d[0], "ringd_fusion_asks_total");
         many[r] = group_run_pieces(c.tr, 2, bytes, it, ASYNC_PIECES);
+        autos += td_metric(&c.d[0], "ringd_collectives_fused_auto_total") -
+                 a0;
+        asks += td_metric(&c.d[0], "ringd_fusion_asks_total") - k0;
         ratio[r] = one[r] / many[r];
         mf[r] = group_run_pieces(c.tr, 2, bytes, it,
                                  RINGD_MAX_OUTSTANDING + ASYNC_PIECES);
@@ -120,6 +126,10 @@ void e2e__run_async(bench_t *b, async_t *out)
     out->small_async_us = e2e__median(sa, b->rounds);
     out->small_block_us = e2e__median(sb, b->rounds);
     out->small_ratio = e2e__median(sr, b->rounds);
+    /* a run is one warm-up and it timed (e2e-worker.c) */
+    out->many_auto_share = autos / ((double)b->rounds * (it + 1) *
+                                    ASYNC_PIECES);
+    out->many_asks = asks / ((double)b->rounds * (it + 1));
     out->one_us = e2e__median(one, b->rounds);
     out->many_us = e2e__median(many, b->rounds);
     out->ratio = e2e__median(ratio, b->rounds);
@@ -138,6 +148,9 @@ void e2e__print_async(const async_t *a)
            busbw(64 * MiB, a->one_us, 2), a->ratio, ASYNC_PIECES,
            busbw(64 * MiB, a->many_fused_us, 2), a->fused_one_ratio,
            busbw(64 * MiB, a->back_fused_us, 2), a->back_one_ratio);
+    printf("# the %d outstanding ones: %.1f%% fused by the daemon by "
+           "arrival, %.2f asks per %d (ring-fuse-kib)\n", ASYNC_PIECES,
+           100 * a->many_auto_share, a->many_asks, ASYNC_PIECES);
     printf("# %d allreduces of %zu KiB (n=2): asynchronous %.1f us, "
            "fused in one group %.1f us, blocking one after the other "
            "%.1f us; speed-up %.2f (async), %.2f (fused)\n",

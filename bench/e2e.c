@@ -112,7 +112,9 @@
  *        trainer per node: the busbw of 64 MiB reduced as 64
  *        asynchronous allreduces of 1 MiB, all outstanding at once, over
  *        that of one blocking allreduce of 64 MiB; the median of the
- *        per-round ratios, both run in each round)
+ *        per-round ratios, both run in each round; the daemons fuse
+ *        those queued behind the running one by arrival, ring-fuse-kib,
+ *        and a '#' line says how many they fused and asked about)
  *        async_fused_vs_one=... (the same 64 in one fusion group:
  *        slices of one buffer end to end, which the daemon runs in the
  *        buffer) async_fused_pieces_vs_one=... (the same group issued
