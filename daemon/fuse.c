@@ -144,6 +144,8 @@ void dmn__fuse_epoch(dmn_t *d)
     d->q.fuse_gen = d->view.generation;
     d->q.fuse_step = d->step;
     d->q.fuse_agreed = 0;
+    if (next && d->q.fuse_skip == UINT32_MAX)
+        d->q.fuse_skip = 0; /* off for the step only (fuse_check) */
     if (next)
         return;
     d->q.fuse_skip = 0;
