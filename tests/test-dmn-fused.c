@@ -3,13 +3,18 @@
  * of a standalone daemon issuing a group of mixed collectives, and 3-node
  * ring jobs whose trainers fuse their gradients, with the pieces end to
  * end (run in the buffer) and issued backwards (run in the pieces),
- * against the blocking job and the staged path.
+ * against the blocking job and the staged path; and fusion by arrival
+ * (daemon/fuse.c): 2-node jobs of asynchronous allreduces outside any
+ * group, a mismatch that fusion could hide, and the ask's answer.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "common/status.h"
+#include "daemon/dmn-int.h"
 #include "include/ringd.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
@@ -496,4 +501,87 @@ TEST_IMPL(dmn_ring_auto_fused_mismatch)
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_stop(&c.d[i], 30000), 0);
     return fx_done();
+}
+
+/* An answer to the ask as the backend would bring it (an i64 MIN over
+ * the nodes: the offer, then signatures and their negations). */
+static void fa_answer(dmn_t *d, int64_t m, int64_t head_lo, int64_t head_hi,
+                      int64_t hist_lo, int64_t hist_hi)
+{
+    int64_t a[5] = {m, head_lo, -head_hi, hist_lo, -hist_hi};
+    memcpy(d->q.fuse_ask, a, sizeof(a));
+}
+
+/*
+ * The answer to an ask, as fuse.c reads it: outside 1..the node's offer
+ * (a peer that sent what no MIN including this node's offer can give)
+ * is ST_EPROTO; heads that differed launch the head alone and turn fusion
+ * off for the step (the ring then names a size that differs); histories
+ * that differed are a mismatch; an agreed 1 backs off 1, 2, 4 ... 64
+ * launches and an agreed run resets that. The state carries over to the
+ * next step of the view and starts again on a redo or a new view.
+ */
+TEST_IMPL(dmn_fuse_answer)
+{
+    dmn_t *d = calloc(1, sizeof(*d));
+    ASSERT(d != NULL);
+    d->view = (job_view_t){.generation = 3, .node_count = 2,
+                           .fuse_bytes = 1 << 20};
+    d->step = 7;
+    d->starts = 1;
+    ASSERT(dmn__fuse_on(d));
+    dmn__fuse_epoch(d);
+    d->q.fuse_mine = 3;
+    fa_answer(d, 4, 9, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), ST_EPROTO);
+    fa_answer(d, 0, 9, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), ST_EPROTO);
+    fa_answer(d, 2, 9, 9, 5, 6);
+    ASSERT_EQ(dmn__fuse_answer(d), ST_EMISMATCH);
+    fa_answer(d, 3, 9, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), 0);
+    ASSERT_EQ(d->q.fuse_agreed, 3);
+    for (uint32_t want = 1; want <= 64; want *= 2) {
+        fa_answer(d, 1, 9, 9, 5, 5);
+        ASSERT_EQ(dmn__fuse_answer(d), 0);
+        ASSERT_EQ(d->q.fuse_agreed, 1);
+        ASSERT_EQ(d->q.fuse_skip, want);
+    }
+    fa_answer(d, 1, 9, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), 0);
+    ASSERT_EQ(d->q.fuse_skip, 64);
+    fa_answer(d, 2, 9, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), 0);
+    ASSERT_EQ(d->q.fuse_backoff, 1);
+
+    /* The next step of the view keeps the skips, a redo does not. */
+    d->q.fuse_skip = 5;
+    d->starts = 2;
+    d->step = 8;
+    dmn__fuse_epoch(d);
+    ASSERT_EQ(d->q.fuse_skip, 5);
+    d->starts = 3;
+    dmn__fuse_epoch(d);
+    ASSERT_EQ(d->q.fuse_skip, 0);
+
+    /* Heads that differed: the head alone, no fusion for the step. */
+    fa_answer(d, 3, 8, 9, 5, 5);
+    ASSERT_EQ(dmn__fuse_answer(d), 0);
+    ASSERT_EQ(d->q.fuse_agreed, 1);
+    ASSERT_EQ(d->q.fuse_skip, UINT32_MAX);
+    d->starts = 4;
+    d->step = 9;
+    dmn__fuse_epoch(d);
+    ASSERT_EQ(d->q.fuse_skip, 0);
+    d->q.fuse_skip = 5;
+    d->starts = 5;
+    d->step = 10;
+    d->view.generation = 4;
+    dmn__fuse_epoch(d);
+    ASSERT_EQ(d->q.fuse_skip, 0);
+
+    d->view.node_count = 1;
+    ASSERT(!dmn__fuse_on(d));
+    free(d);
+    return 0;
 }
