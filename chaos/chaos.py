@@ -20,7 +20,7 @@ killed by pid and removed on every exit path.
 
 Environment: BUILD (default build), CHAOS_NETNS=0 (loopback),
 CHAOS_KINDS (as --kinds; the option wins), CHAOS_ETCD3=1 (as --etcd3),
-CHAOS_STEPS_PER_FAULT, CHAOS_STEP_DELAY_MS, CHAOS_NOFILE,
+CHAOS_STEPS_PER_FAULT, CHAOS_STEP_DELAY_MS, CHAOS_ASYNC, CHAOS_NOFILE,
 CHAOS_CKPT_INTERVAL, CHAOS_CKPT_TMPFS, CHAOS_STRICT=0, CHAOS_OUT.
 """
 
@@ -131,6 +131,9 @@ class Config:
         self.step_delay_ms = env_num("CHAOS_STEP_DELAY_MS", "0")
         if self.step_delay_ms is None:
             bad("CHAOS_STEP_DELAY_MS must be a number of ms")
+        self.async_n = env_num("CHAOS_ASYNC", "0")
+        if self.async_n is None or self.async_n > 128:
+            bad("CHAOS_ASYNC must be a number of pieces, 0..128")
         self.step_timeout_ms = 20000
         self.nofile = env_num("CHAOS_NOFILE", "256", 64)
         if self.nofile is None:

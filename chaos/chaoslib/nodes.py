@@ -46,6 +46,8 @@ class Nodes:
             "--log-every", str(cfg.steps // 4)]
         if cfg.step_delay_ms > 0:
             argv += ["--step-delay-ms", str(cfg.step_delay_ms)]
+        if cfg.async_n > 0:
+            argv += ["--async", str(cfg.async_n)]
         argv += ["--hash-log", cl.path("hash-%s.log" % k)]
         self.tpid[k] = self.procs.start(argv, cl.path("trainer-%s.log" % k),
                                         "trainer node%s" % k)
