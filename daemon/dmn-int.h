@@ -423,7 +423,8 @@ typedef struct {
     uint64_t fuse_starts;  /* the d->starts of the last launch */
     uint64_t fuse_gen, fuse_step; /* its view and step */
     uint32_t fuse_skip;    /* launches to go before the next ask */
-    uint32_t fuse_backoff; /* the skip after an ask answered 1 */
+    uint32_t fuse_backoff; /* the skip after an ask answered 1: 0, 1,
+                              2, 4 ... 64 in a row */
     uint32_t fuse_agreed;  /* the last ask's answer, for its launch */
     uint32_t fuse_mine;    /* what this node offered in it */
     uint64_t fuse_hist;    /* signature of the step's launches so far */

@@ -11,8 +11,8 @@
  * head's, and the history of the view's launches) and their negations,
  * equal on every node exactly when the nodes agree. An ask costs a small
  * collective's latency, so it is made only where fusion can pay: never
- * for an entry of DMN_FUSE_ENTRY_MAX or more, and after an ask answered 1
- * (trainers that wait on each result) the next 1, 2, 4 ...
+ * for an entry of DMN_FUSE_ENTRY_MAX or more, and after asks answered 1
+ * in a row (trainers that wait on each result) the next 0, 1, 2, 4 ...
  * DMN_FUSE_BACKOFF_MAX eligible launches go without one. Skips count
  * launches, which every node makes alike (dmn__fuse_epoch), so all nodes
  * ask at the same launches.
@@ -149,7 +149,7 @@ void dmn__fuse_epoch(dmn_t *d)
     if (next)
         return;
     d->q.fuse_skip = 0;
-    d->q.fuse_backoff = 1;
+    d->q.fuse_backoff = 0;
     d->q.fuse_hist = DMN_SIG_START;
 }
 
@@ -221,12 +221,16 @@ int dmn__fuse_answer(dmn_t *d)
     if (rc <= 0)
         return rc;
     if (m == 1) {
-        d->q.fuse_skip = d->q.fuse_backoff;
-        d->q.fuse_backoff = d->q.fuse_backoff * 2 > DMN_FUSE_BACKOFF_MAX
+        /* The first 1 skips nothing: a burst's first allreduce is alone
+         * when the ring is idle, and the rest arrive during its ask. */
+        uint32_t b = d->q.fuse_backoff;
+        d->q.fuse_skip = b;
+        d->q.fuse_backoff = b == 0 ? 1
+                            : b * 2 > DMN_FUSE_BACKOFF_MAX
                                 ? DMN_FUSE_BACKOFF_MAX
-                                : d->q.fuse_backoff * 2;
+                                : b * 2;
     } else {
-        d->q.fuse_backoff = 1;
+        d->q.fuse_backoff = 0;
     }
     d->q.fuse_agreed = (uint32_t)m;
     return 0;
