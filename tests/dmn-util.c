@@ -45,6 +45,15 @@ void td_track(pid_t pid)
         tracked[ntracked++] = pid;
 }
 
+pid_t td_fork(void)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid > 0)
+        td_track(pid);
+    return pid;
+}
+
 void td_init(td_daemon_t *t, const char *name)
 {
     memset(t, 0, sizeof(*t));

@@ -83,6 +83,10 @@ char *td_read(const char *path, size_t *len_p);
 void td_dump(const char *path);
 /* Remember a pid to kill at exit. */
 void td_track(pid_t pid);
+/* fork() for a trainer of the test's own: 0 in the child, which runs it
+ * and _exits; in the parent the child's pid, tracked (a failed fork
+ * fails the test). */
+pid_t td_fork(void);
 /* A trainer's --hash-log, parsed: the last line of each step wins;
  * have counts its lines (a step logged twice was redone after it was
  * taken as done). */

@@ -678,13 +678,9 @@ TEST_IMPL(dmn_auth_ring_injection)
                                "--job-secret-file", secret, NULL};
         ASSERT_MSG(td_start(&j.d[i], flags) == 0, "n%d did not start", i);
     }
-    for (int i = 0; i < 2; i++) {
-        p[i] = fork();
-        ASSERT(p[i] >= 0);
-        if (p[i] == 0)
+    for (int i = 0; i < 2; i++)
+        if ((p[i] = td_fork()) == 0)
             _exit(inj_trainer(j.d[i].sock));
-        td_track(p[i]);
-    }
     ASSERT_OK(td_wait_file(j.d[1].log, "2 members", 60000));
     static uint8_t addr[4096];
     size_t alen = record_addr(&j, "n1", addr, sizeof(addr));

@@ -371,14 +371,10 @@ static double af_job(int per_node, int backwards, int slow,
         node_init(&c, i, t, "2");
     rc_flags = NULL;
     pid_t p[4];
-    for (int k = 0; k < 2 * per_node; k++) {
-        p[k] = fork();
-        ASSERT(p[k] >= 0);
-        if (p[k] == 0)
+    for (int k = 0; k < 2 * per_node; k++)
+        if ((p[k] = td_fork()) == 0)
             _exit(af_trainer(c.d[k / per_node].sock, backwards,
                              k / per_node == 1 ? slow : 0));
-        td_track(p[k]);
-    }
     for (int k = 0; k < 2 * per_node; k++)
         ASSERT_EQ(td_exit_code(p[k], 120000), 0);
     const char *fk = "ringd_collectives_fused_auto_total";
@@ -483,13 +479,9 @@ TEST_IMPL(dmn_ring_auto_fused_mismatch)
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
     pid_t p[2];
-    for (int k = 0; k < 2; k++) {
-        p[k] = fork();
-        ASSERT(p[k] >= 0);
-        if (p[k] == 0)
+    for (int k = 0; k < 2; k++)
+        if ((p[k] = td_fork()) == 0)
             _exit(af_mismatch_trainer(c.d[k].sock, k));
-        td_track(p[k]);
-    }
     for (int k = 0; k < 2; k++)
         ASSERT_EQ(td_exit_code(p[k], 60000), 1);
     int told = 0;

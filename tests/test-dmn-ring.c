@@ -733,13 +733,9 @@ TEST_IMPL(dmn_ring_steps_without_collective)
     for (int i = 0; i < 2; i++)
         node_init(&c, i, "1", "2");
     pid_t p[2];
-    for (int i = 0; i < 2; i++) {
-        p[i] = fork();
-        ASSERT(p[i] >= 0);
-        if (p[i] == 0)
+    for (int i = 0; i < 2; i++)
+        if ((p[i] = td_fork()) == 0)
             _exit(nc_trainer(c.d[i].sock));
-        td_track(p[i]);
-    }
     for (int i = 0; i < 2; i++)
         ASSERT_EQ(td_exit_code(p[i], 60000), 0);
     for (int i = 0; i < 2; i++) {
