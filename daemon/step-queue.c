@@ -548,8 +548,9 @@ static void ask_done(void *arg, int status)
  */
 static uint32_t fuse_len(dmn_t *d)
 {
-    uint32_t run = dmn__fuse_run(d), g = d->q.fuse_agreed;
+    uint32_t g = d->q.fuse_agreed;
     if (g > 0) {
+        uint32_t run = dmn__fuse_run(d);
         d->q.fuse_agreed = 0;
         if (run >= g) {
             d->q.auto_fused = g > 1;
@@ -566,6 +567,9 @@ static uint32_t fuse_len(dmn_t *d)
         d->q.fuse_skip--;
         return 1;
     }
+    /* The run is looked for only here and for an answer: a skipped
+     * launch pays nothing for it (one trainer: every pair of entries). */
+    uint32_t run = dmn__fuse_run(d);
     dmn__step_set_state(d, DMN_STEP_REDUCING);
     int rc = dmn__fuse_ask(d, run, ask_done);
     if (rc != 0)
