@@ -4,6 +4,8 @@
  *   ringbench                 the full run (about 2 minutes)
  *   ringbench --quick         fewer sizes, for a smoke test
  *   ringbench --grid [--quick] the flat ring against the grid (below)
+ *   ringbench --options [--rounds R]  the ring's choices at 16-256 MiB,
+ *                             by turns in the same processes (below)
  *
  * For tls in {tcp, auto} and n in {2, 4} it starts n copies of itself on
  * loopback (addresses exchanged through a temp directory) and prints
@@ -392,6 +394,56 @@ static void run_grid(bench_t *b, float *x)
     }
 }
 
+/*
+ * --options: the ring's own choices at large sizes, in the same processes
+ * and by turns (a fresh ring for each run, as in --grid), rounds times:
+ * the default (RING_CHUNK_DEFAULT, one ring), two rings, 4 MiB chunks, and
+ * both. Rank 0 prints each variant's median over the rounds and its
+ * ratio to the default's median of the same size (> 1: faster).
+ */
+#define SWEEP_OPTIONS (-2) /* a pass's sweep argument: run_options */
+#define NOPTS 4
+#define NOPT_SIZES 5
+#define MAX_ROUNDS 15
+
+static void run_options(bench_t *b, float *x, int rounds)
+{
+    static const size_t sz[NOPT_SIZES] = {64 * 1024, MiB, 16 * MiB,
+                                          64 * MiB, 256 * MiB};
+    static const size_t chunk[NOPTS] = {0, 0, 4 * MiB, 4 * MiB};
+    static const int bidir[NOPTS] = {0, 1, 0, 1};
+    double t[NOPT_SIZES][NOPTS][MAX_ROUNDS];
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < NOPT_SIZES; i++)
+            for (int v = 0; v < NOPTS; v++) {
+                ring_opts_t o;
+                ring_opts_default(&o);
+                if (chunk[v] != 0)
+                    o.chunk_bytes = chunk[v];
+                o.bidirectional = bidir[v];
+                ring_t *r = make_ring(b, &o);
+                t[i][v][k] = measure(r, x, sz[i]);
+                if (ring_barrier(r) != 0)
+                    die("barrier", ST_EABORTED);
+                ring_destroy(r);
+            }
+    for (int i = 0; b->rank == 0 && i < NOPT_SIZES; i++) {
+        double med[NOPTS];
+        for (int v = 0; v < NOPTS; v++) {
+            qsort(t[i][v], (size_t)rounds, sizeof(double), cmp_double);
+            med[v] = t[i][v][rounds / 2];
+        }
+        for (int v = 0; v < NOPTS; v++) {
+            ring_opts_t o;
+            ring_opts_default(&o);
+            double bus = (double)sz[i] / med[v] * 2.0 * (b->n - 1) / b->n;
+            fprintf(b->out, "opts\t%u\t%zu\t%zu\t%d\t%.0f\t%.3f\t%.3f\n",
+                    b->n, sz[i], chunk[v] ? chunk[v] : o.chunk_bytes,
+                    bidir[v], med[v] / 1000, bus, med[0] / med[v]);
+        }
+    }
+}
+
 static int worker(bench_t *b)
 {
     int rc = tp_create(NULL, &b->tp);
@@ -407,7 +459,8 @@ static int worker(bench_t *b)
         (rc = tp_peer_connect(b->tp, b->addrs[rr], b->lens[rr], NULL, NULL,
                               &right)) != 0)
         die("connect", rc);
-    size_t max = b->quick || b->sweep ? 64 * MiB : 256 * MiB;
+    size_t max = b->sweep == SWEEP_OPTIONS ? 256 * MiB
+                 : b->quick || b->sweep ? 64 * MiB : 256 * MiB;
     float *x = calloc(max / 4, 4);
     void *rbuf = calloc(max, 1);
     if (!x || !rbuf)
@@ -417,7 +470,9 @@ static int worker(bench_t *b)
         snprintf(path, sizeof path, "%s/rows", b->dir);
         b->out = fopen(path, "w");
     }
-    if (b->sweep < 0)
+    if (b->sweep == SWEEP_OPTIONS)
+        run_options(b, x, b->quick);
+    else if (b->sweep < 0)
         run_grid(b, x);
     else if (b->sweep)
         run_variant(b, x);
@@ -476,11 +531,12 @@ static char *pass(const char *self, const char *tls, int n, int quick,
         char rs[16], ns[16];
         snprintf(rs, sizeof rs, "%d", r);
         snprintf(ns, sizeof ns, "%d", n);
-        char vs[16], cs[32];
+        char vs[16], cs[32], qs[16];
         snprintf(vs, sizeof vs, "%d", sweep);
+        snprintf(qs, sizeof qs, "%d", quick); /* --options: the rounds */
         snprintf(cs, sizeof cs, "%.6f", ceiling);
         char *argv[] = {(char *)self, "--worker", dir, rs, ns, (char *)tls,
-                        quick ? "1" : "0", vs, cs, NULL};
+                        qs, vs, cs, NULL};
         pid[r] = fork();
         if (pid[r] == 0) {
             execv(self, argv);
@@ -553,6 +609,24 @@ static int main_grid(const char *self, int quick)
     return 0;
 }
 
+static int main_options(const char *self, int rounds)
+{
+    printf("mode\tn\tbytes\tchunk\tbidir\tmedian_usec\tbusbw_GBps\t"
+           "vs_default\n");
+    fflush(stdout);
+    for (int n = 2; n <= 4; n += 2) {
+        char *rows = pass(self, "tcp", n, rounds, SWEEP_OPTIONS, 0);
+        if (!rows) {
+            fprintf(stderr, "ringbench: options n=%d failed\n", n);
+            return 1;
+        }
+        fputs(rows, stdout);
+        fflush(stdout);
+        free(rows);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 9 && strcmp(argv[1], "--worker") == 0) {
@@ -572,6 +646,16 @@ int main(int argc, char **argv)
     setenv("RINGD_LOG_LEVEL", "error", 0);
     if (grid)
         return main_grid(self, quick);
+    if (argc > 1 && strcmp(argv[1], "--options") == 0) {
+        int rounds = argc > 3 && strcmp(argv[2], "--rounds") == 0
+                         ? atoi(argv[3]) : 5;
+        if (rounds < 1 || rounds > MAX_ROUNDS) {
+            fprintf(stderr, "ringbench: --rounds takes 1 to %d\n",
+                    MAX_ROUNDS);
+            return 2;
+        }
+        return main_options(self, rounds);
+    }
     printf("tls\tn\tbytes\tusec\talgbw_GBps\tbusbw_GBps\tlink_GBps\tratio\n");
     fflush(stdout);
     double ratio = 0, ceiling = 0;
