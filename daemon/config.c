@@ -24,7 +24,8 @@
 #include "common/wire.h"
 #include "proto/proto.h"
 
-typedef enum { K_STR, K_U32, K_BOOL, K_UCX } key_type_t;
+/* K_AUTO: a K_BOOL that also takes "auto" (2), its default. */
+typedef enum { K_STR, K_U32, K_BOOL, K_AUTO, K_UCX } key_type_t;
 
 typedef struct {
     const char *name;
@@ -97,9 +98,11 @@ static const cfg_key_t keys[] = {
     {"ring-chunk-kib", K_U32, F(ring_chunk_kib), 1, 1048576, "KIB",
      "pipeline chunk of the ring's messages, in KiB; a job option (the "
      "job's first view fixes it, every node follows; default 1024)"},
-    {"ring-bidirectional", K_BOOL, F(ring_bidirectional), 0, 0, NULL,
-     "allreduce on two rings at once, half the data each way round; a "
-     "job option (default off)"},
+    {"ring-bidirectional", K_AUTO, F(ring_bidirectional), 0, 0,
+     "true|false|auto",
+     "allreduce on two rings at once, half the data each way round: "
+     "true for every allreduce, auto (default) for those of 1 to 128 MiB, "
+     "where two rings measured faster; a job option"},
     {"ring-wire", K_STR, F(ring_wire), 0, 0, "none|bf16|f16",
      "the default compression of f32 allreduces on the wire (16 bits a "
      "value, f32 accumulation; a trainer may choose per call); a job "
@@ -175,6 +178,17 @@ static const cfg_key_t keys[] = {
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
+/* A value a K_AUTO key takes as the next word of a command line. */
+static int is_auto_word(const char *v)
+{
+    static const char *const w[] = {"true", "false", "auto", "yes", "no",
+                                    "1", "0"};
+    for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+        if (strcmp(v, w[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static void set_str(char **dst, const char *v)
 {
     free(*dst);
@@ -203,6 +217,7 @@ void dmn_config_init(dmn_config_t *cfg)
     cfg->liveness_ms = 1000;
     cfg->job_grace_ms = 10000;
     cfg->step_commit = 1;
+    cfg->ring_bidirectional = 2; /* auto */
     cfg->ring_grid_min_nodes = 16;
     cfg->ring_chunk_kib = 1024;
     cfg->ring_fuse_kib = 65536;
@@ -270,16 +285,20 @@ static int set_key(dmn_config_t *cfg, const cfg_key_t *k, const char *v,
         *(uint32_t *)((char *)cfg + k->off) = (uint32_t)n;
         return 0;
     }
+    case K_AUTO:
     case K_BOOL:
-        if (strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 ||
+        if (k->type == K_AUTO && strcmp(v, "auto") == 0) {
+            *(int *)((char *)cfg + k->off) = 2;
+        } else if (strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 ||
             strcmp(v, "1") == 0) {
             *(int *)((char *)cfg + k->off) = 1;
         } else if (strcmp(v, "false") == 0 || strcmp(v, "no") == 0 ||
                    strcmp(v, "0") == 0) {
             *(int *)((char *)cfg + k->off) = 0;
         } else {
-            snprintf(why, wlen, "bad boolean '%s' for '%s' (want true or "
-                     "false)", v, k->name);
+            snprintf(why, wlen, "bad boolean '%s' for '%s' (want true%s "
+                     "false)", v, k->name, k->type == K_AUTO ? ", auto or"
+                                                           : " or");
             return ST_ECONFIG;
         }
         return 0;
@@ -499,7 +518,11 @@ static int parse_flags(dmn_config_t *cfg, int argc, char **argv, int apply,
             return ST_ECONFIG;
         }
         const char *v = eq ? eq + 1 : NULL;
-        if (v == NULL && k != NULL && k->type == K_BOOL) {
+        if (v == NULL && k != NULL && k->type == K_AUTO && i + 1 < argc &&
+            is_auto_word(argv[i + 1])) {
+            v = argv[++i]; /* --ring-bidirectional auto, as --help says */
+        } else if (v == NULL && k != NULL &&
+                   (k->type == K_BOOL || k->type == K_AUTO)) {
             v = "true";
         } else if (v == NULL) {
             if (i + 1 >= argc) {

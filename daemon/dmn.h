@@ -44,7 +44,7 @@ typedef struct dmn_config {
     uint32_t ring_fuse_kib;       /* fuse queued allreduces up to this
                                      (a job option); 0: off */
     uint32_t ring_chunk_kib;      /* the ring's pipeline chunk */
-    int ring_bidirectional;       /* two rings, half the data each */
+    int ring_bidirectional;       /* two rings: 0, 1 or 2 (auto, default) */
     char *ring_wire;              /* "none", "bf16" or "f16": default
                                      compression of f32 allreduces */
     uint32_t step_timeout_ms; /* a trainer silent this long in a step

@@ -339,7 +339,7 @@ typedef struct {
      * the node that wrote it, and every node runs with the view's
      * (job/README.md, "The job's ring options"). */
     uint64_t ring_chunk_bytes;    /* 0: the ring's default */
-    uint32_t ring_bidirectional;  /* 0 or 1 */
+    uint32_t ring_bidirectional;  /* RING_BIDIR_OFF, _ON or _AUTO */
     rd_wire_t ring_wire;          /* RD_WIRE_DEFAULT: none */
     uint32_t ring_grid_min_nodes; /* 0: never */
     uint64_t ring_grid_max_bytes; /* 0: any size */

@@ -37,7 +37,8 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
                     shared_env[i]);
     o->chunk_bytes = cfg->ring_chunk_bytes > 0
                          ? (size_t)cfg->ring_chunk_bytes : RING_CHUNK_DEFAULT;
-    o->bidirectional = cfg->ring_bidirectional != 0;
+    o->bidirectional = cfg->ring_bidirectional <= RING_BIDIR_AUTO
+                           ? (int)cfg->ring_bidirectional : RING_BIDIR_AUTO;
     o->wire = rd_wire_concrete(cfg->ring_wire, RD_WIRE_NONE);
     o->grid_min_nodes = cfg->ring_grid_min_nodes;
     o->grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
@@ -50,7 +51,7 @@ char *job__opts_json(const ring_opts_t *o, const job_xopts_t *x)
     if (asprintf(&s, "{\"chunk\":%zu,\"bidir\":%d,\"wire\":\"%s\","
                  "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u,"
                  "\"commit\":%d,\"fuse\":%llu}",
-                 o->chunk_bytes, o->bidirectional ? 1 : 0,
+                 o->chunk_bytes, o->bidirectional,
                  rd_wire_name(o->wire), o->grid_min_nodes,
                  o->grid_max_bytes, o->grid_cols, x->commit ? 1 : 0,
                  (unsigned long long)x->fuse_bytes) < 0)
@@ -97,7 +98,7 @@ static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
     if (rc == 0)
         rc = take_num(j, "chunk", 64, 1 << 30, &chunk);
     if (rc == 0)
-        rc = take_num(j, "bidir", 0, 1, &bidir);
+        rc = take_num(j, "bidir", RING_BIDIR_OFF, RING_BIDIR_AUTO, &bidir);
     if (rc == 0)
         rc = take_num(j, "grid_min", 0, UINT32_MAX, &gmin);
     if (rc == 0)
@@ -124,6 +125,12 @@ static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
     return 0;
 }
 
+/* The config's words for o->bidirectional. */
+static const char *bidir_name(int b)
+{
+    return b == RING_BIDIR_AUTO ? "auto" : b ? "true" : "false";
+}
+
 /* "name mine (job's theirs)" for each field that differs, into buf. */
 static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
                           const job_xopts_t *my_x, const job_xopts_t *x,
@@ -144,8 +151,8 @@ static void describe_diff(const ring_opts_t *mine, const ring_opts_t *job,
     DIFF(mine->chunk_bytes != job->chunk_bytes, "chunk %zu B (job's %zu)",
          mine->chunk_bytes, job->chunk_bytes);
     DIFF(mine->bidirectional != job->bidirectional,
-         "bidirectional %d (job's %d)", mine->bidirectional,
-         job->bidirectional);
+         "bidirectional %s (job's %s)", bidir_name(mine->bidirectional),
+         bidir_name(job->bidirectional));
     DIFF(mine->wire != job->wire, "wire %s (job's %s)",
          rd_wire_name(mine->wire), rd_wire_name(job->wire));
     DIFF(mine->grid_min_nodes != job->grid_min_nodes,
@@ -198,9 +205,9 @@ void job__opts_install(job_ring_t *b, const mb_view_t *v)
     free(b->opts_seen);
     b->opts_seen = strdup(text);
     RD_INFO("ring backend: the job's ring options: chunk %zu B, wire %s, "
-            "bidirectional %d, grid from %u nodes (max %zu B, %u cols), "
+            "bidirectional %s, grid from %u nodes (max %zu B, %u cols), "
             "step commit %s, fusion up to %llu B%s",
-            o.chunk_bytes, rd_wire_name(o.wire), o.bidirectional,
+            o.chunk_bytes, rd_wire_name(o.wire), bidir_name(o.bidirectional),
             o.grid_min_nodes, o.grid_max_bytes, o.grid_cols,
             x.commit ? "on" : "off", (unsigned long long)x.fuse_bytes,
             v->opts != NULL ? "" : " (the view has none: this node's)");

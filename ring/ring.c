@@ -687,6 +687,16 @@ static int allreduce_one(ring_t *r, void *buf, size_t count,
     return 0;
 }
 
+/* RING_BIDIR_AUTO's sizes: ring.h. Every rank has the same count and
+ * dtype, so every rank makes the same choice. */
+static int two_rings(const ring_opts_t *o, size_t count, size_t es)
+{
+    if (count < 2 || o->bidirectional == RING_BIDIR_OFF)
+        return 0;
+    return o->bidirectional == RING_BIDIR_ON ||
+           (count * es >= RING_BIDIR_MIN && count * es <= RING_BIDIR_MAX);
+}
+
 static int allreduce_flat(ring_t *r, void *buf, size_t count,
                           const ring_local_t *local)
 {
@@ -700,7 +710,7 @@ static int allreduce_flat(ring_t *r, void *buf, size_t count,
         return rc;
     r->coll.local = local;
     ring__chans_flat(r);
-    unsigned nchan = r->opts.bidirectional && count >= 2 ? 2 : 1;
+    unsigned nchan = two_rings(&r->opts, count, r->coll.es) ? 2 : 1;
     size_t half = nchan == 2 ? count / 2 : count;
     ring__chan_setup(&r->chan[0], buf, 0, half, r->n);
     if (nchan == 2)
@@ -713,6 +723,8 @@ static int allreduce_flat(ring_t *r, void *buf, size_t count,
     rc = coll_run(r);
     if (rc == 0 && local != NULL)
         r->stats.local_pipelined++;
+    if (rc == 0 && nchan == 2)
+        r->stats.two_rings++;
     if (rc == 0 && r->coll.pieces != NULL)
         r->stats.local_in_place++;
     r->coll.local = NULL;

@@ -72,7 +72,10 @@ typedef struct {
     int spin_us;          /* busy-poll this long before sleeping on efd */
     int spin_adaptive;    /* 1 (default): busy-poll only while the last
                              idle spells were shorter than spin_us */
-    int bidirectional;    /* allreduce on two rings, half the data each */
+    int bidirectional;    /* allreduce on two rings, half the data each:
+                             RING_BIDIR_OFF, _ON (every allreduce of 2
+                             elements or more) or _AUTO (default: by
+                             size, below) */
     int recv_inplace;     /* 1 (default): receives that only copy (the
                              allgather half, broadcast) land in the
                              user's buffer, not in a staging slot; a
@@ -123,10 +126,22 @@ typedef struct {
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
 
 /*
+ * Two rings or one. RING_BIDIR_AUTO runs an allreduce of RING_BIDIR_MIN to
+ * RING_BIDIR_MAX bytes of data on two and the rest on one: that is where
+ * two won in `ringbench --options` (medians of interleaved rounds, tcp,
+ * n = 2 and 4: 1.08-2.6x at 1-2 MiB, 1.0-1.19x at 16 MiB, even at 64-128
+ * MiB; below 1 MiB twice the messages cost up to 0.62x at 64 KiB, at 256
+ * MiB n = 2 0.89-1.04x). ring/README.md, "Two rings".
+ */
+enum { RING_BIDIR_OFF = 0, RING_BIDIR_ON = 1, RING_BIDIR_AUTO = 2 };
+#define RING_BIDIR_MIN ((size_t)1 << 20)
+#define RING_BIDIR_MAX ((size_t)128 << 20)
+
+/*
  * Every rank of a view must use the same chunk_bytes, bidirectional, wire
  * and grid fields (ringd carries them in the job's view).
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
- * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1,
+ * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1|2,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
  * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS, and
  * RINGD_RING_RECV_INPLACE=0|1 and RINGD_RING_LIVE_MS (not on the wire:
@@ -334,6 +349,8 @@ typedef struct {
                                  them chunk by chunk in the ring */
     uint64_t local_in_place;  /* allreduces of one local source in pieces
                                  that ran in the pieces themselves */
+    uint64_t two_rings;       /* allreduces that ran on two rings
+                                 (ring_opts_t.bidirectional) */
     uint64_t recv_inplace;  /* receives applied that had landed in the
                                user's buffer (no staging copy) */
     /* Idle spells of collectives (no work from UCX or the channels until

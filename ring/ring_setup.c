@@ -32,7 +32,7 @@ void ring_opts_default(ring_opts_t *o)
     o->deadline_ms = (int)env_long("RINGD_RING_DEADLINE_MS", 2000);
     o->spin_us = (int)env_long("RINGD_RING_SPIN_US", 50);
     o->spin_adaptive = (int)env_long("RINGD_RING_SPIN_ADAPT", 1);
-    o->bidirectional = (int)env_long("RINGD_RING_BIDIR", 0);
+    o->bidirectional = (int)env_long("RINGD_RING_BIDIR", RING_BIDIR_AUTO);
     o->recv_inplace = (int)env_long("RINGD_RING_RECV_INPLACE", 1);
     o->live_ms = (int)env_long("RINGD_RING_LIVE_MS", 0);
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
@@ -91,10 +91,12 @@ static int opts_check(const ring_opts_t *o)
 {
     if (o->chunk_bytes < 64 || o->recv_depth < 1 || o->send_depth < 1 ||
         o->deadline_ms < 1 || o->spin_us < 0 || o->live_ms < 0 ||
+        o->bidirectional < RING_BIDIR_OFF ||
+        o->bidirectional > RING_BIDIR_AUTO ||
         o->wire == RD_WIRE_DEFAULT || (unsigned)o->wire >= RD_WIRE_COUNT) {
-        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u, wire %s)",
-                 o->chunk_bytes, o->recv_depth, o->send_depth,
-                 rd_wire_name(o->wire));
+        RD_ERROR("ring: invalid options (chunk %zu, depth %u/%u, wire %s, "
+                 "bidirectional %d)", o->chunk_bytes, o->recv_depth,
+                 o->send_depth, rd_wire_name(o->wire), o->bidirectional);
         return ST_EINVAL;
     }
     return 0;

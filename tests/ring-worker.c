@@ -26,6 +26,9 @@
  *            bytes and its idle spells: with --spin-adapt 1 it busy-polls
  *            in vain at most once, with 0 (the fixed policy) at least in
  *            half of them
+ *   rings    an f32 sum of each of --counts (checked) on one ring or two
+ *            as --expect-rings says, a 0 or 1 per count (ring_stats'
+ *            two_rings); --bidir-mode 0|1|2 sets ring_opts_t.bidirectional
  *   local    every dtype x op x count (--counts) with --locals L local
  *            sources per rank (whole buffers, or --fused: three pieces
  *            each): an allreduce of local sources must leave every
@@ -246,6 +249,24 @@ static void mode_matrix(void)
     if (W.expect_inplace >= 0 && (st.recv_inplace > 0) != W.expect_inplace)
         DIE("stats: %" PRIu64 " receives in place, want %s", st.recv_inplace,
             W.expect_inplace ? "some" : "none");
+}
+
+/* The ring's choice of one ring or two, per size. */
+static void mode_rings(void)
+{
+    if (W.nrings != W.ncounts)
+        DIE("--expect-rings names %d counts, --counts %d", W.nrings,
+            W.ncounts);
+    for (int c = 0; c < W.ncounts; c++) {
+        ring_stats_t a, b;
+        ring_stats(W.ring, &a);
+        one_allreduce(KERN_F32, KERN_SUM, W.counts[c]);
+        ring_stats(W.ring, &b);
+        if (b.two_rings - a.two_rings != (uint64_t)W.rings[c])
+            DIE("an allreduce of %zu f32 ran on %s, want %s", W.counts[c],
+                b.two_rings > a.two_rings ? "two rings" : "one",
+                W.rings[c] ? "two" : "one");
+    }
 }
 
 /* ---- broadcast, allgather, barrier -------------------------------------- */
@@ -683,6 +704,16 @@ static void mode_late(void)
 
 /* ---- main ------------------------------------------------------------- */
 
+static void parse_rings(const char *s)
+{
+    W.nrings = 0;
+    for (; *s && W.nrings < 16; s += *s == ',')
+        if (*s == '0' || *s == '1')
+            W.rings[W.nrings++] = *s++ - '0';
+        else
+            DIE("bad --expect-rings %s", s);
+}
+
 static void parse_counts(const char *s)
 {
     W.ncounts = 0;
@@ -769,6 +800,9 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--fused")) W.fused = 1;
         else if (!strcmp(a, "--f32")) W.f32_only = 1;
         else if (!strcmp(a, "--counts")) parse_counts(v), i++;
+        else if (!strcmp(a, "--expect-rings")) parse_rings(v), i++;
+        else if (!strcmp(a, "--bidir-mode"))
+            W.opts.bidirectional = atoi(v), i++;
         else if (!strcmp(a, "--wire")) {
             W.opts.wire = !strcmp(v, "bf16") ? RD_WIRE_BF16 : RD_WIRE_F16;
             i++;
@@ -791,6 +825,8 @@ int main(int argc, char **argv)
         mode_matrix();
     else if (!strcmp(W.mode, "coll"))
         mode_coll();
+    else if (!strcmp(W.mode, "rings"))
+        mode_rings();
     else if (!strcmp(W.mode, "flags"))
         mode_flags();
     else if (!strcmp(W.mode, "big"))

@@ -38,6 +38,8 @@ typedef struct {
     int fused, f32_only;
     uint32_t expect_rows;
     int expect_inplace; /* -1: no check; 0: none in place; 1: some */
+    int rings[16];      /* rings mode: two rings (1) or one, per count */
+    int nrings;
     uint32_t host_size;
     uint32_t *hosts;
     tp_t *tp;

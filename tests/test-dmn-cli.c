@@ -92,6 +92,9 @@ TEST_IMPL(dmn_bad_command_lines)
         {{"--standalone", "--log-level", "loud"}, 2, "bad log level"},
         {{"--standalone", "--ring-wire", "fp8"}, 2, "bad ring-wire 'fp8'"},
         {{"--standalone", "--ring-chunk-kib", "0"}, 2, "bad number '0'"},
+        {{"--standalone", "--ring-bidirectional=both"}, 2,
+         "bad boolean 'both' for 'ring-bidirectional' (want true, auto or "
+         "false)"},
         {{"--standalone", "--ucx-opt", "TLS"}, 2, "want KEY=VAL"},
         {{"--standalone", "stray"}, 2, "unexpected argument 'stray'"},
         {{"--standalone", "-c", "/nonexistent/r.conf"}, 2,
@@ -138,7 +141,7 @@ TEST_IMPL(dmn_config_file_and_flags)
     ASSERT_EQ(cfg.ring_grid_min_nodes, 16); /* the grid from 16 nodes */
     ASSERT_EQ(cfg.ring_chunk_kib, 1024);
     ASSERT_STR_EQ(cfg.ring_wire, "none");
-    ASSERT_EQ(cfg.ring_bidirectional, 0);
+    ASSERT_EQ(cfg.ring_bidirectional, 2); /* auto: two rings by size */
     ASSERT_OK(dmn_config_load(&cfg, 12, argv, stderr));
     ASSERT_EQ(cfg.ring_grid_min_nodes, 24);
     ASSERT_EQ(cfg.ring_chunk_kib, 256);
@@ -157,6 +160,38 @@ TEST_IMPL(dmn_config_file_and_flags)
     ASSERT_STR_EQ(cfg.metrics_addr, "127.0.0.1:9464");
     dmn_config_free(&cfg);
     dmn_config_free(NULL);
+    return 0;
+}
+
+/* ring-bidirectional: auto by default; true, false or auto from a file,
+ * a bare flag (true), "=VALUE" or the next word when it is a value. */
+TEST_IMPL(dmn_config_bidir_auto)
+{
+    td_daemon_t t;
+    td_init(&t, "dmn-bidir");
+    const char *conf = td_path(&t, "r.conf");
+    write_file(conf, "standalone = yes\nring-bidirectional = false\n");
+    struct {
+        char *argv[6];
+        int argc, want;
+    } cases[] = {
+        {{"ringd", "-c", (char *)conf}, 3, 0},
+        {{"ringd", "-c", (char *)conf, "--ring-bidirectional"}, 4, 1},
+        {{"ringd", "-c", (char *)conf, "--ring-bidirectional", "auto"}, 5, 2},
+        {{"ringd", "-c", (char *)conf, "--ring-bidirectional=auto"}, 4, 2},
+        {{"ringd", "--standalone", "--ring-bidirectional", "no"}, 4, 0},
+        {{"ringd", "--standalone"}, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dmn_config_t cfg;
+        dmn_config_init(&cfg);
+        ASSERT_OK(dmn_config_load(&cfg, cases[i].argc, cases[i].argv,
+                                  stderr));
+        ASSERT_MSG(cfg.ring_bidirectional == cases[i].want,
+                   "case %zu: %d, want %d", i, cfg.ring_bidirectional,
+                   cases[i].want);
+        dmn_config_free(&cfg);
+    }
     return 0;
 }
 

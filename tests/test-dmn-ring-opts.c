@@ -115,13 +115,14 @@ static void opts_join_logs(cluster_t *c, const td_hashes_t *h)
     enum { STEPS = 2000 };
     const char *warn = "this node's config differs from the job's ring "
                        "options: chunk 1024 B (job's 1048576), "
-                       "bidirectional 1 (job's 0), wire bf16 (job's none), "
+                       "bidirectional true (job's auto), wire bf16 "
+                       "(job's none), "
                        "grid-min-nodes 2 (job's 16), fuse 0 B (job's "
                        "67108864); following the job's";
     ASSERT_MSG(td_count(c->d[2].log, warn) == 1, "n2 warned %d times",
                td_count(c->d[2].log, "differs from the job's"));
     ASSERT(td_file_has(c->d[2].log, "the job's ring options: chunk 1048576 "
-                                   "B, wire none, bidirectional 0, grid "
+                                   "B, wire none, bidirectional auto, grid "
                                    "from 16 nodes"));
     ASSERT(td_file_has(c->d[0].log, "RINGD_RING_WIRE is ignored"));
     /* Nobody was evicted: from n2's first step to the last, n0's steps
@@ -201,7 +202,7 @@ TEST_IMPL(dmn_ring_opts_join)
     ASSERT_OK(td_wait_file(td_path(&c.d[2], "h0"), "step ", 60000));
     char *v = etcd_view(&c, fx_path(&c.etcd, "view2.json"));
     ASSERT_MSG(v != NULL && strstr(v, "\"opts\":{\"chunk\":1048576,"
-                                      "\"bidir\":0,\"wire\":\"none\","
+                                      "\"bidir\":2,\"wire\":\"none\","
                                       "\"grid_min\":16,") != NULL,
                "view 2: %s", v ? v : "(none)");
     free(v);
@@ -221,7 +222,7 @@ TEST_IMPL(dmn_ring_opts_join)
                "n2 never wrote a view of its own");
     v = etcd_view(&c, fx_path(&c.etcd, "view3.json"));
     ASSERT_MSG(v != NULL && strstr(v, "\"opts\":{\"chunk\":1048576,"
-                                      "\"bidir\":0,\"wire\":\"none\","
+                                      "\"bidir\":2,\"wire\":\"none\","
                                       "\"grid_min\":16,") != NULL,
                "n2's view: %s", v ? v : "(none)");
     free(v);

@@ -247,6 +247,22 @@ TEST_IMPL(ring_flags_bidir_n3)
     return 0;
 }
 
+/*
+ * One ring or two: auto (the default) takes two for allreduces of 1 MiB
+ * to 128 MiB of data only, on every rank alike (the sums are checked);
+ * on (--bidir) two from 2 elements, off never.
+ */
+TEST_IMPL(ring_bidir_auto_n3)
+{
+    run_ok(3, "rings", "--counts 1,16384,262143,262144,33554432,33554433 "
+           "--expect-rings 0,0,0,1,1,0", "tcp", 0);
+    run_ok(3, "rings", "--bidir-mode 1 --counts 1,2,262143 "
+           "--expect-rings 0,1,1", "tcp", 0);
+    run_ok(3, "rings", "--bidir-mode 0 --counts 262144,4194304 "
+           "--expect-rings 0,0", "tcp", 0);
+    return 0;
+}
+
 TEST_IMPL(ring_coll_shm_n3)
 {
     run_ok(3, "coll", "--counts 1,3,300007 --chunk 16384", "sm,self", 1);
