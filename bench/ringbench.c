@@ -4,8 +4,9 @@
  *   ringbench                 the full run (about 2 minutes)
  *   ringbench --quick         fewer sizes, for a smoke test
  *   ringbench --grid [--quick] the flat ring against the grid (below)
- *   ringbench --options [--rounds R]  the ring's choices at 16-256 MiB,
- *                             by turns in the same processes (below)
+ *   ringbench --options [--rounds R] [--sizes B,...] [--chunks B,...]
+ *                             one ring or two and the chunk, by turns in
+ *                             the same processes (below)
  *
  * For tls in {tcp, auto} and n in {2, 4} it starts n copies of itself on
  * loopback (addresses exchanged through a temp directory) and prints
@@ -395,51 +396,76 @@ static void run_grid(bench_t *b, float *x)
 }
 
 /*
- * --options: the ring's own choices at large sizes, in the same processes
- * and by turns (a fresh ring for each run, as in --grid), rounds times:
- * the default (RING_CHUNK_DEFAULT, one ring), two rings, 4 MiB chunks, and
- * both. Rank 0 prints each variant's median over the rounds and its
- * ratio to the default's median of the same size (> 1: faster).
+ * --options: the ring's own choices, in the same processes and by turns
+ * (a fresh ring for each run, as in --grid), rounds times: for each size,
+ * each chunk on one ring and on two. Rank 0 prints each variant's median
+ * over the rounds and its ratio to the first variant's median of the
+ * same size (the first chunk, one ring; > 1: faster). Sizes and chunks
+ * come from the launcher's --sizes and --chunks, through the environment
+ * (RINGBENCH_SIZES, RINGBENCH_CHUNKS: comma-separated bytes).
  */
 #define SWEEP_OPTIONS (-2) /* a pass's sweep argument: run_options */
-#define NOPTS 4
-#define NOPT_SIZES 5
+#define MAX_LIST 8
 #define MAX_ROUNDS 15
+#define OPT_MAX_BYTES (256 * MiB)
+#define OPT_SIZES "65536,1048576,16777216,67108864,268435456"
+#define OPT_CHUNKS "1048576,4194304"
+
+/* A list of up to MAX_LIST byte counts in [lo, hi]; its length, or -1. */
+static int parse_list(const char *s, size_t lo, size_t hi, size_t *out)
+{
+    int n = 0;
+    while (s != NULL && *s != '\0') {
+        char *end;
+        unsigned long long v = strtoull(s, &end, 0);
+        if (end == s || n == MAX_LIST || v < lo || v > hi ||
+            (*end != ',' && *end != '\0'))
+            return -1;
+        out[n++] = (size_t)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n > 0 ? n : -1;
+}
+
+static double options_run(bench_t *b, float *x, size_t bytes, size_t chunk,
+                          int bidir)
+{
+    ring_opts_t o;
+    ring_opts_default(&o);
+    o.chunk_bytes = chunk;
+    o.bidirectional = bidir ? RING_BIDIR_ON : RING_BIDIR_OFF;
+    ring_t *r = make_ring(b, &o);
+    double ns = measure(r, x, bytes);
+    if (ring_barrier(r) != 0)
+        die("barrier", ST_EABORTED);
+    ring_destroy(r);
+    return ns;
+}
 
 static void run_options(bench_t *b, float *x, int rounds)
 {
-    static const size_t sz[NOPT_SIZES] = {64 * 1024, MiB, 16 * MiB,
-                                          64 * MiB, 256 * MiB};
-    static const size_t chunk[NOPTS] = {0, 0, 4 * MiB, 4 * MiB};
-    static const int bidir[NOPTS] = {0, 1, 0, 1};
-    double t[NOPT_SIZES][NOPTS][MAX_ROUNDS];
+    size_t sz[MAX_LIST], ch[MAX_LIST];
+    int nsz = parse_list(getenv("RINGBENCH_SIZES"), 4, OPT_MAX_BYTES, sz);
+    int nch = parse_list(getenv("RINGBENCH_CHUNKS"), 64, 1 << 30, ch);
+    if (nsz < 0 || nch < 0)
+        die("--options: sizes or chunks", ST_EINVAL);
+    static double t[MAX_LIST][2 * MAX_LIST][MAX_ROUNDS];
+    int nv = 2 * nch; /* variant v: chunk ch[v / 2], v % 2 rings + 1 */
     for (int k = 0; k < rounds; k++)
-        for (int i = 0; i < NOPT_SIZES; i++)
-            for (int v = 0; v < NOPTS; v++) {
-                ring_opts_t o;
-                ring_opts_default(&o);
-                if (chunk[v] != 0)
-                    o.chunk_bytes = chunk[v];
-                o.bidirectional = bidir[v];
-                ring_t *r = make_ring(b, &o);
-                t[i][v][k] = measure(r, x, sz[i]);
-                if (ring_barrier(r) != 0)
-                    die("barrier", ST_EABORTED);
-                ring_destroy(r);
-            }
-    for (int i = 0; b->rank == 0 && i < NOPT_SIZES; i++) {
-        double med[NOPTS];
-        for (int v = 0; v < NOPTS; v++) {
+        for (int i = 0; i < nsz; i++)
+            for (int v = 0; v < nv; v++)
+                t[i][v][k] = options_run(b, x, sz[i], ch[v / 2], v % 2);
+    for (int i = 0; b->rank == 0 && i < nsz; i++) {
+        double med[2 * MAX_LIST];
+        for (int v = 0; v < nv; v++) {
             qsort(t[i][v], (size_t)rounds, sizeof(double), cmp_double);
             med[v] = t[i][v][rounds / 2];
         }
-        for (int v = 0; v < NOPTS; v++) {
-            ring_opts_t o;
-            ring_opts_default(&o);
+        for (int v = 0; v < nv; v++) {
             double bus = (double)sz[i] / med[v] * 2.0 * (b->n - 1) / b->n;
             fprintf(b->out, "opts\t%u\t%zu\t%zu\t%d\t%.0f\t%.3f\t%.3f\n",
-                    b->n, sz[i], chunk[v] ? chunk[v] : o.chunk_bytes,
-                    bidir[v], med[v] / 1000, bus, med[0] / med[v]);
+                    b->n, sz[i], ch[v / 2], v % 2, med[v] / 1000, bus,
+                    med[0] / med[v]);
         }
     }
 }
@@ -459,7 +485,7 @@ static int worker(bench_t *b)
         (rc = tp_peer_connect(b->tp, b->addrs[rr], b->lens[rr], NULL, NULL,
                               &right)) != 0)
         die("connect", rc);
-    size_t max = b->sweep == SWEEP_OPTIONS ? 256 * MiB
+    size_t max = b->sweep == SWEEP_OPTIONS ? OPT_MAX_BYTES
                  : b->quick || b->sweep ? 64 * MiB : 256 * MiB;
     float *x = calloc(max / 4, 4);
     void *rbuf = calloc(max, 1);
@@ -609,10 +635,34 @@ static int main_grid(const char *self, int quick)
     return 0;
 }
 
-static int main_options(const char *self, int rounds)
+/* --options [--rounds R] [--sizes LIST] [--chunks LIST] */
+static int main_options(const char *self, int argc, char **argv)
 {
+    int rounds = 5;
+    const char *sizes = OPT_SIZES, *chunks = OPT_CHUNKS;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--rounds") == 0)
+            rounds = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--sizes") == 0)
+            sizes = argv[i + 1];
+        else if (strcmp(argv[i], "--chunks") == 0)
+            chunks = argv[i + 1];
+        else
+            argc = -1;
+    }
+    size_t tmp[MAX_LIST];
+    if (argc < 0 || argc % 2 != 0 || rounds < 1 || rounds > MAX_ROUNDS ||
+        parse_list(sizes, 4, OPT_MAX_BYTES, tmp) < 0 ||
+        parse_list(chunks, 64, 1 << 30, tmp) < 0) {
+        fprintf(stderr, "ringbench: --options [--rounds 1..%d] [--sizes "
+                "BYTES,... (4 B to 256 MiB, at most %d)] [--chunks "
+                "BYTES,... (at most %d)]\n", MAX_ROUNDS, MAX_LIST, MAX_LIST);
+        return 2;
+    }
+    setenv("RINGBENCH_SIZES", sizes, 1);
+    setenv("RINGBENCH_CHUNKS", chunks, 1);
     printf("mode\tn\tbytes\tchunk\tbidir\tmedian_usec\tbusbw_GBps\t"
-           "vs_default\n");
+           "vs_first\n");
     fflush(stdout);
     for (int n = 2; n <= 4; n += 2) {
         char *rows = pass(self, "tcp", n, rounds, SWEEP_OPTIONS, 0);
@@ -646,16 +696,8 @@ int main(int argc, char **argv)
     setenv("RINGD_LOG_LEVEL", "error", 0);
     if (grid)
         return main_grid(self, quick);
-    if (argc > 1 && strcmp(argv[1], "--options") == 0) {
-        int rounds = argc > 3 && strcmp(argv[2], "--rounds") == 0
-                         ? atoi(argv[3]) : 5;
-        if (rounds < 1 || rounds > MAX_ROUNDS) {
-            fprintf(stderr, "ringbench: --rounds takes 1 to %d\n",
-                    MAX_ROUNDS);
-            return 2;
-        }
-        return main_options(self, rounds);
-    }
+    if (argc > 1 && strcmp(argv[1], "--options") == 0)
+        return main_options(self, argc - 2, argv + 2);
     printf("tls\tn\tbytes\tusec\talgbw_GBps\tbusbw_GBps\tlink_GBps\tratio\n");
     fflush(stdout);
     double ratio = 0, ceiling = 0;
