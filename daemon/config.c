@@ -101,8 +101,8 @@ static const cfg_key_t keys[] = {
     {"ring-bidirectional", K_AUTO, F(ring_bidirectional), 0, 0,
      "true|false|auto",
      "allreduce on two rings at once, half the data each way round: "
-     "true for every allreduce, auto (default) for those of 1 to 128 MiB, "
-     "where two rings measured faster; a job option"},
+     "true for every allreduce, auto (default) for those of 16 to 128 MiB, "
+     "where two rings measured as fast or faster; a job option"},
     {"ring-wire", K_STR, F(ring_wire), 0, 0, "none|bf16|f16",
      "the default compression of f32 allreduces on the wire (16 bits a "
      "value, f32 accumulation; a trainer may choose per call); a job "

@@ -127,14 +127,15 @@ typedef struct {
 
 /*
  * Two rings or one. RING_BIDIR_AUTO runs an allreduce of RING_BIDIR_MIN to
- * RING_BIDIR_MAX bytes of data on two and the rest on one: that is where
- * two won in `ringbench --options` (medians of interleaved rounds, tcp,
- * n = 2 and 4: 1.08-2.6x at 1-2 MiB, 1.0-1.19x at 16 MiB, even at 64-128
- * MiB; below 1 MiB twice the messages cost up to 0.62x at 64 KiB, at 256
- * MiB n = 2 0.89-1.04x). ring/README.md, "Two rings".
+ * RING_BIDIR_MAX bytes of data on two and the rest on one: where two were
+ * as fast or faster both in `ringbench --options` (medians of rounds by
+ * turns, tcp, n = 2 and 4) and through the daemons (`bench/e2e
+ * --vs-ring`). Below 16 MiB the raw ring gained but the daemons' path
+ * did not (n = 4, 1 MiB: 0.89x); at 256 MiB n = 2 read 0.89-1.04x.
+ * ring/README.md, "Two rings".
  */
 enum { RING_BIDIR_OFF = 0, RING_BIDIR_ON = 1, RING_BIDIR_AUTO = 2 };
-#define RING_BIDIR_MIN ((size_t)1 << 20)
+#define RING_BIDIR_MIN ((size_t)16 << 20)
 #define RING_BIDIR_MAX ((size_t)128 << 20)
 
 /*
