@@ -648,11 +648,11 @@ void ring__chans_flat(ring_t *r)
  * An allreduce's segment of at least 2 * RING_SPLIT_MIN bytes that would
  * be one chunk goes as two: with one chunk a rank's send of a segment
  * waits for the whole of its receive, and the link idles in between
- * (ring/README.md, "Two rings": 2 MiB at n = 2, 1 MiB segments, 2.0-2.3x
- * faster in halves; 2 MiB at n = 4, 512 KiB segments, 1.2-1.3x).
+ * (ring/README.md, "Two rings": 2 MiB at n = 2, 1 MiB segments, 1.4-2.0x
+ * faster in halves; segments of 512 KiB gained nothing).
  * Depends on the count alone, the same on every rank.
  */
-#define RING_SPLIT_MIN ((size_t)256 << 10)
+#define RING_SPLIT_MIN ((size_t)512 << 10)
 
 /* Set up channel c over elements [first, first+count) of buf. */
 void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,

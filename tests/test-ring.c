@@ -256,8 +256,8 @@ TEST_IMPL(ring_bidir_auto_n3)
 {
     run_ok(3, "rings", "--counts 1,16384,4194303,4194304,33554432,33554433 "
            "--expect-rings 0,0,0,1,1,0", "tcp", 0);
-    /* 1.5 MiB: 512 KiB segments, each in two chunks (RING_SPLIT_MIN). */
-    run_ok(3, "rings", "--counts 393216,393215 --expect-rings 0,0", "tcp",
+    /* 3 MiB: 1 MiB segments, each in two chunks (RING_SPLIT_MIN). */
+    run_ok(3, "rings", "--counts 786432,786431 --expect-rings 0,0", "tcp",
            0);
     run_ok(3, "rings", "--bidir-mode 1 --counts 1,2,262143 "
            "--expect-rings 0,1,1", "tcp", 0);
@@ -389,8 +389,8 @@ TEST_IMPL(ring_local_pieces_in_place)
 /* 16 MiB of f32 with the default chunk (rendezvous-sized messages). */
 TEST_IMPL(ring_local_big_n2)
 {
-    /* 1 MiB: 512 KiB segments, each in two chunks. */
-    run_ok(2, "local", "--counts 4194305,262144 --locals 2 --f32", "tcp",
+    /* 2 MiB: 1 MiB segments, each in two chunks. */
+    run_ok(2, "local", "--counts 4194305,524288 --locals 2 --f32", "tcp",
            0);
     return 0;
 }
