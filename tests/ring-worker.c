@@ -704,6 +704,17 @@ static void mode_late(void)
 
 /* ---- main ------------------------------------------------------------- */
 
+/* --deadline-of / --live-of RANK:MS: MS into *ms_p when RANK is ours. */
+static void rank_ms(const char *opt, const char *v, int min, int *ms_p)
+{
+    unsigned r;
+    int ms;
+    if (sscanf(v, "%u:%d", &r, &ms) != 2 || ms < min)
+        DIE("%s wants RANK:MS, not %s", opt, v);
+    if (r == W.rank)
+        *ms_p = ms;
+}
+
 static void parse_rings(const char *s)
 {
     W.nrings = 0;
@@ -757,25 +768,10 @@ static void parse(int argc, char **argv)
         else if (!strcmp(a, "--chunk"))
             W.opts.chunk_bytes = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--deadline")) W.opts.deadline_ms = atoi(v), i++;
-        else if (!strcmp(a, "--deadline-of")) {
-            unsigned r;
-            int ms;
-            if (sscanf(v, "%u:%d", &r, &ms) != 2 || ms <= 0)
-                DIE("--deadline-of wants RANK:MS, not %s", v);
-            if (r == W.rank)
-                own_ms = ms;
-            i++;
-        }
-        else if (!strcmp(a, "--live-of")) {
-            unsigned r;
-            int ms;
-            if (sscanf(v, "%u:%d", &r, &ms) != 2 || ms < 0)
-                DIE("--live-of wants RANK:MS, not %s", v);
-            if (r == W.rank)
-                W.opts.live_ms = ms;
-            W.live_test = 1;
-            i++;
-        }
+        else if (!strcmp(a, "--deadline-of"))
+            rank_ms(a, v, 1, &own_ms), i++;
+        else if (!strcmp(a, "--live-of"))
+            rank_ms(a, v, 0, &W.opts.live_ms), W.live_test = 1, i++;
         else if (!strcmp(a, "--count")) W.count = strtoull(v, NULL, 0), i++;
         else if (!strcmp(a, "--grid"))
             W.opts.grid_min_nodes = (uint32_t)atoi(v), i++;
