@@ -25,7 +25,7 @@
 static const char *const shared_env[] = {
     "RINGD_RING_CHUNK", "RINGD_RING_BIDIR", "RINGD_RING_WIRE",
     "RINGD_RING_GRID_MIN_NODES", "RINGD_RING_GRID_MAX_BYTES",
-    "RINGD_RING_GRID_COLS",
+    "RINGD_RING_GRID_COLS", "RINGD_RING_SPLIT",
 };
 
 void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
@@ -43,6 +43,7 @@ void job__opts_from_config(const job_config_t *cfg, ring_opts_t *o)
     o->grid_min_nodes = cfg->ring_grid_min_nodes;
     o->grid_max_bytes = (size_t)cfg->ring_grid_max_bytes;
     o->grid_cols = cfg->ring_grid_cols;
+    o->split_lone = 1;
 }
 
 char *job__opts_json(const ring_opts_t *o, const job_xopts_t *x)
@@ -50,11 +51,11 @@ char *job__opts_json(const ring_opts_t *o, const job_xopts_t *x)
     char *s = NULL;
     if (asprintf(&s, "{\"chunk\":%zu,\"bidir\":%d,\"wire\":\"%s\","
                  "\"grid_min\":%u,\"grid_max\":%zu,\"grid_cols\":%u,"
-                 "\"commit\":%d,\"fuse\":%llu}",
+                 "\"commit\":%d,\"fuse\":%llu,\"split\":%d}",
                  o->chunk_bytes, o->bidirectional,
                  rd_wire_name(o->wire), o->grid_min_nodes,
                  o->grid_max_bytes, o->grid_cols, x->commit ? 1 : 0,
-                 (unsigned long long)x->fuse_bytes) < 0)
+                 (unsigned long long)x->fuse_bytes, o->split_lone ? 1 : 0) < 0)
         return NULL;
     return s;
 }
@@ -93,6 +94,9 @@ static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
     uint64_t com = (uint64_t)x->commit, fuse = x->fuse_bytes;
     uint64_t gmin = o->grid_min_nodes, gmax = o->grid_max_bytes;
     uint64_t gcols = o->grid_cols;
+    /* Absent: a view of a ringd from before the rule, whose nodes send a
+     * lone chunk whole; every node of that job must do the same. */
+    uint64_t split = 0;
     rd_wire_t wire = o->wire;
     int rc = cJSON_IsObject(j) ? 0 : ST_EPROTO;
     if (rc == 0)
@@ -110,6 +114,8 @@ static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
     if (rc == 0)
         rc = take_num(j, "fuse", 0, (double)JOB_FUSE_MAX_BYTES, &fuse);
     if (rc == 0)
+        rc = take_num(j, "split", 0, 1, &split);
+    if (rc == 0)
         rc = take_wire(j, &wire);
     cJSON_Delete(j);
     if (rc != 0)
@@ -121,6 +127,7 @@ static int parse_opts(const char *json, ring_opts_t *o, job_xopts_t *x)
     o->grid_min_nodes = (uint32_t)gmin;
     o->grid_max_bytes = (size_t)gmax;
     o->grid_cols = (uint32_t)gcols;
+    o->split_lone = (int)split;
     o->wire = wire;
     return 0;
 }
@@ -206,10 +213,11 @@ void job__opts_install(job_ring_t *b, const mb_view_t *v)
     b->opts_seen = strdup(text);
     RD_INFO("ring backend: the job's ring options: chunk %zu B, wire %s, "
             "bidirectional %s, grid from %u nodes (max %zu B, %u cols), "
-            "step commit %s, fusion up to %llu B%s",
+            "step commit %s, fusion up to %llu B, lone chunks %s%s",
             o.chunk_bytes, rd_wire_name(o.wire), bidir_name(o.bidirectional),
             o.grid_min_nodes, o.grid_max_bytes, o.grid_cols,
             x.commit ? "on" : "off", (unsigned long long)x.fuse_bytes,
+            o.split_lone ? "split" : "whole",
             v->opts != NULL ? "" : " (the view has none: this node's)");
     char diff[512];
     describe_diff(&b->my_opts, &o, &b->my_x, &x, diff,

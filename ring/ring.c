@@ -649,8 +649,8 @@ void ring__chans_flat(ring_t *r)
  * be one chunk goes as two: with one chunk a rank's send of a segment
  * waits for the whole of its receive, and the link idles in between
  * (ring/README.md, "Two rings": 2 MiB at n = 2, 1 MiB segments, 1.4-2.0x
- * faster in halves; segments of 512 KiB gained nothing).
- * Depends on the count alone, the same on every rank.
+ * faster in halves; segments of 512 KiB gained nothing). Depends on the
+ * count and opts.split_lone alone, the same on every rank of a view.
  */
 #define RING_SPLIT_MIN ((size_t)512 << 10)
 
@@ -662,7 +662,7 @@ void ring__chan_setup(ring_chan_t *c, uint8_t *buf, size_t first,
     size_t celems = r->opts.chunk_bytes / r->coll.es;
     size_t maxseg = (count + nseg - 1) / nseg;
     size_t k = (maxseg + celems - 1) / celems;
-    if (k < 2 && r->coll.kind == COLL_ALLREDUCE &&
+    if (k < 2 && r->opts.split_lone && r->coll.kind == COLL_ALLREDUCE &&
         maxseg * r->coll.es >= 2 * RING_SPLIT_MIN)
         k = 2;
     c->base = buf + first * r->coll.es;

@@ -121,6 +121,10 @@ typedef struct {
     uint32_t grid_min_nodes;
     size_t grid_max_bytes;
     uint32_t grid_cols;   /* row width; 0: one row per host, else sqrt */
+    int split_lone;       /* 1 (default): an allreduce's segment of 1 MiB
+                             or more that would be one chunk goes as two
+                             (ring/README.md, "Two rings"); 0: the
+                             geometry of rings before that rule */
 } ring_opts_t;
 
 #define RING_CHUNK_DEFAULT (1024 * 1024) /* ringbench: best busbw */
@@ -139,12 +143,12 @@ enum { RING_BIDIR_OFF = 0, RING_BIDIR_ON = 1, RING_BIDIR_AUTO = 2 };
 #define RING_BIDIR_MAX ((size_t)128 << 20)
 
 /*
- * Every rank of a view must use the same chunk_bytes, bidirectional, wire
- * and grid fields (ringd carries them in the job's view).
+ * Every rank of a view must use the same chunk_bytes, bidirectional, wire,
+ * grid and split_lone fields (ringd carries them in the job's view).
  * Defaults, then the environment: RINGD_RING_CHUNK (bytes),
  * RINGD_RING_DEADLINE_MS, RINGD_RING_SPIN_US, RINGD_RING_BIDIR=0|1|2,
  * RINGD_RING_WIRE=none|bf16|f16, RINGD_RING_GRID_MIN_NODES,
- * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS, and
+ * RINGD_RING_GRID_MAX_BYTES, RINGD_RING_GRID_COLS, RINGD_RING_SPLIT=0|1, and
  * RINGD_RING_RECV_INPLACE=0|1 and RINGD_RING_LIVE_MS (not on the wire:
  * nodes may differ).
  */

@@ -38,6 +38,7 @@ void ring_opts_default(ring_opts_t *o)
     o->grid_min_nodes = (uint32_t)env_long("RINGD_RING_GRID_MIN_NODES", 0);
     o->grid_max_bytes = (size_t)env_long("RINGD_RING_GRID_MAX_BYTES", 0);
     o->grid_cols = (uint32_t)env_long("RINGD_RING_GRID_COLS", 0);
+    o->split_lone = (int)env_long("RINGD_RING_SPLIT", 1);
     /* Anything but a concrete name sends f32, as an unset variable. */
     if (rd_wire_parse(getenv("RINGD_RING_WIRE"), &o->wire) != 0)
         o->wire = RD_WIRE_NONE;

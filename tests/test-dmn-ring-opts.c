@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "include/ringd.h"
+#include "job/job_ring-int.h"
 #include "membership/mb-int.h"
 #include "tests/dmn-util.h"
 #include "tests/helpers.h"
@@ -564,4 +565,47 @@ TEST_IMPL(dmn_ring_free_outstanding)
     for (int k = 0; k < 2; k++)
         ASSERT_EQ(td_stop(&c.d[k], 30000), 0);
     return fx_done();
+}
+
+/*
+ * The lone-chunk split is a job option too: a view that names it is
+ * followed, a view from a ringd before the rule (no "split") means whole
+ * chunks on every node of that job, whatever this node would do, and a
+ * value out of range keeps the options in use.
+ */
+TEST_IMPL(job_opts_split_from_view)
+{
+    job_ring_t *b = calloc(1, sizeof(*b));
+    ASSERT(b != NULL);
+    ring_opts_default(&b->my_opts);
+    ASSERT_EQ(b->my_opts.split_lone, 1);
+    b->ring_opts = b->my_opts;
+    struct {
+        const char *opts;
+        int split, bidir;
+    } cases[] = {
+        {"{\"chunk\":1048576,\"bidir\":2,\"wire\":\"none\",\"split\":1}", 1,
+         2},
+        {"{\"chunk\":1048576,\"bidir\":0,\"wire\":\"none\"}", 0, 0},
+        {"{\"chunk\":1048576,\"bidir\":1,\"wire\":\"none\",\"split\":2}", 0,
+         0},
+        {"{\"chunk\":1048576,\"bidir\":3,\"wire\":\"none\",\"split\":1}", 0,
+         0},
+        {"{\"chunk\":1048576,\"bidir\":2,\"split\":1}", 1, 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mb_view_t v = {.generation = i + 1, .opts = cases[i].opts};
+        job__opts_install(b, &v);
+        ASSERT_MSG(b->ring_opts.split_lone == cases[i].split &&
+                       b->ring_opts.bidirectional == cases[i].bidir,
+                   "case %zu: split %d bidir %d", i, b->ring_opts.split_lone,
+                   b->ring_opts.bidirectional);
+    }
+    job_xopts_t x = {.commit = 1};
+    char *json = job__opts_json(&b->my_opts, &x);
+    ASSERT(json != NULL && strstr(json, "\"split\":1}") != NULL);
+    free(json);
+    free(b->opts_seen);
+    free(b);
+    return 0;
 }
