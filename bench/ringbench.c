@@ -363,20 +363,26 @@ static void run_variant(bench_t *b, float *x)
     ring_destroy(r);
 }
 
-/* One allreduce of bytes on a ring of its own (a ring of an older
- * generation may not outlive the next one: its messages would be
- * dropped as stale). */
-static double measure_on(bench_t *b, float *x, size_t bytes, uint32_t grid)
+/* One allreduce of bytes on a ring of its own with options o (a ring of
+ * an older generation may not outlive the next one: its messages would
+ * be dropped as stale). */
+static double measure_with(bench_t *b, float *x, size_t bytes,
+                           const ring_opts_t *o)
 {
-    ring_opts_t o;
-    ring_opts_default(&o);
-    o.grid_min_nodes = grid;
-    ring_t *r = make_ring(b, &o);
+    ring_t *r = make_ring(b, o);
     double ns = measure(r, x, bytes);
     if (ring_barrier(r) != 0)
         die("barrier", ST_EABORTED);
     ring_destroy(r);
     return ns;
+}
+
+static double measure_on(bench_t *b, float *x, size_t bytes, uint32_t grid)
+{
+    ring_opts_t o;
+    ring_opts_default(&o);
+    o.grid_min_nodes = grid;
+    return measure_with(b, x, bytes, &o);
 }
 
 /* --grid: a flat ring and a grid ring in the same processes, by turns. */
@@ -434,12 +440,7 @@ static double options_run(bench_t *b, float *x, size_t bytes, size_t chunk,
     ring_opts_default(&o);
     o.chunk_bytes = chunk;
     o.bidirectional = bidir ? RING_BIDIR_ON : RING_BIDIR_OFF;
-    ring_t *r = make_ring(b, &o);
-    double ns = measure(r, x, bytes);
-    if (ring_barrier(r) != 0)
-        die("barrier", ST_EABORTED);
-    ring_destroy(r);
-    return ns;
+    return measure_with(b, x, bytes, &o);
 }
 
 static void run_options(bench_t *b, float *x, int rounds)
