@@ -201,6 +201,10 @@ void ckpt_stage_free(void *p, size_t n);
  */
 int ckpt_write_atomic(const char *dir, const char *name, const void *data,
                       size_t len);
+/* The same, but only if dir/name does not exist yet: -EEXIST (nothing
+ * changed, nothing logged) if it does. */
+int ckpt_write_atomic_new(const char *dir, const char *name,
+                          const void *data, size_t len);
 /*
  * The same, written as it is produced: open creates the temporary file;
  * commit fsyncs, renames it to name and fsyncs dir (and frees f, whatever
@@ -267,6 +271,11 @@ int ckpt_store_shard_path(const char *root, uint64_t step, uint32_t shard,
 /* Open the same file for a streaming write (ckpt_encoder_write). */
 int ckpt_store_open(const char *root, uint64_t step, uint32_t shard,
                     int replica, ckpt_afile_t **f_p);
+/* Write m as its step's MANIFEST.json, unless the step already has one
+ * that describes the same checkpoint (every field but the member names,
+ * which the directory's record and the job's give differently): that one
+ * stays byte for byte, so a complete checkpoint never changes under a
+ * reader. A different or unreadable one is replaced. */
 int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m);
 /* Steps with a MANIFEST.json, newest first (caller frees *steps_p). */
 int ckpt_store_list(const char *root, uint64_t **steps_p, size_t *n_p);

@@ -69,13 +69,12 @@ static int tmp_open(const char *dir, const char *name, char *tmp,
     return fd;
 }
 
-int ckpt_write_atomic(const char *dir, const char *name, const void *data,
-                      size_t len)
+/* The data in a temporary file of dir's, synced and closed: its name in
+ * tmp. 0 or -errno (nothing left behind then). */
+static int tmp_write(const char *dir, const char *name, const void *data,
+                     size_t len, char *tmp, size_t cap)
 {
-    char tmp[PATH_MAX], dst[PATH_MAX];
-    if (snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
-        return -ENAMETOOLONG;
-    int fd = tmp_open(dir, name, tmp, sizeof(tmp));
+    int fd = tmp_open(dir, name, tmp, cap);
     if (fd < 0)
         return fd;
     int rc = write_all(fd, data, len);
@@ -83,17 +82,66 @@ int ckpt_write_atomic(const char *dir, const char *name, const void *data,
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
         rc = -errno;
-    if (rc == 0 && rename(tmp, dst) < 0)
-        rc = -errno;
-    if (rc != 0) {
-        RD_ERROR("checkpoint: cannot write %s: %s", dst, strerror(-rc));
+    if (rc != 0)
         unlink(tmp);
+    return rc;
+}
+
+/* Put the written temporary file in place: replacing dst, or (excl) only
+ * if there is none, -EEXIST else. link() is the atomic create-if-absent;
+ * a file system without hard links gets a check and a rename, which two
+ * writers at once can still race. */
+static int tmp_place(const char *tmp, const char *dst, int excl)
+{
+    if (!excl)
+        return rename(tmp, dst) < 0 ? -errno : 0;
+    if (link(tmp, dst) == 0) {
+        unlink(tmp);
+        return 0;
+    }
+    int rc = -errno;
+    if (rc == -EPERM || rc == -ENOTSUP || rc == -EOPNOTSUPP) {
+        if (access(dst, F_OK) == 0)
+            rc = -EEXIST;
+        else
+            rc = rename(tmp, dst) < 0 ? -errno : 0;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+static int write_atomic(const char *dir, const char *name, const void *data,
+                        size_t len, int excl)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    if (snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
+        return -ENAMETOOLONG;
+    int rc = tmp_write(dir, name, data, len, tmp, sizeof(tmp));
+    if (rc == 0)
+        rc = tmp_place(tmp, dst, excl);
+    if (rc == -EEXIST)
+        return rc; /* not an error of the write: the caller decides */
+    if (rc != 0) { /* tmp_write and tmp_place removed their file */
+        RD_ERROR("checkpoint: cannot write %s: %s", dst, strerror(-rc));
         return rc;
     }
     rc = fsync_dir(dir);
     if (rc != 0)
         RD_ERROR("checkpoint: fsync of %s failed: %s", dir, strerror(-rc));
     return rc;
+}
+
+int ckpt_write_atomic(const char *dir, const char *name, const void *data,
+                      size_t len)
+{
+    return write_atomic(dir, name, data, len, 0);
+}
+
+int ckpt_write_atomic_new(const char *dir, const char *name,
+                          const void *data, size_t len)
+{
+    return write_atomic(dir, name, data, len, 1);
 }
 
 struct ckpt_afile {

@@ -81,16 +81,56 @@ int ckpt_store_open(const char *root, uint64_t step, uint32_t shard,
     return ckpt_afile_open(dir, name, f_p);
 }
 
+/* Two manifests of one checkpoint: every field restore reads. */
+static int manifest_same(const ckpt_manifest_t *a, const ckpt_manifest_t *b)
+{
+    if (a->step != b->step || a->generation != b->generation ||
+        a->total_size != b->total_size || a->elem_size != b->elem_size ||
+        a->nshards != b->nshards)
+        return 0;
+    for (uint32_t i = 0; i < a->nshards; i++) {
+        const ckpt_manifest_shard_t *x = &a->shards[i], *y = &b->shards[i];
+        if (x->offset != y->offset || x->size != y->size ||
+            x->raw_xxh64 != y->raw_xxh64 || x->base_step != y->base_step ||
+            x->owner != y->owner || x->replica != y->replica ||
+            x->flags != y->flags)
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 if the step's MANIFEST.json describes m's checkpoint, else 0. */
+static int manifest_there(const char *root, const ckpt_manifest_t *m)
+{
+    ckpt_manifest_t *old = NULL;
+    int same = ckpt_store_load_manifest(root, m->step, &old) == 0 &&
+               manifest_same(old, m);
+    ckpt_manifest_free(old);
+    return same;
+}
+
+/*
+ * Several writers complete one step (the directory's record and the
+ * job's, every node of a shared directory) and their manifests differ in
+ * the member names only: the first one in place stays. Create-if-absent
+ * closes the race of two writers that both found none.
+ */
 int ckpt_store_put_manifest(const char *root, const ckpt_manifest_t *m)
 {
     char dir[PATH_MAX], *json = NULL;
+    if (manifest_there(root, m))
+        return 0;
     int rc = ckpt_store_step_dir(root, m->step, dir, sizeof(dir));
     if (rc == 0)
         rc = ckpt_mkdirs(dir);
     if (rc == 0)
         rc = ckpt_manifest_to_json(m, &json);
     if (rc == 0)
-        rc = ckpt_write_atomic(dir, MANIFEST_NAME, json, strlen(json));
+        rc = ckpt_write_atomic_new(dir, MANIFEST_NAME, json, strlen(json));
+    if (rc == -EEXIST) /* one was there, or came meanwhile */
+        rc = manifest_there(root, m)
+                 ? 0
+                 : ckpt_write_atomic(dir, MANIFEST_NAME, json, strlen(json));
     free(json);
     return rc;
 }
