@@ -313,10 +313,12 @@ class DiskFull(Kind):
                 want = {p: h for p, h in sums.items()
                         if p.startswith("chaos/%s/" % os.path.basename(d))}
                 now = md5_files(d)
-                if not want or any(now.get(p) != h
-                                   for p, h in want.items()):
+                diff = sorted(os.path.basename(p) for p, h in want.items()
+                              if now.get(p) != h)
+                if not want or diff:
                     bad.append("disk_full: the checkpoint of step %d "
-                               "changed while the disk was full" % st)
+                               "changed while the disk was full (%s)"
+                               % (st, ", ".join(diff) or "no files"))
         try:
             os.unlink(os.path.join(run.cl.ckdir, "fill"))
         except OSError:
