@@ -600,7 +600,8 @@ void dmn__ckpt_prepare(dmn_t *d)
 }
 
 /* Queue both parts. If the second cannot be, the first alone completes
- * the pair, which then fails as a whole: both files or neither. */
+ * the pair, which then counts as not taken: the step is never reported,
+ * so a primary written without its replica completes nothing. */
 static void boundary_queue(dmn_t *d, ckpt_pair_t *p)
 {
     for (int i = 0; i < 2; i++)
