@@ -18,14 +18,16 @@
  *
  *   snapshot  MiB  median  min  max
  *
- * stage_memcpy is the writer's copy into its stage (ckpt_stage_alloc:
- * faulted in, huge pages asked for), malloc_memcpy the same into a malloc
+ * stage_copy is the writer's copy into its stage (ckpt_stage_copy into
+ * ckpt_stage_alloc's buffer: faulted in, huge pages asked for; streaming
+ * stores from CKPT_STREAM_MIN), stage_memcpy the same with glibc's
+ * memcpy (the writer's copy before), malloc_memcpy the latter into a malloc
  * buffer faulted in by a memset (the old stage); first_copy_unfaulted is
  * a copy into a fresh malloc buffer (what the first checkpoint of the old
  * writer paid) and stage_alloc_prefault what ckpt_stage_alloc costs
  * (ckpt_writer_reserve: off the training path when called before the
  * first checkpoint). The last line's stall_ms_per_GiB is the median of
- * stage_memcpy at -s.
+ * stage_copy at -s.
  *
  * Then per mode: the snapshot (a memcpy into a faulted stage),
  * then encode -n shards (default 4, as 4 nodes would, here one after
@@ -282,7 +284,7 @@ static double per_gib(double sec, size_t bytes)
  */
 static double stall_rows(const void *src, size_t bytes, int reps)
 {
-    double st[32], ml[32]; /* ms/GiB: stage, malloc buffer */
+    double sc[32], st[32], ml[32]; /* ms/GiB: writer's, stage, malloc */
     if (reps > 32)
         reps = 32;
     double t0 = now_s();
@@ -301,19 +303,25 @@ static double stall_rows(const void *src, size_t bytes, int reps)
     memset(plain, 0, bytes);
     __asm__ volatile("" : : "r"(plain) : "memory"); /* fault it in */
     for (int r = 0; r < reps; r++) {
+        double z = now_s();
+        ckpt_stage_copy(stage, src, bytes);
         double a = now_s();
         memcpy(stage, src, bytes);
         double b = now_s();
         memcpy(plain, src, bytes);
         __asm__ volatile("" : : "r"(plain) : "memory");
         double c = now_s();
+        sc[r] = per_gib(a - z, bytes);
         st[r] = per_gib(b - a, bytes);
         ml[r] = per_gib(c - b, bytes);
     }
     free(plain);
+    qsort(sc, (size_t)reps, sizeof(double), cmp_double);
     qsort(st, (size_t)reps, sizeof(double), cmp_double);
     qsort(ml, (size_t)reps, sizeof(double), cmp_double);
     size_t mib = bytes >> 20;
+    printf("stage_copy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, sc[reps / 2],
+           sc[0], sc[reps - 1]);
     printf("stage_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, st[reps / 2],
            st[0], st[reps - 1]);
     printf("malloc_memcpy\t%zu\t%.1f\t%.1f\t%.1f\n", mib, ml[reps / 2],
@@ -324,7 +332,7 @@ static double stall_rows(const void *src, size_t bytes, int reps)
            per_gib(t1 - t0, bytes));
     fflush(stdout);
     ckpt_stage_free(stage, bytes);
-    return st[reps / 2];
+    return sc[reps / 2];
 }
 
 /* One row per codec mode: the snapshot copy, then the encode of every

@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "kernels/kern.h"
 
 typedef enum { SLOT_IDLE, SLOT_CLAIMED, SLOT_QUEUED, SLOT_BUSY } slot_state_t;
 
@@ -135,11 +136,19 @@ static uint64_t thread_minflt(void)
     return (uint64_t)ru.ru_minflt;
 }
 
+void ckpt_stage_copy(void *stage, const void *src, size_t n)
+{
+    if (n >= CKPT_STREAM_MIN)
+        kern_copy_stream(stage, src, n);
+    else
+        memcpy(stage, src, n);
+}
+
 /* The snapshot copy, timed on the calling thread; caller owns stage. */
 static void copy_timed(ckpt_writer_t *w, const void *src, size_t n)
 {
     uint64_t t0 = rd_now_ns(), c0 = thread_cpu_ns(), f0 = thread_minflt();
-    memcpy(w->stage, src, n);
+    ckpt_stage_copy(w->stage, src, n);
     uint64_t dt = rd_now_ns() - t0, dc = thread_cpu_ns() - c0;
     uint64_t df = thread_minflt() - f0;
     pthread_mutex_lock(&w->mu);
