@@ -73,9 +73,11 @@ struct ckpt_writer {
  *
  * Measured on the 2-core VM (bench/ckpt-cost, checkpoint/README.md): the copy
  * itself runs at memory speed, ~70-170 ms/GiB on one core depending on
- * the load; a copy split with a helper thread was no faster there (within
- * the noise both ways), so it is one copy, with streaming stores from
- * CKPT_STREAM_MIN (ckpt_stage_copy: 30% faster than memcpy at 64 MiB). What made snapshots cost
+ * the load; one shard's copy split with a helper thread was no faster
+ * there (within the noise both ways), so it is one copy per writer (the
+ * daemon runs its two writers' copies at once, daemon/checkpoint.c),
+ * with streaming stores from CKPT_STREAM_MIN (ckpt_stage_copy: 30%
+ * faster than memcpy at 64 MiB). What made snapshots cost
  * seconds was faulting in a fresh staging buffer (the first checkpoint:
  * 4-17 s per GiB in 4 KiB pages on that VM). So the stage is faulted in
  * when it is allocated, in huge pages where the kernel gives them, and
